@@ -1,0 +1,107 @@
+"""Layer 1, `kafka_slices/<topic>`: each hour's frozen offset ranges.
+
+Materialising hour H plans the slice once and stores its manifest under the
+landing root; every later materialisation returns the same manifest, so a
+re-landed hour reads the same offsets forever.
+"""
+
+
+from datetime import datetime, timezone
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    Config,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+    TableColumn,
+    TableRecord,
+    TableSchema,
+    asset,
+)
+
+from kafka_landing.naming import asset_safe, hour_from_key, slice_manifest_path
+from kafka_landing.partitions import hourly
+from kafka_landing.planning import PlanningError, SlicePlan
+from kafka_landing.resources import KafkaResource, LandingResource
+from kafka_landing.slices import freeze_slice
+from kafka_landing.topic_config import LandingConfig, TopicConfig
+
+GROUP = "kafka_slices"
+
+_SLICE_TABLE = TableSchema(
+    columns=[
+        TableColumn("partition", "int"),
+        TableColumn("start_offset", "int"),
+        TableColumn("end_offset", "int", description="exclusive"),
+        TableColumn("records", "int"),
+        TableColumn("log_end_at_planning", "int"),
+        TableColumn("start_from", "string"),
+        TableColumn("end_from", "string"),
+    ]
+)
+
+
+def slice_key(topic: str) -> AssetKey:
+    return AssetKey([GROUP, asset_safe(topic)])
+
+
+class SliceConfig(Config):
+    skip_retention_gaps: bool = False
+    """Land what is left of an hour whose first offsets retention deleted, recording the loss."""
+
+
+def slice_metadata(plan: SlicePlan, manifest_uri: str, frozen_now: bool) -> dict:
+    rows = [
+        TableRecord(
+            {"partition": p.partition, "start_offset": p.start, "end_offset": p.end, "records": p.records,
+             "log_end_at_planning": p.log_end, "start_from": p.start_from, "end_from": p.end_from}
+        )
+        for p in plan.partitions
+    ]
+    meta = {
+        "partitions": MetadataValue.table(rows, schema=_SLICE_TABLE),
+        "records": plan.records,
+        "dagster/row_count": plan.records,
+        "spark_tasks": len(plan.tasks),
+        "planned_at": plan.planned_at,
+        "frozen_by_this_run": frozen_now,
+        "manifest": MetadataValue.path(manifest_uri),
+    }
+    if plan.skipped:
+        meta["skipped_offsets"] = MetadataValue.json(list(plan.skipped))
+    return meta
+
+
+def build_slice_asset(cfg: TopicConfig):
+    @asset(
+        key=slice_key(cfg.topic),
+        partitions_def=hourly,
+        group_name=GROUP,
+        kinds={"kafka"},
+        description=f"Frozen hourly offset ranges of Kafka topic `{cfg.topic}`.",
+        tags={"kafka_landing/topic": asset_safe(cfg.topic)},
+        metadata={"topic": cfg.topic, "grace_minutes": cfg.grace_minutes, "rows_per_task": cfg.rows_per_task},
+    )
+    def _slice(context: AssetExecutionContext, config: SliceConfig, kafka: KafkaResource, landing: LandingResource):
+        hour = hour_from_key(context.partition_key)
+        store = landing.store()
+        try:
+            with kafka.log_view() as log:
+                plan, frozen_now = freeze_slice(
+                    store, log, cfg, hour, datetime.now(timezone.utc), skip_retention_gaps=config.skip_retention_gaps
+                )
+        except PlanningError as exc:
+            raise Failure(description=str(exc)) from None
+        context.log.info(
+            f"{cfg.topic} {plan.hour}: {plan.records} records in {len(plan.partitions)} partitions "
+            f"({'frozen now' if frozen_now else 'already frozen'})"
+        )
+        return MaterializeResult(metadata=slice_metadata(plan, store.uri(slice_manifest_path(cfg.topic, hour)), frozen_now))
+
+    return _slice
+
+
+def build_slice_assets(config: LandingConfig) -> list:
+    return [build_slice_asset(cfg) for cfg in config.topics.values()]

@@ -1,0 +1,128 @@
+"""The landing root: where slice manifests, landing files, dead letters and done
+files live, with the few atomic operations the contracts rest on.
+
+- `write_atomic`: write to a temporary name, then rename; a reader sees the old
+  file or the new one, never half of one.
+- `create_exclusive`: first writer wins; used to freeze slice manifests.
+- `lock`: one planner per topic at a time.
+
+The embedded default is a local folder. Pure: no Dagster, no Spark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+
+class LandingStore:
+    def __init__(self, root: str | os.PathLike):
+        root = str(root)
+        if root.startswith("gs://"):
+            raise ValueError(
+                f"landing root {root!r}: gs:// roots are not supported by this version yet; "
+                "use a local folder (or a mounted bucket)"
+            )
+        self.root = Path(root).expanduser().resolve()
+
+    def path(self, rel: str) -> Path:
+        p = (self.root / rel).resolve()
+        if p != self.root and self.root not in p.parents:
+            raise ValueError(f"path {rel!r} escapes the landing root {self.root}")
+        return p
+
+    def uri(self, rel: str) -> str:
+        """The address Spark and other readers use."""
+        return self.path(rel).as_uri()
+
+    def exists(self, rel: str) -> bool:
+        return self.path(rel).exists()
+
+    def read_bytes(self, rel: str) -> bytes:
+        return self.path(rel).read_bytes()
+
+    def read_json(self, rel: str) -> dict | None:
+        try:
+            return json.loads(self.path(rel).read_text())
+        except FileNotFoundError:
+            return None
+
+    def _tmp(self, target: Path) -> Path:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
+
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        target = self.path(rel)
+        tmp = self._tmp(target)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+
+    def write_json_atomic(self, rel: str, obj: dict) -> None:
+        self.write_atomic(rel, json.dumps(obj, indent=2, sort_keys=True).encode())
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Write `rel` only if it does not exist yet; False if someone else won."""
+        target = self.path(rel)
+        tmp = self._tmp(target)
+        tmp.write_bytes(data)
+        try:
+            os.link(tmp, target)  # fails if target exists: atomic first-writer-wins
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def move(self, src: str | Path, rel: str) -> None:
+        """Move a finished file into place, replacing one of the same name atomically."""
+        target = self.path(rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, target)
+
+    def list(self, rel_dir: str, pattern: str = "*") -> list[str]:
+        base = self.path(rel_dir)
+        if not base.is_dir():
+            return []
+        return sorted(str(p.relative_to(self.root)) for p in base.glob(pattern) if not p.name.startswith("."))
+
+    def glob(self, pattern: str) -> list[str]:
+        return sorted(str(p.relative_to(self.root)) for p in self.root.glob(pattern))
+
+    def size(self, rel: str) -> int:
+        return self.path(rel).stat().st_size
+
+    def mtime_ns(self, rel: str) -> int:
+        return self.path(rel).stat().st_mtime_ns
+
+    def delete(self, rel: str) -> None:
+        p = self.path(rel)
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+    def scratch_dir(self, rel_dir: str) -> Path:
+        """A fresh private folder under `rel_dir/_attempts`, for one attempt's files."""
+        p = self.path(f"{rel_dir}/_attempts/{uuid.uuid4().hex}")
+        p.mkdir(parents=True)
+        return p
+
+    @contextlib.contextmanager
+    def lock(self, rel: str) -> Iterator[None]:
+        p = self.path(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)

@@ -1,0 +1,135 @@
+"""Names and paths of everything kafka_landing writes, in one place.
+
+Every name that reaches a path or a table comes through `check_identifier` or
+`check_topic`, so nothing from a config file or a record can escape the
+landing root or inject into a table name. Pure: no Dagster, no Spark.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+HOUR_KEY_FORMAT = "%Y-%m-%d-%H:%M"  # Dagster's hourly partition key format
+HOUR_TAG_FORMAT = "%Y-%m-%dT%H"  # what appears in paths
+
+
+class NameError_(ValueError):
+    """A name that may not be used as a dataset, table or topic."""
+
+
+def check_identifier(name: object, what: str = "name") -> str:
+    if not isinstance(name, str) or not IDENTIFIER.match(name):
+        raise NameError_(
+            f"{what} {name!r} is not allowed: use letters, digits and '_', "
+            "starting with a letter or '_', at most 128 characters"
+        )
+    return name
+
+
+def check_topic(name: object) -> str:
+    if not isinstance(name, str) or not TOPIC.match(name) or name in (".", ".."):
+        raise NameError_(f"topic {name!r} is not a legal Kafka topic name")
+    return name
+
+
+def asset_safe(topic: str) -> str:
+    """Dagster asset key parts allow [A-Za-z0-9_]; Kafka topics may also hold '.' and '-'."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", topic)
+
+
+# --- hours -------------------------------------------------------------------
+
+def hour_from_key(key: str) -> datetime:
+    try:
+        return datetime.strptime(key, HOUR_KEY_FORMAT).replace(tzinfo=timezone.utc)
+    except ValueError as exc:
+        raise ValueError(f"{key!r} is not an hourly partition key like 2026-01-31-13:00") from exc
+
+
+def hour_key(hour: datetime) -> str:
+    return hour.astimezone(timezone.utc).strftime(HOUR_KEY_FORMAT)
+
+
+def hour_tag(hour: datetime) -> str:
+    return hour.astimezone(timezone.utc).strftime(HOUR_TAG_FORMAT)
+
+
+def hour_from_tag(tag: str) -> datetime:
+    return datetime.strptime(tag, HOUR_TAG_FORMAT).replace(tzinfo=timezone.utc)
+
+
+def floor_hour(t: datetime) -> datetime:
+    return t.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def to_millis(t: datetime) -> int:
+    return int(t.timestamp() * 1000)
+
+
+ONE_HOUR = timedelta(hours=1)
+
+
+# --- landing layout (relative to the landing root) ----------------------------
+
+def slice_manifest_path(topic: str, hour: datetime) -> str:
+    return f"slices/{check_topic(topic)}/hour={hour_tag(hour)}.json"
+
+
+def slice_dir(topic: str) -> str:
+    return f"slices/{check_topic(topic)}"
+
+
+def table_hour_dir(dataset: str, table: str, hour: datetime) -> str:
+    return f"tables/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}/hour={hour_tag(hour)}"
+
+
+def done_file_path(dataset: str, table: str, hour: datetime) -> str:
+    return f"{table_hour_dir(dataset, table, hour)}/_DONE.json"
+
+
+DONE_FILE_GLOB = "tables/*/*/hour=*/_DONE.json"
+DONE_FILE_RE = re.compile(
+    r"^tables/(?P<dataset>[A-Za-z_][A-Za-z0-9_]*)/(?P<table>[A-Za-z_][A-Za-z0-9_]*)"
+    r"/hour=(?P<hour>\d{4}-\d{2}-\d{2}T\d{2})/_DONE\.json$"
+)
+
+
+def dead_letter_dir(topic: str, hour: datetime) -> str:
+    return f"dead_letters/{check_topic(topic)}/hour={hour_tag(hour)}"
+
+
+def landing_file_name(
+    topic: str, partition: int, dataset: str, table: str, schema_id: int,
+    first_offset: int, last_offset: int, event_hour: datetime | None = None,
+) -> str:
+    """topic+partition+dataset.table+schema+first+last[+event hour].avro.
+
+    '+' cannot occur in a Kafka topic or an identifier, so the name parses back.
+    Offsets are zero-padded so files sort in log order.
+    """
+    check_topic(topic), check_identifier(dataset, "dataset"), check_identifier(table, "table")
+    name = f"{topic}+{int(partition)}+{dataset}.{table}+{int(schema_id)}+{int(first_offset):020d}+{int(last_offset):020d}"
+    if event_hour is not None:
+        name += f"+{hour_tag(event_hour)}"
+    return name + ".avro"
+
+
+def dead_letter_file_name(topic: str, partition: int, first_offset: int, last_offset: int) -> str:
+    return f"{check_topic(topic)}+{int(partition)}+dead_letters+{int(first_offset):020d}+{int(last_offset):020d}.avro"
+
+
+def parse_landing_file_name(name: str) -> dict:
+    stem = name[:-5] if name.endswith(".avro") else name
+    parts = stem.split("+")
+    if len(parts) not in (6, 7):
+        raise ValueError(f"{name!r} is not a landing file name")
+    dataset, _, table = parts[2].partition(".")
+    out = {
+        "topic": parts[0], "partition": int(parts[1]), "dataset": dataset, "table": table,
+        "schema_id": int(parts[3]), "first_offset": int(parts[4]), "last_offset": int(parts[5]),
+        "event_hour": parts[6] if len(parts) == 7 else None,
+    }
+    return out

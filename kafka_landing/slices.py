@@ -1,0 +1,52 @@
+"""Freezing a slice: plan it once, store it, and return the stored one ever after."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from kafka_landing.landing_store import LandingStore
+from kafka_landing.naming import hour_from_tag, hour_tag, slice_dir, slice_manifest_path
+from kafka_landing.planning import LogView, SlicePlan, plan_slice
+from kafka_landing.topic_config import TopicConfig
+
+
+def load_frozen(store: LandingStore, topic: str) -> dict[datetime, SlicePlan]:
+    plans = {}
+    for rel in store.list(slice_dir(topic), "hour=*.json"):
+        d = store.read_json(rel)
+        if d is not None:
+            plans[hour_from_tag(d["hour"])] = SlicePlan.from_dict(d)
+    return plans
+
+
+def read_slice(store: LandingStore, topic: str, hour: datetime) -> SlicePlan | None:
+    d = store.read_json(slice_manifest_path(topic, hour))
+    return SlicePlan.from_dict(d) if d else None
+
+
+def freeze_slice(
+    store: LandingStore, log: LogView, cfg: TopicConfig, hour: datetime, now: datetime,
+    skip_retention_gaps: bool = False,
+) -> tuple[SlicePlan, bool]:
+    """(the hour's slice, whether this call froze it). Re-running returns the frozen one."""
+    existing = read_slice(store, cfg.topic, hour)
+    if existing:
+        return existing, False
+    # One planner per topic: two neighbours planned at once must agree on their boundary.
+    with store.lock(f"{slice_dir(cfg.topic)}/.plan.lock"):
+        existing = read_slice(store, cfg.topic, hour)
+        if existing:
+            return existing, False
+        plan = plan_slice(
+            cfg.topic, hour, now, log, load_frozen(store, cfg.topic),
+            grace_minutes=cfg.grace_minutes, rows_per_task=cfg.rows_per_task,
+            skip_retention_gaps=skip_retention_gaps,
+        )
+        data = json.dumps(plan.to_dict(), indent=2, sort_keys=True).encode()
+        if not store.create_exclusive(slice_manifest_path(cfg.topic, hour), data):
+            return read_slice(store, cfg.topic, hour), False  # type: ignore[return-value]
+        return plan, True
+
+
+__all__ = ["freeze_slice", "load_frozen", "read_slice", "hour_tag"]
