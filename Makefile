@@ -1,0 +1,60 @@
+# kafka_landing: set up, run the local stack, the demo, the tests and the benchmark.
+# Every target installs what it needs first; re-running downloads nothing new.
+
+SHELL := /bin/bash
+PY := .venv/bin/python
+export DAGSTER_HOME := $(CURDIR)/.local/dagster_home
+
+.PHONY: setup jvm stack-up stack-down stack-status demo demo-reset test bench clean
+
+setup: .venv/.installed .jvm/.fetched $(DAGSTER_HOME)/dagster.yaml
+
+.venv/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+jvm: .jvm/.fetched
+
+# The JVM dependency list is jvm/pom.xml: the Kafka broker, the Spark
+# connectors and the schema registry, each copied into its own folder.
+.jvm/.fetched: jvm/pom.xml
+	@command -v mvn >/dev/null || { echo "Maven (mvn) is missing: apt-get install maven"; exit 1; }
+	@command -v java >/dev/null || { echo "Java is missing: apt-get install openjdk-17-jdk-headless"; exit 1; }
+	cd jvm && mvn -q -B -Pkafka dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jvm/kafka
+	cd jvm && mvn -q -B -Pspark dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jvm/spark
+	cd jvm && mvn -q -B -Pregistry package -Djvm.dir=$(CURDIR)/.jvm
+	touch $@
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp dagster.yaml $@
+
+stack-up: setup
+	$(PY) -m kafka_landing.devstack up
+
+stack-down:
+	$(PY) -m kafka_landing.devstack down
+
+stack-status:
+	$(PY) -m kafka_landing.devstack status
+
+# Produce demo data, land the last closed hours, print a summary, open the UI.
+demo: stack-up
+	$(PY) -m kafka_landing.demo.run
+	$(if $(DEMO_NO_UI),,.venv/bin/dagster dev -w workspace.yaml)
+
+# Start the demo from nothing: stop the stack, wipe its data and the landing root.
+demo-reset:
+	-$(PY) -m kafka_landing.devstack down --wipe
+	rm -rf .local/landing .local/warehouse $(DAGSTER_HOME)
+
+# pytest exits non-zero (5) when it collects no test, so an empty run fails here.
+test: stack-up
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: stack-up
+	$(PY) -m kafka_landing.bench $(BENCH_ARGS)
+
+clean: stack-down
+	rm -rf .venv .jvm .local

@@ -1,0 +1,84 @@
+"""One real stack per test session: the local Kafka broker and schema registry
+(started if they are not running), and one Spark session, created lazily."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kafka_landing import devstack
+from kafka_landing.demo.generate import produce
+from kafka_landing.landing_store import LandingStore
+from kafka_landing.resources import KafkaResource, LandingResource, SchemaRegistryResource
+
+
+@pytest.fixture(scope="session")
+def stack():
+    devstack.up()
+    return devstack.status()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(stack) -> str:
+    return stack["kafka"]["bootstrap"]
+
+
+@pytest.fixture(scope="session")
+def registry_url(stack) -> str:
+    return stack["registry"]["url"]
+
+
+@pytest.fixture(scope="session")
+def kafka(bootstrap) -> KafkaResource:
+    return KafkaResource(bootstrap_servers=bootstrap)
+
+
+@pytest.fixture(scope="session")
+def registry(registry_url) -> SchemaRegistryResource:
+    return SchemaRegistryResource(url=registry_url)
+
+
+@pytest.fixture(scope="session")
+def admin(bootstrap) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+@pytest.fixture
+def make_topic(admin):
+    """Create a fresh topic with a unique name; retention off so old timestamps stay."""
+
+    def _make(partitions: int = 1, prefix: str = "t") -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        fut = admin.create_topics([NewTopic(name, partitions, 1, config={"retention.ms": "-1"})])[name]
+        fut.result(timeout=30)
+        return name
+
+    return _make
+
+
+@pytest.fixture
+def store(tmp_path) -> LandingStore:
+    return LandingStore(tmp_path / "landing")
+
+
+@pytest.fixture
+def landing(tmp_path, store) -> LandingResource:
+    return LandingResource(landing_root=str(store.root))
+
+
+@pytest.fixture
+def send(bootstrap):
+    """Produce raw records: [(topic, partition, ts_ms, key, value)] -> Sent list (with offsets)."""
+
+    def _send(records):
+        return produce(bootstrap, [(t, p, ts, k, v, None, None, None, None) for t, p, ts, k, v in records])
+
+    return _send
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
