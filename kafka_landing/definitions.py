@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 
 from dagster import Definitions, EnvVar
+from dagster_pyspark import LazyPySparkResource
 
 from kafka_landing import devstack
+from kafka_landing.avro_landing.assets import build_landing_assets
 from kafka_landing.kafka_slices.assets import build_slice_assets
 from kafka_landing.resources import KafkaResource, LandingResource, SchemaRegistryResource
+from kafka_landing.spark_setup import spark_config
 from kafka_landing.topic_config import load_config
 
 DEFAULT_LANDING_ROOT = str(devstack.ROOT / ".local" / "landing")
@@ -38,13 +41,15 @@ def build_resources() -> dict:
             landing_root=os.environ.get("KAFKA_LANDING_ROOT", DEFAULT_LANDING_ROOT),
             topics_config=os.environ.get("KAFKA_LANDING_TOPICS_CONFIG"),
         ),
+        # Created on first use and shared by every hour of a run.
+        "pyspark": LazyPySparkResource(spark_config=spark_config()),
     }
 
 
 def build_definitions() -> Definitions:
     config = load_config()
     return Definitions(
-        assets=[*build_slice_assets(config)],
+        assets=[*build_slice_assets(config), *build_landing_assets(config)],
         resources=build_resources(),
     )
 
