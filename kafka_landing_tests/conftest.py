@@ -82,3 +82,21 @@ def send(bootstrap):
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+@pytest.fixture(scope="session")
+def pyspark_resource():
+    """One Spark session for the whole test session, as one run shares one."""
+    from dagster_pyspark import LazyPySparkResource
+
+    from kafka_landing.spark_setup import spark_config
+
+    res = LazyPySparkResource(spark_config={**spark_config(), "spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "4"})
+    yield res
+    if res._spark_session is not None:  # noqa: SLF001 - stop only what the tests started
+        res._spark_session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(pyspark_resource):
+    return pyspark_resource.spark_session
