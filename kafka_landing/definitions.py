@@ -4,18 +4,32 @@ the resources they share, assembled from the topic config."""
 from __future__ import annotations
 
 import os
-
-from dagster import Definitions, EnvVar
+from dagster import (
+    AssetSelection,
+    Definitions,
+    EnvVar,
+    RunRequest,
+    ScheduleEvaluationContext,
+    build_sensor_for_freshness_checks,
+    build_time_partition_freshness_checks,
+    define_asset_job,
+    schedule,
+)
 from dagster_pyspark import LazyPySparkResource
 
 from kafka_landing import devstack
 from kafka_landing.avro_landing.assets import build_landing_assets
 from kafka_landing.kafka_slices.assets import build_slice_assets
+from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key
+from kafka_landing.parquet_warehouse import ParquetWarehouse
+from kafka_landing.partitions import hourly
 from kafka_landing.resources import KafkaResource, LandingResource, SchemaRegistryResource
 from kafka_landing.spark_setup import spark_config
-from kafka_landing.topic_config import load_config
+from kafka_landing.topic_config import LandingConfig, load_config
+from kafka_landing.warehouse.assets import build_warehouse_assets, warehouse_key
+from kafka_landing.warehouse.sensors import build_done_file_sensor
 
-DEFAULT_LANDING_ROOT = str(devstack.ROOT / ".local" / "landing")
+LOCAL = devstack.ROOT / ".local"
 
 
 def _secret(name: str):
@@ -38,18 +52,49 @@ def build_resources() -> dict:
             basic_auth_user_info=_secret("SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO"),
         ),
         "landing": LandingResource(
-            landing_root=os.environ.get("KAFKA_LANDING_ROOT", DEFAULT_LANDING_ROOT),
+            landing_root=os.environ.get("KAFKA_LANDING_ROOT", str(LOCAL / "landing")),
             topics_config=os.environ.get("KAFKA_LANDING_TOPICS_CONFIG"),
         ),
+        "warehouse": ParquetWarehouse(root=os.environ.get("KAFKA_LANDING_WAREHOUSE_ROOT", str(LOCAL / "warehouse"))),
         # Created on first use and shared by every hour of a run.
         "pyspark": LazyPySparkResource(spark_config=spark_config()),
     }
 
 
+land_hourly = define_asset_job(
+    "land_hourly",
+    selection=AssetSelection.groups("kafka_slices", "avro_landing"),
+    partitions_def=hourly,
+    tags={"kafka_landing/spark": "true"},
+    description="Freeze and land one hour (or, from a backfill, a range of hours in one run).",
+)
+
+
+def build_schedule(config: LandingConfig):
+    """Every hour, once the longest grace period has passed, land the hour that just closed."""
+    minute = min(59, max(t.grace_minutes for t in config.topics.values()) + 5)
+
+    @schedule(job=land_hourly, cron_schedule=f"{minute} * * * *", execution_timezone="UTC")
+    def land_last_closed_hour(context: ScheduleEvaluationContext):
+        hour = floor_hour(context.scheduled_execution_time) - ONE_HOUR
+        return RunRequest(partition_key=hour_key(hour), run_key=hour_key(hour))
+
+    return land_last_closed_hour
+
+
 def build_definitions() -> Definitions:
     config = load_config()
+    tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
+    # Freshness: by minute 45 each table should hold the hour that closed before it.
+    freshness = build_time_partition_freshness_checks(
+        assets=list(tables.values()), deadline_cron="45 * * * *", timezone="UTC"
+    )
     return Definitions(
-        assets=[*build_slice_assets(config), *build_landing_assets(config)],
+        assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config)],
+        asset_checks=freshness,
+        jobs=[land_hourly],
+        schedules=[build_schedule(config)],
+        sensors=[build_done_file_sensor(tables), build_sensor_for_freshness_checks(freshness_checks=freshness)],
         resources=build_resources(),
     )
 

@@ -39,6 +39,7 @@ def spark_config(master: str | None = None, driver_memory: str | None = None) ->
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": os.environ.get("SPARK_SHUFFLE_PARTITIONS", "8"),
         "spark.sql.avro.compression.codec": "snappy",  # BigQuery load jobs accept snappy and deflate
+        "spark.log.level": os.environ.get("SPARK_LOG_LEVEL", "ERROR"),
         "spark.ui.enabled": os.environ.get("SPARK_UI_ENABLED", "false"),
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",

@@ -4,10 +4,12 @@ dead letters beside them, and one done file per (table, hour) written last."""
 import uuid
 
 from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
     Failure,
-    MaterializeResult,
     MetadataValue,
     asset,
 )
@@ -16,7 +18,7 @@ from dagster_pyspark import LazyPySparkResource
 from kafka_landing.landing import LandingError, LandingResult, land_hour
 from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.naming import asset_safe, dead_letter_dir, hour_from_key, hour_from_tag, table_hour_dir
-from kafka_landing.partitions import hourly
+from kafka_landing.partitions import hourly, run_hours, single_run
 from kafka_landing.planning import SlicePlan
 from kafka_landing.resources import KafkaResource, LandingResource, SchemaRegistryResource
 from kafka_landing.slices import read_slice as read_frozen_slice
@@ -89,11 +91,39 @@ def landing_metadata(result: LandingResult, store, cfg: TopicConfig, plan: Slice
     return meta
 
 
+def landing_checks(result: LandingResult, plan: SlicePlan) -> list[AssetCheckResult]:
+    landed = result.rows + result.dead_letters.rows
+    gaps = plan.records - result.records_read
+    return [
+        AssetCheckResult(
+            check_name="conservation",
+            passed=plan.records == landed + gaps and gaps >= 0,
+            metadata={"slice_records": plan.records, "landed_rows": result.rows,
+                      "dead_letters": result.dead_letters.rows, "offset_gaps": gaps},
+        ),
+        AssetCheckResult(
+            check_name="no_dead_letters",
+            passed=result.dead_letters.rows == 0,
+            severity=AssetCheckSeverity.WARN,
+            metadata={"dead_letters": result.dead_letters.rows,
+                      "by_reason": MetadataValue.json(result.dead_letters.by_reason)},
+        ),
+    ]
+
+
 def build_landing_asset(cfg: TopicConfig):
+    key = landing_key(cfg.topic)
+
     @asset(
-        key=landing_key(cfg.topic),
+        key=key,
         deps=[slice_key(cfg.topic)],
         partitions_def=hourly,
+        backfill_policy=single_run,
+        check_specs=[
+            AssetCheckSpec("conservation", asset=key,
+                           description="Slice records = landed rows + dead letters (+ offsets Kafka returned no record for)."),
+            AssetCheckSpec("no_dead_letters", asset=key, description="Warns when the hour has dead letters."),
+        ],
         group_name=GROUP,
         kinds={"spark", "avro"},
         description=(
@@ -111,26 +141,30 @@ def build_landing_asset(cfg: TopicConfig):
         landing: LandingResource,
         pyspark: LazyPySparkResource,
     ):
-        hour = hour_from_key(context.partition_key)
         store = landing.store()
-        plan = read_frozen_slice(store, cfg.topic, hour)
-        if plan is None:
-            raise Failure(description=f"the slice of {cfg.topic} for {context.partition_key} is not frozen yet: "
-                                      f"materialise {slice_key(cfg.topic).to_user_string()} for that hour first")
-        check_still_in_kafka(kafka, plan)
-        attempt = f"{context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
-        try:
-            result = land_hour(lambda: pyspark.spark_session, store, schema_fetcher(registry),
-                               kafka.spark_options(), cfg, plan, attempt)
-        except LandingError as exc:
-            raise Failure(description=str(exc)) from None
-        for w in result.warnings:
-            context.log.warning(w)
-        context.log.info(
-            f"{cfg.topic} {plan.hour}: read {result.records_read}, landed {result.rows}, "
-            f"dead letters {result.dead_letters.rows} in {result.seconds:.1f}s"
-        )
-        return MaterializeResult(metadata=landing_metadata(result, store, cfg, plan))
+        fetch = schema_fetcher(registry)  # one registry cache for every hour of the run
+
+        def one_hour(partition_key: str):
+            hour = hour_from_key(partition_key)
+            plan = read_frozen_slice(store, cfg.topic, hour)
+            if plan is None:
+                raise Failure(description=f"the slice of {cfg.topic} for {partition_key} is not frozen yet: "
+                                          f"materialise {slice_key(cfg.topic).to_user_string()} for that hour first")
+            check_still_in_kafka(kafka, plan)
+            attempt = f"{context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
+            try:
+                result = land_hour(lambda: pyspark.spark_session, store, fetch, kafka.spark_options(), cfg, plan, attempt)
+            except LandingError as exc:
+                raise Failure(description=str(exc)) from None
+            for w in result.warnings:
+                context.log.warning(w)
+            context.log.info(
+                f"{cfg.topic} {plan.hour}: read {result.records_read}, landed {result.rows}, "
+                f"dead letters {result.dead_letters.rows} in {result.seconds:.1f}s"
+            )
+            return landing_metadata(result, store, cfg, plan), landing_checks(result, plan)
+
+        return run_hours(context, key, one_hour)
 
     return _landing
 

@@ -1,6 +1,7 @@
-"""`make demo`: produce demo data (once), land the last closed hours through the
-Dagster instance in $DAGSTER_HOME, and print a per-hour summary. The Makefile
-then opens the UI on the same instance, where the runs and metadata show."""
+"""`make demo`: produce demo data (once), land the last closed hours, let the
+done-file sensor request the warehouse loads and run them, all on the Dagster
+instance in $DAGSTER_HOME, then print a per-hour summary. The Makefile then
+opens the UI on the same instance, where the runs, checks and metadata show."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import os
 from datetime import datetime, timezone
 
 from confluent_kafka.admin import AdminClient
-from dagster import AssetSelection, DagsterInstance, materialize
+from dagster import AssetSelection, DagsterInstance, build_sensor_context, materialize
 
 from kafka_landing import devstack
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.naming import hour_key
+from kafka_landing.warehouse.sensors import SENSOR_NAME
 
 HOURS = int(os.environ.get("DEMO_HOURS", "3"))
 PER_HOUR = int(os.environ.get("DEMO_PER_HOUR", "600"))
@@ -24,9 +26,64 @@ def _demo_data_present(bootstrap: str) -> bool:
     return ORDERS in topics and WEB in topics
 
 
-def _metadata_value(event, name):
-    md = event.materialization.metadata
-    return md[name].value if name in md else None
+CHECKS: dict[tuple[str, str], list[str]] = {}
+
+
+def _record_checks(result, partition_key: str) -> None:
+    for ev in result.get_asset_check_evaluations():
+        mark = "ok" if ev.passed else ("WARN" if ev.severity.value == "WARN" else "FAIL")
+        CHECKS.setdefault((ev.asset_key.to_user_string(), partition_key), []).append(f"{ev.check_name}={mark}")
+
+
+def land(defs, instance, hours) -> None:
+    graph = defs.resolve_asset_graph()
+    keys = AssetSelection.groups("kafka_slices", "avro_landing").resolve(graph)
+    assets = [defs.get_assets_def(k) for k in sorted(keys)]
+    for hour in hours:
+        result = materialize(assets, instance=instance, partition_key=hour_key(hour), resources=build_resources(),
+                             tags={"kafka_landing/source": "make-demo", "kafka_landing/spark": "true"})
+        _record_checks(result, hour_key(hour))
+
+
+def load_through_sensor(defs, instance) -> int:
+    """One sensor tick, and its run requests run here, tagged as the daemon would
+    tag them, so the sensor in `dagster dev` does not request them again."""
+    sensor = defs.get_sensor_def(SENSOR_NAME)
+    resources = build_resources()
+    with build_sensor_context(instance=instance, resources={"landing": resources["landing"]}) as ctx:
+        result = sensor(ctx)
+    requests = result.run_requests or []
+    for req in requests:
+        assets = [defs.get_assets_def(k) for k in req.asset_selection]
+        result = materialize(assets, instance=instance, partition_key=req.partition_key, resources=resources,
+                             tags={**req.tags, "dagster/run_key": req.run_key, "dagster/sensor_name": SENSOR_NAME})
+        _record_checks(result, req.partition_key)
+    return len(requests)
+
+
+def summary(instance, defs, hours) -> str:
+    lines = [f"{'hour':<17} {'asset':<34} {'rows':>6}  checks / notes"]
+    for key in sorted(defs.resolve_asset_graph().get_all_asset_keys()):
+        if key.path[0] not in ("kafka_slices", "avro_landing", "warehouse"):
+            continue
+        for hour in hours:
+            pk = hour_key(hour)
+            recs = instance.fetch_materializations(key, limit=50).records
+            rec = next((r for r in recs if r.partition_key == pk), None)
+            if rec is None:
+                lines.append(f"{pk:<17} {key.to_user_string():<34} {'-':>6}  not materialised")
+                continue
+            md = rec.asset_materialization.metadata
+            rows = md.get("dagster/row_count")
+            notes = []
+            if "dead_letters" in md and md["dead_letters"].value:
+                notes.append(f"dead letters {md['dead_letters'].value}")
+            if "partitions" in md:
+                notes.append(", ".join(f"p{r.data['partition']}:[{r.data['start_offset']},{r.data['end_offset']})"
+                                       for r in md["partitions"].value.records))
+            notes = CHECKS.get((key.to_user_string(), pk), []) + notes
+            lines.append(f"{pk:<17} {key.to_user_string():<34} {rows.value if rows else '':>6}  {'; '.join(notes)}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -36,21 +93,13 @@ def main() -> None:
     else:
         sent = generate(devstack.BOOTSTRAP, devstack.REGISTRY_URL, hours=HOURS, per_hour=PER_HOUR, now=now)
         print(f"produced {len(sent.records)} records to {ORDERS} and {WEB} over the last {HOURS} closed hours")
-
     defs = build_definitions()
-    graph = defs.resolve_asset_graph()
-    landing_keys = AssetSelection.groups("kafka_slices", "avro_landing").resolve(graph)
-    assets = [defs.get_assets_def(k) for k in sorted(landing_keys)]
     instance = DagsterInstance.get()
-    rows = []
-    for hour in demo_hours(now, HOURS):
-        result = materialize(assets, instance=instance, partition_key=hour_key(hour), resources=build_resources(),
-                             tags={"kafka_landing/source": "make-demo"})
-        for ev in result.get_asset_materialization_events():
-            rows.append((hour_key(hour), ev.asset_key.to_user_string(), _metadata_value(ev, "dagster/row_count")))
-    print(f"\n{'hour':<18} {'asset':<40} {'rows':>8}")
-    for hour, key, n in rows:
-        print(f"{hour:<18} {key:<40} {n if n is not None else '':>8}")
+    hours = demo_hours(now, HOURS)
+    land(defs, instance, hours)
+    loads = load_through_sensor(defs, instance)
+    print(f"the done-file sensor requested {loads} warehouse loads; all ran\n")
+    print(summary(instance, defs, hours))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from dagster import (
 )
 
 from kafka_landing.naming import asset_safe, hour_from_key, slice_manifest_path
-from kafka_landing.partitions import hourly
+from kafka_landing.partitions import hourly, run_hours, single_run
 from kafka_landing.planning import PlanningError, SlicePlan
 from kafka_landing.resources import KafkaResource, LandingResource
 from kafka_landing.slices import freeze_slice
@@ -78,6 +78,7 @@ def build_slice_asset(cfg: TopicConfig):
     @asset(
         key=slice_key(cfg.topic),
         partitions_def=hourly,
+        backfill_policy=single_run,
         group_name=GROUP,
         kinds={"kafka"},
         description=f"Frozen hourly offset ranges of Kafka topic `{cfg.topic}`.",
@@ -85,20 +86,24 @@ def build_slice_asset(cfg: TopicConfig):
         metadata={"topic": cfg.topic, "grace_minutes": cfg.grace_minutes, "rows_per_task": cfg.rows_per_task},
     )
     def _slice(context: AssetExecutionContext, config: SliceConfig, kafka: KafkaResource, landing: LandingResource):
-        hour = hour_from_key(context.partition_key)
         store = landing.store()
-        try:
-            with kafka.log_view() as log:
-                plan, frozen_now = freeze_slice(
-                    store, log, cfg, hour, datetime.now(timezone.utc), skip_retention_gaps=config.skip_retention_gaps
-                )
-        except PlanningError as exc:
-            raise Failure(description=str(exc)) from None
-        context.log.info(
-            f"{cfg.topic} {plan.hour}: {plan.records} records in {len(plan.partitions)} partitions "
-            f"({'frozen now' if frozen_now else 'already frozen'})"
-        )
-        return MaterializeResult(metadata=slice_metadata(plan, store.uri(slice_manifest_path(cfg.topic, hour)), frozen_now))
+
+        def one_hour(key: str):
+            hour = hour_from_key(key)
+            try:
+                with kafka.log_view() as log:
+                    plan, frozen_now = freeze_slice(
+                        store, log, cfg, hour, datetime.now(timezone.utc), skip_retention_gaps=config.skip_retention_gaps
+                    )
+            except PlanningError as exc:
+                raise Failure(description=str(exc)) from None
+            context.log.info(
+                f"{cfg.topic} {plan.hour}: {plan.records} records in {len(plan.partitions)} partitions "
+                f"({'frozen now' if frozen_now else 'already frozen'})"
+            )
+            return slice_metadata(plan, store.uri(slice_manifest_path(cfg.topic, hour)), frozen_now), []
+
+        return run_hours(context, slice_key(cfg.topic), one_hour)
 
     return _slice
 

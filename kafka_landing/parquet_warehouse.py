@@ -1,0 +1,134 @@
+"""The embedded warehouse: one Parquet table per destination, one file per hour.
+
+    <root>/<dataset>/<table>/hour=2026-01-31T13/data.parquet
+    <root>/<dataset>/<table>/_schema.json          the table's schema so far
+
+Loading hour H reads exactly the files of H's done file (after checking that
+each exists and holds the rows the manifest says), and replaces H's file with
+one atomic rename: a reader sees the old hour or the new one, never both, and
+a reload can never duplicate rows. Spark, DuckDB and pandas read the table
+with Hive partitioning (`hour`) and by column name (older hours lack columns
+added later).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from dagster import ConfigurableResource
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from kafka_landing.avro_files import AvroFileError, count_records
+from kafka_landing.landing_store import LandingStore
+from kafka_landing.manifests import DoneFile
+from kafka_landing.naming import check_identifier
+from kafka_landing.schema_evolution import IncompatibleSchemaError, merge_schemas
+
+
+class LoadError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    table: str  # dataset.table
+    hour: str
+    rows: int
+    files: int
+    schema_ids: tuple[int, ...]
+    added_columns: tuple[str, ...]
+    path: str
+
+
+def verify_files(store: LandingStore, done: DoneFile) -> None:
+    """Every listed file exists and holds the rows the manifest promises."""
+    for f in done.files:
+        path = store.path(f.path)
+        if not path.exists():
+            raise LoadError(f"{done.dataset}.{done.table} {done.hour}: listed file {f.path} does not exist")
+        try:
+            n = count_records(str(path))
+        except AvroFileError as exc:
+            raise LoadError(f"{done.dataset}.{done.table} {done.hour}: {f.path} is not a whole Avro file: {exc}") from None
+        if n != f.rows:
+            raise LoadError(f"{done.dataset}.{done.table} {done.hour}: {f.path} holds {n} rows, the done file says {f.rows}")
+
+
+def _conform(df: DataFrame, schema: dict) -> DataFrame:
+    """Columns in the table's order; columns this hour lacks are typed nulls."""
+    struct = StructType.fromJson(schema)
+    have = set(df.columns)
+    return df.select(*[F.col(f.name) if f.name in have else F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
+
+
+class ParquetWarehouse(ConfigurableResource):
+    """Local Parquet tables, readable by Spark, DuckDB and pandas."""
+
+    root: str
+
+    def table_dir(self, dataset: str, table: str) -> Path:
+        return Path(self.root).expanduser().resolve() / check_identifier(dataset, "dataset") / check_identifier(table, "table")
+
+    def hour_file(self, dataset: str, table: str, hour: str) -> Path:
+        return self.table_dir(dataset, table) / f"hour={hour}" / "data.parquet"
+
+    def table_schema(self, dataset: str, table: str) -> dict | None:
+        p = self.table_dir(dataset, table) / "_schema.json"
+        return json.loads(p.read_text()) if p.exists() else None
+
+    def rows(self, spark: SparkSession, dataset: str, table: str, hour: str) -> int | None:
+        p = self.hour_file(dataset, table, hour)
+        return spark.read.parquet(str(p)).count() if p.exists() else None
+
+    def load_hour(self, spark: SparkSession, store: LandingStore, done: DoneFile) -> LoadResult:
+        verify_files(store, done)
+        tdir = self.table_dir(done.dataset, done.table)
+        target = self.hour_file(done.dataset, done.table, done.hour)
+        where = f"{done.dataset}.{done.table} hour {done.hour} (schema ids {list(done.schema_ids)})"
+        tdir.mkdir(parents=True, exist_ok=True)
+        import fcntl
+
+        with open(tdir / "_load.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one load per table at a time, whatever runs it
+            table_schema = self.table_schema(done.dataset, done.table)
+            if done.rows == 0:
+                target.unlink(missing_ok=True)  # the hour is empty now: replace it with nothing
+                return LoadResult(f"{done.dataset}.{done.table}", done.hour, 0, 0, (), (), str(target))
+            # One read per schema id: each file group is read with its own writer schema.
+            parts, hour_schema = [], None
+            for sid in sorted(done.schema_ids):
+                paths = [str(store.path(f.path)) for f in done.files if f.schema_id == sid]
+                df = spark.read.format("avro").load(paths)
+                hour_schema, _ = merge_schemas(hour_schema, df.schema.jsonValue(), f"{where}, schema id {sid}")
+                parts.append(df)
+            merged, added = merge_schemas(table_schema, hour_schema, where)
+            df = parts[0]
+            for other in parts[1:]:
+                df = df.unionByName(other, allowMissingColumns=True)
+            staging = tdir / "_staging" / uuid.uuid4().hex
+            try:
+                _conform(df, merged).coalesce(1).write.mode("error").parquet(str(staging))
+                written = next(staging.glob("part-*.parquet"))
+                n = spark.read.parquet(str(written)).count()  # from the footer, no data read
+                if n != done.rows:
+                    raise LoadError(f"{where}: wrote {n} rows, the done file lists {done.rows}")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(written, target)  # the atomic swap of the hour
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            if merged != table_schema:
+                tmp = tdir / f"._schema.{uuid.uuid4().hex}"
+                tmp.write_text(json.dumps(merged, indent=2))
+                os.replace(tmp, tdir / "_schema.json")
+        return LoadResult(f"{done.dataset}.{done.table}", done.hour, n, len(done.files),
+                          tuple(done.schema_ids), tuple(added), str(target))
+
+
+__all__ = ["IncompatibleSchemaError", "LoadError", "LoadResult", "ParquetWarehouse", "verify_files"]
