@@ -10,8 +10,6 @@ from dagster import (
     EnvVar,
     RunRequest,
     ScheduleEvaluationContext,
-    build_sensor_for_freshness_checks,
-    build_time_partition_freshness_checks,
     define_asset_job,
     schedule,
 )
@@ -85,16 +83,11 @@ def build_schedule(config: LandingConfig):
 def build_definitions() -> Definitions:
     config = load_config()
     tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
-    # Freshness: by minute 45 each table should hold the hour that closed before it.
-    freshness = build_time_partition_freshness_checks(
-        assets=list(tables.values()), deadline_cron="45 * * * *", timezone="UTC"
-    )
     return Definitions(
         assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config)],
-        asset_checks=freshness,
         jobs=[land_hourly],
         schedules=[build_schedule(config)],
-        sensors=[build_done_file_sensor(tables), build_sensor_for_freshness_checks(freshness_checks=freshness)],
+        sensors=[build_done_file_sensor(tables)],
         resources=build_resources(),
     )
 

@@ -48,7 +48,7 @@ def land(defs, instance, hours) -> None:
 def load_through_sensor(defs, instance) -> int:
     """One sensor tick, and its run requests run here, tagged as the daemon would
     tag them, so the sensor in `dagster dev` does not request them again."""
-    sensor = defs.get_sensor_def(SENSOR_NAME)
+    sensor = defs.resolve_sensor_def(SENSOR_NAME)
     resources = build_resources()
     with build_sensor_context(instance=instance, resources={"landing": resources["landing"]}) as ctx:
         result = sensor(ctx)

@@ -1,8 +1,11 @@
 """Layer 3, `warehouse/<dataset>/<table>`: each hour's partition of a table,
 replaced atomically from the files its done file lists."""
 
+from datetime import timedelta
+
 from dagster import (
     AssetCheckResult,
+    FreshnessPolicy,
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
@@ -43,6 +46,8 @@ def build_warehouse_asset(cfg: TopicConfig, table: str):
         description=f"Table `{cfg.dataset}.{table}`, one partition per landing hour, loaded from `{cfg.topic}`.",
         check_specs=[AssetCheckSpec("conservation", asset=key, description="Warehouse rows = landed rows of the hour.")],
         op_tags={"kafka_landing/spark": "true"},
+        # Hours behind: warn when the table has not been loaded for 2 hours, fail at 3.
+        freshness_policy=FreshnessPolicy.time_window(fail_window=timedelta(hours=3), warn_window=timedelta(hours=2)),
         metadata={"dataset": cfg.dataset, "table": table, "topic": cfg.topic},
     )
     def _table(context: AssetExecutionContext, landing: LandingResource, warehouse: ParquetWarehouse,

@@ -1,0 +1,196 @@
+"""The whole flow on a real Dagster instance: produce, land, the done-file sensor,
+warehouse loads; reloads, duplicate ticks, schema evolution and backfills."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+
+import pandas as pd
+import pytest
+import yaml
+from dagster import DagsterInstance, build_sensor_context, materialize
+
+from kafka_landing.definitions import build_definitions, build_resources
+from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, encode, generate, register
+from kafka_landing.framing import frame
+from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
+from kafka_landing.warehouse.sensors import SENSOR_NAME
+from kafka_landing_tests.conftest import utcnow
+
+HOURS = 3
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A topic config, landing root and warehouse root of the test's own."""
+
+    def _configure(topics: dict) -> None:
+        path = tmp_path / "topics.yaml"
+        path.write_text(yaml.safe_dump({"defaults": {"grace_minutes": 5, "dead_letter_limit": 0.5}, "topics": topics}))
+        monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(path))
+        monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
+        monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
+
+    return _configure
+
+
+@pytest.fixture
+def instance():
+    with DagsterInstance.ephemeral() as inst:
+        yield inst
+
+
+def land(defs, instance, partition: str):
+    keys = [k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] in ("kafka_slices", "avro_landing")]
+    return materialize([defs.get_assets_def(k) for k in keys], partition_key=partition,
+                       resources=build_resources(), instance=instance)
+
+
+def tick(defs, instance, cursor=None):
+    with build_sensor_context(instance=instance, cursor=cursor, resources={"landing": build_resources()["landing"]}) as ctx:
+        return defs.resolve_sensor_def(SENSOR_NAME)(ctx)
+
+
+def run_requests(defs, instance, requests):
+    for req in requests:
+        result = materialize([defs.get_assets_def(k) for k in req.asset_selection], partition_key=req.partition_key,
+                             resources=build_resources(), instance=instance,
+                             tags={"dagster/run_key": req.run_key, "dagster/sensor_name": SENSOR_NAME})
+        assert result.success
+        for ev in result.get_asset_check_evaluations():
+            assert ev.passed, ev
+
+
+def read_table(root, dataset, table) -> pd.DataFrame:
+    import duckdb
+
+    return duckdb.sql(
+        f"select * from read_parquet('{root}/{dataset}/{table}/*/*.parquet', hive_partitioning=true, union_by_name=true)"
+    ).df()
+
+
+def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, spark, tmp_path):
+    suffix = uuid.uuid4().hex[:6]
+    topics = {ORDERS: f"orders_{suffix}", WEB: f"web_{suffix}"}
+    now = utcnow()
+    sent = generate(bootstrap, registry_url, hours=HOURS, per_hour=90, now=now, topics=topics)
+    env({
+        topics[ORDERS]: {"dataset": f"shop_{suffix}", "table": "orders", "event_time_field": "created_at"},
+        topics[WEB]: {"dataset": f"web_{suffix}", "route": {"field": "type", "tables": {"page_view": "page_views"},
+                                                             "default": "other_events"}},
+    })
+    defs = build_definitions()
+    hours = demo_hours(now, HOURS)
+    for hour in hours:
+        assert land(defs, instance, hour_key(hour)).success
+
+    first = tick(defs, instance)
+    assert len(first.run_requests) == HOURS * 3  # three tables
+    assert {r.partition_key for r in first.run_requests} == {hour_key(h) for h in hours}
+    run_requests(defs, instance, first.run_requests)
+
+    # Record by record: every good record produced is in its table once, with its fields.
+    rows = pd.concat([
+        read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders").assign(_t="orders"),
+        read_table(tmp_path / "warehouse", f"web_{suffix}", "page_views").assign(_t="page_views"),
+        read_table(tmp_path / "warehouse", f"web_{suffix}", "other_events").assign(_t="other_events"),
+    ])
+    by_key = {(r["_kafka_topic"], r["_kafka_partition"], r["_kafka_offset"]): r for _, r in rows.iterrows()}
+    assert len(by_key) == len(rows), "a record is in the warehouse twice"
+    good = [s for s in sent.records if not s.bad]
+    assert set(by_key) == {(s.topic, s.partition, s.offset) for s in good}
+    for s in good:
+        row = by_key[(s.topic, s.partition, s.offset)]
+        if s.topic == topics[WEB]:
+            assert row["event_id"] == s.record["event_id"] and row["user_id"] == s.record["user_id"]
+            assert row["_t"] == ("page_views" if s.record["type"] == "page_view" else "other_events")
+        else:
+            assert row["order_id"] == s.record["order_id"]
+            assert Decimal(str(row["total"])) == s.record["total"]
+            assert (row["coupon"] if pd.notna(row["coupon"]) else None) == s.record.get("coupon")
+        assert row["hour"] in {hour_tag(h) for h in hours}
+
+    # A duplicate tick (same cursor) asks for the same run keys; the next one for nothing.
+    again = tick(defs, instance)
+    assert sorted(r.run_key for r in again.run_requests) == sorted(r.run_key for r in first.run_requests)
+    assert not tick(defs, instance, cursor=first.cursor).run_requests
+
+    # Re-land and reload an hour: a new done file, one new load, an unchanged table.
+    before = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders").sort_values("_kafka_offset")
+    assert land(defs, instance, hour_key(hours[1])).success
+    relanded = tick(defs, instance, cursor=first.cursor)
+    assert {(r.partition_key, r.asset_selection[0].path[-1]) for r in relanded.run_requests} == {
+        (hour_key(hours[1]), t) for t in ("orders", "page_views", "other_events")
+    }
+    assert not {r.run_key for r in relanded.run_requests} & {r.run_key for r in first.run_requests}
+    run_requests(defs, instance, relanded.run_requests)
+    after = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders").sort_values("_kafka_offset")
+    pd.testing.assert_frame_equal(before.reset_index(drop=True), after.reset_index(drop=True))
+    assert not tick(defs, instance, cursor=relanded.cursor).run_requests
+
+
+def _schema(name: str, fields: list) -> dict:
+    return {"type": "record", "name": name, "fields": [{"name": "id", "type": "long"}, *fields]}
+
+
+def test_schema_evolution_across_hours(env, instance, make_topic, send, registry, spark, tmp_path):
+    topic = make_topic(partitions=1)
+    env({topic: {"dataset": "evo", "table": "things"}})
+    client = registry.client()
+    v1 = _schema("Thing", [{"name": "name", "type": "string"}])
+    v2 = _schema("Thing", [{"name": "name", "type": "string"}, {"name": "colour", "type": ["null", "string"], "default": None}])
+    bad = _schema("Thing", [{"name": "name", "type": "long"}])
+    id1, id2 = register(client, f"{topic}-value", v1), register(client, f"{topic}-value", v2)
+    id_bad = register(client, f"{topic}-other-value", bad)  # another subject: the registry accepts it
+    h = floor_hour(utcnow()) - ONE_HOUR * 5
+    send([(topic, 0, to_millis(h + timedelta(minutes=1)), None, frame(id1, encode(v1, {"id": 1, "name": "a"}))),
+          (topic, 0, to_millis(h + ONE_HOUR + timedelta(minutes=1)), None,
+           frame(id2, encode(v2, {"id": 2, "name": "b", "colour": "red"}))),
+          (topic, 0, to_millis(h + 2 * ONE_HOUR + timedelta(minutes=1)), None, frame(id_bad, encode(bad, {"id": 3, "name": 7})))])
+    defs = build_definitions()
+    for i in range(3):
+        assert land(defs, instance, hour_key(h + ONE_HOUR * i)).success
+    reqs = tick(defs, instance).run_requests
+    by_hour = {r.partition_key: r for r in reqs}
+    run_requests(defs, instance, [by_hour[hour_key(h)], by_hour[hour_key(h + ONE_HOUR)]])
+    table = read_table(tmp_path / "warehouse", "evo", "things").sort_values("id")
+    assert list(table["id"]) == [1, 2]
+    assert table["colour"].isna().tolist() == [True, False], "the older hour reads the new column as null"
+
+    incompatible = by_hour[hour_key(h + 2 * ONE_HOUR)]
+    result = materialize([defs.get_assets_def(incompatible.asset_selection[0])], partition_key=incompatible.partition_key,
+                         resources=build_resources(), instance=instance, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.message
+    assert "field 'name' changed type from string to long" in message and str(id_bad) in message
+    # Nothing lost: the table is unchanged and the hour's landing files are still there.
+    assert read_table(tmp_path / "warehouse", "evo", "things")["id"].tolist() == [1, 2]
+    done = json.loads((tmp_path / "landing" / "tables" / "evo" / "things" / f"hour={hour_tag(h + 2 * ONE_HOUR)}" / "_DONE.json").read_text())
+    assert done["rows"] == 1 and (tmp_path / "landing" / done["files"][0]["path"]).exists()
+
+
+def test_backfill_of_a_range_runs_as_one_run(env, instance, make_topic, send, spark, tmp_path):
+    topic = make_topic(partitions=2)
+    env({topic: {"dataset": "bf", "table": "raw", "dead_letter_limit": 1.0}})
+    h = floor_hour(utcnow()) - ONE_HOUR * 6
+    send([(topic, p, to_millis(h + ONE_HOUR * i + timedelta(minutes=7)), None, b"\x01bad magic") for i in range(4) for p in (0, 1)])
+    defs = build_definitions()
+    job = defs.resolve_job_def("land_hourly")
+    result = job.execute_in_process(
+        instance=instance, resources=build_resources(),
+        tags={"dagster/asset_partition_range_start": hour_key(h), "dagster/asset_partition_range_end": hour_key(h + ONE_HOUR * 3)},
+    )
+    assert result.success
+    mats = {(e.asset_key.path[0], e.partition) for e in result.get_asset_materialization_events()}
+    assert mats == {(layer, hour_key(h + ONE_HOUR * i)) for layer in ("kafka_slices", "avro_landing") for i in range(4)}
+    assert len(instance.get_runs()) == 1
+    # Each hour's own figures are visible per partition.
+    observed = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    assert {e.event_specific_data.asset_observation.partition for e in observed} >= {hour_key(h + ONE_HOUR * i) for i in range(4)}
+    for i in range(4):
+        manifest = json.loads((tmp_path / "landing" / "dead_letters" / topic / f"hour={hour_tag(h + ONE_HOUR * i)}" / "_MANIFEST.json").read_text())
+        assert manifest["rows"] == 2 and manifest["by_reason"] == {"bad magic byte": 2}
