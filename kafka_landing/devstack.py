@@ -136,7 +136,7 @@ def _check_port_free(port: int, what: str) -> None:
 def _start_kafka() -> None:
     kdir = STACK_DIR / "kafka"
     pidfile, log = kdir / "pid", kdir / "broker.log"
-    if _pid_alive(pidfile) and _kafka_ready():
+    if _kafka_ready():  # ours, or one started from another checkout: reuse it
         return
     _check_port_free(PORTS.kafka, "the Kafka broker")
     _check_port_free(PORTS.controller, "the Kafka controller")
@@ -191,7 +191,7 @@ def _start_kafka() -> None:
 def _start_registry() -> None:
     rdir = STACK_DIR / "registry"
     pidfile, log = rdir / "pid", rdir / "registry.log"
-    if _pid_alive(pidfile) and _registry_ready():
+    if _registry_ready():
         return
     _check_port_free(PORTS.registry, "the schema registry")
     _check_port_free(PORTS.registry_management, "the schema registry's management port")
