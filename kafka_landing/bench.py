@@ -190,7 +190,7 @@ def contender_python_valve(args) -> int:
             consumer.assign([TopicPartition(args.topic, p.partition, p.start)])
             rows, offset = [], p.start
             while offset < p.end:
-                for msg in consumer.consume(10000, timeout=5):
+                for msg in consumer.consume(min(10000, p.end - offset), timeout=5):
                     if msg.error() or msg.offset() >= p.end:
                         continue
                     offset = msg.offset() + 1
@@ -226,7 +226,7 @@ def contender_librdkafka_raw(args) -> int:
             consumer.assign([TopicPartition(args.topic, p.partition, p.start)])
             offset = p.start
             while offset < p.end:
-                for msg in consumer.consume(10000, timeout=5):
+                for msg in consumer.consume(min(10000, p.end - offset), timeout=5):
                     if not msg.error() and msg.offset() < p.end:
                         offset = msg.offset() + 1
                         total += 1
@@ -298,6 +298,7 @@ def run(messages: int, hours: int, out: Path) -> dict:
     run_id = uuid.uuid4().hex[:6]
     work = out / f"work_{run_id}"
     landing_root = work / "landing"
+    work.mkdir(parents=True)
     now = datetime.now(timezone.utc)
     per_hour = max(1, messages // hours)
     cases = [("small", 1), ("large", 1), ("small", 4)]
@@ -323,7 +324,7 @@ def run(messages: int, hours: int, out: Path) -> dict:
 
     cfg_path.write_text(yaml.safe_dump({"defaults": {"grace_minutes": 0}, "topics": topics_cfg}))
     env = {**os.environ, "KAFKA_LANDING_TOPICS_CONFIG": str(cfg_path), "KAFKA_LANDING_ROOT": str(landing_root),
-           "PYTHONPATH": str(ROOT)}
+           "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
     # Freeze the slices once, so every contender reads exactly the same offsets.
     os.environ.update({k: env[k] for k in ("KAFKA_LANDING_TOPICS_CONFIG", "KAFKA_LANDING_ROOT")})
     defs = build_definitions()
