@@ -268,18 +268,22 @@ def _tree_rss(pid: int) -> int:
 
 
 def measure(name: str, env: dict, argv: list[str]) -> dict:
-    t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "kafka_landing.bench", "--contender", name, *argv],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    peak = 0
-    while proc.poll() is None:
-        peak = max(peak, _tree_rss(proc.pid))
-        time.sleep(0.1)
-    out, err = proc.communicate()
-    seconds = time.monotonic() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"contender {name} failed:\n{err[-4000:]}")
-    result = json.loads(out.strip().splitlines()[-1])
+    import tempfile
+
+    # Output goes to files, not pipes: a full pipe would stall the contender.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "kafka_landing.bench", "--contender", name, *argv],
+                                stdout=out, stderr=err, text=True, env=env)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, _tree_rss(proc.pid))
+            time.sleep(0.1)
+        seconds = time.monotonic() - t0
+        out.seek(0), err.seek(0)
+        if proc.returncode != 0:
+            raise RuntimeError(f"contender {name} failed:\n{err.read()[-4000:]}")
+        result = json.loads(out.read().strip().splitlines()[-1])
     return {"contender": name, "seconds": round(seconds, 2), "records": result["records"], "peak_rss_mb": round(peak / 2**20)}
 
 

@@ -339,13 +339,15 @@ def land_hour(
                     good += write_good(decoded, cfg, plan, sid, writer, staging, warnings)
                     bad_parts.append(decoded.where(F.col("_rec").isNull())
                                      .withColumn("_reason", F.lit(f"corrupt body for schema id {sid}")).drop("_rec"))
-                pre = framed.where(F.col("_reason").isNotNull() | F.col("_schema_id").isin(unknown or [-1])).withColumn(
-                    "_reason", F.coalesce(F.col("_reason"), F.lit("unknown schema id"))
-                )
-                dead_df = pre
-                for part in bad_parts:
-                    dead_df = dead_df.unionByName(part)
-                dead, by_reason = write_dead_letters(dead_df, plan, staging)
+                # Most hours have no dead letters: then skip their Spark jobs altogether.
+                if sum(s.file.rows for s in good) < records_read:
+                    pre = framed.where(F.col("_reason").isNotNull() | F.col("_schema_id").isin(unknown or [-1])).withColumn(
+                        "_reason", F.coalesce(F.col("_reason"), F.lit("unknown schema id"))
+                    )
+                    dead_df = pre
+                    for part in bad_parts:
+                        dead_df = dead_df.unionByName(part)
+                    dead, by_reason = write_dead_letters(dead_df, plan, staging)
             finally:
                 framed.unpersist()
         landed = sum(s.file.rows for s in good)
