@@ -330,8 +330,17 @@ def run(messages: int, hours: int, out: Path) -> dict:
     env = {**os.environ, "KAFKA_LANDING_TOPICS_CONFIG": str(cfg_path), "KAFKA_LANDING_ROOT": str(landing_root),
            "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
     # Freeze the slices once, so every contender reads exactly the same offsets.
-    os.environ.update({k: env[k] for k in ("KAFKA_LANDING_TOPICS_CONFIG", "KAFKA_LANDING_ROOT")})
-    defs = build_definitions()
+    saved = {k: os.environ.get(k) for k in ("KAFKA_LANDING_TOPICS_CONFIG", "KAFKA_LANDING_ROOT")}
+    os.environ.update({k: env[k] for k in saved})
+    try:
+        defs = build_definitions()
+        resources = build_resources()
+    finally:  # leave the caller's environment as it was
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     slice_assets = [defs.get_assets_def(k) for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] == "kafka_slices"]
     from dagster import materialize
 
@@ -339,7 +348,7 @@ def run(messages: int, hours: int, out: Path) -> dict:
     day_keys = [hour_key(h) for h in day]
     with DagsterInstance.ephemeral() as inst:
         for k in keys + day_keys:
-            assert materialize(slice_assets, partition_key=k, resources=build_resources(), instance=inst).success
+            assert materialize(slice_assets, partition_key=k, resources=resources, instance=inst).success
     results = []
     for topic, info in data.items():
         plans = _plans(str(landing_root), topic, keys)
