@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -274,7 +274,7 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[_
         # Dead letters first: they are kept even when the hour then fails its limit.
         _replace_listed(store, dead_letter_dir(plan.topic, hour), dead)
         store.write_json_atomic(f"{dead_letter_dir(plan.topic, hour)}/{DEAD_LETTER_MANIFEST}",
-                                {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **_asdict(dl)})
+                                {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **asdict(dl)})
         check_limit()
         done = {}
         landed_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -295,12 +295,6 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[_
             # Written last, atomically: the hour of this table is now complete.
             store.write_json_atomic(done_file_path(cfg.dataset, table, hour), done[table].to_dict())
     return done
-
-
-def _asdict(dl: DeadLetters) -> dict:
-    from dataclasses import asdict
-
-    return asdict(dl)
 
 
 # --- the whole hour --------------------------------------------------------------

@@ -12,7 +12,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
-from confluent_kafka import Consumer, TopicPartition
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from dagster import ConfigurableResource
@@ -70,6 +72,9 @@ class KafkaResource(ConfigurableResource):
         return KafkaLogView(self)
 
 
+_TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TIMED_OUT}
+
+
 class KafkaLogView:
     """`planning.LogView` on a real cluster, through one short-lived consumer."""
 
@@ -96,7 +101,18 @@ class KafkaLogView:
         return sorted(t.partitions)
 
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
-        return self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self._timeout, cached=False)
+        # A partition just created or moving leader answers NOT_LEADER for a moment: retry retriable errors.
+        for attempt in range(10):
+            try:
+                return self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self._timeout, cached=False
+                )
+            except KafkaException as exc:
+                err = exc.args[0]
+                if attempt == 9 or not (err.retriable() or err.code() in _TRANSIENT):
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def offsets_for_time(self, topic: str, partitions: list[int], millis: int) -> dict[int, int | None]:
         found = self._consumer.offsets_for_times(

@@ -6,7 +6,7 @@ import json
 from datetime import datetime
 
 from kafka_landing.landing_store import LandingStore
-from kafka_landing.naming import hour_from_tag, hour_tag, slice_dir, slice_manifest_path
+from kafka_landing.naming import hour_from_tag, slice_dir, slice_manifest_path
 from kafka_landing.planning import LogView, SlicePlan, plan_slice
 from kafka_landing.topic_config import TopicConfig
 
@@ -48,5 +48,3 @@ def freeze_slice(
             return read_slice(store, cfg.topic, hour), False  # type: ignore[return-value]
         return plan, True
 
-
-__all__ = ["freeze_slice", "load_frozen", "read_slice", "hour_tag"]
