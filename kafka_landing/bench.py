@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -290,7 +290,6 @@ def measure(name: str, env: dict, argv: list[str]) -> dict:
 # --- the benchmark ---------------------------------------------------------------------
 
 def run(messages: int, hours: int, out: Path) -> dict:
-    from confluent_kafka.admin import AdminClient  # noqa: F401  (fail early if missing)
     from dagster import DagsterInstance
 
     from kafka_landing import devstack

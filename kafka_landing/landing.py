@@ -235,10 +235,19 @@ def write_dead_letters(dead: DataFrame, plan: SlicePlan, staging: Path) -> tuple
         F.col("_kl_task"), F.col("_kafka_partition").alias("_kl_part"), F.col("_kafka_offset"),
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        by_reason = {r["reason"]: r["n"] for r in dead.groupBy("reason").agg(F.count(F.lit(1)).alias("n")).collect()}
-        if not by_reason:
+        # One pass for both the per-reason counts and the per-file offsets.
+        rows = dead.groupBy("_kl_part", "reason").agg(
+            F.count(F.lit(1)).alias("rows"), F.min("_kafka_offset").alias("first"), F.max("_kafka_offset").alias("last")
+        ).collect()
+        if not rows:
             return [], {}
-        stats = _stats(dead, ["_kl_part"])
+        by_reason: dict[str, int] = {}
+        stats: dict[tuple, dict] = {}
+        for r in rows:
+            by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + r["rows"]
+            s = stats.setdefault((r["_kl_part"],), {"rows": 0, "first": r["first"], "last": r["last"]})
+            s["rows"] += r["rows"]
+            s["first"], s["last"] = min(s["first"], r["first"]), max(s["last"], r["last"])
         out = staging / "dead_letters"
         # Few rows, from several decode passes: one file per Kafka partition.
         (dead.drop("_kafka_offset", "_kl_task").repartition("_kl_part").write.partitionBy("_kl_part").format("avro")

@@ -7,7 +7,7 @@ loader needs nothing else, and a person can trace any row to Kafka. Pure.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 DONE_VERSION = 1
 

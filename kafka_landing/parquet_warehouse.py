@@ -13,6 +13,7 @@ added later).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -93,8 +94,6 @@ class ParquetWarehouse(ConfigurableResource):
         target = self.hour_file(done.dataset, done.table, done.hour)
         where = f"{done.dataset}.{done.table} hour {done.hour} (schema ids {list(done.schema_ids)})"
         tdir.mkdir(parents=True, exist_ok=True)
-        import fcntl
-
         with open(tdir / "_load.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one load per table at a time, whatever runs it
             table_schema = self.table_schema(done.dataset, done.table)

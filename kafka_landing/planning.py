@@ -16,7 +16,7 @@ Pure: no Dagster, no Spark, no Kafka client. The log is read through `LogView`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Iterable, Mapping, Protocol
 
@@ -149,6 +149,15 @@ def _clamp(value: int, lo: int | None, hi: int | None) -> int:
     return value
 
 
+def _boundary(chained: int | None, found: int | None, log_end: int, lo: int | None, hi: int | None) -> tuple[int, str]:
+    """A boundary and where it came from: the adjacent frozen hour's, else the first
+    offset at or after the time (the log end if none yet), kept between frozen neighbours."""
+    if chained is not None:
+        return chained, "chained"
+    value, source = (found, "timestamp") if found is not None else (log_end, "log_end")
+    return _clamp(value, lo, hi), source
+
+
 def plan_slice(
     topic: str,
     hour: datetime,
@@ -178,18 +187,8 @@ def plan_slice(
     for p in partitions:
         log_start, log_end = marks[p]
         lo, hi, lo_adj, hi_adj = _neighbours(frozen, hour, p)
-        if lo_adj:
-            start, start_from = lo, "chained"
-        else:
-            found = at_start.get(p)
-            start, start_from = (found, "timestamp") if found is not None else (log_end, "log_end")
-            start = _clamp(start, lo, hi)
-        if hi_adj:
-            end, end_from = hi, "chained"
-        else:
-            found = at_end.get(p)
-            end, end_from = (found, "timestamp") if found is not None else (log_end, "log_end")
-            end = _clamp(end, start, hi)
+        start, start_from = _boundary(lo if lo_adj else None, at_start.get(p), log_end, lo, hi)
+        end, end_from = _boundary(hi if hi_adj else None, at_end.get(p), log_end, start, hi)
         if start < log_start:
             lost_to = min(log_start, end)
             if not skip_retention_gaps:

@@ -6,10 +6,6 @@ variables through `dagster.EnvVar` in definitions.py, and are never logged.
 
 from __future__ import annotations
 
-import glob
-import os
-from functools import cached_property
-from pathlib import Path
 from typing import Optional
 
 import time
@@ -18,7 +14,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from dagster import ConfigurableResource
-from pydantic import PrivateAttr
 
 from kafka_landing.landing_store import LandingStore
 from kafka_landing.topic_config import LandingConfig, load_config

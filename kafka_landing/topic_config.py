@@ -25,7 +25,7 @@ not an hour's run halfway through. Pure: no Dagster, no Spark.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 

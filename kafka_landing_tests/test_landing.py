@@ -3,7 +3,6 @@ trip, dead letters, idempotence and crash safety."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -16,7 +15,7 @@ from dagster import Failure
 from kafka_landing.avro_landing.assets import check_still_in_kafka, schema_fetcher
 from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.framing import frame
-from kafka_landing.landing import DeadLetterLimitExceeded, LandingError, land_hour
+from kafka_landing.landing import DeadLetterLimitExceeded, land_hour
 from kafka_landing.landing_store import LandingStore
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import ONE_HOUR, done_file_path, floor_hour, hour_tag, parse_landing_file_name, to_millis

@@ -66,10 +66,12 @@ def summary(instance, defs, hours) -> str:
     for key in sorted(defs.resolve_asset_graph().get_all_asset_keys()):
         if key.path[0] not in ("kafka_slices", "avro_landing", "warehouse"):
             continue
+        latest = {}
+        for r in instance.fetch_materializations(key, limit=200).records:  # newest first
+            latest.setdefault(r.partition_key, r)
         for hour in hours:
             pk = hour_key(hour)
-            recs = instance.fetch_materializations(key, limit=50).records
-            rec = next((r for r in recs if r.partition_key == pk), None)
+            rec = latest.get(pk)
             if rec is None:
                 lines.append(f"{pk:<17} {key.to_user_string():<34} {'-':>6}  not materialised")
                 continue

@@ -13,7 +13,6 @@ from dagster import (
     AssetKey,
     Config,
     Failure,
-    MaterializeResult,
     MetadataValue,
     TableColumn,
     TableRecord,
