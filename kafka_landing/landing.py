@@ -29,6 +29,7 @@ from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.types import LongType, TimestampNTZType, TimestampType
 
 from kafka_landing import avro_schemas
+from kafka_landing.crash_points import crash_point
 from kafka_landing.landing_store import LandingStore
 from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import (
@@ -264,36 +265,49 @@ def write_dead_letters(dead: DataFrame, plan: SlicePlan, staging: Path) -> tuple
 
 # --- publish -------------------------------------------------------------------
 
-def _replace_listed(store: LandingStore, rel_dir: str, staged: list[_Staged]) -> None:
-    """Move staged files into rel_dir, then remove files there that are no longer listed."""
-    for s in staged:
-        store.move(s.src, s.rel)
-    keep = {Path(s.rel).name for s in staged}
+def _remove_unlisted(store: LandingStore, rel_dir: str, listed: set[str]) -> None:
     for rel in store.list(rel_dir, "*.avro"):
-        if Path(rel).name not in keep:
+        if rel not in listed:
             store.delete(rel)
 
 
+def keep_rejected_dead_letters(store: LandingStore, plan: SlicePlan, dead: list[_Staged], dl: DeadLetters,
+                               attempt: str) -> str:
+    """Dead letters of an attempt that failed its limit, kept beside (never over) the hour's
+    published ones, so the previous complete hour stays intact. Returns their folder."""
+    rejected = f"{dead_letter_dir(plan.topic, hour_from_tag(plan.hour))}/rejected/{attempt}"
+    files = []
+    for s in dead:
+        rel = f"{rejected}/{Path(s.rel).name}"
+        store.move(s.src, rel)
+        files.append(LandedFile(**{**asdict(s.file), "path": rel}))
+    store.write_json_atomic(f"{rejected}/{DEAD_LETTER_MANIFEST}", {
+        "topic": plan.topic, "hour": plan.hour, "attempt": attempt, "rows": dl.rows, "by_reason": dl.by_reason,
+        "files": [asdict(f) for f in files],
+    })
+    return rejected
+
+
 def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[_Staged], dead: list[_Staged],
-            by_reason: dict[str, int], records_read: int, attempt: str, check_limit: Callable[[], None]) -> dict[str, DoneFile]:
+            dl: DeadLetters, records_read: int, attempt: str) -> dict[str, DoneFile]:
+    """Make the hour visible: files in place first, then the manifests, then, only once the
+    new done files are in place, remove what they no longer list. A crash at any point
+    leaves either the previous complete hour or the new one readable through the done files."""
     hour = hour_from_tag(plan.hour)
-    dl = DeadLetters(rows=sum(by_reason.values()), by_reason=dict(sorted(by_reason.items())),
-                     files=tuple(sorted((s.file for s in dead), key=lambda f: f.path)))
+    tables = {t: sorted((s for s in good if s.table == t), key=lambda s: s.rel) for t in cfg.tables}
     with store.lock(f"locks/{plan.topic}/hour={plan.hour}.lock"):
-        # Dead letters first: they are kept even when the hour then fails its limit.
-        _replace_listed(store, dead_letter_dir(plan.topic, hour), dead)
+        for s in [*dead, *(s for mine in tables.values() for s in mine)]:
+            store.move(s.src, s.rel)  # same name, same rows as a previous attempt's file
+        crash_point("landing:files_moved")
         store.write_json_atomic(f"{dead_letter_dir(plan.topic, hour)}/{DEAD_LETTER_MANIFEST}",
                                 {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **asdict(dl)})
-        check_limit()
-        done = {}
         landed_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         slice_info = {
             "manifest": slice_manifest_path(plan.topic, hour), "records": plan.records,
             "partitions": [{"partition": p.partition, "start": p.start, "end": p.end} for p in plan.partitions],
         }
-        for table in cfg.tables:
-            mine = sorted((s for s in good if s.table == table), key=lambda s: s.rel)
-            _replace_listed(store, table_hour_dir(cfg.dataset, table, hour), mine)
+        done = {}
+        for table, mine in tables.items():
             files = tuple(s.file for s in mine)
             done[table] = DoneFile(
                 topic=plan.topic, dataset=cfg.dataset, table=table, hour=plan.hour,
@@ -303,6 +317,12 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[_
             )
             # Written last, atomically: the hour of this table is now complete.
             store.write_json_atomic(done_file_path(cfg.dataset, table, hour), done[table].to_dict())
+            crash_point("landing:done_written")
+        crash_point("landing:published")
+        # Only now that every new done file is in place: remove what none of them lists.
+        for table, d in done.items():
+            _remove_unlisted(store, table_hour_dir(cfg.dataset, table, hour), {f.path for f in d.files})
+        _remove_unlisted(store, dead_letter_dir(plan.topic, hour), {f.path for f in dl.files})
     return done
 
 
@@ -357,19 +377,20 @@ def land_hour(
         dead_rows = sum(by_reason.values())
         if landed + dead_rows != records_read:
             raise LandingError(f"conservation broken: read {records_read}, landed {landed} + dead letters {dead_rows}")
-
-        def check_limit() -> None:
-            if records_read and dead_rows / records_read > cfg.dead_letter_limit:
-                raise DeadLetterLimitExceeded(
-                    f"{plan.topic} {plan.hour}: {dead_rows} of {records_read} records are dead letters "
-                    f"({dead_rows / records_read:.1%} > limit {cfg.dead_letter_limit:.1%}): {by_reason}. "
-                    f"They are kept under {dead_letter_dir(plan.topic, hour_from_tag(plan.hour))}; "
-                    "no done file was written for this hour."
-                )
-
-        done = publish(store, cfg, plan, good, dead, by_reason, records_read, attempt, check_limit)
+        dl = DeadLetters(rows=dead_rows, by_reason=dict(sorted(by_reason.items())),
+                         files=tuple(sorted((s.file for s in dead), key=lambda f: f.path)))
+        crash_point("landing:staged")
+        if records_read and dead_rows / records_read > cfg.dead_letter_limit:
+            kept = keep_rejected_dead_letters(store, plan, dead, dl, attempt)
+            raise DeadLetterLimitExceeded(
+                f"{plan.topic} {plan.hour}: {dead_rows} of {records_read} records are dead letters "
+                f"({dead_rows / records_read:.1%} > limit {cfg.dead_letter_limit:.1%}): {dl.by_reason}. "
+                f"They are kept under {kept}. Nothing of this attempt was published: the hour's previous "
+                "done files, if any, are untouched. Fix the producer or the registry, or raise the topic's "
+                "dead_letter_limit, then re-land the hour."
+            )
+        done = publish(store, cfg, plan, good, dead, dl, records_read, attempt)
     finally:
         store.delete(staging_rel)
-    dl = next(iter(done.values())).dead_letters if done else DeadLetters(0, {}, ())
     return LandingResult(done=done, dead_letters=dl, records_read=records_read,
                          seconds=time.monotonic() - t0, warnings=warnings)

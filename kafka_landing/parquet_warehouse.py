@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from kafka_landing.crash_points import crash_point
 from kafka_landing.avro_files import AvroFileError, count_records
 from kafka_landing.landing_store import LandingStore
 from kafka_landing.manifests import DoneFile
@@ -118,8 +119,10 @@ class ParquetWarehouse(ConfigurableResource):
                 n = spark.read.parquet(str(written)).count()  # from the footer, no data read
                 if n != done.rows:
                     raise LoadError(f"{where}: wrote {n} rows, the done file lists {done.rows}")
+                crash_point("warehouse:staged")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(written, target)  # the atomic swap of the hour
+                crash_point("warehouse:swapped")
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
             if merged != table_schema:

@@ -17,7 +17,7 @@ Pure: no Dagster, no Spark, no Kafka client. The log is read through `LogView`.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Iterable, Mapping, Protocol
 
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_tag, to_millis
@@ -41,8 +41,23 @@ class RetentionGapError(PlanningError):
     pass
 
 
+class LogRewoundError(PlanningError):
+    """The log ends below an offset a frozen hour already holds: the topic was re-created."""
+
+
+class FutureTimestampError(PlanningError):
+    """A record stamped far in the future would hold back every later boundary of its partition."""
+
+
+# What planning does with a record stamped more than max_future_minutes past the
+# boundary it would define (and followed by records stamped well before it).
+FAIL, LAND = "fail", "land"
+FUTURE_POLICIES = (FAIL, LAND)
+
+
 class LogView(Protocol):
-    """What planning needs to know about a topic's log, right now."""
+    """What planning needs to know about a topic's log, right now, as a
+    read_committed consumer sees it (log end = last stable offset)."""
 
     def partitions(self, topic: str) -> list[int] | None:
         """Partition ids, or None when the topic does not exist."""
@@ -50,8 +65,14 @@ class LogView(Protocol):
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, log end offset)."""
 
-    def offsets_for_time(self, topic: str, partitions: list[int], millis: int) -> dict[int, int | None]:
-        """First offset with timestamp >= millis per partition, None when there is none yet."""
+    def offsets_for_time(self, topic: str, partitions: list[int], millis: int) -> dict[int, tuple[int, int] | None]:
+        """Per partition, (offset, timestamp) of the first offset with timestamp >= millis, as
+        Kafka's ListOffsets answers it (a transaction marker counts), or None when there is none yet."""
+
+    def first_record(self, topic: str, partition: int, start: int, end: int,
+                     min_millis: int | None = None) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first committed record in [start, end) stamped >= min_millis
+        (any timestamp when None), or None. Reads records: used only to settle doubtful boundaries."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +109,7 @@ class SlicePlan:
     partitions: tuple[PartitionSlice, ...]
     tasks: tuple[SliceTask, ...]
     skipped: tuple[dict, ...] = ()  # offsets lost to retention, skipped on request
+    future_records: tuple[dict, ...] = ()  # far-future records landed where they sit, by policy
     version: int = MANIFEST_VERSION
 
     @property
@@ -107,7 +129,8 @@ class SlicePlan:
             grace_minutes=d["grace_minutes"], rows_per_task=d["rows_per_task"],
             partitions=tuple(PartitionSlice(**p) for p in d["partitions"]),
             tasks=tuple(SliceTask(**t) for t in d["tasks"]),
-            skipped=tuple(d.get("skipped", ())), version=d.get("version", MANIFEST_VERSION),
+            skipped=tuple(d.get("skipped", ())), future_records=tuple(d.get("future_records", ())),
+            version=d.get("version", MANIFEST_VERSION),
         )
 
 
@@ -149,13 +172,84 @@ def _clamp(value: int, lo: int | None, hi: int | None) -> int:
     return value
 
 
-def _boundary(chained: int | None, found: int | None, log_end: int, lo: int | None, hi: int | None) -> tuple[int, str]:
-    """A boundary and where it came from: the adjacent frozen hour's, else the first
-    offset at or after the time (the log end if none yet), kept between frozen neighbours."""
-    if chained is not None:
-        return chained, "chained"
-    value, source = (found, "timestamp") if found is not None else (log_end, "log_end")
-    return _clamp(value, lo, hi), source
+def _iso(millis: int) -> str:
+    try:
+        return datetime.fromtimestamp(millis / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):
+        return f"{millis} ms since the epoch"
+
+
+@dataclass
+class _Search:
+    """Where one boundary of one partition is looked for, and what planning may do there."""
+
+    log: LogView
+    topic: str
+    partition: int
+    hour: datetime
+    floor: int | None  # no boundary below this (the hour's start, or the frozen end below)
+    ceiling: int | None  # nor above this (the frozen start above)
+    log_start: int
+    log_end: int
+    now_ms: int
+    max_future_ms: int
+    policy: str
+    future_records: list
+
+    def boundary(self, millis: int, found: tuple[int, int] | None) -> tuple[int, str]:
+        """The first committed record at or after the floor stamped >= millis, and where it came from.
+
+        Kafka's answer (`found`) is taken as it is unless it is doubtful: below the floor (a
+        record stamped >= millis already sits in an earlier hour) or stamped far past millis (a
+        transaction marker written long after the records it closes, a record stamped in the
+        future, or an idle partition). Only then are records read to settle it."""
+        limit = _clamp(self.log_end, self.floor, self.ceiling)
+        if found is None:
+            return limit, "log_end"
+        offset, stamped = found
+        if (self.floor is None or offset >= self.floor) and stamped <= millis + self.max_future_ms:
+            return _clamp(offset, self.floor, self.ceiling), "timestamp"
+        pos, source = max(offset, self.floor if self.floor is not None else offset, self.log_start), "timestamp"
+        while pos < limit:
+            rec = self.log.first_record(self.topic, self.partition, pos, limit)
+            if rec is None:
+                return pos, source  # only offsets without a record (markers, aborted) up to the limit
+            if rec[1] < millis:  # records stamped before the boundary time follow it: find the first one after
+                rec, source = self.log.first_record(self.topic, self.partition, rec[0], limit, millis), "scan"
+                if rec is None:
+                    return limit, "log_end"
+            offset, stamped = rec
+            if stamped <= millis + self.max_future_ms or not self._holds_back(offset, stamped, limit):
+                return offset, source
+            self._future(offset, stamped, millis)
+            pos, source = offset + 1, "scan"  # land it where it sits: the boundary is the next record
+        return limit, "log_end"
+
+    def _holds_back(self, offset: int, stamped: int, limit: int) -> bool:
+        """A record far past the boundary time is an outlier, not an idle partition waking up, when it
+        is stamped in the future of the wall clock or the record after it is stamped well before it."""
+        if stamped > self.now_ms + self.max_future_ms:
+            return True
+        nxt = self.log.first_record(self.topic, self.partition, offset + 1, limit)
+        return nxt is not None and nxt[1] < stamped - self.max_future_ms
+
+    def _future(self, offset: int, stamped: int, millis: int) -> None:
+        minutes = self.max_future_ms // 60_000
+        if self.policy != LAND:
+            raise FutureTimestampError(
+                f"topic {self.topic!r} partition {self.partition}: offset {offset} is stamped {_iso(stamped)}, "
+                f"more than max_future_minutes={minutes} past the boundary {_iso(millis)} of hour "
+                f"{hour_tag(self.hour)}, and the records after it are stamped earlier. Kafka's "
+                "offsets_for_times would hold every later boundary of this partition at that offset, making "
+                "the following hours silently empty. Nothing was planned. Either land it where it sits by "
+                "setting `on_future_timestamp: land` for this topic (it is recorded in the slice manifest), "
+                "or raise max_future_minutes if such timestamps are normal here. To stop such records at the "
+                "source, set the broker's log.message.timestamp.after.max.ms."
+            )
+        self.future_records.append({
+            "partition": self.partition, "offset": offset, "timestamp": _iso(stamped),
+            "boundary": _iso(millis), "action": "landed where it sits",
+        })
 
 
 def plan_slice(
@@ -167,15 +261,21 @@ def plan_slice(
     grace_minutes: int,
     rows_per_task: int,
     skip_retention_gaps: bool = False,
+    max_future_minutes: int = 60,
+    on_future_timestamp: str = FAIL,
 ) -> SlicePlan:
     """Plan (not yet freeze) hour `hour` of `topic`, given the topic's frozen hours."""
     if hour != floor_hour(hour):
         raise ValueError(f"{hour.isoformat()} is not the start of an hour")
+    if on_future_timestamp not in FUTURE_POLICIES:
+        raise ValueError(f"on_future_timestamp must be one of {FUTURE_POLICIES}, got {on_future_timestamp!r}")
     check_closed(hour, now, grace_minutes)
     partitions = log.partitions(topic)
     if partitions is None:
         raise UnknownTopicError(f"topic {topic!r} does not exist on the Kafka cluster")
     partitions = sorted(partitions)
+    # A partition no frozen hour below knows was added after those hours were planned.
+    known_below = {ps.partition for h, plan in frozen.items() if h < hour for ps in plan.partitions}
 
     # Watermarks first: a record produced after this read has an offset >= log_end,
     # so "no record with timestamp >= T" is answered against a log end that was true.
@@ -183,12 +283,34 @@ def plan_slice(
     at_start = log.offsets_for_time(topic, partitions, to_millis(hour))
     at_end = log.offsets_for_time(topic, partitions, to_millis(hour + ONE_HOUR))
 
-    slices, skipped = [], []
+    slices, skipped, future = [], [], []
     for p in partitions:
         log_start, log_end = marks[p]
         lo, hi, lo_adj, hi_adj = _neighbours(frozen, hour, p)
-        start, start_from = _boundary(lo if lo_adj else None, at_start.get(p), log_end, lo, hi)
-        end, end_from = _boundary(hi if hi_adj else None, at_end.get(p), log_end, start, hi)
+        for frozen_offset in (lo, hi):
+            if frozen_offset is not None and frozen_offset > log_end:
+                raise LogRewoundError(
+                    f"topic {topic!r} partition {p}: frozen hours of this topic reach offset {frozen_offset}, "
+                    f"but the log now ends at {log_end}: the topic was deleted and re-created (or the partition "
+                    f"truncated). Nothing was planned for hour {hour_tag(hour)}. The frozen slices under "
+                    f"slices/{topic}/ describe the old topic: land the new one under another name, or move that "
+                    "folder aside to start the topic's landing history anew."
+                )
+
+        def search(floor: int | None, ceiling: int | None) -> _Search:
+            return _Search(log, topic, p, hour, floor, ceiling, log_start, log_end, to_millis(now),
+                           max_future_minutes * 60_000, on_future_timestamp, future)
+
+        if lo_adj:
+            start, start_from = lo, "chained"
+        elif known_below and p not in known_below:
+            start, start_from = _clamp(log_start, None, hi), "log_start"  # a partition added later
+        else:
+            start, start_from = search(lo, hi).boundary(to_millis(hour), at_start.get(p))
+        if hi_adj:
+            end, end_from = hi, "chained"
+        else:
+            end, end_from = search(start, hi).boundary(to_millis(hour + ONE_HOUR), at_end.get(p))
         if start < log_start:
             lost_to = min(log_start, end)
             if not skip_retention_gaps:
@@ -206,5 +328,5 @@ def plan_slice(
     return SlicePlan(
         topic=topic, hour=hour_tag(hour), planned_at=now.isoformat(timespec="seconds"),
         grace_minutes=grace_minutes, rows_per_task=rows_per_task, partitions=tuple(slices),
-        tasks=split_tasks(slices, rows_per_task), skipped=tuple(skipped),
+        tasks=split_tasks(slices, rows_per_task), skipped=tuple(skipped), future_records=tuple(future),
     )

@@ -10,8 +10,8 @@ from typing import Optional
 
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from dagster import ConfigurableResource
 
@@ -43,7 +43,11 @@ class KafkaResource(ConfigurableResource):
 
     def spark_options(self) -> dict:
         """The same settings as Spark Kafka source options (`kafka.`-prefixed)."""
-        opts = {"kafka.bootstrap.servers": self.bootstrap_servers, "kafka.security.protocol": self.security_protocol}
+        opts = {
+            "kafka.bootstrap.servers": self.bootstrap_servers, "kafka.security.protocol": self.security_protocol,
+            # Aborted transactions never land; markers and aborted records are offsets without a record.
+            "kafka.isolation.level": "read_committed",
+        }
         if self.sasl_mechanism:
             opts["kafka.sasl.mechanism"] = self.sasl_mechanism
         if self.sasl_username is not None:
@@ -52,9 +56,10 @@ class KafkaResource(ConfigurableResource):
                 if (self.sasl_mechanism or "").upper().startswith("SCRAM")
                 else "org.apache.kafka.common.security.plain.PlainLoginModule"
             )
-            user = self.sasl_username.replace('"', '\\"')
-            pw = (self.sasl_password or "").replace('"', '\\"')
-            opts["kafka.sasl.jaas.config"] = f'{module} required username="{user}" password="{pw}";'
+            opts["kafka.sasl.jaas.config"] = (
+                f'{module} required username="{jaas_quote(self.sasl_username)}" '
+                f'password="{jaas_quote(self.sasl_password or "")}";'
+            )
         if self.ssl_ca_location:
             opts["kafka.ssl.truststore.type"] = "PEM"
             opts["kafka.ssl.truststore.location"] = self.ssl_ca_location
@@ -67,20 +72,32 @@ class KafkaResource(ConfigurableResource):
         return KafkaLogView(self)
 
 
+def jaas_quote(value: str) -> str:
+    """A JAAS option value between double quotes: backslash and quote escaped, in that order."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
 _TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TIMED_OUT}
 
 
 class KafkaLogView:
-    """`planning.LogView` on a real cluster, through one short-lived consumer."""
+    """`planning.LogView` on a real cluster, as a read_committed consumer sees it: the log end
+    is the last stable offset, so an open transaction's records are never planned."""
 
     def __init__(self, kafka: KafkaResource):
         self._timeout = kafka.timeout_seconds
-        self._consumer = Consumer(
-            {**kafka.client_config(), "group.id": "kafka-landing-planner", "enable.auto.commit": False}
-        )
+        self._servers = kafka.bootstrap_servers
+        conf = {**kafka.client_config(), "group.id": "kafka-landing-planner", "enable.auto.commit": False,
+                "isolation.level": "read_committed"}
+        self._consumer = Consumer(conf)
+        self._admin = AdminClient(kafka.client_config())
+        self._reader: Consumer | None = None  # for the rare boundary that needs records read
+        self._conf = conf
 
     def close(self) -> None:
         self._consumer.close()
+        if self._reader is not None:
+            self._reader.close()
 
     def __enter__(self):
         return self
@@ -95,30 +112,63 @@ class KafkaLogView:
             return None
         return sorted(t.partitions)
 
-    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+    def _retry(self, what: str, call):
         # A partition just created or moving leader answers NOT_LEADER for a moment: retry retriable errors.
         for attempt in range(10):
             try:
-                return self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=self._timeout, cached=False
-                )
+                return call()
             except KafkaException as exc:
                 err = exc.args[0]
                 if attempt == 9 or not (err.retriable() or err.code() in _TRANSIENT):
-                    raise
+                    raise RuntimeError(f"Kafka at {self._servers}: {what} failed: {err}") from None
                 time.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
 
-    def offsets_for_time(self, topic: str, partitions: list[int], millis: int) -> dict[int, int | None]:
-        found = self._consumer.offsets_for_times(
-            [TopicPartition(topic, p, millis) for p in partitions], timeout=self._timeout
-        )
-        out = {}
-        for tp in found:
-            if tp.error:
-                raise RuntimeError(f"offsets_for_times failed for {topic}[{tp.partition}]: {tp.error}")
-            out[tp.partition] = tp.offset if tp.offset >= 0 else None
-        return out
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        return self._retry(f"reading the offsets of {topic}[{partition}]", lambda: self._consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=self._timeout, cached=False))
+
+    def offsets_for_time(self, topic: str, partitions: list[int], millis: int) -> dict[int, tuple[int, int] | None]:
+        def ask():
+            futures = self._admin.list_offsets(
+                {TopicPartition(topic, p): OffsetSpec.for_timestamp(millis) for p in partitions},
+                isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self._timeout,
+            )
+            return {tp.partition: f.result() for tp, f in futures.items()}
+
+        found = self._retry(f"offsets_for_times({millis}) of {topic}", ask)
+        return {p: (r.offset, r.timestamp) if r.offset >= 0 else None for p, r in found.items()}
+
+    def first_record(self, topic: str, partition: int, start: int, end: int,
+                     min_millis: int | None = None) -> tuple[int, int] | None:
+        if start >= end:
+            return None
+        if self._reader is None:
+            self._reader = Consumer({**self._conf, "enable.partition.eof": True})
+        reader = self._reader
+        reader.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + self._timeout
+        try:
+            while time.monotonic() < deadline:
+                for msg in reader.consume(10_000, timeout=1.0):
+                    if msg.error():
+                        if msg.error().code() == KafkaError._PARTITION_EOF:
+                            return None
+                        raise RuntimeError(f"Kafka at {self._servers}: reading {topic}[{partition}] from offset "
+                                           f"{start} failed: {msg.error()}")
+                    if msg.offset() >= end:
+                        return None
+                    stamped = msg.timestamp()[1]
+                    if min_millis is None or stamped >= min_millis:
+                        return msg.offset(), stamped
+                    deadline = time.monotonic() + self._timeout  # progress: keep reading
+                position = reader.position([TopicPartition(topic, partition)])[0].offset
+                if position >= end:
+                    return None
+        finally:
+            reader.unassign()
+        raise RuntimeError(f"Kafka at {self._servers}: no answer reading {topic}[{partition}] from offset {start} "
+                           f"within {self._timeout:.0f} s; check that the brokers are up and reachable")
 
 
 class SchemaRegistryResource(ConfigurableResource):

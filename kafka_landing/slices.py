@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from kafka_landing.crash_points import crash_point
 from kafka_landing.landing_store import LandingStore
 from kafka_landing.naming import hour_from_tag, slice_dir, slice_manifest_path
 from kafka_landing.planning import LogView, SlicePlan, plan_slice
@@ -41,8 +42,10 @@ def freeze_slice(
         plan = plan_slice(
             cfg.topic, hour, now, log, load_frozen(store, cfg.topic),
             grace_minutes=cfg.grace_minutes, rows_per_task=cfg.rows_per_task,
-            skip_retention_gaps=skip_retention_gaps,
+            skip_retention_gaps=skip_retention_gaps, max_future_minutes=cfg.max_future_minutes,
+            on_future_timestamp=cfg.on_future_timestamp,
         )
+        crash_point("slices:before_manifest")
         data = json.dumps(plan.to_dict(), indent=2, sort_keys=True).encode()
         if not store.create_exclusive(slice_manifest_path(cfg.topic, hour), data):
             return read_slice(store, cfg.topic, hour), False  # type: ignore[return-value]

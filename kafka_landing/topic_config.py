@@ -9,6 +9,8 @@ not an hour's run halfway through. Pure: no Dagster, no Spark.
       grace_minutes: 10
       rows_per_task: 500000
       dead_letter_limit: 0.01  # fraction of an hour's records
+      max_future_minutes: 60   # a record stamped further past a boundary is an outlier...
+      on_future_timestamp: fail  # ...that fails planning, or `land` (where it sits, recorded)
     topics:
       orders:
         dataset: shop
@@ -32,11 +34,15 @@ from typing import Any
 import yaml
 
 from kafka_landing.naming import NameError_, check_identifier, check_topic
+from kafka_landing.planning import FUTURE_POLICIES
 
 ENV_VAR = "KAFKA_LANDING_TOPICS_CONFIG"
 DEMO_CONFIG = Path(__file__).parent / "demo" / "topics.yaml"
 
-_OPTION_DEFAULTS = {"grace_minutes": 10, "rows_per_task": 500_000, "dead_letter_limit": 0.01}
+_OPTION_DEFAULTS = {
+    "grace_minutes": 10, "rows_per_task": 500_000, "dead_letter_limit": 0.01,
+    "max_future_minutes": 60, "on_future_timestamp": "fail",
+}
 _TOPIC_KEYS = {"dataset", "table", "route", "event_time_field", *_OPTION_DEFAULTS}
 _ROUTE_KEYS = {"field", "tables", "default"}
 
@@ -62,6 +68,8 @@ class TopicConfig:
     grace_minutes: int = 10
     rows_per_task: int = 500_000
     dead_letter_limit: float = 0.01
+    max_future_minutes: int = 60
+    on_future_timestamp: str = "fail"
 
     @property
     def tables(self) -> list[str]:
@@ -94,6 +102,10 @@ def _err(source: str, topic: str | None, fieldname: str, problem: str) -> TopicC
 
 def _option(source: str, topic: str | None, key: str, value: Any, shown: str | None = None) -> Any:
     shown = shown or key
+    if key == "on_future_timestamp":
+        if value not in FUTURE_POLICIES:
+            raise _err(source, topic, shown, f"must be one of {list(FUTURE_POLICIES)}, got {value!r}")
+        return value
     if key == "dead_letter_limit":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
             raise _err(source, topic, shown, f"must be a fraction between 0 and 1, got {value!r}")

@@ -32,18 +32,28 @@ def landing_key(topic: str) -> AssetKey:
 
 
 def check_still_in_kafka(kafka: KafkaResource, plan: SlicePlan) -> None:
-    """Offsets retention deleted since the slice was frozen are a clear error, not a short read."""
+    """Offsets retention deleted, or a log re-created below the slice, since the slice was
+    frozen are a clear error before Spark starts, not a short read."""
     with kafka.log_view() as log:
         for p in plan.partitions:
             if p.records == 0:
                 continue
-            log_start, _ = log.watermarks(plan.topic, p.partition)
+            log_start, log_end = log.watermarks(plan.topic, p.partition)
             if p.start < log_start:
                 raise Failure(
                     description=(
                         f"topic {plan.topic!r} partition {p.partition}: offsets [{p.start}, {min(log_start, p.end)}) "
                         f"of hour {plan.hour} were deleted by retention after the slice was frozen "
                         f"(the log now starts at {log_start}). The hour cannot be re-landed from Kafka."
+                    )
+                )
+            if log_end < p.end:
+                raise Failure(
+                    description=(
+                        f"topic {plan.topic!r} partition {p.partition}: the slice of hour {plan.hour} holds offsets "
+                        f"[{p.start}, {p.end}) but the log now ends at {log_end}: the topic was deleted and "
+                        "re-created (or the partition truncated) after the slice was frozen. Nothing was landed; "
+                        "the landed files of this hour, if any, are untouched."
                     )
                 )
 
