@@ -43,22 +43,153 @@ DEAD_LETTER_SCHEMA = {
 }
 
 
+# Columns landing adds beside the record's fields while it decodes and writes.
+INTERNAL_COLUMNS = ("_kl_task", "_kl_table", "_kl_part", "_kl_ehour")
+SPARK_MAX_DECIMAL_PRECISION = 38
+
+
 class SchemaError(ValueError):
     pass
 
 
 def parse(schema_str: str) -> dict:
-    schema = json.loads(schema_str)
+    """The writer schema as JSON; SchemaError saying why it cannot be landed otherwise."""
+    try:
+        schema = json.loads(schema_str)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"the schema is not valid JSON ({exc})") from None
     if not isinstance(schema, dict) or schema.get("type") != "record":
-        raise SchemaError("only Avro record schemas can be landed (the value schema must be a record)")
+        what = schema.get("type") if isinstance(schema, dict) else schema
+        raise SchemaError(f"the value schema is {json.dumps(what)[:80]}, not a record: only Avro record schemas can "
+                          "be landed (a record's fields become the table's columns)")
+    if not isinstance(schema.get("fields"), list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str)
+                                                             for f in schema["fields"]):
+        raise SchemaError("the record has no valid 'fields' list")
+    check_landable(schema)
     return schema
+
+
+def check_landable(writer: dict) -> None:
+    """SchemaError naming the field when a record parses but cannot land: a field named like a
+    landing column, names Spark cannot tell apart (it ignores case), or a decimal wider than Spark's."""
+    for f in writer["fields"]:
+        name = f["name"]
+        low = name.lower()
+        if low.startswith(META_PREFIX) or low in INTERNAL_COLUMNS or low == OK_MARKER:
+            raise SchemaError(
+                f"field {name!r} clashes with kafka_landing's own columns ({META_PREFIX}*, "
+                f"{', '.join(INTERNAL_COLUMNS)}): rename the field in the producer's schema"
+            )
+    _check_type(writer, "", set())
+
+
+def _check_type(t, path: str, seen: set[str]) -> None:
+    """`seen`: the records enclosing `t`, by short and full name."""
+    if isinstance(t, list):
+        for branch in t:
+            _check_type(branch, path, seen)
+        return
+    if isinstance(t, str):
+        if t in seen:
+            raise SchemaError(
+                f"field {path!r} holds record {t!r} inside itself: Spark cannot land recursive records; "
+                "flatten the structure in the producer's schema"
+            )
+        return  # a primitive, or a named type checked where it is defined
+    if not isinstance(t, dict):
+        return
+    kind = t.get("type")
+    if t.get("logicalType") == "decimal" and isinstance(t.get("precision"), int) \
+            and t["precision"] > SPARK_MAX_DECIMAL_PRECISION:
+        raise SchemaError(
+            f"field {path or '<value>'!r} is decimal({t['precision']}, {t.get('scale', 0)}): Spark holds at most "
+            f"{SPARK_MAX_DECIMAL_PRECISION} digits, so it cannot be landed; narrow it in the producer's schema"
+        )
+    name = t.get("name")
+    if kind in ("record", "error"):
+        if isinstance(name, str):
+            namespace = t.get("namespace")
+            full = name if "." in name or not namespace else f"{namespace}.{name}"
+            seen = seen | {name, full, full.rsplit(".", 1)[-1]}
+        by_lower: dict[str, str] = {}
+        for f in t.get("fields") or []:
+            fname = f.get("name", "")
+            sub = f"{path}.{fname}" if path else fname
+            other = by_lower.setdefault(fname.lower(), fname)
+            if other != fname:
+                where = f" of {path!r}" if path else ""
+                raise SchemaError(
+                    f"fields {other!r} and {fname!r}{where} differ only in case: Spark ignores case and cannot "
+                    "land both; rename one in the producer's schema"
+                )
+            _check_type(f.get("type"), sub, seen)
+    elif kind == "array":
+        _check_type(t.get("items"), f"{path}[]", seen)
+    elif kind == "map":
+        _check_type(t.get("values"), f"{path}{{}}", seen)
+    elif isinstance(kind, (dict, list)):
+        _check_type(kind, path, seen)
+
+
+def strip_logical_types(t):
+    """The same Avro type with every logicalType removed: the raw longs, ints and bytes,
+    which decode whatever their value. Tells a value out of range from a corrupt body."""
+    if isinstance(t, list):
+        return [strip_logical_types(b) for b in t]
+    if not isinstance(t, dict):
+        return t
+    out = {k: v for k, v in t.items() if k not in ("logicalType", "precision", "scale")}
+    kind = out.get("type")
+    if kind in ("record", "error"):
+        out["fields"] = [{**f, "type": strip_logical_types(f["type"])} for f in out.get("fields") or []]
+    elif kind == "array":
+        out["items"] = strip_logical_types(out["items"])
+    elif kind == "map":
+        out["values"] = strip_logical_types(out["values"])
+    elif isinstance(kind, (dict, list)):
+        out["type"] = strip_logical_types(kind)
+    if set(out) == {"type"} and isinstance(out["type"], str):
+        return out["type"]
+    return out
+
+
+def logical_types(t) -> list[str]:
+    """The logical types inside an Avro type, in order, e.g. ['timestamp-millis', 'decimal(4,2)']."""
+    if isinstance(t, list):
+        return [x for b in t for x in logical_types(b)]
+    if not isinstance(t, dict):
+        return []
+    found = []
+    if "logicalType" in t:
+        lt = t["logicalType"]
+        found.append(f"{lt}({t.get('precision')},{t.get('scale', 0)})" if lt == "decimal" else str(lt))
+    kind = t.get("type")
+    if kind in ("record", "error"):
+        found += [x for f in t.get("fields") or [] for x in logical_types(f.get("type"))]
+    elif kind == "array":
+        found += logical_types(t.get("items"))
+    elif kind == "map":
+        found += logical_types(t.get("values"))
+    elif isinstance(kind, (dict, list)):
+        found += logical_types(kind)
+    return found
+
+
+def field_type(writer: dict, name: str):
+    """The Avro type of a top-level field, or None."""
+    return next((f["type"] for f in writer["fields"] if f["name"] == name), None)
+
+
+def with_field_stripped(writer: dict, name: str) -> dict:
+    """The writer schema with the logical types of one top-level field removed."""
+    out = copy.deepcopy(writer)
+    out["fields"] = [{**f, "type": strip_logical_types(f["type"])} if f["name"] == name else f for f in out["fields"]]
+    return out
 
 
 def landing_schema(writer: dict) -> dict:
     """The writer schema plus the Kafka metadata columns; names, docs and logical types kept."""
-    clash = [f["name"] for f in writer["fields"] if f["name"].startswith(META_PREFIX)]
-    if clash:
-        raise SchemaError(f"record field(s) {clash} clash with kafka_landing's metadata columns ({META_PREFIX}*)")
+    check_landable(writer)
     out = copy.deepcopy(writer)
     out["fields"] = out["fields"] + copy.deepcopy(META_FIELDS)
     return out

@@ -4,6 +4,7 @@ the resources they share, assembled from the topic config."""
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from dagster import (
     AssetSelection,
     Definitions,
@@ -15,10 +16,10 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
-from kafka_landing import devstack
+from kafka_landing import devstack, hourly_schedule
 from kafka_landing.avro_landing.assets import build_landing_assets
 from kafka_landing.kafka_slices.assets import build_slice_assets
-from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key
+from kafka_landing.naming import hour_key
 from kafka_landing.parquet_warehouse import ParquetWarehouse
 from kafka_landing.partitions import hourly
 from kafka_landing.resources import KafkaResource, LandingResource, SchemaRegistryResource
@@ -69,12 +70,14 @@ land_hourly = define_asset_job(
 
 
 def build_schedule(config: LandingConfig):
-    """Every hour, once the longest grace period has passed, land the hour that just closed."""
-    minute = min(59, max(t.grace_minutes for t in config.topics.values()) + 5)
+    """Every hour, a few minutes after the slowest topic's hour closes, land the latest
+    hour closed for every topic (any grace, even hours long; see `hourly_schedule`)."""
+    graces = [t.grace_minutes for t in config.topics.values()]
 
-    @schedule(job=land_hourly, cron_schedule=f"{minute} * * * *", execution_timezone="UTC")
+    @schedule(job=land_hourly, cron_schedule=hourly_schedule.cron(graces), execution_timezone="UTC")
     def land_last_closed_hour(context: ScheduleEvaluationContext):
-        hour = floor_hour(context.scheduled_execution_time) - ONE_HOUR
+        tick = context.scheduled_execution_time or datetime.now(timezone.utc)
+        hour = hourly_schedule.hour_to_land(tick, graces)
         return RunRequest(partition_key=hour_key(hour), run_key=hour_key(hour))
 
     return land_last_closed_hour

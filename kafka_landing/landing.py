@@ -26,15 +26,17 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
-from pyspark.sql.types import LongType, TimestampNTZType, TimestampType
+from pyspark.sql.types import ArrayType, LongType, MapType, StructType, TimestampNTZType, TimestampType
 
-from kafka_landing import avro_schemas
+from kafka_landing import avro_schemas, registry_answers
 from kafka_landing.crash_points import crash_point
 from kafka_landing.landing_store import LandingStore
+from kafka_landing.load_queue import mark_pending
 from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import (
     dead_letter_dir,
     dead_letter_file_name,
+    dead_letter_manifest_path,
     done_file_path,
     hour_from_tag,
     landing_file_name,
@@ -45,7 +47,6 @@ from kafka_landing.planning import SlicePlan
 from kafka_landing.topic_config import TopicConfig
 
 NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
-DEAD_LETTER_MANIFEST = "_MANIFEST.json"
 
 
 class LandingError(RuntimeError):
@@ -122,43 +123,172 @@ def frame_columns(raw: DataFrame) -> DataFrame:
 
 
 def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
-    """Records of one schema id with the decoded struct `_rec` (null when corrupt)."""
-    reader = avro_schemas.marked_reader_schema(writer)
-    rec = from_avro(F.col("_body"), json.dumps(writer), {"mode": "PERMISSIVE", "avroSchema": json.dumps(reader)})
+    """Records of one schema id with the decoded struct `_rec` (null when it cannot be decoded)
+    and `_reason`, why not. A body that decodes once one field's logical types are dropped is
+    valid Avro holding a value Spark cannot represent (timestamp-millis past year 294247, a
+    decimal wider than its precision): its reason names that field instead of a corrupt body."""
+    writer_json = json.dumps(writer)
+
+    def decoded_as(reader: dict) -> F.Column:
+        marked = json.dumps(avro_schemas.marked_reader_schema(reader))
+        return from_avro(F.col("_body"), writer_json, {"mode": "PERMISSIVE", "avroSchema": marked})
+
     rows = framed.where(F.col("_reason").isNull() & (F.col("_schema_id") == F.lit(schema_id)))
-    rows = rows.withColumn("_rec", rec)
-    return rows.withColumn(
+    rows = rows.withColumn("_rec", decoded_as(writer))
+    rows = rows.withColumn(
         "_rec", F.when(F.col("_rec").getField(avro_schemas.OK_MARKER).isNotNull(), F.col("_rec"))
     )
+    # Evaluated only for records that did not decode (a CASE branch), so good hours pay nothing.
+    out_of_range = []
+    for f in writer["fields"]:
+        kinds = list(dict.fromkeys(avro_schemas.logical_types(f["type"])))
+        if kinds:
+            raw = decoded_as(avro_schemas.with_field_stripped(writer, f["name"]))
+            out_of_range.append(F.when(raw.getField(avro_schemas.OK_MARKER).isNotNull(), F.lit(
+                f"field {f['name']!r} ({', '.join(kinds)}) is out of range for schema id {schema_id}")))
+    corrupt = F.lit(f"corrupt body for schema id {schema_id}")
+    return rows.withColumn("_reason", F.when(F.col("_rec").isNull(), F.coalesce(*out_of_range, corrupt)))
+
+
+def _unlandable(plan: SlicePlan, schema_id: int, why: str) -> str:
+    return (f"{plan.topic} {plan.hour}: the writer schema of schema id {schema_id} cannot be landed: {why}. "
+            f"Nothing of this hour was published. Change the producer's schema; records already written with "
+            f"schema id {schema_id} keep this hour failing until kafka_landing can land them.")
+
+
+def _spark_message(exc: BaseException) -> str:
+    """The JVM's own messages (cause chain) instead of py4j's 'An error occurred while calling'."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return " ".join(str(exc).split())[:500] or type(exc).__name__
+    msgs = []
+    while java is not None and len(msgs) < 4:
+        msgs.append(" ".join(str(java.toString()).split()))
+        java = java.getCause()
+    return " <- ".join(msgs)[:500]
+
+
+def resolve_schemas(fetch_schema: Callable[[int], object], ids: list[int],
+                    plan: SlicePlan) -> tuple[dict[int, dict], dict[int, str]]:
+    """({schema id: writer schema} to decode, {schema id: dead-letter reason for all its records}).
+    A registry that cannot answer, or a writer schema that cannot land, is a LandingError here,
+    before anything of the hour is decoded or written."""
+    writers: dict[int, dict] = {}
+    dead: dict[int, str] = {}
+    for sid in ids:
+        try:
+            answer = fetch_schema(sid)
+        except registry_answers.RegistryError as exc:
+            raise LandingError(f"{plan.topic} {plan.hour}: {exc}") from None
+        if answer is None:
+            dead[sid] = registry_answers.UNKNOWN_SCHEMA_ID
+        elif isinstance(answer, registry_answers.DeadSchema):
+            dead[sid] = answer.reason
+        else:
+            try:
+                writers[sid] = avro_schemas.parse(answer)
+            except avro_schemas.SchemaError as exc:
+                raise LandingError(_unlandable(plan, sid, str(exc))) from None
+    return writers, dead
+
+
+def decode_checked(framed: DataFrame, schema_id: int, writer: dict, plan: SlicePlan) -> DataFrame:
+    """decode(), with a schema Spark cannot take (recursive, unknown type names, ...) a LandingError
+    naming the schema id: Spark parses the schema when it resolves the plan, here."""
+    try:
+        decoded = decode(framed, schema_id, writer)
+        decoded.schema  # noqa: B018 - forces analysis
+    except Exception as exc:  # noqa: BLE001 - any analysis failure means this schema cannot be decoded
+        raise LandingError(_unlandable(plan, schema_id, f"Spark cannot decode it ({_spark_message(exc)})")) from None
+    return decoded
 
 
 # --- route -------------------------------------------------------------------
 
-def route_column(cfg: TopicConfig, fields: list[str], warnings: list[str]) -> F.Column:
+EPOCH_MS_YEAR_1 = -62_135_596_800_000  # 0001-01-01T00:00:00Z
+EPOCH_MS_YEAR_10000 = 253_402_300_800_000  # 10000-01-01T00:00:00Z: hour tags have four-digit years
+
+
+def _complex_kind(dtype) -> str | None:
+    for t, name in ((StructType, "a record"), (ArrayType, "an array"), (MapType, "a map")):
+        if isinstance(dtype, t):
+            return name
+    return None
+
+
+def route_column(cfg: TopicConfig, writer: dict, rec_type: StructType,
+                 warnings: list[str]) -> tuple[F.Column, F.Column | None]:
+    """(table, why the record cannot be routed or None). The routing value is the field's value as a
+    string; for a union of several types, the branch the record holds. A record, array or map
+    cannot be routed by: such records become dead letters naming the field."""
     if cfg.route is None:
-        return F.lit(cfg.table)
-    if cfg.route.field not in fields:
-        warnings.append(f"routing field {cfg.route.field!r} is not in the schema: all its records go to {cfg.route.default!r}")
-        return F.lit(cfg.route.default)
+        return F.lit(cfg.table), None
+    name = cfg.route.field
+    if name not in rec_type.names:
+        warnings.append(f"routing field {name!r} is not in the schema: all its records go to {cfg.route.default!r}")
+        return F.lit(cfg.route.default), None
+    col, dtype = F.col("_rec").getField(name), rec_type[name].dataType
+    avro_type = avro_schemas.field_type(writer, name)
+    if isinstance(avro_type, list) and sum(b != "null" for b in avro_type) > 1 and isinstance(dtype, StructType):
+        members = [(col.getField(m.name), m.dataType) for m in dtype.fields]  # Spark's member0, member1, ...
+    else:
+        members = [(col, dtype)]
+    values = [c.cast("string") for c, t in members if _complex_kind(t) is None]
+    value = F.coalesce(*values) if values else F.lit(None).cast("string")
     pairs = [F.lit(x) for kv in sorted(cfg.route.tables.items()) for x in kv]
-    value = F.col("_rec").getField(cfg.route.field).cast("string")
-    return F.coalesce(F.create_map(*pairs)[value], F.lit(cfg.route.default))
+    table = F.coalesce(F.create_map(*pairs)[value], F.lit(cfg.route.default))
+    why = [F.when(c.isNotNull(), F.lit(f"routing field {name!r} is {_complex_kind(t)}, not a value to route by"))
+           for c, t in members if _complex_kind(t)]
+    return table, (F.coalesce(*why) if why else None)
 
 
-def event_hour_column(cfg: TopicConfig, decoded: DataFrame, warnings: list[str]) -> F.Column | None:
+def event_hour_column(cfg: TopicConfig, rec_type: StructType, plan: SlicePlan, schema_id: int,
+                      warnings: list[str]) -> tuple[F.Column | None, F.Column | None]:
+    """(event hour tag, why the record has none or None). An event time before year 1 or after
+    9999 (or a long too large for epoch milliseconds) names no hour a file can carry: such a
+    record is a dead letter naming the field, never a failed hour."""
     if not cfg.event_time_field:
-        return None
+        return None, None
+    name = cfg.event_time_field
+    if name not in rec_type.names:
+        warnings.append(f"event time field {name!r} is not in the schema: files are not split by event hour")
+        return F.lit(None).cast("string"), None
+    raw, dtype = F.col("_rec").getField(name), rec_type[name].dataType
+    if isinstance(dtype, LongType):  # epoch milliseconds
+        ok = raw.between(EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000 - 1)
+        ts = F.timestamp_millis(F.when(ok, raw))  # never overflows: only in-range values reach it
+    elif isinstance(dtype, TimestampType):
+        ok = F.unix_micros(raw).between(EPOCH_MS_YEAR_1 * 1000, EPOCH_MS_YEAR_10000 * 1000 - 1)
+        ts = raw
+    elif isinstance(dtype, TimestampNTZType):
+        ok = raw.between(F.lit("0001-01-01 00:00:00").cast("timestamp_ntz"),
+                         F.lit("9999-12-31 23:59:59.999999").cast("timestamp_ntz"))
+        ts = raw
+    else:
+        raise LandingError(
+            f"{plan.topic} {plan.hour}: event time field {name!r} of schema id {schema_id} has type "
+            f"{dtype.simpleString()}, not a timestamp or a long of epoch milliseconds. Nothing of this hour was "
+            "published: point event_time_field of the topic config at a timestamp field, or remove it."
+        )
+    hour = F.date_format(F.date_trunc("hour", F.when(ok, ts)), "yyyy-MM-dd'T'HH")
+    why = F.when(raw.isNotNull() & ~ok, F.lit(f"event time field {name!r} is out of range (before year 1 or after 9999)"))
+    return hour, why
+
+
+def classify(decoded: DataFrame, cfg: TopicConfig, plan: SlicePlan, schema_id: int, writer: dict,
+             warnings: list[str]) -> DataFrame:
+    """Decoded records with their table (`_kl_table`), event hour (`_kl_ehour`, if the topic splits by
+    one) and `_reason`, null for a record that lands and otherwise why not, naming the field."""
     rec_type = decoded.schema["_rec"].dataType
-    if cfg.event_time_field not in rec_type.names:
-        warnings.append(f"event time field {cfg.event_time_field!r} is not in the schema: files are not split by event hour")
-        return F.lit(None).cast("string")
-    col = F.col("_rec").getField(cfg.event_time_field)
-    dtype = rec_type[cfg.event_time_field].dataType
-    if isinstance(dtype, LongType):
-        col = F.timestamp_millis(col)
-    elif not isinstance(dtype, (TimestampType, TimestampNTZType)):
-        raise LandingError(f"event time field {cfg.event_time_field!r} has type {dtype.simpleString()}, not a timestamp")
-    return F.date_format(F.date_trunc("hour", col), "yyyy-MM-dd'T'HH")
+    table, route_why = route_column(cfg, writer, rec_type, warnings)
+    ehour, ehour_why = event_hour_column(cfg, rec_type, plan, schema_id, warnings)
+    out = decoded.withColumn("_kl_table", table)
+    if ehour is not None:
+        out = out.withColumn("_kl_ehour", ehour)
+    why = [c for c in (route_why, ehour_why) if c is not None]
+    if why:
+        out = out.withColumn("_reason", F.coalesce(F.col("_reason"), *why))
+    return out
 
 
 # --- write ---------------------------------------------------------------------
@@ -191,20 +321,21 @@ class _Staged:
     table: str | None = None
 
 
-def write_good(decoded: DataFrame, cfg: TopicConfig, plan: SlicePlan, schema_id: int, writer: dict,
-               staging: Path, warnings: list[str]) -> list[_Staged]:
+def write_good(classified: DataFrame, cfg: TopicConfig, plan: SlicePlan, schema_id: int, writer: dict,
+               staging: Path) -> list[_Staged]:
+    """The records of classify() with no reason, as Avro files per (task, table, partition[, event hour])."""
     fields = avro_schemas.field_names(writer)
-    ehour = event_hour_column(cfg, decoded, warnings)
-    good = decoded.where(F.col("_rec").isNotNull()).select(
+    split = "_kl_ehour" in classified.columns
+    good = classified.where(F.col("_reason").isNull()).select(
         *[F.col("_rec").getField(n).alias(n) for n in fields],
         *[F.col(c) for c in avro_schemas.META_COLUMNS],
         F.col("_kl_task"),
-        route_column(cfg, fields, warnings).alias("_kl_table"),
+        F.col("_kl_table"),
         F.col("_kafka_partition").alias("_kl_part"),
-        *([ehour.alias("_kl_ehour")] if ehour is not None else []),
+        *([F.col("_kl_ehour")] if split else []),
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        keys = ["_kl_task", "_kl_table", "_kl_part"] + (["_kl_ehour"] if ehour is not None else [])
+        keys = ["_kl_task", "_kl_table", "_kl_part"] + (["_kl_ehour"] if split else [])
         stats = _stats(good, keys)
         if not stats:
             return []
@@ -216,7 +347,7 @@ def write_good(decoded: DataFrame, cfg: TopicConfig, plan: SlicePlan, schema_id:
         good.unpersist()
     staged = []
     for (task, table, part, eh), src in _group_dirs(out).items():
-        s = stats[(task, table, part, eh) if ehour is not None else (task, table, part)]
+        s = stats[(task, table, part, eh) if split else (task, table, part)]
         name = landing_file_name(plan.topic, part, cfg.dataset, table, schema_id, s["first"], s["last"],
                                  hour_from_tag(eh) if eh else None)
         rel = f"{table_hour_dir(cfg.dataset, table, hour_from_tag(plan.hour))}/{name}"
@@ -281,7 +412,7 @@ def keep_rejected_dead_letters(store: LandingStore, plan: SlicePlan, dead: list[
         rel = f"{rejected}/{Path(s.rel).name}"
         store.move(s.src, rel)
         files.append(LandedFile(**{**asdict(s.file), "path": rel}))
-    store.write_json_atomic(f"{rejected}/{DEAD_LETTER_MANIFEST}", {
+    store.write_json_atomic(f"{rejected}/_MANIFEST.json", {
         "topic": plan.topic, "hour": plan.hour, "attempt": attempt, "rows": dl.rows, "by_reason": dl.by_reason,
         "files": [asdict(f) for f in files],
     })
@@ -299,7 +430,7 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[_
         for s in [*dead, *(s for mine in tables.values() for s in mine)]:
             store.move(s.src, s.rel)  # same name, same rows as a previous attempt's file
         crash_point("landing:files_moved")
-        store.write_json_atomic(f"{dead_letter_dir(plan.topic, hour)}/{DEAD_LETTER_MANIFEST}",
+        store.write_json_atomic(dead_letter_manifest_path(plan.topic, hour),
                                 {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **asdict(dl)})
         landed_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         slice_info = {
@@ -317,6 +448,7 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[_
             )
             # Written last, atomically: the hour of this table is now complete.
             store.write_json_atomic(done_file_path(cfg.dataset, table, hour), done[table].to_dict())
+            mark_pending(store, done_file_path(cfg.dataset, table, hour), store.read_bytes(done_file_path(cfg.dataset, table, hour)))
             crash_point("landing:done_written")
         crash_point("landing:published")
         # Only now that every new done file is in place: remove what none of them lists.
@@ -351,22 +483,24 @@ def land_hour(
                 if records_read > plan.records:
                     raise LandingError(f"read {records_read} records from a slice of {plan.records} offsets")
                 ids = sorted({r["_schema_id"] for r in counts if r["_reason"] is None})
-                unknown, bad_parts = [], []
-                for sid in ids:
-                    schema_str = fetch_schema(sid)
-                    if schema_str is None:
-                        unknown.append(sid)
-                        continue
-                    writer = avro_schemas.parse(schema_str)
-                    decoded = decode(framed, sid, writer)
-                    good += write_good(decoded, cfg, plan, sid, writer, staging, warnings)
-                    bad_parts.append(decoded.where(F.col("_rec").isNull())
-                                     .withColumn("_reason", F.lit(f"corrupt body for schema id {sid}")).drop("_rec"))
+                # Every schema id first: a registry that cannot answer, or a writer schema that
+                # cannot land, fails the hour before anything is decoded or written.
+                writers, dead_ids = resolve_schemas(fetch_schema, ids, plan)
+                # Spark's own checks of each schema (and of its event time field) too, before any write.
+                classified_by_id = {sid: classify(decode_checked(framed, sid, writer, plan), cfg, plan, sid, writer,
+                                                  warnings) for sid, writer in writers.items()}
+                bad_parts = []
+                for sid, classified in classified_by_id.items():
+                    good += write_good(classified, cfg, plan, sid, writers[sid], staging)
+                    # The same predicate as write_good's, negated: each record lands or is a dead letter.
+                    bad_parts.append(classified.where(F.col("_reason").isNotNull()).select(*framed.columns))
                 # Most hours have no dead letters: then skip their Spark jobs altogether.
                 if sum(s.file.rows for s in good) < records_read:
-                    pre = framed.where(F.col("_reason").isNotNull() | F.col("_schema_id").isin(unknown or [-1])).withColumn(
-                        "_reason", F.coalesce(F.col("_reason"), F.lit("unknown schema id"))
-                    )
+                    pre = framed.where(F.col("_reason").isNotNull() | F.col("_schema_id").isin(sorted(dead_ids) or [-1]))
+                    if dead_ids:  # unknown ids, and ids of other schema types, each with its own reason
+                        why = F.create_map(*[F.lit(x).cast("long") if isinstance(x, int) else F.lit(x)
+                                             for kv in sorted(dead_ids.items()) for x in kv])
+                        pre = pre.withColumn("_reason", F.coalesce(F.col("_reason"), why[F.col("_schema_id")]))
                     dead_df = pre
                     for part in bad_parts:
                         dead_df = dead_df.unionByName(part)

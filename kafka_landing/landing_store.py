@@ -20,6 +20,8 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
+from kafka_landing.avro_files import count_records
+
 
 class LandingStore:
     def __init__(self, root: str | os.PathLike):
@@ -96,6 +98,10 @@ class LandingStore:
 
     def glob(self, pattern: str) -> list[str]:
         return sorted(str(p.relative_to(self.root)) for p in self.root.glob(pattern))
+
+    def avro_rows(self, rel: str) -> int:
+        """Rows of an Avro container file, from its block headers (AvroFileError if not whole)."""
+        return count_records(str(self.path(rel)))
 
     def size(self, rel: str) -> int:
         return self.path(rel).stat().st_size

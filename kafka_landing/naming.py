@@ -101,6 +101,10 @@ def dead_letter_dir(topic: str, hour: datetime) -> str:
     return f"dead_letters/{check_topic(topic)}/hour={hour_tag(hour)}"
 
 
+def dead_letter_manifest_path(topic: str, hour: datetime) -> str:
+    return f"{dead_letter_dir(topic, hour)}/_MANIFEST.json"
+
+
 def landing_file_name(
     topic: str, partition: int, dataset: str, table: str, schema_id: int,
     first_offset: int, last_offset: int, event_hour: datetime | None = None,

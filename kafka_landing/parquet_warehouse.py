@@ -2,24 +2,33 @@
 
     <root>/<dataset>/<table>/hour=2026-01-31T13/data.parquet
     <root>/<dataset>/<table>/_schema.json          the table's schema so far
+    <root>/<dataset>/<table>/_loads/hour=2026-01-31T13.json
+                                                   what was loaded: the done file's content hash
 
-Loading hour H reads exactly the files of H's done file (after checking that
-each exists and holds the rows the manifest says), and replaces H's file with
-one atomic rename: a reader sees the old hour or the new one, never both, and
-a reload can never duplicate rows. Spark, DuckDB and pandas read the table
+Loading hour H first checks that H's done file is what its path says (dataset,
+table, hour, files only from H's folder: `done_checks`), reads exactly the files
+it lists (after checking that each exists and holds the rows the manifest says),
+and replaces H's file with one atomic rename: a reader sees the old hour or the
+new one, never both, and a reload can never duplicate rows. Then it records the
+content it loaded, so the done-file sensor and the `hours_behind` check know
+what is loaded without asking Dagster. Spark, DuckDB and pandas read the table
 with Hive partitioning (`hour`) and by column name (older hours lack columns
-added later).
+added later); they skip `_`-prefixed entries.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import shutil
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+
+import pyarrow.parquet as pq
 
 from dagster import ConfigurableResource
 from pyspark.sql import DataFrame, SparkSession
@@ -28,7 +37,9 @@ from pyspark.sql.types import StructType
 
 from kafka_landing.crash_points import crash_point
 from kafka_landing.avro_files import AvroFileError, count_records
+from kafka_landing.done_checks import DoneFileMismatch, check_done_file
 from kafka_landing.landing_store import LandingStore
+from kafka_landing.load_queue import clear_pending, content_sha
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import check_identifier
 from kafka_landing.schema_evolution import IncompatibleSchemaError, merge_schemas
@@ -47,6 +58,8 @@ class LoadResult:
     schema_ids: tuple[int, ...]
     added_columns: tuple[str, ...]
     path: str
+    done_file: str | None = None  # relative to the landing root
+    done_sha256: str | None = None  # the content loaded
 
 
 def verify_files(store: LandingStore, done: DoneFile) -> None:
@@ -70,13 +83,18 @@ def _conform(df: DataFrame, schema: dict) -> DataFrame:
     return df.select(*[F.col(f.name) if f.name in have else F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
 
 
+@functools.lru_cache(maxsize=16)
+def _resolved(root: str) -> Path:
+    return Path(root).expanduser().resolve()
+
+
 class ParquetWarehouse(ConfigurableResource):
     """Local Parquet tables, readable by Spark, DuckDB and pandas."""
 
     root: str
 
     def table_dir(self, dataset: str, table: str) -> Path:
-        return Path(self.root).expanduser().resolve() / check_identifier(dataset, "dataset") / check_identifier(table, "table")
+        return _resolved(self.root) / check_identifier(dataset, "dataset") / check_identifier(table, "table")
 
     def hour_file(self, dataset: str, table: str, hour: str) -> Path:
         return self.table_dir(dataset, table) / f"hour={hour}" / "data.parquet"
@@ -85,11 +103,72 @@ class ParquetWarehouse(ConfigurableResource):
         p = self.table_dir(dataset, table) / "_schema.json"
         return json.loads(p.read_text()) if p.exists() else None
 
-    def rows(self, spark: SparkSession, dataset: str, table: str, hour: str) -> int | None:
+    def footer_rows(self, dataset: str, table: str, hour: str) -> int | None:
+        """Rows of an hour from its Parquet footer (no Spark, no data read); None if no file."""
         p = self.hour_file(dataset, table, hour)
-        return spark.read.parquet(str(p)).count() if p.exists() else None
+        try:
+            return pq.read_metadata(p).num_rows
+        except FileNotFoundError:
+            return None
 
-    def load_hour(self, spark: SparkSession, store: LandingStore, done: DoneFile) -> LoadResult:
+    # --- what was loaded ----------------------------------------------------------
+
+    def _ledger(self, dataset: str, table: str, hour: str) -> Path:
+        return self.table_dir(dataset, table) / "_loads" / f"hour={hour}.json"
+
+    def loaded(self, dataset: str, table: str, hour: str) -> dict | None:
+        """The record of the last load of an hour ({"done_file", "sha256", "rows", ...}), or None."""
+        try:
+            with open(self._ledger(dataset, table, hour), "rb") as f:
+                return json.loads(f.read())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            return {}  # unreadable: loaded, content unknown (a reload will rewrite it)
+
+    def loaded_sha(self, dataset: str, table: str, hour: str) -> str | None:
+        return (self.loaded(dataset, table, hour) or {}).get("sha256")
+
+    def loaded_hours(self, dataset: str, table: str) -> set[str]:
+        """Hour tags with a recorded load: one directory listing."""
+        try:
+            with os.scandir(self.table_dir(dataset, table) / "_loads") as it:
+                return {e.name[5:-5] for e in it if e.name.startswith("hour=") and e.name.endswith(".json")}
+        except FileNotFoundError:
+            return set()
+
+    def _record_load(self, done: DoneFile, rows: int, done_file: str | None, sha: str | None) -> None:
+        p = self._ledger(done.dataset, done.table, done.hour)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.parent / f".{p.name}.{uuid.uuid4().hex}"
+        tmp.write_text(json.dumps({
+            "done_file": done_file, "sha256": sha, "rows": rows, "attempt": done.attempt,
+            "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }))
+        os.replace(tmp, p)
+
+    def load_done_file(self, spark: SparkSession, store: LandingStore, done_file: str) -> LoadResult:
+        """Load the hour of one done file (relative to the landing root), after checking it
+        is what its path says; record the content loaded and clear its pending marker if
+        the marker still names that content. DoneFileMismatch, LoadError or
+        IncompatibleSchemaError leave the table and the landing files untouched."""
+        try:
+            content = store.read_bytes(done_file)
+        except FileNotFoundError:
+            raise LoadError(f"done file {done_file} does not exist: land the hour first") from None
+        try:
+            raw = json.loads(content)
+        except ValueError as exc:
+            raise DoneFileMismatch(f"done file {done_file} is not JSON ({exc}); nothing was loaded from it: "
+                                   "re-land the hour or fix the tool that wrote it") from None
+        done = check_done_file(done_file, raw)
+        sha = content_sha(content)
+        result = self.load_hour(spark, store, done, done_file=done_file, done_sha256=sha)
+        clear_pending(store, done_file, sha)
+        return result
+
+    def load_hour(self, spark: SparkSession, store: LandingStore, done: DoneFile,
+                  done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
         verify_files(store, done)
         tdir = self.table_dir(done.dataset, done.table)
         target = self.hour_file(done.dataset, done.table, done.hour)
@@ -100,7 +179,9 @@ class ParquetWarehouse(ConfigurableResource):
             table_schema = self.table_schema(done.dataset, done.table)
             if done.rows == 0:
                 target.unlink(missing_ok=True)  # the hour is empty now: replace it with nothing
-                return LoadResult(f"{done.dataset}.{done.table}", done.hour, 0, 0, (), (), str(target))
+                self._record_load(done, 0, done_file, done_sha256)
+                return LoadResult(f"{done.dataset}.{done.table}", done.hour, 0, 0, (), (), str(target),
+                                  done_file, done_sha256)
             # One read per schema id: each file group is read with its own writer schema.
             parts, hour_schema = [], None
             for sid in sorted(done.schema_ids):
@@ -129,8 +210,9 @@ class ParquetWarehouse(ConfigurableResource):
                 tmp = tdir / f"._schema.{uuid.uuid4().hex}"
                 tmp.write_text(json.dumps(merged, indent=2))
                 os.replace(tmp, tdir / "_schema.json")
+            self._record_load(done, n, done_file, done_sha256)
         return LoadResult(f"{done.dataset}.{done.table}", done.hour, n, len(done.files),
-                          tuple(done.schema_ids), tuple(added), str(target))
+                          tuple(done.schema_ids), tuple(added), str(target), done_file, done_sha256)
 
 
-__all__ = ["IncompatibleSchemaError", "LoadError", "LoadResult", "ParquetWarehouse", "verify_files"]
+__all__ = ["DoneFileMismatch", "IncompatibleSchemaError", "LoadError", "LoadResult", "ParquetWarehouse", "verify_files"]

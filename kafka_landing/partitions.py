@@ -1,18 +1,37 @@
-"""The hourly partitions every layer shares (UTC), and how an asset reports a
-run over one hour or over a backfill range of hours."""
+"""The hourly partitions every layer shares (UTC), and how an asset runs and
+reports one hour or a backfill range of hours.
 
+A range runs as one run (one Spark session), but every hour is reported as
+its own partition: its own materialisation, metadata and `dagster/row_count`.
+An hour that fails does not stop the others; the step fails at the end naming
+every failed hour, and the hours that worked keep their materialisations.
+Launching the range again (or re-executing the run) skips the hours already
+done, unless the run carries the tag `kafka_landing/redo_done_hours=true`.
+"""
+
+from __future__ import annotations
+
+import json
 import os
-from typing import Callable
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     AssetExecutionContext,
     AssetKey,
-    AssetObservation,
+    AssetMaterialization,
+    AssetRecordsFilter,
     BackfillPolicy,
+    DagsterInstance,
+    EventLogRecord,
+    Failure,
     HourlyPartitionsDefinition,
     MaterializeResult,
+    MetadataValue,
 )
 
 FIRST_HOUR_ENV = "KAFKA_LANDING_FIRST_HOUR"
@@ -26,41 +45,227 @@ hourly = HourlyPartitionsDefinition(
 # A backfill of many hours runs as one run: one Spark session for all of them.
 single_run = BackfillPolicy.single_run()
 
+REDO_DONE_HOURS_TAG = "kafka_landing/redo_done_hours"
+"""Run tag: `true` makes a range redo hours already done (a single hour is always done)."""
 
-def run_hours(
-    context: AssetExecutionContext,
-    key: AssetKey,
-    one_hour: Callable[[str], tuple[dict, list[AssetCheckResult]]],
-) -> MaterializeResult:
-    """Run `one_hour` for every hour of the run, oldest first. One hour reports its
-    metadata and checks directly; a range reports each hour as an observation of
-    that partition, and its checks as one result over all hours."""
+# Metadata every hour's materialisation carries, so a later run can tell whether it is done.
+DONE_AT = "done_at"  # when the hour's work was done (kept when a later run reuses it)
+DONE_BY_RUN = "done_by_run"  # the run that did it
+REUSED = "reused"  # true: this run found the hour done and did not redo it
+CHECKS = "check_results"  # the hour's own check results (Dagster keeps one per check and step)
+
+_BACKFILL_TAG = "dagster/backfill"
+
+OneHour = Callable[[str], tuple[dict, list[AssetCheckResult]]]
+
+
+def run_hours(context: AssetExecutionContext, key: AssetKey, one_hour: OneHour) -> Iterator:
+    """Run `one_hour(partition_key) -> (metadata, check results)` for every hour of
+    the run, oldest first. Return (not yield) it from the asset body: Dagster
+    iterates the events. `one_hour` raises `Failure` to fail its hour."""
     keys = sorted(context.partition_keys)
-    results = []
+    if len(keys) == 1:
+        yield _single_hour(context, keys[0], one_hour)
+        return
+    yield from _range(context, key, keys, one_hour)
+
+
+def _single_hour(context: AssetExecutionContext, k: str, one_hour: OneHour) -> MaterializeResult:
+    """One hour asked for explicitly (a schedule tick, the sensor, a re-land button) always runs."""
+    try:
+        metadata, checks = one_hour(k)
+    except Failure as exc:
+        raise _in_hour(exc, k) from exc
+    return MaterializeResult(metadata={**metadata, **_done_now(context, checks)}, check_results=checks)
+
+
+def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_hour: OneHour) -> Iterator:
+    name, n = key.to_user_string(), len(keys)
+    reuse = {} if redo_asked(context.run.tags) else done_hours(context.instance, key, _upstream(context, key), keys)
+    results: dict[str, tuple[dict, list[AssetCheckResult]]] = {}
+    failures: dict[str, BaseException] = {}
+    reported: set[str] = set()
+    tags = {_BACKFILL_TAG: context.run.tags[_BACKFILL_TAG]} if _BACKFILL_TAG in context.run.tags else None
     for i, k in enumerate(keys, 1):
-        if len(keys) > 1:
-            context.log.info(f"{key.to_user_string()}: hour {i}/{len(keys)} ({k})")
-        results.append((k, *one_hour(k)))
-    if len(results) == 1:
-        _, metadata, checks = results[0]
-        return MaterializeResult(metadata=metadata, check_results=checks)
-    for k, metadata, _ in results:
-        context.log_event(AssetObservation(asset_key=key, partition=k, metadata=metadata))
-    merged = {}
-    for k, _, checks in results:
+        if k in reuse:
+            rec = reuse[k]
+            context.log.info(
+                f"{name}: hour {i}/{n} ({k}) was done by run {_done_by(rec)[:8]} at "
+                f"{datetime.fromtimestamp(_done_at(rec), timezone.utc).isoformat(timespec='seconds')} and is newer "
+                f"than its upstream: not redone (run tag {REDO_DONE_HOURS_TAG}=true redoes it)"
+            )
+            continue
+        context.log.info(f"{name}: hour {i}/{n} ({k})")
+        try:
+            metadata, checks = one_hour(k)
+        except Exception as exc:  # noqa: BLE001 - one failed hour must not cost the others; all are raised below
+            failures[k] = exc
+            context.log.error(f"{name}: hour {i}/{n} ({k}) failed: {_why(exc)}"
+                              + ("" if isinstance(exc, Failure) else "\n" + "".join(traceback.format_exception(exc))))
+            continue
+        results[k] = ({**metadata, **_done_now(context, checks)}, checks)
+        if failures:
+            # The step will fail, so Dagster records no output materialisation: report the done
+            # hours ourselves, as soon as they are done (a run killed later still keeps them).
+            for done in sorted(results.keys() - reported):
+                yield AssetMaterialization(asset_key=key, partition=done, metadata=results[done][0], tags=tags)
+            reported |= results.keys()
+
+    by_hour = {k: _stored_checks(rec) for k, rec in reuse.items()}
+    by_hour.update({k: c for k, (_, c) in results.items()})
+    checks = merge_checks(by_hour, reused=sorted(reuse))
+    if failures:
+        for k in sorted(results.keys() - reported):
+            yield AssetMaterialization(asset_key=key, partition=k, metadata=results[k][0], tags=tags)
+        yield from checks
+        raise Failure(
+            description=(
+                f"{len(failures)} of {n} hours of {name} failed"
+                f" ({len(results)} done now, {len(reuse)} done before; they keep their materialisations):\n"
+                + "\n".join(f"hour {k}: {_why(exc)}" for k, exc in failures.items())
+                + "\nFix the cause and launch the same range again: hours already done are not redone."
+            ),
+            metadata={"failed_hours": sorted(failures), "done_hours": sorted(results), "reused_hours": sorted(reuse)},
+        ) from next(iter(failures.values()))
+    # Success: Dagster records one materialisation per partition of the range, each with its own metadata.
+    for k, (metadata, _) in results.items():
+        context.add_asset_metadata(metadata, partition_key=k)
+    for k, rec in reuse.items():
+        context.add_asset_metadata(_reused_metadata(rec), partition_key=k)
+    yield MaterializeResult(check_results=checks + _unevaluated(context, key, checks, n))
+
+
+# --- which hours are done ------------------------------------------------------
+
+def redo_asked(tags: dict) -> bool:
+    return str(tags.get(REDO_DONE_HOURS_TAG, "")).strip().lower() in ("true", "1", "yes")
+
+
+def done_hours(instance: DagsterInstance, key: AssetKey, upstream: set[AssetKey], keys: list[str]
+               ) -> dict[str, EventLogRecord]:
+    """Hours whose latest materialisation on the instance was done after the latest
+    materialisation of the same hour of every upstream asset: nothing newer to
+    take in, so redoing them would give the same result. Returns their records."""
+    done = {}
+    for k in keys:
+        own = _latest(instance, key, k)
+        if own is None:
+            continue
+        ups = [_latest(instance, u, k) for u in upstream]
+        if all(up is None or _done_at(up) <= _done_at(own) for up in ups):
+            done[k] = own
+    return done
+
+
+def _upstream(context: AssetExecutionContext, key: AssetKey) -> set[AssetKey]:
+    return set(context.assets_def.asset_deps.get(key, ()))
+
+
+def _latest(instance: DagsterInstance, key: AssetKey, partition: str) -> EventLogRecord | None:
+    records = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition]),
+                                              limit=1).records
+    return records[0] if records else None
+
+
+def _done_at(rec: EventLogRecord) -> float:
+    """When the hour's work was done: a reused hour keeps the time of the run that did it."""
+    value = rec.asset_materialization.metadata.get(DONE_AT)
+    return float(value.value) if value is not None else rec.timestamp
+
+
+def _done_by(rec: EventLogRecord) -> str:
+    value = rec.asset_materialization.metadata.get(DONE_BY_RUN)
+    return str(value.value) if value is not None else rec.run_id
+
+
+def _done_now(context: AssetExecutionContext, checks: list[AssetCheckResult]) -> dict:
+    return {DONE_AT: MetadataValue.timestamp(time.time()), DONE_BY_RUN: context.run_id, REUSED: False,
+            CHECKS: MetadataValue.json({c.check_name: {"passed": c.passed, "severity": c.severity.value,
+                                                       "metadata": {m: _plain(v) for m, v in c.metadata.items()}}
+                                        for c in checks})}
+
+
+def _stored_checks(rec: EventLogRecord) -> list[AssetCheckResult]:
+    """The check results a reused hour got when it was done, as stored with its materialisation."""
+    stored = rec.asset_materialization.metadata.get(CHECKS)
+    return [AssetCheckResult(check_name=name, passed=c["passed"], severity=AssetCheckSeverity(c["severity"]),
+                             metadata=c["metadata"])
+            for name, c in (stored.value if stored is not None else {}).items()]
+
+
+def _reused_metadata(rec: EventLogRecord) -> dict:
+    """The hour's own figures from the run that did it, marked as reused by this one."""
+    return {**rec.asset_materialization.metadata, DONE_AT: MetadataValue.timestamp(_done_at(rec)),
+            DONE_BY_RUN: _done_by(rec), REUSED: True}
+
+
+# --- errors and checks ------------------------------------------------------------
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, Failure) and exc.description:
+        return exc.description
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _in_hour(exc: Failure, k: str) -> Failure:
+    """The same Failure, its description prefixed with the hour it belongs to."""
+    return Failure(description=f"hour {k}: {exc.description or 'failed'}", metadata=exc.metadata,
+                   allow_retries=exc.allow_retries)
+
+
+def _plain(value) -> object:
+    raw = getattr(value, "value", value)
+    try:
+        json.dumps(raw)
+        return raw
+    except (TypeError, ValueError):
+        return str(raw)
+
+
+def _unevaluated(context: AssetExecutionContext, key: AssetKey, given: list[AssetCheckResult], n: int
+                 ) -> list[AssetCheckResult]:
+    """A successful step owes Dagster a result for every selected check. A check no hour
+    of this run has a result for (every hour was done before this code stored them) says so."""
+    have = {c.check_name for c in given}
+    return [AssetCheckResult(check_name=ck.name, passed=True, severity=AssetCheckSeverity.WARN,
+                             description=f"not evaluated: all {n} hours were done by earlier runs, "
+                                         "whose results of this check are in their own evaluations",
+                             metadata={"hours": 0})
+            for ck in sorted(context.selected_asset_check_keys, key=lambda c: c.name)
+            if ck.asset_key == key and ck.name not in have]
+
+
+_RANK = {AssetCheckSeverity.WARN: 0, AssetCheckSeverity.ERROR: 1}
+
+
+def merge_checks(by_hour: dict[str, list[AssetCheckResult]], reused: list[str] = ()) -> list[AssetCheckResult]:
+    """One result per check over the hours of the run (Dagster takes one per check and
+    step), reused hours with the result they got when they were done: passed only if
+    every hour passed, at the severity of the worst failing hour, with every hour's own
+    result and metadata under `by_hour`."""
+    names: dict[str, dict[str, AssetCheckResult]] = {}
+    for k, checks in sorted(by_hour.items()):
         for c in checks:
-            m = merged.setdefault(c.check_name, {"passed": True, "severity": AssetCheckSeverity.WARN, "failed": []})
-            if not c.passed:
-                m["passed"] = False
-                m["failed"].append(k)
-                if c.severity == AssetCheckSeverity.ERROR:
-                    m["severity"] = AssetCheckSeverity.ERROR
-    rows = sum(int(md.get("dagster/row_count", 0)) for _, md, _ in results)
-    return MaterializeResult(
-        metadata={"hours": len(keys), "first_hour": keys[0], "last_hour": keys[-1], "dagster/row_count": rows},
-        check_results=[
-            AssetCheckResult(check_name=name, passed=m["passed"], severity=m["severity"],
-                             metadata={"hours": len(keys), "failed_hours": m["failed"]})
-            for name, m in merged.items()
-        ],
-    )
+            names.setdefault(c.check_name, {})[k] = c
+    merged = []
+    for name, results in names.items():
+        failed = [k for k, c in results.items() if not c.passed]
+        pool = [results[k] for k in failed] or list(results.values())
+        severity = max((c.severity for c in pool), key=_RANK.__getitem__)
+        merged.append(AssetCheckResult(
+            check_name=name,
+            passed=not failed,
+            severity=severity,
+            description=(f"failed in {len(failed)} of {len(results)} hours: {', '.join(failed)}" if failed
+                         else f"passed in all {len(results)} hours"),
+            metadata={
+                "hours": len(results),
+                "passed_hours": MetadataValue.json([k for k in results if k not in failed]),
+                "failed_hours": MetadataValue.json(failed),
+                "not_rechecked_hours": MetadataValue.json([k for k in reused if k in results]),
+                "by_hour": MetadataValue.json(
+                    {k: {"passed": c.passed, **{m: _plain(v) for m, v in c.metadata.items()}}
+                     for k, c in results.items()}),
+            },
+        ))
+    return merged

@@ -219,19 +219,26 @@ class _Search:
                 if rec is None:
                     return limit, "log_end"
             offset, stamped = rec
-            if stamped <= millis + self.max_future_ms or not self._holds_back(offset, stamped, limit):
+            if stamped <= millis + self.max_future_ms:
                 return offset, source
+            outlier, nxt = self._outlier(offset, stamped, limit)
+            if not outlier:
+                return offset, source  # an idle partition waking up: the boundary really is that late
             self._future(offset, stamped, millis)
-            pos, source = offset + 1, "scan"  # land it where it sits: the boundary is the next record
+            # Land it where it sits: with the record after it, so every boundary agrees on its hour.
+            if nxt is None or nxt[1] >= millis:
+                return offset, source
+            pos, source = nxt[0], "scan"
         return limit, "log_end"
 
-    def _holds_back(self, offset: int, stamped: int, limit: int) -> bool:
+    def _outlier(self, offset: int, stamped: int, limit: int) -> tuple[bool, tuple[int, int] | None]:
         """A record far past the boundary time is an outlier, not an idle partition waking up, when it
-        is stamped in the future of the wall clock or the record after it is stamped well before it."""
-        if stamped > self.now_ms + self.max_future_ms:
-            return True
+        is stamped in the future of the wall clock or the record after it is stamped well before it.
+        Returns the verdict and the record after it."""
         nxt = self.log.first_record(self.topic, self.partition, offset + 1, limit)
-        return nxt is not None and nxt[1] < stamped - self.max_future_ms
+        if stamped > self.now_ms + self.max_future_ms:
+            return True, nxt
+        return nxt is not None and nxt[1] < stamped - self.max_future_ms, nxt
 
     def _future(self, offset: int, stamped: int, millis: int) -> None:
         minutes = self.max_future_ms // 60_000
@@ -246,6 +253,8 @@ class _Search:
                 "or raise max_future_minutes if such timestamps are normal here. To stop such records at the "
                 "source, set the broker's log.message.timestamp.after.max.ms."
             )
+        if any(f["partition"] == self.partition and f["offset"] == offset for f in self.future_records):
+            return
         self.future_records.append({
             "partition": self.partition, "offset": offset, "timestamp": _iso(stamped),
             "boundary": _iso(millis), "action": "landed where it sits",
@@ -324,6 +333,8 @@ def plan_slice(
         if end < start:  # only possible if a frozen neighbour is inconsistent with the log
             raise PlanningError(f"topic {topic!r} partition {p}: planned end {end} before start {start}")
         slices.append(PartitionSlice(p, start, end, log_start, log_end, start_from, end_from))
+        # Recorded by the hour they land in; one found before the start belongs to the hour below.
+        future = [f for f in future if f["partition"] != p or start <= f["offset"] < end]
 
     return SlicePlan(
         topic=topic, hour=hour_tag(hour), planned_at=now.isoformat(timespec="seconds"),

@@ -176,9 +176,10 @@ class SchemaRegistryResource(ConfigurableResource):
 
     url: str
     basic_auth_user_info: Optional[str] = None  # "user:password", from an EnvVar
+    timeout_seconds: float = 30.0  # per request; without one, a registry that hangs hangs the run
 
     def client(self) -> SchemaRegistryClient:
-        conf = {"url": self.url}
+        conf = {"url": self.url, "timeout": self.timeout_seconds}
         if self.basic_auth_user_info:
             conf["basic.auth.user.info"] = self.basic_auth_user_info
         return SchemaRegistryClient(conf)

@@ -50,9 +50,9 @@ def admin(bootstrap) -> AdminClient:
 def make_topic(admin):
     """Create a fresh topic with a unique name; retention off so old timestamps stay."""
 
-    def _make(partitions: int = 1, prefix: str = "t") -> str:
+    def _make(partitions: int = 1, prefix: str = "t", config: dict | None = None) -> str:
         name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-        fut = admin.create_topics([NewTopic(name, partitions, 1, config={"retention.ms": "-1"})])[name]
+        fut = admin.create_topics([NewTopic(name, partitions, 1, config={"retention.ms": "-1", **(config or {})})])[name]
         fut.result(timeout=30)
         return name
 

@@ -3,6 +3,8 @@ trip, dead letters, idempotence and crash safety."""
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -13,7 +15,8 @@ from confluent_kafka import TopicPartition
 from dagster import Failure
 
 from kafka_landing.avro_landing.assets import check_still_in_kafka, schema_fetcher
-from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
+from kafka_landing.conservation import check_landed_hour
+from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, encode, generate, register
 from kafka_landing.framing import frame
 from kafka_landing.landing import DeadLetterLimitExceeded, land_hour
 from kafka_landing.landing_store import LandingStore
@@ -24,6 +27,7 @@ from kafka_landing.topic_config import Route, TopicConfig
 from kafka_landing_tests.conftest import utcnow
 
 HOURS = 3
+SIMPLE = {"type": "record", "name": "Simple", "fields": [{"name": "n", "type": "long"}]}
 
 
 def read_avro(store: LandingStore, rel: str) -> list[dict]:
@@ -35,10 +39,10 @@ def done_files(store: LandingStore, cfg: TopicConfig, hour) -> dict[str, DoneFil
     return {t: DoneFile.from_dict(store.read_json(done_file_path(cfg.dataset, t, hour))) for t in cfg.tables}
 
 
-def land(spark, store, registry, kafka, cfg, hour, attempt=None):
+def land(spark, store, registry, kafka, cfg, hour, attempt=None, fetch=None):
     with kafka.log_view() as log:
         plan, _ = freeze_slice(store, log, cfg, hour, utcnow())
-    return plan, land_hour(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, plan,
+    return plan, land_hour(lambda: spark, store, fetch or schema_fetcher(registry), kafka.spark_options(), cfg, plan,
                            attempt or uuid.uuid4().hex[:8])
 
 
@@ -191,12 +195,73 @@ def test_dead_letter_limit_fails_after_writing_them(make_topic, send, kafka, reg
     send([(topic, 0, to_millis(hour + timedelta(minutes=1)), b"k", b"\x07garbage"),
           (topic, 0, to_millis(hour + timedelta(minutes=2)), b"k", frame(123456789, b"\x02"))])
     cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0, dead_letter_limit=0.4)
-    with pytest.raises(DeadLetterLimitExceeded, match=r"2 of 2 records are dead letters"):
+    with pytest.raises(DeadLetterLimitExceeded, match=r"2 of 2 records are dead letters") as failed:
         land(spark, store, registry, kafka, cfg, hour)
-    manifest = store.read_json(f"dead_letters/{topic}/hour={hour_tag(hour)}/_MANIFEST.json")
+    kept = re.search(r"kept under (\S+)\.", str(failed.value)).group(1)
+    manifest = store.read_json(f"{kept}/_MANIFEST.json")
     assert manifest["rows"] == 2 and manifest["by_reason"] == {"bad magic byte": 1, "unknown schema id": 1}
     assert sum(len(read_avro(store, f["path"])) for f in manifest["files"]) == 2
     assert not store.exists(done_file_path("d", "t", hour)), "no done file for a failed hour"
+
+
+@pytest.fixture
+def small_hour(make_topic, send, kafka, registry, spark, store):
+    """One landed hour of two partitions: good records and one dead letter."""
+    topic = make_topic(partitions=2)
+    sid = register(registry.client(), f"{topic}-value", SIMPLE)
+    hour = floor_hour(utcnow()) - ONE_HOUR * 3
+    send([(topic, p, to_millis(hour + timedelta(minutes=m)), None, frame(sid, encode(SIMPLE, {"n": m})))
+          for p in (0, 1) for m in range(10)] + [(topic, 0, to_millis(hour + timedelta(minutes=30)), None, b"\x05bad")])
+    cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0, rows_per_task=4, dead_letter_limit=0.5)
+    plan, result = land(spark, store, registry, kafka, cfg, hour)
+    assert result.rows == 20 and result.dead_letters.rows == 1
+    return cfg, plan, hour
+
+
+def test_conservation_check_fails_when_what_it_guards_breaks(small_hour, store, spark, registry, kafka):
+    cfg, plan, hour = small_hour
+    assert check_landed_hour(store, cfg, plan).passed
+    done = done_files(store, cfg, hour)["t"]
+    landed, dead = done.files[0].path, done.dead_letters.files[0].path
+    breakages = {
+        "delete a landed file": (lambda: store.delete(landed), f"listed file {landed} does not exist"),
+        "truncate a landed file": (lambda: store.path(landed).write_bytes(store.read_bytes(landed)[:-40]),
+                                   f"{landed} is not a whole Avro file"),
+        "drop a dead-letter file": (lambda: store.delete(dead), f"listed file {dead} does not exist"),
+        "drop the done file": (lambda: store.delete(done_file_path("d", "t", hour)), "no done file"),
+    }
+    for what, (breaks, problem) in breakages.items():
+        land(spark, store, registry, kafka, cfg, hour)  # whole again
+        assert check_landed_hour(store, cfg, plan).passed, what
+        breaks()
+        verdict = check_landed_hour(store, cfg, plan)
+        assert not verdict.passed, f"the check passed after: {what}"
+        assert any(problem in p for p in verdict.problems), (what, verdict.problems)
+
+
+def test_relanding_keeps_the_previous_hour_until_the_new_one_is_complete(small_hour, store, spark, kafka, monkeypatch):
+    cfg, plan, hour = small_hour
+    before = store.read_json(done_file_path("d", "t", hour))
+    # The registry forgot the schema: every record is now a dead letter, over the limit.
+    with pytest.raises(DeadLetterLimitExceeded, match="previous done files, if any, are untouched"):
+        land_hour(lambda: spark, store, lambda sid: None, kafka.spark_options(), cfg, plan, "forgot")
+    assert store.read_json(done_file_path("d", "t", hour)) == before
+    assert check_landed_hour(store, cfg, plan).passed, "the previous complete hour is intact"
+
+    # A successful re-land removes files no longer listed only after the new done file is in place.
+    events = []
+    real_write, real_delete = LandingStore.write_json_atomic, LandingStore.delete
+    monkeypatch.setattr(LandingStore, "write_json_atomic",
+                        lambda self, rel, obj: (events.append(("write", rel)), real_write(self, rel, obj))[1])
+    monkeypatch.setattr(LandingStore, "delete", lambda self, rel: (events.append(("delete", rel)), real_delete(self, rel))[1])
+    stale = f"{Path(before['files'][0]['path']).parent}/{cfg.topic}+0+d.t+1+00000000000000000000+00000000000000000001.avro"
+    store.path(stale).write_bytes(b"an old attempt's file")
+    land(spark, store, None, kafka, cfg, hour, fetch=lambda sid: json.dumps(SIMPLE))
+    done_at = events.index(("write", done_file_path("d", "t", hour)))
+    deleted = [i for i, (kind, rel) in enumerate(events) if kind == "delete" and rel.endswith(".avro")]
+    assert deleted and min(deleted) > done_at, events
+    assert not store.exists(stale)
+    assert check_landed_hour(store, cfg, plan).passed
 
 
 def test_relanding_and_crashes_give_the_same_files(demo, kafka, registry, spark, monkeypatch):

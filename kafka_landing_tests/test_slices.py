@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import random
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from confluent_kafka import TopicPartition
+from confluent_kafka.admin import NewPartitions, NewTopic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_landing.naming import ONE_HOUR, floor_hour, to_millis
-from kafka_landing.planning import HourNotClosedError, RetentionGapError, UnknownTopicError
+from kafka_landing.planning import (
+    FutureTimestampError,
+    HourNotClosedError,
+    LogRewoundError,
+    RetentionGapError,
+    UnknownTopicError,
+)
 from kafka_landing.slices import freeze_slice, load_frozen
 from kafka_landing.landing_store import LandingStore
 from kafka_landing.topic_config import TopicConfig
@@ -26,12 +34,29 @@ HOURS = 5
 produce_step = st.tuples(
     st.just("produce"),
     st.lists(
-        st.tuples(st.integers(0, 2), st.integers(0, HOURS - 1), st.integers(-20, 79)),
+        st.tuples(st.integers(0, 2), st.integers(0, HOURS - 1),
+                  # minutes within or just outside the hour, and now and then far past or far future
+                  st.one_of(st.integers(-20, 79), st.sampled_from([-600, -60 * 24 * 30, 300, 60 * 24 * 365]))),
         min_size=1, max_size=12,
     ),
 )
 freeze_step = st.tuples(st.just("freeze"), st.integers(0, HOURS - 1))
 scenario = st.lists(st.one_of(produce_step, freeze_step), min_size=1, max_size=10)
+
+
+def not_outliers(sent: list, lo_ms: int, hi_ms: int, max_future_ms: int) -> dict[int, set[int]]:
+    """Offsets stamped in [lo_ms, hi_ms) that are not outliers by the documented rule
+    (stamped more than max_future past the record after them): those must be planned."""
+    out: dict[int, set[int]] = {}
+    by_part: dict[int, list] = {}
+    for s in sorted(sent, key=lambda s: (s.partition, s.offset)):
+        by_part.setdefault(s.partition, []).append(s)
+    for p, recs in by_part.items():
+        for s, after in zip(recs, recs[1:] + [None]):
+            outlier = after is not None and s.timestamp_ms > after.timestamp_ms + max_future_ms
+            if lo_ms <= s.timestamp_ms < hi_ms and not outlier:
+                out.setdefault(p, set()).add(s.offset)
+    return out
 
 
 def check_tiling(plans: dict, produced_offsets: dict[int, set[int]]) -> None:
@@ -52,20 +77,21 @@ def check_tiling(plans: dict, produced_offsets: dict[int, set[int]]) -> None:
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=scenario, order_seed=st.integers(0, 2**16))
 def test_hourly_slices_tile_every_offset_exactly_once(make_topic, send, kafka, tmp_path_factory, steps, order_seed):
-    topic = make_topic(partitions=3)
+    topic = make_topic(partitions=3, config={"message.timestamp.after.max.ms": str(2**63 - 1)})
     store = LandingStore(tmp_path_factory.mktemp("tiling"))
-    cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0, rows_per_task=7)
+    # Far-future records land where they sit (recorded); the default policy, fail, is tested below.
+    # Jitter here reaches 99 minutes; the far values are 5 hours and more.
+    cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0, rows_per_task=7,
+                      on_future_timestamp="land", max_future_minutes=120)
     base = floor_hour(utcnow()) - ONE_HOUR * (HOURS + 2)
     now = utcnow()
-    produced: dict[int, set[int]] = {}
+    sent = []
     first = {}
     with kafka.log_view() as log:
         for step in steps:
             if step[0] == "produce":
                 recs = [(topic, p, to_millis(base + ONE_HOUR * h + timedelta(minutes=m)), None, b"x") for p, h, m in step[1]]
-                for s in send(recs):
-                    if s.timestamp_ms >= to_millis(base):
-                        produced.setdefault(s.partition, set()).add(s.offset)
+                sent += send(recs)
             else:
                 hour = base + ONE_HOUR * step[1]
                 plan, _ = freeze_slice(store, log, cfg, hour, now)
@@ -78,7 +104,7 @@ def test_hourly_slices_tile_every_offset_exactly_once(make_topic, send, kafka, t
             assert plan == first.setdefault(hour, plan)
     plans = load_frozen(store, topic)
     assert sorted(plans) == sorted(base + ONE_HOUR * i for i in range(HOURS))
-    check_tiling(plans, produced)
+    check_tiling(plans, not_outliers(sent, to_millis(base), to_millis(base + ONE_HOUR * HOURS), 120 * 60_000))
     for plan in plans.values():  # the task split covers the slice exactly
         for ps in plan.partitions:
             tasks = [t for t in plan.tasks if t.partition == ps.partition]
@@ -139,3 +165,79 @@ def test_offsets_deleted_by_retention_are_a_clear_error(make_topic, send, kafka,
         plan, _ = freeze_slice(store, log, cfg, h0 + ONE_HOUR, utcnow(), skip_retention_gaps=True)
     assert (plan.partitions[0].start, plan.partitions[0].end) == (15, 20)
     assert plan.skipped == ({"partition": 0, "start": 10, "end": 15, "reason": "deleted by retention"},)
+
+
+def _outlier_topic(make_topic, send, h0):
+    """Records in hour 0, one stamped in 2030 among them, then records of hours 0, 1 and 2."""
+    topic = make_topic(partitions=1, config={"message.timestamp.after.max.ms": str(2**63 - 1)})
+    far = to_millis(datetime(2030, 1, 1, tzinfo=timezone.utc))
+    stamps = [to_millis(h0 + timedelta(minutes=10)), far, to_millis(h0 + timedelta(minutes=20)),
+              to_millis(h0 + ONE_HOUR + timedelta(minutes=5)), to_millis(h0 + 2 * ONE_HOUR + timedelta(minutes=5))]
+    send([(topic, 0, ts, None, b"x") for ts in stamps])
+    return topic
+
+
+def test_a_far_future_record_fails_the_hour_naming_it(make_topic, send, kafka, store):
+    h0 = floor_hour(utcnow()) - ONE_HOUR * 5
+    topic = _outlier_topic(make_topic, send, h0)
+    cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0)
+    with kafka.log_view() as log, pytest.raises(FutureTimestampError) as failed:
+        freeze_slice(store, log, cfg, h0, utcnow())
+    message = str(failed.value)
+    for part in (topic, "partition 0", "offset 1", "2030-01-01T00:00:00", "on_future_timestamp: land",
+                 "log.message.timestamp.after.max.ms"):
+        assert part in message, (part, message)
+    assert not load_frozen(store, topic), "nothing was frozen"
+
+
+def test_a_far_future_record_lands_where_it_sits_by_policy(make_topic, send, kafka, store):
+    h0 = floor_hour(utcnow()) - ONE_HOUR * 5
+    topic = _outlier_topic(make_topic, send, h0)
+    cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0, on_future_timestamp="land")
+    with kafka.log_view() as log:
+        plans = [freeze_slice(store, log, cfg, h0 + ONE_HOUR * i, utcnow())[0] for i in range(3)]
+    # Without the policy's care, hours 1 and 2 would be empty until 2030.
+    assert [(p.partitions[0].start, p.partitions[0].end) for p in plans] == [(0, 3), (3, 4), (4, 5)]
+    assert plans[0].future_records[0]["offset"] == 1
+    assert plans[0].future_records[0]["timestamp"].startswith("2030-01-01")
+
+
+def test_partitions_added_later_land_their_early_records(make_topic, send, kafka, admin, store):
+    topic = make_topic(partitions=1)
+    cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0)
+    h0 = floor_hour(utcnow()) - ONE_HOUR * 5
+    send([(topic, 0, to_millis(h0 + ONE_HOUR * h + timedelta(minutes=5)), None, b"x") for h in range(4)])
+    with kafka.log_view() as log:
+        freeze_slice(store, log, cfg, h0, utcnow())
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(timeout=30)
+    # Old-stamped records in the new partitions: before h0, inside h0, and in h1.
+    send([(topic, p, to_millis(h0 + timedelta(minutes=m)), None, b"new") for p in (1, 2) for m in (-300, 30, 70)])
+    with kafka.log_view() as log:
+        plan1, _ = freeze_slice(store, log, cfg, h0 + ONE_HOUR, utcnow())
+        plan2, _ = freeze_slice(store, log, cfg, h0 + 2 * ONE_HOUR, utcnow())
+    for p in (1, 2):
+        s = plan1.partition(p)
+        assert (s.start, s.end, s.start_from) == (0, 3, "log_start"), s
+        assert plan2.partition(p).start == 3
+    assert (plan1.partition(0).start, plan1.partition(0).end) == (1, 2)
+
+
+def test_a_re_created_topic_fails_clearly(make_topic, send, kafka, admin, store):
+    topic = make_topic(partitions=1)
+    cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0)
+    h0 = floor_hour(utcnow()) - ONE_HOUR * 5
+    send([(topic, 0, to_millis(h0 + timedelta(minutes=m)), None, b"x") for m in range(0, 60, 6)]
+         + [(topic, 0, to_millis(h0 + ONE_HOUR + timedelta(minutes=5)), None, b"x")])
+    with kafka.log_view() as log:
+        freeze_slice(store, log, cfg, h0, utcnow())  # offsets [0, 10)
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    for _ in range(60):  # deletion is asynchronous
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+            break
+        except Exception:
+            time.sleep(0.5)
+    send([(topic, 0, to_millis(h0 + ONE_HOUR + timedelta(minutes=m)), None, b"y") for m in (10, 20)])
+    with kafka.log_view() as log, pytest.raises(LogRewoundError) as failed:
+        freeze_slice(store, log, cfg, h0 + ONE_HOUR, utcnow())
+    assert f"topic {topic!r} partition 0" in str(failed.value) and "re-created" in str(failed.value)

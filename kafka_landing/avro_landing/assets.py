@@ -15,6 +15,7 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
+from kafka_landing.conservation import check_landed_hour
 from kafka_landing.landing import LandingError, LandingResult, land_hour
 from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.naming import asset_safe, dead_letter_dir, hour_from_key, hour_from_tag, table_hour_dir
@@ -59,8 +60,14 @@ def check_still_in_kafka(kafka: KafkaResource, plan: SlicePlan) -> None:
 
 
 def schema_fetcher(registry: SchemaRegistryResource):
-    """Writer schemas by id, each fetched once per run; None for an id the registry does not know."""
+    """Writer schemas by id, each asked once per run: the Avro schema text, or a DeadSchema (an id
+    the registry says it does not have, or a PROTOBUF or JSON schema) whose records become dead
+    letters. Any other answer, or none, raises RegistryError: it says nothing about the records,
+    so the hour fails rather than turning good records into dead letters."""
+    from confluent_kafka.schema_registry.common._httpx_compat import httpx  # the HTTP client it uses (httpx2 or httpx)
     from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from kafka_landing import registry_answers as answers
 
     client, cache = registry.client(), {}
 
@@ -68,11 +75,20 @@ def schema_fetcher(registry: SchemaRegistryResource):
         if schema_id not in cache:
             try:
                 schema = client.get_schema(schema_id)
-                cache[schema_id] = schema.schema_str if (schema.schema_type or "AVRO") == "AVRO" else None
             except SchemaRegistryError as exc:
-                if exc.http_status_code != 404:
-                    raise
-                cache[schema_id] = None
+                if not answers.is_schema_not_found(exc.http_status_code, exc.error_code):
+                    raise answers.answer_error(registry.url, schema_id, exc.http_status_code, exc.error_code,
+                                               exc.error_message) from None
+                cache[schema_id] = answers.DeadSchema(answers.UNKNOWN_SCHEMA_ID)
+            except httpx.TransportError as exc:  # refused, timed out, DNS, TLS
+                raise answers.unreachable_error(registry.url, schema_id, exc) from None
+            except Exception as exc:  # noqa: BLE001 - e.g. a 200 that is not a registry's JSON
+                raise answers.answer_error(registry.url, schema_id, None, None,
+                                           f"not a schema registry's answer ({type(exc).__name__}: {exc})") from None
+            else:
+                kind = (schema.schema_type or "AVRO").upper()
+                cache[schema_id] = (schema.schema_str if kind == "AVRO"
+                                    else answers.DeadSchema(answers.not_avro_reason(schema_id, kind)))
         return cache[schema_id]
 
     return fetch
@@ -84,6 +100,8 @@ def landing_metadata(result: LandingResult, store, cfg: TopicConfig, plan: Slice
     meta = {
         "dagster/row_count": result.rows,
         "records_read": result.records_read,
+        # Offsets of the slice Kafka returned no record for: transaction markers, aborted records, compaction.
+        "offsets_without_record": plan.records - result.records_read,
         "rows_by_table": MetadataValue.json({t: d.rows for t, d in sorted(result.done.items())}),
         "dead_letters": result.dead_letters.rows,
         "dead_letters_by_reason": MetadataValue.json(result.dead_letters.by_reason),
@@ -101,16 +119,11 @@ def landing_metadata(result: LandingResult, store, cfg: TopicConfig, plan: Slice
     return meta
 
 
-def landing_checks(result: LandingResult, plan: SlicePlan) -> list[AssetCheckResult]:
-    landed = result.rows + result.dead_letters.rows
-    gaps = plan.records - result.records_read
+def landing_checks(result: LandingResult, store, cfg: TopicConfig, plan: SlicePlan) -> list[AssetCheckResult]:
+    # Re-counted from the published files, not from what this run believes it wrote.
+    conserved = check_landed_hour(store, cfg, plan)
     return [
-        AssetCheckResult(
-            check_name="conservation",
-            passed=plan.records == landed + gaps and gaps >= 0,
-            metadata={"slice_records": plan.records, "landed_rows": result.rows,
-                      "dead_letters": result.dead_letters.rows, "offset_gaps": gaps},
-        ),
+        AssetCheckResult(check_name="conservation", passed=conserved.passed, metadata=conserved.metadata()),
         AssetCheckResult(
             check_name="no_dead_letters",
             passed=result.dead_letters.rows == 0,
@@ -131,7 +144,8 @@ def build_landing_asset(cfg: TopicConfig):
         backfill_policy=single_run,
         check_specs=[
             AssetCheckSpec("conservation", asset=key,
-                           description="Slice records = landed rows + dead letters (+ offsets Kafka returned no record for)."),
+                           description="Slice records = rows in the listed files + dead letters (both counted from the "
+                                       "files' Avro block headers) + offsets Kafka returned no record for."),
             AssetCheckSpec("no_dead_letters", asset=key, description="Warns when the hour has dead letters."),
         ],
         group_name=GROUP,
@@ -172,7 +186,7 @@ def build_landing_asset(cfg: TopicConfig):
                 f"{cfg.topic} {plan.hour}: read {result.records_read}, landed {result.rows}, "
                 f"dead letters {result.dead_letters.rows} in {result.seconds:.1f}s"
             )
-            return landing_metadata(result, store, cfg, plan), landing_checks(result, plan)
+            return landing_metadata(result, store, cfg, plan), landing_checks(result, store, cfg, plan)
 
         return run_hours(context, key, one_hour)
 

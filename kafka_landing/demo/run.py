@@ -15,6 +15,7 @@ from kafka_landing import devstack
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.naming import hour_key
+from kafka_landing.warehouse.assets import load_run_defs
 from kafka_landing.warehouse.sensors import SENSOR_NAME
 
 HOURS = int(os.environ.get("DEMO_HOURS", "3"))
@@ -50,11 +51,11 @@ def load_through_sensor(defs, instance) -> int:
     tag them, so the sensor in `dagster dev` does not request them again."""
     sensor = defs.resolve_sensor_def(SENSOR_NAME)
     resources = build_resources()
-    with build_sensor_context(instance=instance, resources={"landing": resources["landing"]}) as ctx:
+    with build_sensor_context(instance=instance, resources={"landing": resources["landing"], "warehouse": resources["warehouse"]}) as ctx:
         result = sensor(ctx)
     requests = result.run_requests or []
     for req in requests:
-        assets = [defs.get_assets_def(k) for k in req.asset_selection]
+        assets = load_run_defs(defs, req.asset_selection)
         result = materialize(assets, instance=instance, partition_key=req.partition_key, resources=resources,
                              tags={**req.tags, "dagster/run_key": req.run_key, "dagster/sensor_name": SENSOR_NAME})
         _record_checks(result, req.partition_key)

@@ -70,6 +70,8 @@ def slice_metadata(plan: SlicePlan, manifest_uri: str, frozen_now: bool) -> dict
     }
     if plan.skipped:
         meta["skipped_offsets"] = MetadataValue.json(list(plan.skipped))
+    if plan.future_records:  # landed where they sit, by the topic's on_future_timestamp policy
+        meta["future_records"] = MetadataValue.json(list(plan.future_records))
     return meta
 
 

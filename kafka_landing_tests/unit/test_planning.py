@@ -200,3 +200,49 @@ def test_plain_hours_read_no_record():
     log = MemLog({0: [(at(h, m), DATA) for h in range(HOURS) for m in (5, 25, 45)]})
     plan_all(log, list(range(HOURS)))
     assert log.reads == 0
+
+
+step = st.one_of(
+    st.tuples(st.just("produce"), st.lists(st.tuples(
+        st.integers(0, 2), st.integers(0, HOURS - 1),
+        st.one_of(st.integers(-20, 79), st.sampled_from([-600, -60 * 24 * 30, 300, 60 * 24 * 365])),
+        st.sampled_from([DATA, DATA, DATA, MARKER, ABORTED])), min_size=1, max_size=12)),
+    st.tuples(st.just("freeze"), st.integers(0, HOURS - 1)),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(steps=st.lists(step, min_size=1, max_size=10), seed=st.integers(0, 2**16))
+def test_hours_frozen_while_records_arrive_tile_the_log(steps, seed):
+    """The real-broker property test's scenario, at hypothesis speed: records arrive between
+    freezes, stamped back and forth, now and then far in the past or the future."""
+    log = MemLog({0: [], 1: [], 2: []})
+    frozen: dict = {}
+
+    def freeze(h):
+        hour = BASE + ONE_HOUR * h
+        if hour not in frozen:
+            # Jitter here reaches 99 minutes; the far values are 5 hours and more.
+            frozen[hour] = plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=7,
+                                      on_future_timestamp="land", max_future_minutes=120)
+
+    for s in steps:
+        if s[0] == "produce":
+            for p, h, m, kind in s[1]:
+                log.parts[p].append((at(h, m), kind))
+        else:
+            freeze(s[1])
+    rest = list(range(HOURS))
+    random.Random(seed).shuffle(rest)
+    for h in rest:
+        freeze(h)
+    for p in range(3):
+        assert_tiles(frozen, p)
+        first = frozen[BASE].partition(p).start
+        data = [(o, ts) for o, (ts, kind) in enumerate(log.parts[p]) if kind == DATA]
+        for (o, ts), after in zip(data, data[1:] + [None]):
+            # An outlier by the documented rule (stamped far past the record after it) lands where it
+            # sits, with that record, which may be before the first hour.
+            outlier = after is not None and ts > after[1] + 120 * 60_000
+            if at(0) <= ts < at(HOURS) and not outlier:
+                assert o >= first, f"partition {p}: offset {o} stamped in the planned hours precedes the first slice"

@@ -1,0 +1,303 @@
+"""Warehouse loads waiting to happen, kept small so the done-file sensor's tick
+costs the same with a day or with years of hours on disk.
+
+Why: a done file's mtime says nothing about whether it was loaded (copies keep
+old mtimes), a load can fail, and globbing every done file ever written on
+every tick grows without bound. So:
+
+- When publish() writes a done file it leaves a small marker per (table, hour)
+  (`mark_pending`):
+
+      pending_loads/<dataset>/<table>/hour=<H>.json   {"done_file", "sha256", "marked_at"}
+
+  A re-land overwrites it with the new content's hash.
+- The warehouse records what it loaded per (table, hour): the done file's
+  content hash (`ParquetWarehouse.loaded`).
+- A load, once its hour is in place and recorded, removes the marker only if the
+  marker still names the content it loaded (`clear_pending`, compare-and-delete
+  under the table's lock, the lock `mark_pending` takes too): a re-land during a
+  load stays pending.
+- The sensor lists the markers, not the done files, and asks the Dagster
+  instance which loads ran (`decide`): none -> request; one in flight -> wait;
+  all finished and the content still not loaded -> request again under a new
+  run key, at most `MAX_ATTEMPTS` times, then warn on every tick.
+- Done files written by other tools (no marker) are found by a rolling
+  reconciliation (`reconcile`), a bounded number of done files per tick.
+
+Pure: no Dagster, no Spark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from kafka_landing.landing_store import LandingStore
+from kafka_landing.naming import DONE_FILE_RE, HOUR_TAG_FORMAT, ONE_HOUR, floor_hour, hour_from_tag, hour_tag
+
+PENDING_DIR = "pending_loads"
+MAX_ATTEMPTS = 3
+# Run statuses (Dagster's names) after which a run will not change anything any more.
+FINISHED = frozenset({"SUCCESS", "FAILURE", "CANCELED"})
+
+
+@dataclass(frozen=True, order=True)
+class TableHour:
+    hour: str  # an hour tag, 2026-11-20T13 (first, so sorting is oldest first)
+    dataset: str
+    table: str
+
+    @property
+    def done_file(self) -> str:
+        return f"tables/{self.dataset}/{self.table}/hour={self.hour}/_DONE.json"
+
+    @property
+    def marker(self) -> str:
+        return f"{PENDING_DIR}/{self.dataset}/{self.table}/hour={self.hour}.json"
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}.{self.table}"
+
+
+def parse_done_path(rel: str) -> TableHour:
+    m = DONE_FILE_RE.match(rel)
+    if not m:
+        raise ValueError(f"{rel!r} is not a done file path (tables/<dataset>/<table>/hour=<YYYY-MM-DDTHH>/_DONE.json)")
+    return TableHour(m["hour"], m["dataset"], m["table"])
+
+
+def content_sha(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
+def _lock(dataset: str, table: str) -> str:
+    return f"locks/{PENDING_DIR}/{dataset}/{table}.lock"
+
+
+def _write_fast(store: LandingStore, rel: str, data: bytes) -> None:
+    """Atomic but not fsynced: for markers the reconciliation would find again anyway."""
+    target = store.path(rel)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+
+
+def mark_pending(store: LandingStore, done_file_rel_path: str, content_bytes: bytes, *, durable: bool = True) -> str:
+    """Say that (table, hour) of this done file waits for a load of exactly this content.
+    Call it right after the done file is written. Returns the marker's path."""
+    th = parse_done_path(done_file_rel_path)
+    body = json.dumps({"done_file": th.done_file, "sha256": content_sha(content_bytes),
+                       "marked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}).encode()
+    with store.lock(_lock(th.dataset, th.table)):
+        (store.write_atomic if durable else lambda rel, data: _write_fast(store, rel, data))(th.marker, body)
+    return th.marker
+
+
+_MISSING = object()
+
+
+def _marker_sha(store: LandingStore, th: TableHour):
+    """The hash a marker names; None if unreadable (it still means "look here"); _MISSING if absent."""
+    try:
+        raw = store.path(th.marker).read_bytes()
+    except FileNotFoundError:
+        return _MISSING
+    try:
+        sha = json.loads(raw).get("sha256")
+        return sha if isinstance(sha, str) else None
+    except (ValueError, AttributeError):
+        return None
+
+
+def marker_sha(store: LandingStore, th: TableHour) -> str | None:
+    """The content hash the marker of (table, hour) names, None if there is none (or unreadable)."""
+    sha = _marker_sha(store, th)
+    return None if sha is _MISSING else sha
+
+
+def clear_pending(store: LandingStore, done_file_rel_path: str, sha: str | None) -> bool:
+    """Remove the marker only if it still names content `sha` (None: an unreadable marker).
+    True if removed; False if absent or naming newer content, which then stays pending."""
+    th = parse_done_path(done_file_rel_path)
+    with store.lock(_lock(th.dataset, th.table)):
+        current = _marker_sha(store, th)
+        if current is _MISSING or current != sha:
+            return False
+        store.path(th.marker).unlink(missing_ok=True)
+        return True
+
+
+def _subdirs(path) -> list[str]:
+    try:
+        with os.scandir(path) as it:
+            return sorted(e.name for e in it if e.is_dir() and not e.name.startswith((".", "_")))
+    except FileNotFoundError:
+        return []
+
+
+def list_pending(store: LandingStore, only_dataset: str | None = None, only_table: str | None = None
+                 ) -> list[TableHour]:
+    """Every (table, hour) with a marker (of one table if given), oldest hour first. Costs O(markers)."""
+    base = store.path(PENDING_DIR)
+    out = []
+    for dataset in [only_dataset] if only_dataset else _subdirs(base):
+        for table in [only_table] if only_table else _subdirs(base / dataset):
+            if not (base / dataset / table).is_dir():
+                continue
+            with os.scandir(base / dataset / table) as it:
+                for e in it:
+                    n = e.name
+                    if n.startswith("hour=") and n.endswith(".json") and DONE_FILE_RE.match(
+                            f"tables/{dataset}/{table}/{n[:-5]}/_DONE.json"):
+                        out.append(TableHour(n[5:-5], dataset, table))
+    return sorted(out)
+
+
+def _hour_dirs(store: LandingStore, dataset: str, table: str) -> tuple[str, list[str]]:
+    """The table's folder and the hour tags of its hour=<H> folders, oldest first."""
+    base = str(store.path(f"tables/{dataset}/{table}"))
+    return base, [n[5:] for n in _subdirs(base)
+                  if n.startswith("hour=") and DONE_FILE_RE.match(f"tables/{dataset}/{table}/{n}/_DONE.json")]
+
+
+def landed_hours(store: LandingStore, dataset: str, table: str) -> list[str]:
+    """Hour tags of (dataset, table) that have a done file, oldest first."""
+    base, hours = _hour_dirs(store, dataset, table)
+    return [h for h in hours if os.path.exists(f"{base}/hour={h}/_DONE.json")]
+
+
+def listed_tables(store: LandingStore) -> list[tuple[str, str]]:
+    """(dataset, table) folders under tables/: cheap, to warn about unconfigured ones."""
+    base = store.path("tables")
+    return [(d, t) for d in _subdirs(base) for t in _subdirs(base / d)]
+
+
+# --- run keys and what to do with a pending load -----------------------------------
+
+def run_key(done_file: str, sha: str, attempt: int = 1) -> str:
+    """The first attempt keeps the key format of earlier versions (path@hash), so a sensor
+    upgraded in place does not reload what it already requested."""
+    base = f"{done_file}@{sha[:16]}"
+    return base if attempt == 1 else f"{base}#attempt{attempt}"
+
+
+def attempt_keys(done_file: str, sha: str, max_attempts: int = MAX_ATTEMPTS) -> list[str]:
+    return [run_key(done_file, sha, a) for a in range(1, max_attempts + 1)]
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # "request", "wait" (a run is in flight) or "give_up" (every attempt finished, not loaded)
+    attempt: int  # the attempt to request, or the last one made
+    run_key: str | None
+    runs: tuple[tuple[str, str], ...]  # (run key, status) of the runs seen for this content
+
+
+def decide(done_file: str, sha: str, statuses: Mapping[str, Sequence[str]], max_attempts: int = MAX_ATTEMPTS
+           ) -> Decision:
+    """What to do with content `sha` of `done_file`, known not to be loaded, given the
+    statuses of the runs per run key. A run key is never requested twice (Dagster would
+    drop it), so a retry is a new key; the retries are bounded, and never silent."""
+    keys = attempt_keys(done_file, sha, max_attempts)
+    seen = tuple((k, s) for k in keys for s in statuses.get(k, ()))
+    used = max((i for i, k in enumerate(keys, 1) if statuses.get(k)), default=0)
+    if any(s not in FINISHED for _, s in seen):
+        return Decision("wait", used, None, seen)
+    if used < max_attempts:
+        return Decision("request", used + 1, keys[used], seen)
+    return Decision("give_up", used, None, seen)
+
+
+# --- reconciliation: done files nobody marked -----------------------------------------
+
+@dataclass(frozen=True)
+class ScanPosition:
+    table: str | None = None  # "dataset.table" being scanned; None: start a pass at the first table
+    after: str | None = None  # the last hour tag scanned in it
+
+
+def reconcile(
+    store: LandingStore,
+    tables: Sequence[tuple[str, str]],
+    loaded_sha: Callable[[str, str, str], str | None],
+    position: ScanPosition,
+    budget: int,
+) -> tuple[ScanPosition, list[TableHour], int]:
+    """Scan up to `budget` done files of the configured `tables`, from `position` on, and
+    mark every one whose content is not the content loaded (`loaded_sha(dataset, table,
+    hour)`) and that has no marker yet. A pass ends at the last table; the next call starts
+    the next pass. Returns (where to go on, hours marked, done files scanned)."""
+    tables = sorted(tables)
+    names = [f"{d}.{t}" for d, t in tables]
+    if not names:
+        return ScanPosition(), [], 0
+    i = names.index(position.table) if position.table in names else 0
+    after = position.after if position.table in names else None
+    marked, scanned = [], 0
+    while i < len(names):
+        dataset, table = tables[i]
+        base, hours = _hour_dirs(store, dataset, table)
+        for h in hours:
+            if after is not None and h <= after:
+                continue
+            if scanned >= budget:
+                return ScanPosition(names[i], after), marked, scanned
+            scanned += 1
+            after = h
+            try:
+                with open(f"{base}/hour={h}/_DONE.json", "rb") as f:
+                    content = f.read()
+            except FileNotFoundError:
+                continue
+            th = TableHour(h, dataset, table)
+            sha = content_sha(content)
+            if loaded_sha(dataset, table, h) == sha or _marker_sha(store, th) is not _MISSING:
+                continue
+            mark_pending(store, th.done_file, content, durable=False)
+            marked.append(th)
+        i, after = i + 1, None
+    return ScanPosition(), marked, scanned
+
+
+# --- hours behind ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Behind:
+    first_hour: str | None  # the first landed (or loaded) hour: where counting starts
+    last_closed_hour: str | None
+    missing: tuple[str, ...]  # closed hours from first_hour on with nothing loaded, oldest first
+
+    @property
+    def hours(self) -> int:
+        return len(self.missing)
+
+
+def last_closed_hour(now: datetime, grace_minutes: int) -> datetime:
+    """The newest hour H with H + 1h + grace <= now."""
+    return floor_hour(now - timedelta(minutes=grace_minutes)) - ONE_HOUR
+
+
+def hours_behind(landed: Iterable[str], loaded: Iterable[str], now: datetime, grace_minutes: int) -> Behind:
+    """Closed hours not loaded, counted from the table's first landed or loaded hour: hours
+    before a table's first data are not "behind" (a new table, or a partitions start that
+    predates the topic), every closed hour after it is, landed or not."""
+    loaded = set(loaded)
+    known = set(landed) | loaded
+    last = last_closed_hour(now, grace_minutes)
+    if not known:
+        return Behind(None, hour_tag(last), ())
+    first = min(known)
+    missing = []
+    h = hour_from_tag(first)
+    while h <= last:
+        tag = h.strftime(HOUR_TAG_FORMAT)
+        if tag not in loaded:
+            missing.append(tag)
+        h += ONE_HOUR
+    return Behind(first, hour_tag(last), tuple(missing))

@@ -1,0 +1,94 @@
+"""Transactional producers against the real broker, landed and loaded through Dagster:
+committed records land once, aborted ones nowhere (warehouse included), and the
+offsets without a record (markers, aborted records) are counted per hour."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pandas as pd
+import pytest
+import yaml
+from confluent_kafka import Producer
+from dagster import DagsterInstance, materialize
+
+from kafka_landing.definitions import build_definitions, build_resources
+from kafka_landing.demo.generate import encode, register
+from kafka_landing.framing import frame
+from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, to_millis
+from kafka_landing_tests.conftest import utcnow
+
+SCHEMA = {"type": "record", "name": "Tx", "fields": [{"name": "tag", "type": "string"}, {"name": "n", "type": "long"}]}
+HOURS = 3
+
+
+def _txn_producer(bootstrap: str) -> Producer:
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"kl-test-{uuid.uuid4().hex[:8]}", "linger.ms": 5})
+    p.init_transactions(30)
+    return p
+
+
+@pytest.fixture
+def transactional_hours(make_topic, bootstrap, registry):
+    """Per hour and partition: a committed transaction, an aborted one interleaved with it,
+    and plain records in between. Records are stamped in past hours; markers carry the
+    commit time (now), hours after the records they close, as with any replay."""
+    topic = make_topic(partitions=2)
+    sid = register(registry.client(), f"{topic}-value", SCHEMA)
+    committed, aborted, plain = _txn_producer(bootstrap), _txn_producer(bootstrap), Producer({"bootstrap.servers": bootstrap})
+    first = floor_hour(utcnow()) - ONE_HOUR * (HOURS + 1)
+    n = 0
+    expected = set()  # tags that must land
+    for h in range(HOURS):
+        committed.begin_transaction()
+        aborted.begin_transaction()
+        for m in range(0, 50, 5):
+            ts = to_millis(first + ONE_HOUR * h + timedelta(minutes=m))
+            for part in (0, 1):
+                for prod, kind in ((committed, "commit"), (aborted, "abort"), (plain, "plain")):
+                    n += 1
+                    tag = f"{kind}-{n}"
+                    prod.produce(topic, frame(sid, encode(SCHEMA, {"tag": tag, "n": n})), partition=part, timestamp=ts)
+                    if kind != "abort":
+                        expected.add(tag)
+                    prod.flush(30)  # interleave in the log, in this order
+        aborted.abort_transaction(30)
+        committed.commit_transaction(30)
+    return topic, first, expected
+
+
+def test_aborted_records_never_land_and_gaps_are_counted(transactional_hours, tmp_path, monkeypatch, spark):
+    topic, first, expected = transactional_hours
+    config = tmp_path / "topics.yaml"
+    config.write_text(yaml.safe_dump({"topics": {topic: {"dataset": "tx", "table": "events", "grace_minutes": 0}}}))
+    monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(config))
+    monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
+    defs = build_definitions()
+    instance = DagsterInstance.ephemeral()
+    layers = [defs.get_assets_def(k) for k in defs.resolve_asset_graph().get_all_asset_keys()
+              if k.path[0] in ("kafka_slices", "avro_landing")]
+    table = defs.get_assets_def(next(k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] == "warehouse"))
+
+    gaps = {}
+    for h in range(HOURS):
+        key = hour_key(first + ONE_HOUR * h)
+        result = materialize(layers, partition_key=key, resources=build_resources(), instance=instance)
+        md = {e.asset_key.path[0]: e.materialization.metadata for e in result.get_asset_materialization_events()}
+        landing = md["avro_landing"]
+        # Every hour has markers and aborted records: its offsets without a record are counted and shown.
+        gaps[h] = landing["offsets_without_record"].value
+        assert landing["records_read"].value + gaps[h] == md["kafka_slices"]["records"].value
+        assert all(c.passed for c in result.get_asset_check_evaluations())
+        assert materialize([table], partition_key=key, resources=build_resources(), instance=instance).success
+    assert all(g > 0 for g in gaps.values()), gaps
+
+    rows = pd.read_parquet(tmp_path / "warehouse" / "tx" / "events")
+    tags = list(rows["tag"])
+    assert len(tags) == len(set(tags)), "a record is in the warehouse twice"
+    assert not [t for t in tags if t.startswith("abort")], "an aborted record landed"
+    assert set(tags) == expected, "a committed or plain record is missing"
+    # Markers carry the commit time, hours after the records: records still land in their own hour.
+    for _, r in rows.iterrows():
+        assert r["hour"] == r["_kafka_timestamp"].strftime("%Y-%m-%dT%H")
