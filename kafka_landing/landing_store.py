@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -115,6 +116,23 @@ class LandingStore:
             shutil.rmtree(p, ignore_errors=True)
         else:
             p.unlink(missing_ok=True)
+
+    def sweep(self, rel_dir: str, pattern: str, older_than_seconds: float) -> list[str]:
+        """Remove what matches `pattern` under `rel_dir` and was not touched for `older_than_seconds`:
+        the debris of attempts killed before they could clean up. Returns what was removed."""
+        base = self.path(rel_dir)
+        if not base.is_dir():
+            return []
+        cutoff = time.time() - older_than_seconds
+        removed = []
+        for p in base.glob(pattern):
+            try:
+                if p.stat().st_mtime < cutoff:
+                    self.delete(str(p.relative_to(self.root)))
+                    removed.append(str(p.relative_to(self.root)))
+            except FileNotFoundError:
+                pass  # swept by someone else meanwhile
+        return removed
 
     def scratch_dir(self, rel_dir: str) -> Path:
         """A fresh private folder under `rel_dir/_attempts`, for one attempt's files."""

@@ -23,6 +23,7 @@ import functools
 import json
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -86,6 +87,18 @@ def _conform(df: DataFrame, schema: dict) -> DataFrame:
 @functools.lru_cache(maxsize=16)
 def _resolved(root: str) -> Path:
     return Path(root).expanduser().resolve()
+
+
+STAGING_MAX_AGE_SECONDS = 24 * 3600
+
+
+def _sweep_staging(staging_root: Path) -> None:
+    """Loads killed before they could clean up leave staging folders behind: swept after a day.
+    Runs under the table's load lock, so no live load of this table owns one."""
+    cutoff = time.time() - STAGING_MAX_AGE_SECONDS
+    for p in staging_root.glob("*") if staging_root.is_dir() else ():
+        if p.stat().st_mtime < cutoff:
+            shutil.rmtree(p, ignore_errors=True)
 
 
 class ParquetWarehouse(ConfigurableResource):
@@ -193,6 +206,7 @@ class ParquetWarehouse(ConfigurableResource):
             df = parts[0]
             for other in parts[1:]:
                 df = df.unionByName(other, allowMissingColumns=True)
+            _sweep_staging(tdir / "_staging")
             staging = tdir / "_staging" / uuid.uuid4().hex
             try:
                 _conform(df, merged).coalesce(1).write.mode("error").parquet(str(staging))

@@ -4,7 +4,9 @@ trip, dead letters, idempotence and crash safety."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -309,3 +311,15 @@ def test_offsets_deleted_after_freezing_fail_landing_clearly(make_topic, send, k
     admin.delete_records([TopicPartition(topic, 0, 3)])[TopicPartition(topic, 0, 3)].result(timeout=30)
     with pytest.raises(Failure, match=r"partition 0: offsets \[0, 3\) of hour .* deleted by retention"):
         check_still_in_kafka(kafka, plan)
+
+
+def test_staging_left_by_killed_attempts_is_swept_after_a_day(small_hour, store, spark, registry, kafka):
+    cfg, plan, hour = small_hour
+    old, fresh = (f"staging/{cfg.topic}/hour={hour_tag(hour)}/{name}" for name in ("killed-2-days-ago", "running-now"))
+    for rel in (old, fresh):
+        store.write_atomic(f"{rel}/part-0.avro", b"half a file")
+    two_days_ago = time.time() - 2 * 24 * 3600
+    os.utime(store.path(old), (two_days_ago, two_days_ago))
+    land(spark, store, registry, kafka, cfg, hour)
+    assert not store.exists(old), "a killed attempt's staging outlived a day"
+    assert store.exists(f"{fresh}/part-0.avro"), "a live attempt's staging was swept"
