@@ -72,6 +72,10 @@ class KafkaResource(ConfigurableResource):
         return KafkaLogView(self)
 
 
+class KafkaUnavailable(RuntimeError):
+    """The brokers did not answer: names the bootstrap servers, never credentials."""
+
+
 def jaas_quote(value: str) -> str:
     """A JAAS option value between double quotes: backslash and quote escaped, in that order."""
     return value.replace("\\", "\\\\").replace('"', '\\"')
@@ -106,7 +110,8 @@ class KafkaLogView:
         self.close()
 
     def partitions(self, topic: str) -> list[int] | None:
-        md = self._consumer.list_topics(topic, timeout=self._timeout)
+        md = self._retry(f"reading the metadata of topic {topic!r}",
+                         lambda: self._consumer.list_topics(topic, timeout=self._timeout))
         t = md.topics.get(topic)
         if t is None or t.error is not None or not t.partitions:
             return None
@@ -120,7 +125,11 @@ class KafkaLogView:
             except KafkaException as exc:
                 err = exc.args[0]
                 if attempt == 9 or not (err.retriable() or err.code() in _TRANSIENT):
-                    raise RuntimeError(f"Kafka at {self._servers}: {what} failed: {err}") from None
+                    raise KafkaUnavailable(
+                        f"Kafka brokers {self._servers}: {what} failed: {err.str()}. Check that the brokers are up "
+                        "and reachable from here, and the bootstrap servers and security settings "
+                        "(KAFKA_BOOTSTRAP_SERVERS, KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*)."
+                    ) from None
                 time.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
 
