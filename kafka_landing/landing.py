@@ -15,10 +15,12 @@ replaces the done file and removes what it no longer lists.
 from __future__ import annotations
 
 import json
+import operator
 import re
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from functools import reduce
 from pathlib import Path
 from typing import Callable
 
@@ -26,7 +28,9 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
-from pyspark.sql.types import ArrayType, LongType, MapType, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import (
+    ArrayType, DateType, LongType, MapType, StringType, StructType, TimestampNTZType, TimestampType,
+)
 
 from kafka_landing import avro_schemas, registry_answers
 from kafka_landing.crash_points import crash_point
@@ -47,6 +51,9 @@ from kafka_landing.planning import SlicePlan
 from kafka_landing.topic_config import TopicConfig
 
 NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
+
+
+STAGING_MAX_AGE_SECONDS = 24 * 3600
 
 
 class LandingError(RuntimeError):
@@ -139,21 +146,27 @@ def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
         "_rec", F.when(F.col("_rec").getField(avro_schemas.OK_MARKER).isNotNull(), F.col("_rec"))
     )
     # Evaluated only for records that did not decode (a CASE branch), so good hours pay nothing.
-    out_of_range = []
+    out_of_range, logical = [], []
     for f in writer["fields"]:
         kinds = list(dict.fromkeys(avro_schemas.logical_types(f["type"])))
         if kinds:
+            logical.append(f["name"])
             raw = decoded_as(avro_schemas.with_field_stripped(writer, f["name"]))
             out_of_range.append(F.when(raw.getField(avro_schemas.OK_MARKER).isNotNull(), F.lit(
                 f"field {f['name']!r} ({', '.join(kinds)}) is out of range for schema id {schema_id}")))
+    if len(logical) > 1:
+        raw = decoded_as(avro_schemas.strip_logical_types(writer))
+        names = ", ".join(repr(n) for n in logical)
+        out_of_range.append(F.when(raw.getField(avro_schemas.OK_MARKER).isNotNull(), F.lit(
+            f"values out of range in two or more of the fields {names} for schema id {schema_id}")))
     corrupt = F.lit(f"corrupt body for schema id {schema_id}")
     return rows.withColumn("_reason", F.when(F.col("_rec").isNull(), F.coalesce(*out_of_range, corrupt)))
 
 
 def _unlandable(plan: SlicePlan, schema_id: int, why: str) -> str:
     return (f"{plan.topic} {plan.hour}: the writer schema of schema id {schema_id} cannot be landed: {why}. "
-            f"Nothing of this hour was published. Change the producer's schema; records already written with "
-            f"schema id {schema_id} keep this hour failing until kafka_landing can land them.")
+            f"Nothing of this hour was published; re-landing it fails the same way while it holds records "
+            f"of schema id {schema_id}.")
 
 
 def _spark_message(exc: BaseException) -> str:
@@ -275,6 +288,53 @@ def event_hour_column(cfg: TopicConfig, rec_type: StructType, plan: SlicePlan, s
     return hour, why
 
 
+def _utf8_leaf(col: F.Column, dtype) -> F.Column | None:
+    return ~F.is_valid_utf8(col) if isinstance(dtype, StringType) else None
+
+
+def _time_leaf(col: F.Column, dtype) -> F.Column | None:
+    if isinstance(dtype, TimestampType):
+        return ~F.unix_micros(col).between(EPOCH_MS_YEAR_1 * 1000, EPOCH_MS_YEAR_10000 * 1000 - 1)
+    if isinstance(dtype, TimestampNTZType):
+        return ~col.between(F.lit("0001-01-01 00:00:00").cast("timestamp_ntz"),
+                            F.lit("9999-12-31 23:59:59.999999").cast("timestamp_ntz"))
+    if isinstance(dtype, DateType):
+        return ~col.between(F.lit("0001-01-01").cast("date"), F.lit("9999-12-31").cast("date"))
+    return None
+
+
+def _anywhere(col: F.Column, dtype, leaf) -> F.Column | None:
+    """True (never null) when `leaf` holds for a value anywhere inside `col` (records, arrays, map
+    keys and values, in the JVM); None when the type holds nothing `leaf` applies to."""
+    no = F.lit(False)
+
+    def in_array(array: F.Column, element_type) -> F.Column | None:
+        if _anywhere(F.lit(None), element_type, leaf) is None:  # nothing to check inside
+            return None
+        return F.coalesce(F.exists(array, lambda x: _anywhere(x, element_type, leaf)), no)
+
+    if isinstance(dtype, StructType):
+        parts = [_anywhere(col.getField(f.name), f.dataType, leaf) for f in dtype.fields]
+    elif isinstance(dtype, ArrayType):
+        parts = [in_array(col, dtype.elementType)]
+    elif isinstance(dtype, MapType):
+        parts = [in_array(F.map_keys(col), dtype.keyType), in_array(F.map_values(col), dtype.valueType)]
+    else:
+        found = leaf(col, dtype)
+        parts = [None if found is None else F.coalesce(found, no)]
+    parts = [p for p in parts if p is not None]
+    return reduce(operator.or_, parts) if parts else None
+
+
+# Values Spark decodes and writes but readers of the files refuse (BigQuery takes dates and
+# times within years 1-9999 and UTF-8 strings only, fastavro likewise): one such value would fail
+# the load of a whole hour, so it is a dead letter instead.
+VALUE_CHECKS = (
+    (_utf8_leaf, "holds a string that is not valid UTF-8"),
+    (_time_leaf, "holds a date or time out of range (before year 1 or after 9999)"),
+)
+
+
 def classify(decoded: DataFrame, cfg: TopicConfig, plan: SlicePlan, schema_id: int, writer: dict,
              warnings: list[str]) -> DataFrame:
     """Decoded records with their table (`_kl_table`), event hour (`_kl_ehour`, if the topic splits by
@@ -285,7 +345,11 @@ def classify(decoded: DataFrame, cfg: TopicConfig, plan: SlicePlan, schema_id: i
     out = decoded.withColumn("_kl_table", table)
     if ehour is not None:
         out = out.withColumn("_kl_ehour", ehour)
-    why = [c for c in (route_why, ehour_why) if c is not None]
+    value_why = [F.when(bad, F.lit(f"field {f.name!r} {what}"))
+                 for f in rec_type.fields if f.name != avro_schemas.OK_MARKER
+                 for leaf, what in VALUE_CHECKS
+                 if (bad := _anywhere(F.col("_rec").getField(f.name), f.dataType, leaf)) is not None]
+    why = [c for c in (ehour_why, *value_why, route_why) if c is not None]
     if why:
         out = out.withColumn("_reason", F.coalesce(F.col("_reason"), *why))
     return out
@@ -321,30 +385,43 @@ class _Staged:
     table: str | None = None
 
 
-def write_good(classified: DataFrame, cfg: TopicConfig, plan: SlicePlan, schema_id: int, writer: dict,
+# What a dead letter keeps of a record, whichever step turned it away.
+DEAD_LETTER_COLUMNS = [*avro_schemas.META_COLUMNS, "_value", "_schema_id", "_reason", "_kl_task"]
+
+
+def keep_decoded(classified: DataFrame) -> DataFrame:
+    """classify()'s records decoded once and kept (memory, then disk) for both the landing files
+    and the dead letters: the record for those that land, the raw value for those that do not.
+    Without it, a filter on `_reason` is pushed below the decode and every record decodes twice."""
+    lands = F.col("_reason").isNull()
+    keys = ["_kl_table"] + (["_kl_ehour"] if "_kl_ehour" in classified.columns else [])
+    return classified.select(
+        *avro_schemas.META_COLUMNS, "_kl_task", *keys, "_schema_id", "_reason",
+        F.when(lands, F.col("_rec")).alias("_rec"), F.when(~lands, F.col("_value")).alias("_value"),
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def write_good(kept: DataFrame, cfg: TopicConfig, plan: SlicePlan, schema_id: int, writer: dict,
                staging: Path) -> list[_Staged]:
-    """The records of classify() with no reason, as Avro files per (task, table, partition[, event hour])."""
+    """The records of keep_decoded() with no reason, as Avro files per (task, table, partition[, event hour])."""
     fields = avro_schemas.field_names(writer)
-    split = "_kl_ehour" in classified.columns
-    good = classified.where(F.col("_reason").isNull()).select(
+    split = "_kl_ehour" in kept.columns
+    good = kept.where(F.col("_reason").isNull()).select(
         *[F.col("_rec").getField(n).alias(n) for n in fields],
         *[F.col(c) for c in avro_schemas.META_COLUMNS],
         F.col("_kl_task"),
         F.col("_kl_table"),
         F.col("_kafka_partition").alias("_kl_part"),
         *([F.col("_kl_ehour")] if split else []),
-    ).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        keys = ["_kl_task", "_kl_table", "_kl_part"] + (["_kl_ehour"] if split else [])
-        stats = _stats(good, keys)
-        if not stats:
-            return []
-        out = staging / f"schema_id={schema_id}"
-        (good.write.partitionBy(*keys).format("avro")
-         .option("avroSchema", json.dumps(avro_schemas.landing_schema(writer)))
-         .mode("error").save(str(out)))
-    finally:
-        good.unpersist()
+    )
+    keys = ["_kl_task", "_kl_table", "_kl_part"] + (["_kl_ehour"] if split else [])
+    stats = _stats(good, keys)
+    if not stats:
+        return []
+    out = staging / f"schema_id={schema_id}"
+    (good.write.partitionBy(*keys).format("avro")
+     .option("avroSchema", json.dumps(avro_schemas.landing_schema(writer)))
+     .mode("error").save(str(out)))
     staged = []
     for (task, table, part, eh), src in _group_dirs(out).items():
         s = stats[(task, table, part, eh) if split else (task, table, part)]
@@ -467,6 +544,9 @@ def land_hour(
     """Land one frozen slice. `fetch_schema(id)` returns the writer schema JSON, or None if unknown."""
     t0 = time.monotonic()
     warnings: list[str] = []
+    # Attempts killed (SIGKILL, OOM, a lost machine) leave their staging behind: swept after a day,
+    # long after any live attempt of the topic has finished with its own.
+    store.sweep(f"staging/{plan.topic}", "hour=*/*", STAGING_MAX_AGE_SECONDS)
     staging_rel = f"staging/{plan.topic}/hour={plan.hour}/{attempt}"
     staging = store.path(staging_rel)
     good: list[_Staged] = []
@@ -487,24 +567,31 @@ def land_hour(
                 # cannot land, fails the hour before anything is decoded or written.
                 writers, dead_ids = resolve_schemas(fetch_schema, ids, plan)
                 # Spark's own checks of each schema (and of its event time field) too, before any write.
-                classified_by_id = {sid: classify(decode_checked(framed, sid, writer, plan), cfg, plan, sid, writer,
-                                                  warnings) for sid, writer in writers.items()}
-                bad_parts = []
-                for sid, classified in classified_by_id.items():
-                    good += write_good(classified, cfg, plan, sid, writers[sid], staging)
-                    # The same predicate as write_good's, negated: each record lands or is a dead letter.
-                    bad_parts.append(classified.where(F.col("_reason").isNotNull()).select(*framed.columns))
-                # Most hours have no dead letters: then skip their Spark jobs altogether.
-                if sum(s.file.rows for s in good) < records_read:
-                    pre = framed.where(F.col("_reason").isNotNull() | F.col("_schema_id").isin(sorted(dead_ids) or [-1]))
-                    if dead_ids:  # unknown ids, and ids of other schema types, each with its own reason
-                        why = F.create_map(*[F.lit(x).cast("long") if isinstance(x, int) else F.lit(x)
-                                             for kv in sorted(dead_ids.items()) for x in kv])
-                        pre = pre.withColumn("_reason", F.coalesce(F.col("_reason"), why[F.col("_schema_id")]))
-                    dead_df = pre
-                    for part in bad_parts:
-                        dead_df = dead_df.unionByName(part)
-                    dead, by_reason = write_dead_letters(dead_df, plan, staging)
+                classified = {sid: classify(decode_checked(framed, sid, writer, plan), cfg, plan, sid, writer, warnings)
+                              for sid, writer in writers.items()}
+                kept = {}
+                try:
+                    bad_parts = []
+                    for sid, c in classified.items():
+                        kept[sid] = keep_decoded(c)
+                        good += write_good(kept[sid], cfg, plan, sid, writers[sid], staging)
+                        # The same predicate as write_good's, negated: each record lands or is a dead letter.
+                        bad_parts.append(kept[sid].where(F.col("_reason").isNotNull()).select(*DEAD_LETTER_COLUMNS))
+                    # Most hours have no dead letters: then skip their Spark jobs altogether.
+                    if sum(s.file.rows for s in good) < records_read:
+                        pre = framed.where(F.col("_reason").isNotNull()
+                                           | F.col("_schema_id").isin(sorted(dead_ids) or [-1]))
+                        if dead_ids:  # unknown ids, and ids of other schema types, each with its own reason
+                            why = F.create_map(*[F.lit(x).cast("long") if isinstance(x, int) else F.lit(x)
+                                                 for kv in sorted(dead_ids.items()) for x in kv])
+                            pre = pre.withColumn("_reason", F.coalesce(F.col("_reason"), why[F.col("_schema_id")]))
+                        dead_df = pre.select(*DEAD_LETTER_COLUMNS)
+                        for part in bad_parts:
+                            dead_df = dead_df.unionByName(part)
+                        dead, by_reason = write_dead_letters(dead_df, plan, staging)
+                finally:
+                    for k in kept.values():
+                        k.unpersist()
             finally:
                 framed.unpersist()
         landed = sum(s.file.rows for s in good)

@@ -74,7 +74,8 @@ def is_schema_not_found(http_status: int | None, error_code: int | None) -> bool
 def answer_error(url: str, schema_id: int, http_status: int | None, error_code: int | None, message: str | None) -> RegistryError:
     """The failure for any HTTP answer other than 'schema not found', with what to check."""
     where = redact_url(url)
-    said = f"HTTP {http_status}" + (f", error code {error_code}" if error_code not in (None, -1) else "")
+    said = (f"HTTP {http_status}" if http_status is not None else "unexpectedly") + (
+        f", error code {error_code}" if error_code not in (None, -1) else "")
     if message:
         said += f": {scrub(message, url)[:300]}"
     if http_status == 404:
