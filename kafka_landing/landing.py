@@ -538,10 +538,12 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[_
 # --- the whole hour --------------------------------------------------------------
 
 def land_hour(
-    spark_factory: Callable[[], SparkSession], store: LandingStore, fetch_schema: Callable[[int], str | None],
+    spark_factory: Callable[[], SparkSession], store: LandingStore, fetch_schema: Callable[[int], object],
     kafka_options: dict, cfg: TopicConfig, plan: SlicePlan, attempt: str,
 ) -> LandingResult:
-    """Land one frozen slice. `fetch_schema(id)` returns the writer schema JSON, or None if unknown."""
+    """Land one frozen slice. `fetch_schema(id)` returns the writer schema JSON, or a
+    `DeadSchema` (unknown id, another schema type) whose records become dead letters;
+    a registry that cannot answer raises, failing the hour before anything is written."""
     t0 = time.monotonic()
     warnings: list[str] = []
     # Attempts killed (SIGKILL, OOM, a lost machine) leave their staging behind: swept after a day,
@@ -602,11 +604,11 @@ def land_hour(
                          files=tuple(sorted((s.file for s in dead), key=lambda f: f.path)))
         crash_point("landing:staged")
         if records_read and dead_rows / records_read > cfg.dead_letter_limit:
-            kept = keep_rejected_dead_letters(store, plan, dead, dl, attempt)
+            kept_under = keep_rejected_dead_letters(store, plan, dead, dl, attempt)
             raise DeadLetterLimitExceeded(
                 f"{plan.topic} {plan.hour}: {dead_rows} of {records_read} records are dead letters "
                 f"({dead_rows / records_read:.1%} > limit {cfg.dead_letter_limit:.1%}): {dl.by_reason}. "
-                f"They are kept under {kept}. Nothing of this attempt was published: the hour's previous "
+                f"They are kept under {kept_under}. Nothing of this attempt was published: the hour's previous "
                 "done files, if any, are untouched. Fix the producer or the registry, or raise the topic's "
                 "dead_letter_limit, then re-land the hour."
             )
