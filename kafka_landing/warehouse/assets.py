@@ -61,9 +61,9 @@ def build_warehouse_asset(cfg: TopicConfig, table: str):
         deps=[landing_key(cfg.topic)],
         partitions_def=hourly,
         backfill_policy=single_run,
-        # One load of a table at a time (a pool with limit 1, see dagster.yaml);
-        # a second one would give the same result, only later.
-        pool=f"warehouse_{cfg.dataset}_{table}",
+        # No Dagster pool: a run killed while loading would keep its slot, and every later
+        # load of the table would wait for it forever. The warehouse's own lock serialises
+        # loads of a table instead, and dies with the process that holds it.
         group_name=GROUP,
         kinds={"parquet", "spark"},
         description=f"Table `{cfg.dataset}.{table}`, one partition per landing hour, loaded from `{cfg.topic}`.",

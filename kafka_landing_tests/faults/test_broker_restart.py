@@ -1,0 +1,150 @@
+"""The broker restarted while Spark reads an hour: the run either lands the hour
+exactly or fails with a clear error, and a re-run lands it exactly.
+
+This test restarts the shared local broker (its data survives a restart) and
+always leaves it running, even when it fails. The hour is big (about 50 MB) so
+that the read is still going when the broker goes away; the moment is taken
+from the run's Spark JVM opening its first connection to the broker.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+import uuid
+from datetime import timedelta
+
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from kafka_landing import devstack
+from kafka_landing.demo.generate import demo_hours, encode, ensure_topics, load_schema, produce, register
+from kafka_landing.framing import frame
+from kafka_landing.naming import asset_safe, done_file_path, to_millis
+from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.faults.harness import (
+    WebHour,
+    check_landed_exactly,
+    deployment,
+    finish,
+    materialize,
+    start,
+    step_key,
+    web_topic,
+)
+
+RECORDS, URL_BYTES, PARTITIONS = 12_000, 4_000, 4
+
+
+def produce_big_hour(bootstrap: str, registry_url: str) -> WebHour:
+    """Demo web events with a 4 KB url each, all stamped in the last closed hour."""
+    topic = f"fx_restart_{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: PARTITIONS})
+    schema = load_schema("web_event_v1")
+    sid = register(SchemaRegistryClient({"url": registry_url}), f"{topic}-value", schema)
+    hour = demo_hours(utcnow(), 1)[0]
+    rng = random.Random(5)
+    items = []
+    for i in range(RECORDS):
+        ts = hour + timedelta(milliseconds=rng.randrange(3_600_000))
+        record = {
+            "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+            "type": rng.choice(["page_view", "click", "signup"]), "user_id": i,
+            "url": "https://shop.example/search?q=" + "".join(rng.choices("abcdefghij", k=URL_BYTES)),
+            "occurred_at": ts, "properties": {"n": str(i)}, "device": {"os": "linux", "version": None},
+        }
+        items.append((topic, i % PARTITIONS, to_millis(ts), str(i).encode(), frame(sid, encode(schema, record)),
+                      None, record, sid, None))
+    return WebHour(topic, hour, produce(bootstrap, items, flush_timeout=120))
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            out.setdefault(ppid, []).append(int(d))
+    return out
+
+
+def _connected_sockets(port: int) -> set[str]:
+    """Inodes of established TCP connections to `port` on this host."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if int(cols[2].rsplit(":", 1)[1], 16) == port and cols[3] == "01":
+                out.add(cols[9])
+    return out
+
+
+def jvm_connected(root_pid: int, port: int) -> bool:
+    """Whether a Java process started by the run holds a connection to the broker."""
+    conns = _connected_sockets(port)
+    children, todo = _children(), [root_pid]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            todo.append(child)
+            try:
+                with open(f"/proc/{child}/comm") as f:
+                    if f.read().strip() != "java":
+                        continue
+                links = {os.readlink(f"/proc/{child}/fd/{fd}") for fd in os.listdir(f"/proc/{child}/fd")}
+            except OSError:
+                continue
+            if {link[8:-1] for link in links if link.startswith("socket:[")} & conns:
+                return True
+    return False
+
+
+def test_broker_restarted_mid_read(bootstrap, registry_url, tmp_path):
+    broker_pid = devstack.STACK_DIR / "kafka" / "pid"
+    assert devstack._pid_alive(broker_pid), f"the broker on {bootstrap} was not started from {devstack.STACK_DIR}: not ours to restart"
+    data = produce_big_hour(bootstrap, registry_url)
+    dep = deployment(tmp_path, {data.topic: web_topic("restart")}, bootstrap, registry_url, rows_per_task=1_000_000)
+    select = dep.landing_assets(data.topic)
+    landing_step = step_key(f"avro_landing/{asset_safe(data.topic)}")
+    try:
+        started = start(dep, select, data.hour, in_process=True, name="restarted")
+        try:
+            while started.proc.poll() is None and not jvm_connected(started.proc.pid, devstack.PORTS.kafka):
+                time.sleep(0.05)
+            assert started.proc.poll() is None, "the run ended before Spark connected to the broker"
+            assert devstack._stop(broker_pid), "the broker was not running"
+            assert started.proc.poll() is None, "the run ended before the broker went down: make the hour bigger"
+            devstack._start_kafka()
+        except BaseException:
+            os.killpg(started.proc.pid, signal.SIGKILL)  # the run this test started
+            raise
+        run = finish(started)
+    finally:
+        if not devstack._kafka_ready():
+            devstack._start_kafka()
+
+    try:
+        if run.returncode == 0:
+            check_landed_exactly(dep, data.topic, data.hour, data.sent)
+        else:
+            message = run.failures.get(landing_step, "")
+            assert data.topic in message or bootstrap in message, (
+                f"the run failed through a broker restart without naming the topic or the broker:\n{message or run.tail()}")
+            for table in dep.tables(data.topic):
+                assert not (dep.landing / done_file_path("restart", table, data.hour)).exists()
+
+        again = materialize(dep, select, data.hour, in_process=True, name="rerun")
+        assert again.returncode == 0, f"{again.failures}\n{again.tail()}"
+        check_landed_exactly(dep, data.topic, data.hour, data.sent)
+    finally:
+        AdminClient({"bootstrap.servers": bootstrap}).delete_topics([data.topic])  # 50 MB the broker need not keep
