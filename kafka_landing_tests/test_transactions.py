@@ -4,9 +4,11 @@ offsets without a record (markers, aborted records) are counted per hour."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import timedelta
 
+import fastavro
 import pandas as pd
 import pytest
 import yaml
@@ -92,3 +94,37 @@ def test_aborted_records_never_land_and_gaps_are_counted(transactional_hours, tm
     # Markers carry the commit time, hours after the records: records still land in their own hour.
     for _, r in rows.iterrows():
         assert r["hour"] == r["_kafka_timestamp"].strftime("%Y-%m-%dT%H")
+
+
+def test_a_live_transactional_producer_lands_only_committed_records(make_topic, bootstrap, registry, kafka, spark, store):
+    """The finding as reported: records stamped as they are produced, markers right after them.
+    The current hour is planned with a clock three hours ahead, so it is closed."""
+    from kafka_landing.avro_landing.assets import schema_fetcher
+    from kafka_landing.landing import land_hour
+    from kafka_landing.slices import freeze_slice
+    from kafka_landing.topic_config import TopicConfig
+
+    topic = make_topic(partitions=1)
+    sid = register(registry.client(), f"{topic}-value", SCHEMA)
+    producer = _txn_producer(bootstrap)
+    now = utcnow()
+    if now.minute == 59 and now.second >= 30:  # the case needs one hour: start it in the next one
+        time.sleep(61 - now.second)
+    hour = floor_hour(utcnow())
+    n = 0
+    for kind in ("commit", "abort", "commit", "abort"):
+        producer.begin_transaction()
+        for _ in range(3):
+            n += 1
+            producer.produce(topic, frame(sid, encode(SCHEMA, {"tag": f"{kind}-{n}", "n": n})), partition=0,
+                             timestamp=to_millis(utcnow()))
+        producer.flush(30)
+        producer.commit_transaction(30) if kind == "commit" else producer.abort_transaction(30)
+    assert floor_hour(utcnow()) == hour, "produced across an hour boundary"
+    cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0)
+    with kafka.log_view() as log:
+        plan, _ = freeze_slice(store, log, cfg, hour, utcnow() + timedelta(hours=3))
+    result = land_hour(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, plan, "live")
+    tags = sorted(r["tag"] for f in result.done["t"].files for r in fastavro.reader(open(store.path(f.path), "rb")))
+    assert tags == sorted(f"commit-{i}" for i in (1, 2, 3, 7, 8, 9))
+    assert plan.records - result.records_read == 6 + 4, "three aborted records twice, four markers"
