@@ -40,9 +40,10 @@ class LandingStore:
             raise ValueError(f"path {rel!r} escapes the landing root {self.root}")
         return p
 
-    def uri(self, rel: str) -> str:
-        """The address Spark and other readers use."""
-        return self.path(rel).as_uri()
+    def location(self, rel: str) -> str:
+        """Where `rel` is, as a person pastes it into a shell or a reader opens it: the plain
+        path (a file:// URI would show `hour%3D...`, which no shell finds)."""
+        return str(self.path(rel))
 
     def exists(self, rel: str) -> bool:
         return self.path(rel).exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import yaml
@@ -40,6 +41,8 @@ def test_slice_and_landing_metadata_in_dagster(topic_config, make_topic, send, s
     result = run_assets(hour_key(hour), raise_on_error=False)
     mats = {e.asset_key.path[0]: e.materialization.metadata for e in result.get_asset_materialization_events()}
     slice_md = mats["kafka_slices"]
+    manifest = slice_md["manifest"].value
+    assert "%" not in manifest and Path(manifest).is_file(), f"not a path a shell finds: {manifest}"
     assert slice_md["dagster/row_count"].value == 6 and slice_md["records"].value == 6
     rows = slice_md["partitions"].value.records
     assert [(r.data["partition"], r.data["start_offset"], r.data["end_offset"]) for r in rows] == [(0, 0, 3), (1, 0, 3)]

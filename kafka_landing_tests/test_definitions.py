@@ -38,3 +38,27 @@ def test_bad_config_fails_the_code_location(tmp_path, monkeypatch):
 
     with pytest.raises(TopicConfigError, match="topic 'a': field 'table'"):
         build_definitions()
+
+
+def test_dagster_beta_and_preview_warnings_are_silenced_and_others_are_not(tmp_path):
+    code = ("import warnings\nimport kafka_landing.definitions\n"
+            "warnings.warn('a warning of the user still shows', UserWarning)\n")
+    out = subprocess.run([sys.executable, "-W", "default", "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "DAGSTER_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert "BetaWarning" not in out.stderr and "PreviewWarning" not in out.stderr, out.stderr
+    assert "a warning of the user still shows" in out.stderr
+
+
+def test_the_instance_queues_a_second_load_of_a_table(tmp_path, monkeypatch):
+    """Loads of one table wait in the queue (a per-table run limit), not in a run holding a Spark slot."""
+    from dagster import DagsterInstance
+
+    (tmp_path / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+    by_key = {limit["key"]: limit for limit in limits}
+    assert by_key["kafka_landing/table"]["limit"] == 1
+    assert by_key["kafka_landing/table"]["value"] == {"applyLimitPerUniqueValue": True}
+    assert by_key["kafka_landing/spark"]["limit"] == 2

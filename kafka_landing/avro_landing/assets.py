@@ -110,9 +110,9 @@ def landing_metadata(result: LandingResult, store, cfg: TopicConfig, plan: Slice
         "bytes_written": result.bytes_written,
         "seconds": round(result.seconds, 2),
         "landing_paths": MetadataValue.json(
-            {t: store.uri(table_hour_dir(cfg.dataset, t, hour)) for t in sorted(result.done)}
+            {t: store.location(table_hour_dir(cfg.dataset, t, hour)) for t in sorted(result.done)}
         ),
-        "dead_letter_path": MetadataValue.path(store.uri(dead_letter_dir(plan.topic, hour))),
+        "dead_letter_path": MetadataValue.path(store.location(dead_letter_dir(plan.topic, hour))),
     }
     if result.warnings:
         meta["warnings"] = MetadataValue.json(result.warnings)

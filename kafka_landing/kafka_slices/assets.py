@@ -51,7 +51,7 @@ class SliceConfig(Config):
     """Land what is left of an hour whose first offsets retention deleted, recording the loss."""
 
 
-def slice_metadata(plan: SlicePlan, manifest_uri: str, frozen_now: bool) -> dict:
+def slice_metadata(plan: SlicePlan, manifest_location: str, frozen_now: bool) -> dict:
     rows = [
         TableRecord(
             {"partition": p.partition, "start_offset": p.start, "end_offset": p.end, "records": p.records,
@@ -66,7 +66,7 @@ def slice_metadata(plan: SlicePlan, manifest_uri: str, frozen_now: bool) -> dict
         "spark_tasks": len(plan.tasks),
         "planned_at": plan.planned_at,
         "frozen_by_this_run": frozen_now,
-        "manifest": MetadataValue.path(manifest_uri),
+        "manifest": MetadataValue.path(manifest_location),
     }
     if plan.skipped:
         meta["skipped_offsets"] = MetadataValue.json(list(plan.skipped))
@@ -102,7 +102,7 @@ def build_slice_asset(cfg: TopicConfig):
                 f"{cfg.topic} {plan.hour}: {plan.records} records in {len(plan.partitions)} partitions "
                 f"({'frozen now' if frozen_now else 'already frozen'})"
             )
-            return slice_metadata(plan, store.uri(slice_manifest_path(cfg.topic, hour)), frozen_now), []
+            return slice_metadata(plan, store.location(slice_manifest_path(cfg.topic, hour)), frozen_now), []
 
         return run_hours(context, slice_key(cfg.topic), one_hour)
 
