@@ -118,6 +118,13 @@ class LandingStore:
         else:
             p.unlink(missing_ok=True)
 
+    def check_writable(self) -> None:
+        """Raise OSError unless a file can be created and removed under the root."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        probe = self.root / f".write-probe-{uuid.uuid4().hex}"
+        probe.write_bytes(b"")
+        probe.unlink()
+
     def sweep(self, rel_dir: str, pattern: str, older_than_seconds: float) -> list[str]:
         """Remove what matches `pattern` under `rel_dir` and was not touched for `older_than_seconds`:
         the debris of attempts killed before they could clean up. Returns what was removed."""

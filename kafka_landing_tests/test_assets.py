@@ -58,3 +58,42 @@ def test_unknown_topic_fails_with_a_clear_message(topic_config):
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "topic 'topic_that_does_not_exist' does not exist" in failure.event_specific_data.error.message
+
+
+def test_registry_down_fails_before_spark_starts_naming_it(topic_config, make_topic, send, monkeypatch):
+    from dagster_pyspark import LazyPySparkResource
+
+    from kafka_landing.resources import SchemaRegistryResource
+
+    topic = make_topic(partitions=1)
+    topic_config({topic: {"dataset": "d", "table": "t"}})
+    hour = floor_hour(utcnow()) - ONE_HOUR * 2
+    send([(topic, 0, to_millis(hour + timedelta(minutes=1)), None, b"\x00\x00\x00\x00\x01x")])
+    url = "http://localhost:9/apis/ccompat/v7"  # the discard port: nothing listens
+    spark = LazyPySparkResource(spark_config={})
+    defs = build_definitions()
+    assets = [defs.get_assets_def(k) for k in sorted(defs.resolve_asset_graph().get_all_asset_keys())
+              if k.path[0] in ("kafka_slices", "avro_landing")]
+    result = materialize(assets, partition_key=hour_key(hour), instance=DagsterInstance.ephemeral(),
+                         resources={**build_resources(), "registry": SchemaRegistryResource(url=url), "pyspark": spark},
+                         raise_on_error=False)
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.message
+    assert f"schema registry {url} could not be reached" in message, message
+    assert spark._spark_session is None, "Spark was started before the registry was checked"  # noqa: SLF001
+
+
+def test_broker_down_fails_naming_the_bootstrap_servers(topic_config):
+    from kafka_landing.resources import KafkaResource
+
+    topic_config({"any_topic": {"dataset": "d", "table": "t"}})
+    defs = build_definitions()
+    assets = [defs.get_assets_def(k) for k in sorted(defs.resolve_asset_graph().get_all_asset_keys())
+              if k.path[0] == "kafka_slices"]
+    result = materialize(assets, partition_key=hour_key(floor_hour(utcnow()) - ONE_HOUR * 2),
+                         instance=DagsterInstance.ephemeral(), raise_on_error=False,
+                         resources={**build_resources(), "kafka": KafkaResource(bootstrap_servers="localhost:9",
+                                                                                timeout_seconds=5)})
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.message
+    assert "Kafka brokers localhost:9" in message and "KAFKA_BOOTSTRAP_SERVERS" in message, message

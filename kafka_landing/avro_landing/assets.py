@@ -21,7 +21,7 @@ from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.naming import asset_safe, dead_letter_dir, hour_from_key, hour_from_tag, table_hour_dir
 from kafka_landing.partitions import hourly, run_hours, single_run
 from kafka_landing.planning import SlicePlan
-from kafka_landing.resources import KafkaResource, LandingResource, SchemaRegistryResource
+from kafka_landing.resources import KafkaResource, KafkaUnavailable, LandingResource, SchemaRegistryResource
 from kafka_landing.slices import read_slice as read_frozen_slice
 from kafka_landing.topic_config import LandingConfig, TopicConfig
 
@@ -57,6 +57,38 @@ def check_still_in_kafka(kafka: KafkaResource, plan: SlicePlan) -> None:
                         "the landed files of this hour, if any, are untouched."
                     )
                 )
+
+
+def preflight(store, registry: SchemaRegistryResource) -> None:
+    """The landing root can be written and the registry answers, or a Failure naming which one,
+    where, and what to check: a run must not read a slice from Kafka to find that out."""
+    from confluent_kafka.schema_registry.common._httpx_compat import httpx
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from kafka_landing import registry_answers as answers
+
+    try:
+        store.check_writable()
+    except OSError as exc:
+        raise Failure(description=f"landing root {store.root} cannot be written ({exc.strerror or exc}): check that "
+                                  "it exists, has space and that this process may write there (KAFKA_LANDING_ROOT). "
+                                  "Nothing was read or published.") from None
+    where = answers.redact_url(registry.url)
+    try:
+        registry.client().get_subjects()
+    except httpx.TransportError as exc:
+        raise Failure(description=(
+            f"schema registry {where} could not be reached ({type(exc).__name__}: "
+            f"{answers.scrub(str(exc), registry.url)[:300] or 'no detail'}): check that it is running and reachable "
+            "from here, and SCHEMA_REGISTRY_URL. Nothing was read or published.")) from None
+    except SchemaRegistryError as exc:
+        if exc.http_status_code in (401, 403) or (exc.http_status_code or 0) >= 500:
+            raise Failure(description=(
+                f"schema registry {where} answered HTTP {exc.http_status_code} to a list of its subjects: "
+                + ("check the registry credentials (SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO)"
+                   if exc.http_status_code in (401, 403) else "check its health and logs")
+                + ". Nothing was read or published.")) from None
+        # Other answers (a registry that does not list subjects) are settled per schema id later.
 
 
 def schema_fetcher(registry: SchemaRegistryResource):
@@ -166,6 +198,8 @@ def build_landing_asset(cfg: TopicConfig):
         pyspark: LazyPySparkResource,
     ):
         store = landing.store()
+        # Fail fast, before Spark reads a single record: every service the hours need answers.
+        preflight(store, registry)
         fetch = schema_fetcher(registry)  # one registry cache for every hour of the run
 
         def one_hour(partition_key: str):
@@ -174,7 +208,10 @@ def build_landing_asset(cfg: TopicConfig):
             if plan is None:
                 raise Failure(description=f"the slice of {cfg.topic} for {partition_key} is not frozen yet: "
                                           f"materialise {slice_key(cfg.topic).to_user_string()} for that hour first")
-            check_still_in_kafka(kafka, plan)
+            try:
+                check_still_in_kafka(kafka, plan)
+            except KafkaUnavailable as exc:
+                raise Failure(description=f"{exc} Nothing was read or published for hour {plan.hour}.") from None
             attempt = f"{context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
             try:
                 result = land_hour(lambda: pyspark.spark_session, store, fetch, kafka.spark_options(), cfg, plan, attempt)

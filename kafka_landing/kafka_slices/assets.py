@@ -23,7 +23,7 @@ from dagster import (
 from kafka_landing.naming import asset_safe, hour_from_key, slice_manifest_path
 from kafka_landing.partitions import hourly, run_hours, single_run
 from kafka_landing.planning import PlanningError, SlicePlan
-from kafka_landing.resources import KafkaResource, LandingResource
+from kafka_landing.resources import KafkaResource, KafkaUnavailable, LandingResource
 from kafka_landing.slices import freeze_slice
 from kafka_landing.topic_config import LandingConfig, TopicConfig
 
@@ -96,7 +96,7 @@ def build_slice_asset(cfg: TopicConfig):
                     plan, frozen_now = freeze_slice(
                         store, log, cfg, hour, datetime.now(timezone.utc), skip_retention_gaps=config.skip_retention_gaps
                     )
-            except PlanningError as exc:
+            except (PlanningError, KafkaUnavailable) as exc:
                 raise Failure(description=str(exc)) from None
             context.log.info(
                 f"{cfg.topic} {plan.hour}: {plan.records} records in {len(plan.partitions)} partitions "
