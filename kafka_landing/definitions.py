@@ -29,6 +29,7 @@ from dagster_pyspark import LazyPySparkResource
 from kafka_landing import devstack, hourly_schedule
 from kafka_landing.avro_landing.assets import build_landing_assets
 from kafka_landing.kafka_slices.assets import build_slice_assets
+from kafka_landing.kafka_slices.plan_job import plan_backfill
 from kafka_landing.naming import hour_key
 from kafka_landing.parquet_warehouse import ParquetWarehouse
 from kafka_landing.resources import KafkaResource, LandingResource, SchemaRegistryResource
@@ -96,7 +97,7 @@ def build_definitions() -> Definitions:
     tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
     return Definitions(
         assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config)],
-        jobs=[land_hourly],
+        jobs=[land_hourly, plan_backfill],
         schedules=[build_schedule(config)],
         sensors=[build_done_file_sensor(tables)],
         resources=build_resources(),

@@ -1,0 +1,158 @@
+"""A dry-run plan of a backfill: what landing a range of hours would read, without freezing anything.
+
+Why: before launching a backfill an operator wants to see, per hour and partition, the
+offsets and record counts that would be read, which hours are already frozen, landed and
+loaded, and what would stop the run (a retention gap, an outlier timestamp), all at once
+rather than one failed run at a time.
+
+The hours are planned oldest first, each against the frozen hours plus the dry-run plans
+of the earlier hours (in memory only), so the result equals what freezing those hours in
+that order would freeze when no data arrives in between. Nothing is written.
+
+Pure: no Dagster, no Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable, Mapping
+
+from kafka_landing.landing_store import LandingStore
+from kafka_landing.load_queue import content_sha
+from kafka_landing.naming import ONE_HOUR, done_file_path, floor_hour, hour_key, hour_tag
+from kafka_landing.planning import HourNotClosedError, PlanningError, SlicePlan, UnknownTopicError, check_closed, plan_slice
+from kafka_landing.topic_config import TopicConfig
+
+FROZEN, PLANNED, OPEN, ERROR = "frozen", "would freeze", "open", "error"
+MAX_HOURS = 24 * 366  # a typo in a year should not plan a century
+
+# (dataset, table, hour tag) -> the warehouse's load record ({"sha256", ...}) or None
+LoadedLookup = Callable[[str, str, str], "dict | None"]
+
+
+@dataclass(frozen=True)
+class HourRow:
+    hour: str  # hour tag, 2026-11-20T13
+    state: str  # FROZEN, PLANNED, OPEN or ERROR
+    plan: SlicePlan | None
+    error: str | None = None
+    landed: bool = False  # a done file exists for every table of the topic
+    loaded: bool = False  # the warehouse recorded a load of every one of those done files' content
+
+    @property
+    def records(self) -> int | None:
+        return self.plan.records if self.plan else None
+
+
+def hours_between(first: datetime, last: datetime) -> list[datetime]:
+    """Both ends included, as a Dagster backfill range is."""
+    if first != floor_hour(first) or last != floor_hour(last):
+        raise ValueError(f"{first.isoformat()} .. {last.isoformat()}: both ends must be starts of hours")
+    if first > last:
+        raise ValueError(f"the range starts at {hour_key(first)}, after its end {hour_key(last)}: swap them")
+    n = int((last - first) / ONE_HOUR) + 1
+    if n > MAX_HOURS:
+        raise ValueError(f"{hour_key(first)} .. {hour_key(last)} is {n} hours; plan at most {MAX_HOURS} at once")
+    return [first + ONE_HOUR * i for i in range(n)]
+
+
+def _landed_loaded(store: LandingStore, cfg: TopicConfig, hour: datetime,
+                   loaded: LoadedLookup | None) -> tuple[bool, bool]:
+    shas = []
+    for table in cfg.tables:
+        rel = done_file_path(cfg.dataset, table, hour)
+        if not store.exists(rel):
+            return False, False
+        shas.append((table, content_sha(store.read_bytes(rel))))
+    if loaded is None:
+        return True, False
+    return True, all((loaded(cfg.dataset, t, hour_tag(hour)) or {}).get("sha256") == sha for t, sha in shas)
+
+
+def dry_run(
+    cfg: TopicConfig, first: datetime, last: datetime, now: datetime, log, store: LandingStore,
+    frozen: Mapping[datetime, SlicePlan], loaded: LoadedLookup | None = None,
+    skip_retention_gaps: bool = False,
+) -> list[HourRow]:
+    """One row per hour of [first, last], oldest first. `frozen` is `slices.load_frozen(store, topic)`.
+
+    A planning error of one hour (retention gap, outlier timestamp, rewound log) becomes that
+    hour's error text; a topic missing from Kafka fails the whole plan."""
+    hours = hours_between(first, last)
+    known = dict(frozen)  # never the caller's mapping: dry-run plans stay here
+    rows = []
+    for hour in hours:
+        landed, was_loaded = _landed_loaded(store, cfg, hour, loaded)
+        if hour in frozen:
+            rows.append(HourRow(hour_tag(hour), FROZEN, frozen[hour], None, landed, was_loaded))
+            continue
+        try:
+            check_closed(hour, now, cfg.grace_minutes)
+        except HourNotClosedError as exc:
+            rows.append(HourRow(hour_tag(hour), OPEN, None, str(exc), landed, was_loaded))
+            continue
+        try:
+            plan = plan_slice(
+                cfg.topic, hour, now, log, known, grace_minutes=cfg.grace_minutes,
+                rows_per_task=cfg.rows_per_task, skip_retention_gaps=skip_retention_gaps,
+                max_future_minutes=cfg.max_future_minutes, on_future_timestamp=cfg.on_future_timestamp,
+            )
+        except UnknownTopicError:
+            raise
+        except PlanningError as exc:
+            rows.append(HourRow(hour_tag(hour), ERROR, None, str(exc), landed, was_loaded))
+            continue
+        known[hour] = plan
+        rows.append(HourRow(hour_tag(hour), PLANNED, plan, None, landed, was_loaded))
+    return rows
+
+
+def _notes(plan: SlicePlan, partition: int) -> str:
+    notes = [f"retention gap [{s['start']}, {s['end']}) skipped" for s in plan.skipped if s["partition"] == partition]
+    notes += [f"outlier offset {f['offset']} stamped {f['timestamp']} landed where it sits"
+              for f in plan.future_records if f["partition"] == partition]
+    return "; ".join(notes)
+
+
+def table_rows(rows: list[HourRow]) -> list[dict]:
+    """One flat dict per hour and partition (one per hour without a plan): for text, Markdown, JSON."""
+    out = []
+    for r in rows:
+        flags = {"landed": "yes" if r.landed else "no", "loaded": "yes" if r.loaded else "no"}
+        if r.plan is None or not r.plan.partitions:
+            out.append({"hour": r.hour, "state": r.state, "partition": "", "start": "", "end": "", "records": "",
+                        **flags, "note": (r.error or "no partitions").replace("\n", " ")})
+            continue
+        for ps in r.plan.partitions:
+            out.append({"hour": r.hour, "state": r.state, "partition": ps.partition, "start": ps.start,
+                        "end": ps.end, "records": ps.records, **flags, "note": _notes(r.plan, ps.partition)})
+    return out
+
+
+COLUMNS = ("hour", "state", "partition", "start", "end", "records", "landed", "loaded", "note")
+
+
+def format_table(rows: list[HourRow]) -> str:
+    """A fixed-width text table, then a total line."""
+    flat = [{c: str(d[c]) for c in COLUMNS} for d in table_rows(rows)]
+    widths = {c: max([len(c)] + [len(d[c]) for d in flat]) for c in COLUMNS[:-1]}
+    line = lambda d: "  ".join(d[c].ljust(widths[c]) for c in COLUMNS[:-1]) + "  " + d["note"]  # noqa: E731
+    out = [line({c: c for c in COLUMNS}).rstrip()] + [line(d).rstrip() for d in flat]
+    return "\n".join(out) + "\n" + summary(rows)
+
+
+def format_markdown(rows: list[HourRow]) -> str:
+    flat = table_rows(rows)
+    esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731
+    out = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    out += ["| " + " | ".join(esc(d[c]) for c in COLUMNS) + " |" for d in flat]
+    return "\n".join(out) + "\n\n" + summary(rows)
+
+
+def summary(rows: list[HourRow]) -> str:
+    by = lambda s: sum(1 for r in rows if r.state == s)  # noqa: E731
+    would = sum(r.records or 0 for r in rows if r.state == PLANNED)
+    return (f"{len(rows)} hours: {by(FROZEN)} frozen, {by(PLANNED)} would freeze ({would} records), "
+            f"{by(OPEN)} open, {by(ERROR)} with errors; {sum(r.landed for r in rows)} landed, "
+            f"{sum(r.loaded for r in rows)} loaded. Nothing was written.")

@@ -1,0 +1,60 @@
+"""The `plan_backfill` job: the dry-run plan of a range of hours, launched from the UI.
+
+Why an op and not an asset: it freezes nothing and materializes nothing; it records what a
+backfill would read as an observation of the topic's kafka_slices asset, so the plan sits
+next to the slices it previews.
+"""
+
+# No `from __future__ import annotations`: Dagster reads the op's annotations at decoration time.
+
+from datetime import datetime, timezone
+
+from dagster import AssetObservation, Config, Failure, MetadataValue, OpExecutionContext, job, op
+
+from kafka_landing.dry_run import FROZEN, PLANNED, dry_run, format_markdown, format_table, hours_between
+from kafka_landing.kafka_slices.assets import slice_key
+from kafka_landing.naming import hour_from_key
+from kafka_landing.parquet_warehouse import ParquetWarehouse
+from kafka_landing.resources import KafkaResource, LandingResource
+from kafka_landing.slices import load_frozen
+from kafka_landing.topic_config import TopicConfigError
+
+
+class PlanConfig(Config):
+    topic: str
+    from_hour: str  # an hourly partition key, 2026-11-20-10:00 (UTC)
+    to_hour: str  # included
+    skip_retention_gaps: bool = False
+
+
+@op(description="Dry-run plan of a backfill: per hour and partition, the offsets landing would read. Writes nothing.")
+def plan_backfill_op(context: OpExecutionContext, config: PlanConfig, kafka: KafkaResource,
+                     landing: LandingResource, warehouse: ParquetWarehouse) -> None:
+    try:
+        first, last = hour_from_key(config.from_hour), hour_from_key(config.to_hour)
+        hours_between(first, last)
+        cfg = landing.config().topic(config.topic)
+    except (ValueError, TopicConfigError) as exc:
+        raise Failure(f"plan_backfill: {exc}. Fix the run config (topic, from_hour, to_hour) and launch again.") from exc
+    store = landing.store()
+    with kafka.log_view() as log:
+        rows = dry_run(cfg, first, last, datetime.now(timezone.utc), log, store, load_frozen(store, cfg.topic),
+                       warehouse.loaded, skip_retention_gaps=config.skip_retention_gaps)
+    context.log.info("Dry-run plan of %s, %s .. %s:\n%s", cfg.topic, config.from_hour, config.to_hour, format_table(rows))
+    context.log_event(AssetObservation(
+        asset_key=slice_key(cfg.topic),
+        description=f"dry-run plan {config.from_hour} .. {config.to_hour} (nothing frozen)",
+        metadata={
+            "plan": MetadataValue.md(format_markdown(rows)),
+            "hours": len(rows),
+            "would_freeze": sum(r.state == PLANNED for r in rows),
+            "already_frozen": sum(r.state == FROZEN for r in rows),
+            "records_to_read": sum(r.records or 0 for r in rows if r.state == PLANNED),
+            "errors": MetadataValue.json({r.hour: r.error for r in rows if r.state == "error"}),
+        },
+    ))
+
+
+@job(description="Dry-run plan of a backfill for one topic and a range of hours; freezes and writes nothing.")
+def plan_backfill():
+    plan_backfill_op()

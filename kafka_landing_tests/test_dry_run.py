@@ -1,0 +1,116 @@
+"""The dry-run plan against the real broker: it equals what freezing the same hours in order
+freezes, it writes nothing, and the `plan` command prints it (or exits 2 on bad arguments)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+from kafka_landing.devstack import ROOT
+from kafka_landing.dry_run import FROZEN, PLANNED, dry_run
+from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
+from kafka_landing.slices import freeze_slice, load_frozen
+from kafka_landing.topic_config import TopicConfig
+from kafka_landing_tests.conftest import utcnow
+
+
+def tree(root) -> dict:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")} if root.exists() else {}
+
+
+def produce_hours(send, topic, first, n):
+    recs = []
+    for h in range(n):
+        for p in (0, 1):
+            for m in range(p, 3 + h + p):  # a different count per hour and partition
+                recs.append((topic, p, to_millis(first + ONE_HOUR * h + timedelta(minutes=7 * m)), None, b"x"))
+    send(recs)
+
+
+def test_dry_run_equals_the_slices_frozen_later_and_writes_nothing(make_topic, send, kafka, store):
+    topic = make_topic(partitions=2)
+    cfg = TopicConfig(topic=topic, dataset="ds", table="tbl", grace_minutes=5, rows_per_task=4)
+    now = utcnow()
+    first = floor_hour(now) - ONE_HOUR * 5
+    hours = [first + ONE_HOUR * i for i in range(4)]
+    produce_hours(send, topic, first, 4)
+    with kafka.log_view() as log:
+        freeze_slice(store, log, cfg, hours[0], now)  # one hour already frozen
+        before = tree(store.root)
+        rows = dry_run(cfg, hours[0], hours[-1], utcnow(), log, store, load_frozen(store, topic))
+        assert tree(store.root) == before, "the dry run wrote to the landing root"
+        assert [r.state for r in rows] == [FROZEN, PLANNED, PLANNED, PLANNED]
+        assert [r.hour for r in rows] == [hour_tag(h) for h in hours]
+        assert [r.records for r in rows] == [2 * (3 + h) for h in range(4)]
+        for h, row in zip(hours, rows):
+            frozen, _ = freeze_slice(store, log, cfg, h, utcnow())
+            assert frozen.partitions == row.plan.partitions
+            assert frozen.tasks == row.plan.tasks
+
+
+def run_cli(*args, env):
+    return subprocess.run([sys.executable, "-m", "kafka_landing", "plan", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_plan_command(make_topic, send, bootstrap, tmp_path):
+    topic = make_topic(partitions=2)
+    first = floor_hour(utcnow()) - ONE_HOUR * 4
+    produce_hours(send, topic, first, 3)
+    config = tmp_path / "topics.yaml"
+    config.write_text(f"topics:\n  {topic}:\n    dataset: ds\n    table: tbl\n    grace_minutes: 5\n")
+    landing_root = tmp_path / "landing"
+    env = {**os.environ, "KAFKA_LANDING_TOPICS_CONFIG": str(config), "KAFKA_LANDING_ROOT": str(landing_root),
+           "KAFKA_LANDING_WAREHOUSE_ROOT": str(tmp_path / "wh"), "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
+
+    out = run_cli("--topic", topic, "--from", hour_key(first), "--to", hour_key(first + ONE_HOUR * 2), env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split()[:6] == ["hour", "state", "partition", "start", "end", "records"]
+    assert sum(line.startswith(hour_tag(first + ONE_HOUR)) and "would freeze" in line for line in lines) == 2
+    assert "3 hours: 0 frozen, 3 would freeze (24 records)" in out.stdout
+    assert tree(landing_root) == {}
+
+    bad = run_cli("--topic", topic, "--from", hour_key(first + ONE_HOUR), "--to", hour_key(first), env=env)
+    assert bad.returncode == 2 and "after its end" in bad.stderr and hour_key(first) in bad.stderr
+    bad = run_cli("--topic", topic, "--from", "yesterday", "--to", hour_key(first), env=env)
+    assert bad.returncode == 2 and "'yesterday' is not an hour" in bad.stderr
+    bad = run_cli("--topic", "nope", "--from", hour_key(first), "--to", hour_key(first), env=env)
+    assert bad.returncode == 2 and "no topic 'nope'" in bad.stderr and topic in bad.stderr
+
+
+def test_plan_backfill_job_records_the_plan_on_the_slices_asset(make_topic, send, kafka, tmp_path):
+    from kafka_landing.kafka_slices.assets import slice_key
+    from kafka_landing.kafka_slices.plan_job import plan_backfill
+    from kafka_landing.parquet_warehouse import ParquetWarehouse
+    from kafka_landing.resources import LandingResource
+
+    topic = make_topic(partitions=2)
+    first = floor_hour(utcnow()) - ONE_HOUR * 4
+    produce_hours(send, topic, first, 2)
+    config = tmp_path / "topics.yaml"
+    config.write_text(f"topics:\n  {topic}:\n    dataset: ds\n    table: tbl\n    grace_minutes: 5\n")
+    landing = LandingResource(landing_root=str(tmp_path / "landing"), topics_config=str(config))
+    result = plan_backfill.execute_in_process(
+        run_config={"ops": {"plan_backfill_op": {"config": {
+            "topic": topic, "from_hour": hour_key(first), "to_hour": hour_key(first + ONE_HOUR)}}}},
+        resources={"kafka": kafka, "landing": landing, "warehouse": ParquetWarehouse(root=str(tmp_path / "wh"))},
+    )
+    assert result.success
+    [obs] = [e.event_specific_data.asset_observation for e in result.all_events
+             if e.event_type_value == "ASSET_OBSERVATION"]
+    assert obs.asset_key == slice_key(topic)
+    assert obs.metadata["would_freeze"].value == 2 and obs.metadata["records_to_read"].value == 6 + 8
+    assert f"| {hour_tag(first + ONE_HOUR)} | would freeze | 1 |" in obs.metadata["plan"].value
+    assert tree(tmp_path / "landing") == {}
+
+    bad = plan_backfill.execute_in_process(
+        run_config={"ops": {"plan_backfill_op": {"config": {
+            "topic": topic, "from_hour": hour_key(first + ONE_HOUR), "to_hour": hour_key(first)}}}},
+        resources={"kafka": kafka, "landing": landing, "warehouse": ParquetWarehouse(root=str(tmp_path / "wh"))},
+        raise_on_error=False,
+    )
+    assert not bad.success
+    assert "after its end" in str(bad.failure_data_for_node("plan_backfill_op").error)

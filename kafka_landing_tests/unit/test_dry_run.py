@@ -1,0 +1,127 @@
+"""The dry-run plan against an in-memory log: equal to freezing the hours in order, per-hour
+errors instead of a failed plan, frozen/landed/loaded flags, and nothing written."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafka_landing.dry_run import ERROR, FROZEN, OPEN, PLANNED, dry_run, format_table, hours_between
+from kafka_landing.landing_store import LandingStore
+from kafka_landing.load_queue import content_sha
+from kafka_landing.naming import ONE_HOUR, done_file_path, hour_tag
+from kafka_landing.planning import PlanningError, UnknownTopicError, plan_slice
+from kafka_landing.topic_config import TopicConfig
+from kafka_landing_tests.unit.test_planning import BASE, DATA, NOW, MemLog, at
+
+CFG = TopicConfig(topic="t", dataset="ds", table="tbl", grace_minutes=0, rows_per_task=10)
+
+
+def files(root) -> list:
+    return sorted(p for p in root.rglob("*")) if root.exists() else []
+
+
+def freeze_in_order(log, hours, frozen=None, errors=None):
+    """What freezing each hour in turn freezes; an hour that fails to plan stays unfrozen."""
+    frozen = dict(frozen or {})
+    for h in hours:
+        try:
+            frozen[h] = plan_slice("t", h, NOW, log, frozen, grace_minutes=0, rows_per_task=10)
+        except PlanningError as exc:
+            if errors is None:
+                raise
+            errors[h] = str(exc)
+    return frozen
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.integers(-1, 5), st.integers(0, 59)), max_size=40),
+       st.integers(0, 5), st.integers(0, 5), st.sets(st.integers(0, 5), max_size=3))
+def test_dry_run_equals_freezing_in_order(recs, a, b, already):
+    first, last = sorted((a, b))
+    parts = {0: [], 1: []}
+    for p, h, m in recs:
+        parts[p].append((at(h, m), DATA))
+    log = MemLog(parts)
+    frozen = freeze_in_order(log, [BASE + ONE_HOUR * h for h in sorted(already)], errors={})
+    before = dict(frozen)
+    rows = dry_run(CFG, BASE + ONE_HOUR * first, BASE + ONE_HOUR * last, NOW, log,
+                   LandingStore("/nonexistent-dry-run-root"), frozen)
+    assert frozen == before  # the caller's mapping is not extended
+    hours = [BASE + ONE_HOUR * h for h in range(first, last + 1)]
+    errors = {}
+    expected = freeze_in_order(log, [h for h in hours if h not in before], before, errors)
+    assert [r.hour for r in rows] == [hour_tag(h) for h in hours]
+    for r, h in zip(rows, hours):
+        if h in errors:
+            assert (r.state, r.plan, r.error) == (ERROR, None, errors[h])
+        else:
+            assert r.state == (FROZEN if h in before else PLANNED)
+            assert r.plan.partitions == expected[h].partitions
+
+
+def test_retention_gap_is_an_hour_error_and_later_hours_still_plan(tmp_path):
+    log = MemLog({0: [(at(0, 5), DATA), (at(0, 6), DATA), (at(1, 5), DATA), (at(1, 6), DATA), (at(2, 5), DATA)]})
+    frozen = freeze_in_order(log, [BASE])  # hour 0 is [0, 2)
+    log.log_start = {0: 3}  # retention then deleted offset 2 of hour 1
+    store = LandingStore(tmp_path / "l")
+    rows = dry_run(CFG, BASE, BASE + ONE_HOUR * 2, NOW, log, store, frozen)
+    assert [r.state for r in rows] == [FROZEN, ERROR, PLANNED]
+    assert "retention" in rows[1].error and "partition 0" in rows[1].error and "[2, 3)" in rows[1].error
+    assert (rows[2].plan.partitions[0].start, rows[2].plan.partitions[0].end) == (4, 5)
+    text = format_table(rows)
+    assert "deleted by retention" in text and "1 with errors" in text
+    skipped = dry_run(CFG, BASE + ONE_HOUR, BASE + ONE_HOUR, NOW, log, store, frozen, skip_retention_gaps=True)
+    assert skipped[0].state == PLANNED and "retention gap [2, 3) skipped" in format_table(skipped)
+    assert files(tmp_path / "l") == []
+
+
+def test_outlier_timestamp_is_an_hour_error():
+    far = at(0, 10) + 10 * 3600_000
+    log = MemLog({0: [(at(0, 5), DATA), (far, DATA), (at(0, 20), DATA), (at(1, 5), DATA)]})
+    rows = dry_run(CFG, BASE, BASE + ONE_HOUR, NOW, log, LandingStore("/nonexistent"), {})
+    assert rows[0].state == ERROR and "offset 1" in rows[0].error and "on_future_timestamp" in rows[0].error
+
+
+def test_open_hours_are_shown_not_planned():
+    log = MemLog({0: [(at(0, 5), DATA)]})
+    now = BASE + ONE_HOUR + timedelta(minutes=30)
+    rows = dry_run(CFG, BASE, BASE + ONE_HOUR * 2, now, log, LandingStore("/nonexistent"), {})
+    assert [r.state for r in rows] == [PLANNED, OPEN, OPEN]
+    assert rows[1].plan is None and "still open" in rows[1].error
+
+
+def test_unknown_topic_fails_the_plan():
+    with pytest.raises(UnknownTopicError):
+        dry_run(CFG, BASE, BASE, NOW, MemLog({}), LandingStore("/nonexistent"), {})
+
+
+def test_landed_and_loaded_need_every_table_and_the_loaded_content(tmp_path):
+    from kafka_landing.topic_config import Route
+
+    cfg = TopicConfig(topic="t", dataset="ds", route=Route("type", {"a": "ta"}, "tb"), grace_minutes=0)
+    store = LandingStore(tmp_path / "l")
+    log = MemLog({0: [(at(0, 5), DATA)]})
+    store.write_atomic(done_file_path("ds", "ta", BASE), b'{"x": 1}')
+    ledger = {}
+    loaded = lambda ds, t, h: ledger.get((ds, t, h))  # noqa: E731
+    row = lambda: dry_run(cfg, BASE, BASE, NOW, log, store, {}, loaded)[0]  # noqa: E731
+    assert (row().landed, row().loaded) == (False, False)  # tb has no done file yet
+    store.write_atomic(done_file_path("ds", "tb", BASE), b'{"y": 2}')
+    assert (row().landed, row().loaded) == (True, False)
+    ledger[("ds", "ta", hour_tag(BASE))] = {"sha256": content_sha(b'{"x": 1}')}
+    ledger[("ds", "tb", hour_tag(BASE))] = {"sha256": content_sha(b"older content")}
+    assert row().loaded is False  # tb's load was of another content: a re-land is not loaded yet
+    ledger[("ds", "tb", hour_tag(BASE))] = {"sha256": content_sha(b'{"y": 2}')}
+    assert row().loaded is True
+
+
+def test_range_errors():
+    with pytest.raises(ValueError, match="swap"):
+        hours_between(BASE + ONE_HOUR, BASE)
+    with pytest.raises(ValueError, match="starts of hours"):
+        hours_between(BASE + timedelta(minutes=1), BASE + ONE_HOUR)
+    assert hours_between(BASE, BASE) == [BASE]
