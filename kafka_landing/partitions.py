@@ -25,13 +25,16 @@ from dagster import (
     AssetKey,
     AssetMaterialization,
     AssetRecordsFilter,
+    Backoff,
     BackfillPolicy,
     DagsterInstance,
     EventLogRecord,
     Failure,
     HourlyPartitionsDefinition,
+    Jitter,
     MaterializeResult,
     MetadataValue,
+    RetryPolicy,
 )
 
 FIRST_HOUR_ENV = "KAFKA_LANDING_FIRST_HOUR"
@@ -44,6 +47,16 @@ hourly = HourlyPartitionsDefinition(
 
 # A backfill of many hours runs as one run: one Spark session for all of them.
 single_run = BackfillPolicy.single_run()
+
+# A broker or registry briefly away (restart, network blip) fails a step with a Failure that
+# allows retries; terminal failures (retention gaps, bad schemas, 4xx answers...) raise
+# Failure(allow_retries=False). With this policy passed to the asset builders, a transient
+# failure is retried after about 20 s, 40 s, 80 s (jittered), then the run fails. It is not
+# the default: Dagster's RetryPolicy also retries a step killed by SIGKILL or the OOM killer.
+# KAFKA_LANDING_RETRY_DELAY_SECONDS changes the first delay (a test suite may set it small).
+RETRY_DELAY_ENV = "KAFKA_LANDING_RETRY_DELAY_SECONDS"
+TRANSIENT_RETRIES = RetryPolicy(max_retries=3, delay=float(os.environ.get(RETRY_DELAY_ENV, "20")),
+                                backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS)
 
 REDO_DONE_HOURS_TAG = "kafka_landing/redo_done_hours"
 """Run tag: `true` makes a range redo hours already done (a single hour is always done)."""
@@ -75,7 +88,7 @@ def _single_hour(context: AssetExecutionContext, k: str, one_hour: OneHour) -> M
     try:
         metadata, checks = one_hour(k)
     except Failure as exc:
-        raise _in_hour(exc, k) from exc
+        raise retry_or_give_up(context, _in_hour(exc, k)) from exc
     return MaterializeResult(metadata={**metadata, **_done_now(context, checks)}, check_results=checks)
 
 
@@ -118,7 +131,7 @@ def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_h
         for k in sorted(results.keys() - reported):
             yield AssetMaterialization(asset_key=key, partition=k, metadata=results[k][0], tags=tags)
         yield from checks
-        raise Failure(
+        raise retry_or_give_up(context, Failure(
             description=(
                 f"{len(failures)} of {n} hours of {name} failed"
                 f" ({len(results)} done now, {len(reuse)} done before; they keep their materialisations):\n"
@@ -126,7 +139,9 @@ def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_h
                 + "\nFix the cause and launch the same range again: hours already done are not redone."
             ),
             metadata={"failed_hours": sorted(failures), "done_hours": sorted(results), "reused_hours": sorted(reuse)},
-        ) from next(iter(failures.values()))
+            # A retry redoes only the failed hours: worth it only if every one of them may pass later.
+            allow_retries=all_transient(failures.values()),
+        )) from next(iter(failures.values()))
     # Success: Dagster records one materialisation per partition of the range, each with its own metadata.
     for k, (metadata, _) in results.items():
         context.add_asset_metadata(metadata, partition_key=k)
@@ -205,6 +220,27 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, Failure) and exc.description:
         return exc.description
     return f"{type(exc).__name__}: {exc}"
+
+
+def all_transient(failures) -> bool:
+    """Every failure is a Failure that allows retries (a service briefly away); any other
+    exception (a bug, a terminal Failure) makes retrying pointless."""
+    failures = list(failures)
+    return bool(failures) and all(isinstance(e, Failure) and e.allow_retries for e in failures)
+
+
+def retry_or_give_up(context: AssetExecutionContext, exc: Failure) -> Failure:
+    """A transient Failure says which attempt failed; on the last attempt it is raised as
+    terminal, so the step fails with its own message rather than Dagster's bare
+    'Exceeded max_retries'."""
+    policy = getattr(context.op_def, "retry_policy", None)
+    if not exc.allow_retries or policy is None:
+        return exc
+    attempt, attempts = context.retry_number + 1, policy.max_retries + 1
+    last = attempt >= attempts
+    return Failure(description=f"{exc.description}\n(attempt {attempt} of {attempts}"
+                               + ("; no retry left)" if last else "; retried after a backoff)"),
+                   metadata=exc.metadata, allow_retries=not last)
 
 
 def _in_hour(exc: Failure, k: str) -> Failure:

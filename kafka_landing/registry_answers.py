@@ -19,7 +19,12 @@ UNKNOWN_SCHEMA_ID = "unknown schema id"
 
 
 class RegistryError(RuntimeError):
-    """The registry could not say what a schema id is: the hour cannot be landed now."""
+    """The registry could not say what a schema id is: the hour cannot be landed now.
+    `transient`: no answer or a 5xx, worth asking again later; a 4xx answer is not."""
+
+    def __init__(self, message: str, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,8 @@ def answer_error(url: str, schema_id: int, http_status: int | None, error_code: 
         check = "check the registry URL and that it speaks the Confluent schema registry API"
     return RegistryError(
         f"schema registry {where} answered {said} for schema id {schema_id}; {check}. "
-        "Nothing of this hour was published."
+        "Nothing of this hour was published.",
+        transient=http_status is not None and http_status >= 500,
     )
 
 
@@ -99,5 +105,6 @@ def unreachable_error(url: str, schema_id: int, exc: BaseException) -> RegistryE
     return RegistryError(
         f"schema registry {redact_url(url)} could not be reached for schema id {schema_id} "
         f"({type(exc).__name__}: {scrub(str(exc), url)[:300] or 'no detail'}); check that it is running and reachable from here, "
-        "and SCHEMA_REGISTRY_URL, then re-land the hour. Nothing of this hour was published."
+        "and SCHEMA_REGISTRY_URL, then re-land the hour. Nothing of this hour was published.",
+        transient=True,
     )

@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from datetime import datetime, timezone
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kafka_landing import devstack
+# Transient failures are retried with a backoff from 20 s in production; the tests that
+# provoke them (registry and brokers away) should not wait minutes for it. Set before
+# anything builds the definitions, and inherited by the `dagster` processes tests start.
+os.environ.setdefault("KAFKA_LANDING_RETRY_DELAY_SECONDS", "0.1")
+
+from kafka_landing import devstack  # noqa: E402
 from kafka_landing.demo.generate import produce
 from kafka_landing.landing_store import LandingStore
 from kafka_landing.resources import KafkaResource, LandingResource, SchemaRegistryResource

@@ -11,6 +11,7 @@ from dagster import (
     AssetKey,
     Failure,
     MetadataValue,
+    RetryPolicy,
     asset,
 )
 from dagster_pyspark import LazyPySparkResource
@@ -19,7 +20,7 @@ from kafka_landing.conservation import check_landed_hour
 from kafka_landing.landing import LandingError, LandingResult, land_hour
 from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.naming import asset_safe, dead_letter_dir, hour_from_key, hour_from_tag, table_hour_dir
-from kafka_landing.partitions import hourly, run_hours, single_run
+from kafka_landing.partitions import hourly, retry_or_give_up, run_hours, single_run
 from kafka_landing.planning import SlicePlan
 from kafka_landing.resources import KafkaResource, KafkaUnavailable, LandingResource, SchemaRegistryResource
 from kafka_landing.slices import read_slice as read_frozen_slice
@@ -46,7 +47,8 @@ def check_still_in_kafka(kafka: KafkaResource, plan: SlicePlan) -> None:
                         f"topic {plan.topic!r} partition {p.partition}: offsets [{p.start}, {min(log_start, p.end)}) "
                         f"of hour {plan.hour} were deleted by retention after the slice was frozen "
                         f"(the log now starts at {log_start}). The hour cannot be re-landed from Kafka."
-                    )
+                    ),
+                    allow_retries=False,
                 )
             if log_end < p.end:
                 raise Failure(
@@ -55,7 +57,8 @@ def check_still_in_kafka(kafka: KafkaResource, plan: SlicePlan) -> None:
                         f"[{p.start}, {p.end}) but the log now ends at {log_end}: the topic was deleted and "
                         "re-created (or the partition truncated) after the slice was frozen. Nothing was landed; "
                         "the landed files of this hour, if any, are untouched."
-                    )
+                    ),
+                    allow_retries=False,
                 )
 
 
@@ -72,7 +75,7 @@ def preflight(store, registry: SchemaRegistryResource) -> None:
     except OSError as exc:
         raise Failure(description=f"landing root {store.root} cannot be written ({exc.strerror or exc}): check that "
                                   "it exists, has space and that this process may write there (KAFKA_LANDING_ROOT). "
-                                  "Nothing was read or published.") from None
+                                  "Nothing was read or published.", allow_retries=False) from None
     where = answers.redact_url(registry.url)
     try:
         registry.client().get_subjects()
@@ -87,7 +90,9 @@ def preflight(store, registry: SchemaRegistryResource) -> None:
                 f"schema registry {where} answered HTTP {exc.http_status_code} to a list of its subjects: "
                 + ("check the registry credentials (SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO)"
                    if exc.http_status_code in (401, 403) else "check its health and logs")
-                + ". Nothing was read or published.")) from None
+                + ". Nothing was read or published."),
+                # 401/403 stay wrong until someone fixes the credentials; a 5xx may pass
+                allow_retries=exc.http_status_code not in (401, 403)) from None
         # Other answers (a registry that does not list subjects) are settled per schema id later.
 
 
@@ -166,11 +171,12 @@ def landing_checks(result: LandingResult, store, cfg: TopicConfig, plan: SlicePl
     ]
 
 
-def build_landing_asset(cfg: TopicConfig):
+def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = None):
     key = landing_key(cfg.topic)
 
     @asset(
         key=key,
+        retry_policy=retry_policy,  # with one, only Failures with allow_retries (services briefly away) retry
         deps=[slice_key(cfg.topic)],
         partitions_def=hourly,
         backfill_policy=single_run,
@@ -199,7 +205,10 @@ def build_landing_asset(cfg: TopicConfig):
     ):
         store = landing.store()
         # Fail fast, before Spark reads a single record: every service the hours need answers.
-        preflight(store, registry)
+        try:
+            preflight(store, registry)
+        except Failure as exc:
+            raise retry_or_give_up(context, exc) from None
         fetch = schema_fetcher(registry)  # one registry cache for every hour of the run
 
         def one_hour(partition_key: str):
@@ -207,7 +216,8 @@ def build_landing_asset(cfg: TopicConfig):
             plan = read_frozen_slice(store, cfg.topic, hour)
             if plan is None:
                 raise Failure(description=f"the slice of {cfg.topic} for {partition_key} is not frozen yet: "
-                                          f"materialise {slice_key(cfg.topic).to_user_string()} for that hour first")
+                                          f"materialise {slice_key(cfg.topic).to_user_string()} for that hour first",
+                              allow_retries=False)
             try:
                 check_still_in_kafka(kafka, plan)
             except KafkaUnavailable as exc:
@@ -216,7 +226,9 @@ def build_landing_asset(cfg: TopicConfig):
             try:
                 result = land_hour(lambda: pyspark.spark_session, store, fetch, kafka.spark_options(), cfg, plan, attempt)
             except LandingError as exc:
-                raise Failure(description=str(exc)) from None
+                # Only a registry briefly away is worth retrying; bad schemas, limits and checks are not.
+                raise Failure(description=str(exc),
+                              allow_retries=getattr(exc.__cause__, "transient", False)) from None
             for w in result.warnings:
                 context.log.warning(w)
             context.log.info(

@@ -14,6 +14,7 @@ from dagster import (
     Config,
     Failure,
     MetadataValue,
+    RetryPolicy,
     TableColumn,
     TableRecord,
     TableSchema,
@@ -75,9 +76,10 @@ def slice_metadata(plan: SlicePlan, manifest_location: str, frozen_now: bool) ->
     return meta
 
 
-def build_slice_asset(cfg: TopicConfig):
+def build_slice_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = None):
     @asset(
         key=slice_key(cfg.topic),
+        retry_policy=retry_policy,  # with one, only Failures with allow_retries (brokers briefly away) retry
         partitions_def=hourly,
         backfill_policy=single_run,
         group_name=GROUP,
@@ -97,7 +99,8 @@ def build_slice_asset(cfg: TopicConfig):
                         store, log, cfg, hour, datetime.now(timezone.utc), skip_retention_gaps=config.skip_retention_gaps
                     )
             except (PlanningError, KafkaUnavailable) as exc:
-                raise Failure(description=str(exc)) from None
+                # Brokers briefly away: retriable (under a RetryPolicy); a planning error stays wrong: never retried.
+                raise Failure(description=str(exc), allow_retries=isinstance(exc, KafkaUnavailable)) from None
             context.log.info(
                 f"{cfg.topic} {plan.hour}: {plan.records} records in {len(plan.partitions)} partitions "
                 f"({'frozen now' if frozen_now else 'already frozen'})"

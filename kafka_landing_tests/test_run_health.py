@@ -1,0 +1,244 @@
+"""Runs never hang: a run whose worker died is failed by run monitoring, a failure caused by
+a service briefly away is retried a bounded number of times, a terminal one is not."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from dagster import (
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RetryPolicy,
+    materialize,
+)
+from dagster._core.events import EngineEventData
+from dagster._core.launcher import WorkerStatus
+from dagster._core.launcher.default_run_launcher import GRPC_INFO_TAG
+
+from kafka_landing.kafka_slices.assets import build_slice_asset
+from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key
+from kafka_landing.partitions import TRANSIENT_RETRIES
+from kafka_landing.resources import KafkaResource
+from kafka_landing.run_launcher import ProcessCheckingRunLauncher
+from kafka_landing.topic_config import TopicConfig
+from kafka_landing_tests.conftest import utcnow
+
+REPO = Path(__file__).resolve().parents[1]
+QUICK = RetryPolicy(max_retries=2, delay=0.1)
+
+
+@pytest.fixture
+def instance(tmp_path, monkeypatch):
+    """A real instance from the repo's own dagster.yaml."""
+    shutil.copy(REPO / "dagster.yaml", tmp_path / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    with DagsterInstance.get() as inst:
+        yield inst
+
+
+def test_the_repo_instance_monitors_runs_with_the_process_checking_launcher(instance):
+    assert isinstance(instance.run_launcher, ProcessCheckingRunLauncher)
+    assert instance.run_launcher.supports_check_run_worker_health
+    assert instance.run_monitoring_enabled
+    assert instance.run_monitoring_max_resume_run_attempts == 0
+    assert 0 < instance.run_monitoring_poll_interval_seconds <= 120
+
+
+def _started_run(instance: DagsterInstance, pid: int, grpc: dict) -> DagsterRun:
+    run = instance.add_run(DagsterRun(job_name="j", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
+                                      tags={GRPC_INFO_TAG: json.dumps(grpc)}))
+    instance.report_engine_event(f"Started process for run (pid: {pid}).", run, EngineEventData.in_process(pid))
+    return run
+
+
+def test_a_killed_run_worker_is_failed_and_a_live_one_is_running(instance):
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        run = _started_run(instance, worker.pid, {"host": "localhost", "port": 4000})
+        health = instance.run_launcher.check_run_worker_health(run)
+        assert health.status == WorkerStatus.RUNNING, health
+        worker.kill()
+        time.sleep(0.5)  # a zombie until reaped: must already count as dead
+        health = instance.run_launcher.check_run_worker_health(run)
+        assert health.status == WorkerStatus.FAILED, health
+        assert str(worker.pid) in health.msg and run.run_id in health.msg
+        worker.wait()
+        assert instance.run_launcher.check_run_worker_health(run).status == WorkerStatus.FAILED
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_a_run_worker_on_another_host_or_without_a_pid_is_unknown_never_failed(instance):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    elsewhere = _started_run(instance, dead.pid, {"host": "code-server.example", "port": 4000})
+    assert instance.run_launcher.check_run_worker_health(elsewhere).status == WorkerStatus.UNKNOWN
+    no_pid = instance.add_run(DagsterRun(job_name="j", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
+                                         tags={GRPC_INFO_TAG: json.dumps({"host": "localhost", "port": 4000})}))
+    assert instance.run_launcher.check_run_worker_health(no_pid).status == WorkerStatus.UNKNOWN
+
+
+def _slice_run(topic: str, kafka: KafkaResource, tmp_path, policy: RetryPolicy = QUICK):
+    from kafka_landing.resources import LandingResource
+
+    asset = build_slice_asset(TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0), retry_policy=policy)
+    return materialize([asset], partition_key=hour_key(floor_hour(utcnow()) - ONE_HOUR * 2),
+                       instance=DagsterInstance.ephemeral(), raise_on_error=False,
+                       resources={"kafka": kafka, "landing": LandingResource(landing_root=str(tmp_path / "landing"))})
+
+
+def _attempts(result) -> int:
+    return 1 + sum(e.event_type == DagsterEventType.STEP_RESTARTED for e in result.all_events)
+
+
+def test_brokers_away_are_retried_a_bounded_number_of_times(tmp_path):
+    result = _slice_run("any_topic", KafkaResource(bootstrap_servers="localhost:9", timeout_seconds=2), tmp_path)
+    assert not result.success
+    assert sum(e.event_type == DagsterEventType.STEP_UP_FOR_RETRY for e in result.all_events) == QUICK.max_retries
+    assert _attempts(result) == QUICK.max_retries + 1
+    failure = next(e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE)
+    message = failure.event_specific_data.error.message
+    assert "localhost:9" in message and "attempt 3 of 3; no retry left" in message, message
+
+
+def test_an_unknown_topic_fails_once_without_retry(kafka, tmp_path):
+    result = _slice_run(f"no_such_topic_{uuid.uuid4().hex[:8]}", kafka, tmp_path)
+    assert not result.success
+    assert _attempts(result) == 1
+    failure = next(e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE)
+    assert "does not exist" in failure.event_specific_data.error.message
+
+
+def test_the_assets_do_not_retry_by_default():
+    """Dagster's RetryPolicy retries any failed step, a step killed by SIGKILL or the OOM
+    killer included: the retry policy is the caller's choice (see the builders)."""
+    from kafka_landing.avro_landing.assets import build_landing_asset
+
+    cfg = TopicConfig(topic="t", dataset="d", table="t")
+    for a in (build_slice_asset(cfg), build_landing_asset(cfg)):
+        assert a.op.retry_policy is None
+    assert 1 <= TRANSIENT_RETRIES.max_retries <= 5 and TRANSIENT_RETRIES.backoff is not None
+
+
+def test_a_range_is_retried_only_when_every_failed_hour_failed_transiently():
+    from dagster import Failure
+
+    from kafka_landing.partitions import all_transient
+
+    away, wrong = Failure("brokers away"), Failure("retention gap", allow_retries=False)
+    assert all_transient([away, Failure("registry away")])
+    assert not all_transient([away, wrong])
+    assert not all_transient([away, RuntimeError("a bug")])
+    assert not all_transient([])
+
+
+def _landing_run(topic: str, kafka: KafkaResource, registry_url: str, tmp_path):
+    from dagster_pyspark import LazyPySparkResource
+
+    from kafka_landing.avro_landing.assets import build_landing_asset
+    from kafka_landing.resources import LandingResource, SchemaRegistryResource
+
+    asset = build_landing_asset(TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0), retry_policy=QUICK)
+    return materialize([asset], partition_key=hour_key(floor_hour(utcnow()) - ONE_HOUR * 2),
+                       instance=DagsterInstance.ephemeral(), raise_on_error=False,
+                       resources={"kafka": kafka, "registry": SchemaRegistryResource(url=registry_url),
+                                  "landing": LandingResource(landing_root=str(tmp_path / "landing")),
+                                  "pyspark": LazyPySparkResource(spark_config={})})
+
+
+def test_a_registry_away_is_retried_a_bounded_number_of_times(kafka, tmp_path):
+    result = _landing_run("any_topic", kafka, "http://localhost:9/apis/ccompat/v7", tmp_path)
+    assert not result.success
+    assert _attempts(result) == QUICK.max_retries + 1
+    failure = next(e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE)
+    assert "could not be reached" in failure.event_specific_data.error.message
+
+
+def test_landing_an_hour_whose_slice_is_not_frozen_fails_once(kafka, registry_url, tmp_path):
+    result = _landing_run(f"never_sliced_{uuid.uuid4().hex[:8]}", kafka, registry_url, tmp_path)
+    assert not result.success
+    assert _attempts(result) == 1
+    failure = next(e for e in result.all_events if e.event_type == DagsterEventType.STEP_FAILURE)
+    assert "is not frozen yet" in failure.event_specific_data.error.message
+
+
+SLEEPY = '''
+import time
+from dagster import Definitions, job, op
+
+@op
+def nap():
+    time.sleep(600)
+
+@job
+def sleepy():
+    nap()
+
+defs = Definitions(jobs=[sleepy])
+'''
+
+
+def _wait_for(what: str, probe, seconds: float):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(1)
+    raise AssertionError(f"gave up waiting for {what} after {seconds:.0f}s")
+
+
+def test_a_sigkilled_run_worker_is_failed_by_the_daemon(tmp_path, monkeypatch):
+    """End to end: the repo's dagster.yaml (poll interval shortened), a real daemon, a real run
+    worker and its code server killed with SIGKILL: the run ends FAILURE instead of STARTED forever."""
+    import os
+    import signal
+
+    import yaml
+
+    home = tmp_path / "home"
+    home.mkdir()
+    conf = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    conf["run_monitoring"]["poll_interval_seconds"] = 1
+    (home / "dagster.yaml").write_text(yaml.safe_dump(conf))
+    (tmp_path / "sleepy.py").write_text(SLEEPY)
+    (tmp_path / "workspace.yaml").write_text("load_from:\n  - python_file: sleepy.py\n")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    bin_dir = Path(sys.executable).parent
+    with DagsterInstance.get():  # create the sqlite storage once, before daemon and CLI race to create it
+        pass
+    daemon = subprocess.Popen([str(bin_dir / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        subprocess.run([str(bin_dir / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", "sleepy"], cwd=tmp_path,
+                       env=env, check=True, capture_output=True, timeout=120)
+        with DagsterInstance.get() as inst:
+            run = _wait_for("the run to start", lambda: next(iter(inst.get_runs()), None)
+                            if any(r.status == DagsterRunStatus.STARTED for r in inst.get_runs()) else None, 120)
+            pid = int(_wait_for("the run worker's pid", lambda: next(
+                (m.group(1) for e in inst.all_logs(run.run_id)
+                 if (m := re.match(r"Started process for run \(pid: (\d+)\)", e.message or ""))), None), 60))
+            # The code server notices a run worker of its own dying; both dying (a container or
+            # machine restart, the OOM killer taking both) is left to run monitoring: kill both.
+            code_server = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            os.kill(code_server, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+            ended = _wait_for("the daemon to fail the run", lambda: (r := inst.get_run_by_id(run.run_id)).is_finished and r, 120)
+            assert ended.status == DagsterRunStatus.FAILURE
+            logs = " ".join(e.message or "" for e in inst.all_logs(run.run_id))
+            assert f"run worker pid {pid}" in logs and "is gone" in logs, logs[-2000:]
+    finally:
+        os.killpg(daemon.pid, signal.SIGKILL)  # the daemon, its code server and the orphaned step process
+        daemon.wait()
