@@ -170,6 +170,8 @@ class KafkaLogView:
                     stamped = msg.timestamp()[1]
                     if min_millis is None or stamped >= min_millis:
                         return msg.offset(), stamped
+                    if msg.offset() + 1 >= end:
+                        return None  # the range is read: no need to wait for the next fetch
                     deadline = time.monotonic() + self._timeout  # progress: keep reading
                 position = reader.position([TopicPartition(topic, partition)])[0].offset
                 if position >= end:
