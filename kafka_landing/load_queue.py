@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from kafka_landing.landing_store import LandingStore
-from kafka_landing.naming import DONE_FILE_RE, HOUR_TAG_FORMAT, ONE_HOUR, floor_hour, hour_from_tag, hour_tag
+from kafka_landing.naming import DONE_FILE_RE, done_file_path, HOUR_TAG_FORMAT, ONE_HOUR, floor_hour, hour_from_tag, hour_tag
 
 PENDING_DIR = "pending_loads"
 MAX_ATTEMPTS = 3
@@ -53,7 +53,7 @@ class TableHour:
 
     @property
     def done_file(self) -> str:
-        return f"tables/{self.dataset}/{self.table}/hour={self.hour}/_DONE.json"
+        return done_file_path(self.dataset, self.table, hour_from_tag(self.hour))
 
     @property
     def marker(self) -> str:
