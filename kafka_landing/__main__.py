@@ -9,11 +9,9 @@ environment variables as `definitions.build_resources()`, with secrets read as p
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from datetime import datetime, timezone
 
-from kafka_landing import devstack
 from kafka_landing.naming import HOUR_TAG_FORMAT, hour_from_key
 
 BAD_ARGUMENTS = 2
@@ -34,31 +32,18 @@ def parse_hour(text: str) -> datetime:
 
 
 def _resources():
-    from kafka_landing.parquet_warehouse import ParquetWarehouse
-    from kafka_landing.resources import KafkaResource, LandingResource
+    """The code location's own resources, so the CLI reads the same environment as the UI."""
+    from kafka_landing.definitions import build_resources
 
-    env = os.environ.get
-    kafka = KafkaResource(
-        bootstrap_servers=env("KAFKA_BOOTSTRAP_SERVERS", devstack.BOOTSTRAP),
-        security_protocol=env("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
-        sasl_mechanism=env("KAFKA_SASL_MECHANISM"),
-        sasl_username=env("KAFKA_SASL_USERNAME"),
-        sasl_password=env("KAFKA_SASL_PASSWORD"),
-        ssl_ca_location=env("KAFKA_SSL_CA_LOCATION"),
-    )
-    landing = LandingResource(
-        landing_root=env("KAFKA_LANDING_ROOT", str(devstack.ROOT / ".local" / "landing")),
-        topics_config=env("KAFKA_LANDING_TOPICS_CONFIG"),
-    )
-    warehouse = ParquetWarehouse(root=env("KAFKA_LANDING_WAREHOUSE_ROOT", str(devstack.ROOT / ".local" / "warehouse")))
-    return kafka, landing, warehouse
+    r = build_resources()
+    return r["kafka"], r["landing"], r["warehouse"]
 
 
 def plan(args, parser) -> int:
-    from kafka_landing.dry_run import dry_run, format_table, hours_between
-    from kafka_landing.planning import UnknownTopicError
-    from kafka_landing.slices import load_frozen
-    from kafka_landing.topic_config import TopicConfigError
+    from kafka_landing.config import TopicConfigError
+    from kafka_landing.kafka_slices.dry_run import dry_run, format_table, hours_between
+    from kafka_landing.kafka_slices.freeze import load_frozen
+    from kafka_landing.kafka_slices.plan import UnknownTopicError
 
     try:
         hours_between(args.first, args.last)
@@ -73,7 +58,7 @@ def plan(args, parser) -> int:
     try:
         with kafka.log_view() as log:
             rows = dry_run(cfg, args.first, args.last, datetime.now(timezone.utc), log, store,
-                           load_frozen(store, cfg.topic), warehouse.loaded,
+                           load_frozen(store, cfg.topic), warehouse.backend(store).loaded,
                            skip_retention_gaps=args.skip_retention_gaps)
     except UnknownTopicError as exc:
         print(f"error: {exc}; check the topic name in {cfg.topic!r}'s config and the cluster at "

@@ -62,8 +62,8 @@ def produce_bench_topic(bootstrap: str, registry_url: str, topic: str, kind: str
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
+    from kafka_landing.avro_landing.framing import frame
     from kafka_landing.demo.generate import ensure_topics, register
-    from kafka_landing.framing import frame
 
     ensure_topics(bootstrap, {topic: PARTITIONS}, config={"retention.ms": "-1"})
     schema = SMALL if kind == "small" else LARGE
@@ -96,12 +96,12 @@ def produce_bench_topic(bootstrap: str, registry_url: str, topic: str, kind: str
 # --- contenders (each runs in its own process) --------------------------------------
 
 def _plans(landing_root: str, topic: str, hours: list[str]):
-    from kafka_landing.landing_store import LandingStore
+    from kafka_landing.kafka_slices.freeze import frozen_slice
     from kafka_landing.naming import hour_from_key
-    from kafka_landing.slices import read_slice
+    from kafka_landing.store import open_store
 
-    store = LandingStore(landing_root)
-    return [read_slice(store, topic, hour_from_key(h)) for h in hours]
+    store = open_store(landing_root)
+    return [frozen_slice(store, topic, hour_from_key(h)) for h in hours]
 
 
 def contender_kafka_landing(args) -> int:
@@ -126,11 +126,11 @@ def contender_kafka_landing(args) -> int:
             result = job.execute_in_process(instance=instance, resources=build_resources(), tags={
                 "dagster/asset_partition_range_start": args.hours[0], "dagster/asset_partition_range_end": args.hours[-1]})
             assert result.success
-    from kafka_landing.landing_store import LandingStore
     from kafka_landing.manifests import DoneFile
     from kafka_landing.naming import done_file_path, hour_from_key
+    from kafka_landing.store import open_store
 
-    store = LandingStore(args.landing_root)
+    store = open_store(args.landing_root)
     return sum(DoneFile.from_dict(store.read_json(done_file_path("bench", args.table, hour_from_key(h)))).rows
                for h in args.hours)
 
@@ -176,7 +176,7 @@ def contender_python_valve(args) -> int:
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from kafka_landing.framing import unframe
+    from kafka_landing.avro_landing.framing import unframe
 
     registry = SchemaRegistryClient({"url": args.registry})
     schemas: dict[int, dict] = {}

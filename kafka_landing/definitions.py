@@ -15,7 +15,6 @@ from datetime import datetime, timezone
 warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview)", module=r"dagster\..*")
 
 from dagster import (  # noqa: E402 - after the filter above
-
     AssetSelection,
     Definitions,
     EnvVar,
@@ -24,18 +23,28 @@ from dagster import (  # noqa: E402 - after the filter above
     define_asset_job,
     schedule,
 )
+from dagster_gcp import BigQueryResource
 from dagster_pyspark import LazyPySparkResource
 
 from kafka_landing import devstack, hourly_schedule
 from kafka_landing.avro_landing.assets import build_landing_assets
+from kafka_landing.config import LandingConfig, load_config
 from kafka_landing.kafka_slices.assets import build_slice_assets
-from kafka_landing.kafka_slices.plan_job import plan_backfill
+from kafka_landing.kafka_slices.jobs import plan_backfill
 from kafka_landing.naming import hour_key
-from kafka_landing.parquet_warehouse import ParquetWarehouse
-from kafka_landing.resources import KafkaResource, LandingResource, SchemaRegistryResource
+from kafka_landing.resources import (
+    KafkaResource,
+    LandingResource,
+    SchemaRegistryResource,
+)
 from kafka_landing.spark_setup import spark_config
-from kafka_landing.topic_config import LandingConfig, load_config
 from kafka_landing.warehouse.assets import build_warehouse_assets, warehouse_key
+from kafka_landing.warehouse.checks import build_warehouse_checks
+from kafka_landing.warehouse.resources import (
+    BigQueryWarehouseResource,
+    ParquetWarehouseResource,
+    WarehouseResource,
+)
 from kafka_landing.warehouse.sensors import build_done_file_sensor
 
 LOCAL = devstack.ROOT / ".local"
@@ -44,6 +53,31 @@ LOCAL = devstack.ROOT / ".local"
 def _secret(name: str):
     """An EnvVar when the variable is set, else None: secrets never sit in code or config."""
     return EnvVar(name) if os.environ.get(name) else None
+
+
+WAREHOUSES = ("parquet", "bigquery")
+
+
+def warehouse_kind() -> str:
+    kind = os.environ.get("KAFKA_LANDING_WAREHOUSE", "parquet")
+    if kind not in WAREHOUSES:
+        raise ValueError(f"KAFKA_LANDING_WAREHOUSE={kind!r}: choose one of {', '.join(WAREHOUSES)}")
+    return kind
+
+
+def build_warehouse() -> WarehouseResource:
+    """Parquet by default; BigQuery with KAFKA_LANDING_WAREHOUSE=bigquery (and a gs:// landing root)."""
+    if warehouse_kind() == "parquet":
+        return ParquetWarehouseResource(root=os.environ.get("KAFKA_LANDING_WAREHOUSE_ROOT", str(LOCAL / "warehouse")))
+    project = os.environ.get("KAFKA_LANDING_BIGQUERY_PROJECT")
+    if not project:
+        raise ValueError("KAFKA_LANDING_WAREHOUSE=bigquery needs KAFKA_LANDING_BIGQUERY_PROJECT, the project that "
+                         "runs the load jobs and holds the datasets")
+    return BigQueryWarehouseResource(bigquery=BigQueryResource(
+        project=project,
+        location=os.environ.get("KAFKA_LANDING_BIGQUERY_LOCATION"),
+        gcp_credentials=_secret("KAFKA_LANDING_GCP_CREDENTIALS"),
+    ))
 
 
 def build_resources() -> dict:
@@ -63,8 +97,9 @@ def build_resources() -> dict:
         "landing": LandingResource(
             landing_root=os.environ.get("KAFKA_LANDING_ROOT", str(LOCAL / "landing")),
             topics_config=os.environ.get("KAFKA_LANDING_TOPICS_CONFIG"),
+            gcp_credentials=_secret("KAFKA_LANDING_GCP_CREDENTIALS"),
         ),
-        "warehouse": ParquetWarehouse(root=os.environ.get("KAFKA_LANDING_WAREHOUSE_ROOT", str(LOCAL / "warehouse"))),
+        "warehouse": build_warehouse(),
         # Created on first use and shared by every hour of a run.
         "pyspark": LazyPySparkResource(spark_config=spark_config()),
     }
@@ -96,7 +131,8 @@ def build_definitions() -> Definitions:
     config = load_config()
     tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
     return Definitions(
-        assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config)],
+        assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config, warehouse_kind()),
+                *build_warehouse_checks(config)],
         jobs=[land_hourly, plan_backfill],
         schedules=[build_schedule(config)],
         sensors=[build_done_file_sensor(tables)],

@@ -6,7 +6,11 @@ monitoring only notices runs stuck STARTING or over max_runtime_seconds."""
 import json
 
 from dagster import DagsterEventType, DagsterRun
-from dagster._core.launcher import CheckRunHealthResult, DefaultRunLauncher, WorkerStatus
+from dagster._core.launcher import (
+    CheckRunHealthResult,
+    DefaultRunLauncher,
+    WorkerStatus,
+)
 from dagster._core.launcher.default_run_launcher import GRPC_INFO_TAG
 
 from kafka_landing.run_worker import is_local_host, process_alive

@@ -17,8 +17,12 @@ os.environ.setdefault("KAFKA_LANDING_RETRY_DELAY_SECONDS", "0.1")
 
 from kafka_landing import devstack  # noqa: E402
 from kafka_landing.demo.generate import produce
-from kafka_landing.landing_store import LandingStore
-from kafka_landing.resources import KafkaResource, LandingResource, SchemaRegistryResource
+from kafka_landing.resources import (
+    KafkaResource,
+    LandingResource,
+    SchemaRegistryResource,
+)
+from kafka_landing.store.local import LocalStore
 
 
 @pytest.fixture(scope="session")
@@ -66,8 +70,8 @@ def make_topic(admin):
 
 
 @pytest.fixture
-def store(tmp_path) -> LandingStore:
-    return LandingStore(tmp_path / "landing")
+def store(tmp_path) -> LocalStore:
+    return LocalStore(tmp_path / "landing")
 
 
 @pytest.fixture

@@ -4,9 +4,6 @@ dead letters beside them, and one done file per (table, hour) written last."""
 import uuid
 
 from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
     Failure,
@@ -16,15 +13,27 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
-from kafka_landing.conservation import check_landed_hour
-from kafka_landing.landing import LandingError, LandingResult, land_hour
+from kafka_landing.avro_landing.checks import landing_check_specs, landing_checks
+from kafka_landing.avro_landing.job import LandingResult, land_hour
+from kafka_landing.config import LandingConfig, TopicConfig
+from kafka_landing.errors import LandingError
+from kafka_landing.hours import hourly, retry_or_give_up, run_hours, single_run
 from kafka_landing.kafka_slices.assets import slice_key
-from kafka_landing.naming import asset_safe, dead_letter_dir, hour_from_key, hour_from_tag, table_hour_dir
-from kafka_landing.partitions import hourly, retry_or_give_up, run_hours, single_run
-from kafka_landing.planning import SlicePlan
-from kafka_landing.resources import KafkaResource, KafkaUnavailable, LandingResource, SchemaRegistryResource
-from kafka_landing.slices import read_slice as read_frozen_slice
-from kafka_landing.topic_config import LandingConfig, TopicConfig
+from kafka_landing.kafka_slices.freeze import frozen_slice
+from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
+from kafka_landing.kafka_slices.plan import SlicePlan
+from kafka_landing.naming import (
+    asset_safe,
+    dead_letter_dir,
+    hour_from_key,
+    hour_from_tag,
+    table_hour_dir,
+)
+from kafka_landing.resources import (
+    KafkaResource,
+    LandingResource,
+    SchemaRegistryResource,
+)
 
 GROUP = "avro_landing"
 
@@ -68,7 +77,7 @@ def preflight(store, registry: SchemaRegistryResource) -> None:
     from confluent_kafka.schema_registry.common._httpx_compat import httpx
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    from kafka_landing import registry_answers as answers
+    from kafka_landing.avro_landing import registry_answers as answers
 
     try:
         store.check_writable()
@@ -101,10 +110,12 @@ def schema_fetcher(registry: SchemaRegistryResource):
     the registry says it does not have, or a PROTOBUF or JSON schema) whose records become dead
     letters. Any other answer, or none, raises RegistryError: it says nothing about the records,
     so the hour fails rather than turning good records into dead letters."""
-    from confluent_kafka.schema_registry.common._httpx_compat import httpx  # the HTTP client it uses (httpx2 or httpx)
+    from confluent_kafka.schema_registry.common._httpx_compat import (
+        httpx,  # the HTTP client it uses (httpx2 or httpx)
+    )
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    from kafka_landing import registry_answers as answers
+    from kafka_landing.avro_landing import registry_answers as answers
 
     client, cache = registry.client(), {}
 
@@ -156,21 +167,6 @@ def landing_metadata(result: LandingResult, store, cfg: TopicConfig, plan: Slice
     return meta
 
 
-def landing_checks(result: LandingResult, store, cfg: TopicConfig, plan: SlicePlan) -> list[AssetCheckResult]:
-    # Re-counted from the published files, not from what this run believes it wrote.
-    conserved = check_landed_hour(store, cfg, plan)
-    return [
-        AssetCheckResult(check_name="conservation", passed=conserved.passed, metadata=conserved.metadata()),
-        AssetCheckResult(
-            check_name="no_dead_letters",
-            passed=result.dead_letters.rows == 0,
-            severity=AssetCheckSeverity.WARN,
-            metadata={"dead_letters": result.dead_letters.rows,
-                      "by_reason": MetadataValue.json(result.dead_letters.by_reason)},
-        ),
-    ]
-
-
 def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = None):
     key = landing_key(cfg.topic)
 
@@ -180,12 +176,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
         deps=[slice_key(cfg.topic)],
         partitions_def=hourly,
         backfill_policy=single_run,
-        check_specs=[
-            AssetCheckSpec("conservation", asset=key,
-                           description="Slice records = rows in the listed files + dead letters (both counted from the "
-                                       "files' Avro block headers) + offsets Kafka returned no record for."),
-            AssetCheckSpec("no_dead_letters", asset=key, description="Warns when the hour has dead letters."),
-        ],
+        check_specs=landing_check_specs(key),
         group_name=GROUP,
         kinds={"spark", "avro"},
         description=(
@@ -213,7 +204,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
 
         def one_hour(partition_key: str):
             hour = hour_from_key(partition_key)
-            plan = read_frozen_slice(store, cfg.topic, hour)
+            plan = frozen_slice(store, cfg.topic, hour)
             if plan is None:
                 raise Failure(description=f"the slice of {cfg.topic} for {partition_key} is not frozen yet: "
                                           f"materialise {slice_key(cfg.topic).to_user_string()} for that hour first",

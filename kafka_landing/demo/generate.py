@@ -28,7 +28,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from kafka_landing.framing import frame
+from kafka_landing.avro_landing.framing import frame
 from kafka_landing.naming import ONE_HOUR, floor_hour, to_millis
 
 SCHEMAS = Path(__file__).parent / "schemas"

@@ -21,12 +21,13 @@ from dagster import (
     asset,
 )
 
+from kafka_landing.config import LandingConfig, TopicConfig
+from kafka_landing.hours import hourly, run_hours, single_run
+from kafka_landing.kafka_slices.freeze import freeze_slice
+from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
+from kafka_landing.kafka_slices.plan import PlanningError, SlicePlan
 from kafka_landing.naming import asset_safe, hour_from_key, slice_manifest_path
-from kafka_landing.partitions import hourly, run_hours, single_run
-from kafka_landing.planning import PlanningError, SlicePlan
-from kafka_landing.resources import KafkaResource, KafkaUnavailable, LandingResource
-from kafka_landing.slices import freeze_slice
-from kafka_landing.topic_config import LandingConfig, TopicConfig
+from kafka_landing.resources import KafkaResource, LandingResource
 
 GROUP = "kafka_slices"
 

@@ -29,10 +29,22 @@ content, new marker) requests a reload.
 import json
 from itertools import islice
 
-from dagster import AssetKey, DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import (
+    AssetKey,
+    DefaultSensorStatus,
+    RunRequest,
+    RunsFilter,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
 
-from kafka_landing.done_checks import done_file_problems
-from kafka_landing.load_queue import (
+from kafka_landing.hours import FIRST_HOUR_ENV, hourly
+from kafka_landing.naming import hour_from_tag, hour_key
+from kafka_landing.resources import LandingResource
+from kafka_landing.warehouse.done_checks import done_file_problems
+from kafka_landing.warehouse.load_queue import (
     MAX_ATTEMPTS,
     ScanPosition,
     attempt_keys,
@@ -45,10 +57,7 @@ from kafka_landing.load_queue import (
     reconcile,
     run_key,
 )
-from kafka_landing.naming import hour_from_tag, hour_key
-from kafka_landing.parquet_warehouse import ParquetWarehouse
-from kafka_landing.partitions import FIRST_HOUR_ENV, hourly
-from kafka_landing.resources import LandingResource
+from kafka_landing.warehouse.resources import WarehouseResource
 
 SENSOR_NAME = "done_file_sensor"
 RUN_KEY_TAG = "dagster/run_key"
@@ -90,15 +99,16 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey]):
         default_status=DefaultSensorStatus.RUNNING,
         description="Loads a warehouse hour when its done file appears or changes, and retries failed loads.",
     )
-    def done_file_sensor(context: SensorEvaluationContext, landing: LandingResource, warehouse: ParquetWarehouse):
+    def done_file_sensor(context: SensorEvaluationContext, landing: LandingResource, warehouse: WarehouseResource):
         store = landing.store()
+        backend = warehouse.backend(store)
         log = context.log
 
         unknown = sorted(f"{d}.{t}" for d, t in listed_tables(store) if (d, t) not in tables)
         if unknown:
             log.warning(f"done files for tables not in the topic config, not loaded: {unknown}")
 
-        position, marked, scanned = reconcile(store, list(tables), warehouse.loaded_sha, _position(context.cursor),
+        position, marked, scanned = reconcile(store, list(tables), backend.loaded_sha, _position(context.cursor),
                                               RECONCILE_PER_TICK)
         if marked:
             log.info(f"reconciliation found {len(marked)} done file(s) not loaded and not marked pending, e.g. "
@@ -128,7 +138,7 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey]):
                 log.warning("not loading: " + "; ".join(problems)
                             + ". Re-land the hour or fix the tool that wrote the done file.")
                 continue
-            if warehouse.loaded_sha(th.dataset, th.table, th.hour) == sha:
+            if backend.loaded_sha(th.dataset, th.table, th.hour) == sha:
                 clear_pending(store, th.done_file, marker_sha(store, th))  # loaded; the marker outlived it
                 continue
             candidates.append((th, sha))

@@ -20,8 +20,15 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from kafka_landing import devstack
-from kafka_landing.demo.generate import demo_hours, encode, ensure_topics, load_schema, produce, register
-from kafka_landing.framing import frame
+from kafka_landing.avro_landing.framing import frame
+from kafka_landing.demo.generate import (
+    demo_hours,
+    encode,
+    ensure_topics,
+    load_schema,
+    produce,
+    register,
+)
 from kafka_landing.naming import asset_safe, done_file_path, to_millis
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.faults.harness import (

@@ -10,7 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_landing.done_checks import DoneFileMismatch, check_done_file, done_file_problems
+from kafka_landing.warehouse.done_checks import (
+    DoneFileMismatch,
+    check_done_file,
+    done_file_problems,
+)
 
 REL = "tables/shop/orders/hour=2026-11-20T13/_DONE.json"
 FOLDER = "tables/shop/orders/hour=2026-11-20T13/"

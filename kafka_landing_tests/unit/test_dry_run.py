@@ -9,12 +9,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.dry_run import ERROR, FROZEN, OPEN, PLANNED, dry_run, format_table, hours_between
-from kafka_landing.landing_store import LandingStore
-from kafka_landing.load_queue import content_sha
+from kafka_landing.config import TopicConfig
+from kafka_landing.kafka_slices.dry_run import (
+    ERROR,
+    FROZEN,
+    OPEN,
+    PLANNED,
+    dry_run,
+    format_table,
+    hours_between,
+)
+from kafka_landing.kafka_slices.plan import PlanningError, UnknownTopicError, plan_slice
 from kafka_landing.naming import ONE_HOUR, done_file_path, hour_tag
-from kafka_landing.planning import PlanningError, UnknownTopicError, plan_slice
-from kafka_landing.topic_config import TopicConfig
+from kafka_landing.store.local import LocalStore
+from kafka_landing.warehouse.load_queue import content_sha
 from kafka_landing_tests.unit.test_planning import BASE, DATA, NOW, MemLog, at
 
 CFG = TopicConfig(topic="t", dataset="ds", table="tbl", grace_minutes=0, rows_per_task=10)
@@ -49,7 +57,7 @@ def test_dry_run_equals_freezing_in_order(recs, a, b, already):
     frozen = freeze_in_order(log, [BASE + ONE_HOUR * h for h in sorted(already)], errors={})
     before = dict(frozen)
     rows = dry_run(CFG, BASE + ONE_HOUR * first, BASE + ONE_HOUR * last, NOW, log,
-                   LandingStore("/nonexistent-dry-run-root"), frozen)
+                   LocalStore("/nonexistent-dry-run-root"), frozen)
     assert frozen == before  # the caller's mapping is not extended
     hours = [BASE + ONE_HOUR * h for h in range(first, last + 1)]
     errors = {}
@@ -67,7 +75,7 @@ def test_retention_gap_is_an_hour_error_and_later_hours_still_plan(tmp_path):
     log = MemLog({0: [(at(0, 5), DATA), (at(0, 6), DATA), (at(1, 5), DATA), (at(1, 6), DATA), (at(2, 5), DATA)]})
     frozen = freeze_in_order(log, [BASE])  # hour 0 is [0, 2)
     log.log_start = {0: 3}  # retention then deleted offset 2 of hour 1
-    store = LandingStore(tmp_path / "l")
+    store = LocalStore(tmp_path / "l")
     rows = dry_run(CFG, BASE, BASE + ONE_HOUR * 2, NOW, log, store, frozen)
     assert [r.state for r in rows] == [FROZEN, ERROR, PLANNED]
     assert "retention" in rows[1].error and "partition 0" in rows[1].error and "[2, 3)" in rows[1].error
@@ -82,28 +90,28 @@ def test_retention_gap_is_an_hour_error_and_later_hours_still_plan(tmp_path):
 def test_outlier_timestamp_is_an_hour_error():
     far = at(0, 10) + 10 * 3600_000
     log = MemLog({0: [(at(0, 5), DATA), (far, DATA), (at(0, 20), DATA), (at(1, 5), DATA)]})
-    rows = dry_run(CFG, BASE, BASE + ONE_HOUR, NOW, log, LandingStore("/nonexistent"), {})
+    rows = dry_run(CFG, BASE, BASE + ONE_HOUR, NOW, log, LocalStore("/nonexistent"), {})
     assert rows[0].state == ERROR and "offset 1" in rows[0].error and "on_future_timestamp" in rows[0].error
 
 
 def test_open_hours_are_shown_not_planned():
     log = MemLog({0: [(at(0, 5), DATA)]})
     now = BASE + ONE_HOUR + timedelta(minutes=30)
-    rows = dry_run(CFG, BASE, BASE + ONE_HOUR * 2, now, log, LandingStore("/nonexistent"), {})
+    rows = dry_run(CFG, BASE, BASE + ONE_HOUR * 2, now, log, LocalStore("/nonexistent"), {})
     assert [r.state for r in rows] == [PLANNED, OPEN, OPEN]
     assert rows[1].plan is None and "still open" in rows[1].error
 
 
 def test_unknown_topic_fails_the_plan():
     with pytest.raises(UnknownTopicError):
-        dry_run(CFG, BASE, BASE, NOW, MemLog({}), LandingStore("/nonexistent"), {})
+        dry_run(CFG, BASE, BASE, NOW, MemLog({}), LocalStore("/nonexistent"), {})
 
 
 def test_landed_and_loaded_need_every_table_and_the_loaded_content(tmp_path):
-    from kafka_landing.topic_config import Route
+    from kafka_landing.config import Route
 
     cfg = TopicConfig(topic="t", dataset="ds", route=Route("type", {"a": "ta"}, "tb"), grace_minutes=0)
-    store = LandingStore(tmp_path / "l")
+    store = LocalStore(tmp_path / "l")
     log = MemLog({0: [(at(0, 5), DATA)]})
     store.write_atomic(done_file_path("ds", "ta", BASE), b'{"x": 1}')
     ledger = {}

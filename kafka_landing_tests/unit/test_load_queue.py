@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.landing_store import LandingStore
-from kafka_landing.load_queue import (
+from kafka_landing.naming import ONE_HOUR, hour_tag
+from kafka_landing.store.local import LocalStore
+from kafka_landing.warehouse.load_queue import (
     FINISHED,
     MAX_ATTEMPTS,
     ScanPosition,
@@ -30,15 +32,14 @@ from kafka_landing.load_queue import (
     reconcile,
     run_key,
 )
-from kafka_landing.naming import ONE_HOUR, hour_tag
 
 DONE = "tables/shop/orders/hour=2026-11-20T13/_DONE.json"
 TH = TableHour("2026-11-20T13", "shop", "orders")
 
 
-def write_done(store: LandingStore, dataset: str, table: str, hour: str, body: bytes, mtime: float | None = None):
+def write_done(store: LocalStore, dataset: str, table: str, hour: str, body: bytes, mtime: float | None = None):
     rel = TableHour(hour, dataset, table).done_file
-    p = store.path(rel)
+    p = Path(store.location(rel))
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_bytes(body)
     if mtime is not None:
@@ -49,7 +50,7 @@ def write_done(store: LandingStore, dataset: str, table: str, hour: str, body: b
 # --- markers -------------------------------------------------------------------
 
 def test_a_marker_names_the_content_and_a_load_clears_only_that_content(tmp_path):
-    store = LandingStore(tmp_path)
+    store = LocalStore(tmp_path)
     marker = mark_pending(store, DONE, b"A")
     assert marker == "pending_loads/shop/orders/hour=2026-11-20T13.json"
     assert json.loads(store.read_bytes(marker)) | {"marked_at": None} == {
@@ -64,18 +65,18 @@ def test_a_marker_names_the_content_and_a_load_clears_only_that_content(tmp_path
 
 
 def test_an_unreadable_marker_still_means_look_here(tmp_path):
-    store = LandingStore(tmp_path)
+    store = LocalStore(tmp_path)
     store.write_atomic(TH.marker, b"{not json")
     assert list_pending(store) == [TH] and marker_sha(store, TH) is None
     assert clear_pending(store, DONE, None)
 
 
 def test_pending_lists_oldest_hour_first_and_by_table(tmp_path):
-    store = LandingStore(tmp_path)
+    store = LocalStore(tmp_path)
     for ds, t, h in [("web", "clicks", "2026-11-20T15"), ("shop", "orders", "2026-11-20T14"),
                      ("shop", "orders", "2026-11-19T23"), ("web", "views", "2026-11-20T14")]:
-        mark_pending(store, TableHour(h, ds, t).done_file, h.encode(), durable=False)
-    (store.path("pending_loads/shop/orders") / ".hour=x.json.1.tmp").write_text("")  # a torn write's leftover
+        mark_pending(store, TableHour(h, ds, t).done_file, h.encode())
+    (Path(store.location("pending_loads/shop/orders")) / ".hour=x.json.1.tmp").write_text("")  # a torn write's leftover
     assert [(p.hour, p.name) for p in list_pending(store)] == [
         ("2026-11-19T23", "shop.orders"), ("2026-11-20T14", "shop.orders"), ("2026-11-20T14", "web.views"),
         ("2026-11-20T15", "web.clicks")]
@@ -87,7 +88,7 @@ def test_mark_pending_refuses_a_path_off_the_layout(tmp_path):
     import pytest
 
     with pytest.raises(ValueError, match="is not a done file path"):
-        mark_pending(LandingStore(tmp_path), "tables/shop/orders/_DONE.json", b"x")
+        mark_pending(LocalStore(tmp_path), "tables/shop/orders/_DONE.json", b"x")
 
 
 # --- run keys and retries -----------------------------------------------------------
@@ -134,7 +135,7 @@ def test_a_requested_key_never_has_a_run_and_a_run_in_flight_is_never_doubled(ru
 # --- reconciliation ----------------------------------------------------------------
 
 def test_reconciliation_finds_unmarked_done_files_whatever_their_mtime(tmp_path):
-    store = LandingStore(tmp_path)
+    store = LocalStore(tmp_path)
     loaded = {}
     old = datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp()
     rel_new = write_done(store, "shop", "orders", "2026-11-20T13", b"new")
@@ -153,7 +154,7 @@ def test_reconciliation_finds_unmarked_done_files_whatever_their_mtime(tmp_path)
 @settings(max_examples=30, deadline=None)
 @given(n_tables=st.integers(1, 4), n_hours=st.integers(0, 12), budget=st.integers(1, 7), data=st.data())
 def test_reconciliation_in_small_steps_covers_every_done_file(tmp_path_factory, n_tables, n_hours, budget, data):
-    store = LandingStore(tmp_path_factory.mktemp("root"))
+    store = LocalStore(tmp_path_factory.mktemp("root"))
     tables = [("ds", f"t{i}") for i in range(n_tables)]
     base = datetime(2026, 1, 1, tzinfo=timezone.utc)
     loaded, expected = {}, set()
@@ -179,10 +180,10 @@ def test_reconciliation_in_small_steps_covers_every_done_file(tmp_path_factory, 
 
 
 def test_landed_hours_are_the_hours_with_a_done_file(tmp_path):
-    store = LandingStore(tmp_path)
+    store = LocalStore(tmp_path)
     write_done(store, "shop", "orders", "2026-11-20T13", b"x")
-    store.path("tables/shop/orders/hour=2026-11-20T12/_attempts").mkdir(parents=True)  # a crashed attempt
-    store.path("tables/shop/orders/not-an-hour").mkdir(parents=True)
+    Path(store.location("tables/shop/orders/hour=2026-11-20T12/_attempts")).mkdir(parents=True)  # a crashed attempt
+    Path(store.location("tables/shop/orders/not-an-hour")).mkdir(parents=True)
     assert landed_hours(store, "shop", "orders") == ["2026-11-20T13"]
     assert landed_hours(store, "shop", "none") == []
 

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.naming import ONE_HOUR, to_millis
-from kafka_landing.planning import (
+from kafka_landing.kafka_slices.plan import (
     FutureTimestampError,
     LogRewoundError,
     plan_slice,
 )
+from kafka_landing.naming import ONE_HOUR, to_millis
 
 DATA, MARKER, ABORTED = "data", "marker", "aborted"
 BASE = datetime(2026, 3, 1, tzinfo=timezone.utc)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_landing.registry_answers import (
+from kafka_landing.avro_landing.registry_answers import (
     answer_error,
     is_schema_not_found,
     not_avro_reason,

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from kafka_landing import registry_answers as answers
+from kafka_landing.avro_landing import registry_answers as answers
 from kafka_landing.run_worker import is_local_host, process_alive
 
 

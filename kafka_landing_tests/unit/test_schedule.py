@@ -10,9 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_landing.hourly_schedule import MARGIN_MINUTES, cron, hour_to_land, tick_minute
+from kafka_landing.hourly_schedule import (
+    MARGIN_MINUTES,
+    cron,
+    hour_to_land,
+    tick_minute,
+)
+from kafka_landing.kafka_slices.plan import HourNotClosedError, check_closed
 from kafka_landing.naming import ONE_HOUR, floor_hour
-from kafka_landing.planning import HourNotClosedError, check_closed
 
 DAY = datetime(2026, 3, 28, tzinfo=timezone.utc)  # the day before the EU clocks change: UTC ignores it
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import fastavro
 import pandas as pd
@@ -15,9 +16,9 @@ import yaml
 from confluent_kafka import Producer
 from dagster import DagsterInstance, materialize
 
+from kafka_landing.avro_landing.framing import frame
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing.demo.generate import encode, register
-from kafka_landing.framing import frame
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, to_millis
 from kafka_landing_tests.conftest import utcnow
 
@@ -100,9 +101,9 @@ def test_a_live_transactional_producer_lands_only_committed_records(make_topic, 
     """The finding as reported: records stamped as they are produced, markers right after them.
     The current hour is planned with a clock three hours ahead, so it is closed."""
     from kafka_landing.avro_landing.assets import schema_fetcher
-    from kafka_landing.landing import land_hour
-    from kafka_landing.slices import freeze_slice
-    from kafka_landing.topic_config import TopicConfig
+    from kafka_landing.avro_landing.job import land_hour
+    from kafka_landing.config import TopicConfig
+    from kafka_landing.kafka_slices.freeze import freeze_slice
 
     topic = make_topic(partitions=1)
     sid = register(registry.client(), f"{topic}-value", SCHEMA)
@@ -125,6 +126,6 @@ def test_a_live_transactional_producer_lands_only_committed_records(make_topic, 
     with kafka.log_view() as log:
         plan, _ = freeze_slice(store, log, cfg, hour, utcnow() + timedelta(hours=3))
     result = land_hour(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, plan, "live")
-    tags = sorted(r["tag"] for f in result.done["t"].files for r in fastavro.reader(open(store.path(f.path), "rb")))
+    tags = sorted(r["tag"] for f in result.done["t"].files for r in fastavro.reader(open(Path(store.location(f.path)), "rb")))
     assert tags == sorted(f"commit-{i}" for i in (1, 2, 3, 7, 8, 9))
     assert plan.records - result.records_read == 6 + 4, "three aborted records twice, four markers"

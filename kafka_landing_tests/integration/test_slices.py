@@ -12,17 +12,17 @@ from confluent_kafka.admin import NewPartitions, NewTopic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.naming import ONE_HOUR, floor_hour, to_millis
-from kafka_landing.planning import (
+from kafka_landing.config import TopicConfig
+from kafka_landing.kafka_slices.freeze import freeze_slice, load_frozen
+from kafka_landing.kafka_slices.plan import (
     FutureTimestampError,
     HourNotClosedError,
     LogRewoundError,
     RetentionGapError,
     UnknownTopicError,
 )
-from kafka_landing.slices import freeze_slice, load_frozen
-from kafka_landing.landing_store import LandingStore
-from kafka_landing.topic_config import TopicConfig
+from kafka_landing.naming import ONE_HOUR, floor_hour, to_millis
+from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.conftest import utcnow
 
 HOURS = 5
@@ -79,7 +79,7 @@ def check_tiling(plans: dict, produced_offsets: dict[int, set[int]]) -> None:
 @given(steps=scenario, order_seed=st.integers(0, 2**16))
 def test_hourly_slices_tile_every_offset_exactly_once(make_topic, send, kafka, tmp_path_factory, steps, order_seed):
     topic = make_topic(partitions=3, config={"message.timestamp.after.max.ms": str(2**63 - 1)})
-    store = LandingStore(tmp_path_factory.mktemp("tiling"))
+    store = LocalStore(tmp_path_factory.mktemp("tiling"))
     # Far-future records land where they sit (recorded); the default policy, fail, is tested below.
     # Jitter here reaches 99 minutes; the far values are 5 hours and more.
     cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0, rows_per_task=7,

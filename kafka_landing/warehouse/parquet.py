@@ -25,56 +25,28 @@ import os
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow.parquet as pq
-
-from dagster import ConfigurableResource
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from kafka_landing.crash_points import crash_point
-from kafka_landing.avro_files import AvroFileError, count_records
-from kafka_landing.done_checks import DoneFileMismatch, check_done_file
-from kafka_landing.landing_store import LandingStore
-from kafka_landing.load_queue import clear_pending, content_sha
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import check_identifier
-from kafka_landing.schema_evolution import IncompatibleSchemaError, merge_schemas
-
-
-class LoadError(RuntimeError):
-    pass
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    table: str  # dataset.table
-    hour: str
-    rows: int
-    files: int
-    schema_ids: tuple[int, ...]
-    added_columns: tuple[str, ...]
-    path: str
-    done_file: str | None = None  # relative to the landing root
-    done_sha256: str | None = None  # the content loaded
-
-
-def verify_files(store: LandingStore, done: DoneFile) -> None:
-    """Every listed file exists and holds the rows the manifest promises."""
-    for f in done.files:
-        path = store.path(f.path)
-        if not path.exists():
-            raise LoadError(f"{done.dataset}.{done.table} {done.hour}: listed file {f.path} does not exist")
-        try:
-            n = count_records(str(path))
-        except AvroFileError as exc:
-            raise LoadError(f"{done.dataset}.{done.table} {done.hour}: {f.path} is not a whole Avro file: {exc}") from None
-        if n != f.rows:
-            raise LoadError(f"{done.dataset}.{done.table} {done.hour}: {f.path} holds {n} rows, the done file says {f.rows}")
+from kafka_landing.store.base import LandingStore
+from kafka_landing.warehouse.load import (
+    LoadError,
+    LoadResult,
+    SparkFactory,
+    Warehouse,
+    verify_files,
+)
+from kafka_landing.warehouse.schema_evolution import (
+    merge_schemas,
+)
 
 
 def _conform(df: DataFrame, schema: dict) -> DataFrame:
@@ -101,10 +73,13 @@ def _sweep_staging(staging_root: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-class ParquetWarehouse(ConfigurableResource):
+class ParquetWarehouse(Warehouse):
     """Local Parquet tables, readable by Spark, DuckDB and pandas."""
 
-    root: str
+    kind = "parquet"
+
+    def __init__(self, root: str):
+        self.root = root
 
     def table_dir(self, dataset: str, table: str) -> Path:
         return _resolved(self.root) / check_identifier(dataset, "dataset") / check_identifier(table, "table")
@@ -116,7 +91,17 @@ class ParquetWarehouse(ConfigurableResource):
         p = self.table_dir(dataset, table) / "_schema.json"
         return json.loads(p.read_text()) if p.exists() else None
 
-    def footer_rows(self, dataset: str, table: str, hour: str) -> int | None:
+    def hour_location(self, dataset: str, table: str, hour: str) -> str:
+        return str(self.hour_file(dataset, table, hour))
+
+    def check_writable(self) -> None:
+        root = _resolved(self.root)
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-probe-{uuid.uuid4().hex}"
+        probe.write_bytes(b"")
+        probe.unlink()
+
+    def hour_rows(self, dataset: str, table: str, hour: str) -> int | None:
         """Rows of an hour from its Parquet footer (no Spark, no data read); None if no file."""
         p = self.hour_file(dataset, table, hour)
         try:
@@ -130,7 +115,6 @@ class ParquetWarehouse(ConfigurableResource):
         return self.table_dir(dataset, table) / "_loads" / f"hour={hour}.json"
 
     def loaded(self, dataset: str, table: str, hour: str) -> dict | None:
-        """The record of the last load of an hour ({"done_file", "sha256", "rows", ...}), or None."""
         try:
             with open(self._ledger(dataset, table, hour), "rb") as f:
                 return json.loads(f.read())
@@ -138,9 +122,6 @@ class ParquetWarehouse(ConfigurableResource):
             return None
         except ValueError:
             return {}  # unreadable: loaded, content unknown (a reload will rewrite it)
-
-    def loaded_sha(self, dataset: str, table: str, hour: str) -> str | None:
-        return (self.loaded(dataset, table, hour) or {}).get("sha256")
 
     def loaded_hours(self, dataset: str, table: str) -> set[str]:
         """Hour tags with a recorded load: one directory listing."""
@@ -160,27 +141,7 @@ class ParquetWarehouse(ConfigurableResource):
         }))
         os.replace(tmp, p)
 
-    def load_done_file(self, spark: SparkSession, store: LandingStore, done_file: str) -> LoadResult:
-        """Load the hour of one done file (relative to the landing root), after checking it
-        is what its path says; record the content loaded and clear its pending marker if
-        the marker still names that content. DoneFileMismatch, LoadError or
-        IncompatibleSchemaError leave the table and the landing files untouched."""
-        try:
-            content = store.read_bytes(done_file)
-        except FileNotFoundError:
-            raise LoadError(f"done file {done_file} does not exist: land the hour first") from None
-        try:
-            raw = json.loads(content)
-        except ValueError as exc:
-            raise DoneFileMismatch(f"done file {done_file} is not JSON ({exc}); nothing was loaded from it: "
-                                   "re-land the hour or fix the tool that wrote it") from None
-        done = check_done_file(done_file, raw)
-        sha = content_sha(content)
-        result = self.load_hour(spark, store, done, done_file=done_file, done_sha256=sha)
-        clear_pending(store, done_file, sha)
-        return result
-
-    def load_hour(self, spark: SparkSession, store: LandingStore, done: DoneFile,
+    def load_hour(self, store: LandingStore, done: DoneFile, spark: SparkFactory,
                   done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
         verify_files(store, done)
         tdir = self.table_dir(done.dataset, done.table)
@@ -195,11 +156,12 @@ class ParquetWarehouse(ConfigurableResource):
                 self._record_load(done, 0, done_file, done_sha256)
                 return LoadResult(f"{done.dataset}.{done.table}", done.hour, 0, 0, (), (), str(target),
                                   done_file, done_sha256)
+            session = spark()
             # One read per schema id: each file group is read with its own writer schema.
             parts, hour_schema = [], None
             for sid in sorted(done.schema_ids):
-                paths = [str(store.path(f.path)) for f in done.files if f.schema_id == sid]
-                df = spark.read.format("avro").load(paths)
+                paths = [store.location(f.path) for f in done.files if f.schema_id == sid]
+                df = session.read.format("avro").load(paths)
                 hour_schema, _ = merge_schemas(hour_schema, df.schema.jsonValue(), f"{where}, schema id {sid}")
                 parts.append(df)
             merged, added = merge_schemas(table_schema, hour_schema, where)
@@ -211,7 +173,7 @@ class ParquetWarehouse(ConfigurableResource):
             try:
                 _conform(df, merged).coalesce(1).write.mode("error").parquet(str(staging))
                 written = next(staging.glob("part-*.parquet"))
-                n = spark.read.parquet(str(written)).count()  # from the footer, no data read
+                n = session.read.parquet(str(written)).count()  # from the footer, no data read
                 if n != done.rows:
                     raise LoadError(f"{where}: wrote {n} rows, the done file lists {done.rows}")
                 crash_point("warehouse:staged")
@@ -229,4 +191,4 @@ class ParquetWarehouse(ConfigurableResource):
                           tuple(done.schema_ids), tuple(added), str(target), done_file, done_sha256)
 
 
-__all__ = ["DoneFileMismatch", "IncompatibleSchemaError", "LoadError", "LoadResult", "ParquetWarehouse", "verify_files"]
+__all__ = ["ParquetWarehouse"]

@@ -33,8 +33,8 @@ from typing import Any
 
 import yaml
 
+from kafka_landing.kafka_slices.plan import FUTURE_POLICIES
 from kafka_landing.naming import NameError_, check_identifier, check_topic
-from kafka_landing.planning import FUTURE_POLICIES
 
 ENV_VAR = "KAFKA_LANDING_TOPICS_CONFIG"
 DEMO_CONFIG = Path(__file__).parent / "demo" / "topics.yaml"

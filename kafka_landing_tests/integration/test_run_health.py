@@ -25,12 +25,12 @@ from dagster._core.events import EngineEventData
 from dagster._core.launcher import WorkerStatus
 from dagster._core.launcher.default_run_launcher import GRPC_INFO_TAG
 
+from kafka_landing.config import TopicConfig
+from kafka_landing.hours import TRANSIENT_RETRIES
 from kafka_landing.kafka_slices.assets import build_slice_asset
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key
-from kafka_landing.partitions import TRANSIENT_RETRIES
 from kafka_landing.resources import KafkaResource
 from kafka_landing.run_launcher import ProcessCheckingRunLauncher
-from kafka_landing.topic_config import TopicConfig
 from kafka_landing_tests.conftest import utcnow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,7 +134,7 @@ def test_the_assets_do_not_retry_by_default():
 def test_a_range_is_retried_only_when_every_failed_hour_failed_transiently():
     from dagster import Failure
 
-    from kafka_landing.partitions import all_transient
+    from kafka_landing.hours import all_transient
 
     away, wrong = Failure("brokers away"), Failure("retention gap", allow_retries=False)
     assert all_transient([away, Failure("registry away")])

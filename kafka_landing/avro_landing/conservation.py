@@ -14,11 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kafka_landing.avro_files import AvroFileError
-from kafka_landing.landing_store import LandingStore
+from kafka_landing.config import TopicConfig
+from kafka_landing.kafka_slices.plan import SlicePlan
 from kafka_landing.manifests import DoneFile
-from kafka_landing.naming import dead_letter_dir, dead_letter_manifest_path, done_file_path, hour_from_tag
-from kafka_landing.planning import SlicePlan
-from kafka_landing.topic_config import TopicConfig
+from kafka_landing.naming import (
+    dead_letter_dir,
+    dead_letter_manifest_path,
+    done_file_path,
+    hour_from_tag,
+)
+from kafka_landing.store.base import LandingStore
 
 
 @dataclass

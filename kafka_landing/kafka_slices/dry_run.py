@@ -18,11 +18,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Mapping
 
-from kafka_landing.landing_store import LandingStore
-from kafka_landing.load_queue import content_sha
-from kafka_landing.naming import ONE_HOUR, done_file_path, floor_hour, hour_key, hour_tag
-from kafka_landing.planning import HourNotClosedError, PlanningError, SlicePlan, UnknownTopicError, check_closed, plan_slice
-from kafka_landing.topic_config import TopicConfig
+from kafka_landing.config import TopicConfig
+from kafka_landing.kafka_slices.plan import (
+    HourNotClosedError,
+    PlanningError,
+    SlicePlan,
+    UnknownTopicError,
+    check_closed,
+    plan_slice,
+)
+from kafka_landing.naming import (
+    ONE_HOUR,
+    done_file_path,
+    floor_hour,
+    hour_key,
+    hour_tag,
+)
+from kafka_landing.store.base import LandingStore
+from kafka_landing.warehouse.load_queue import content_sha
 
 FROZEN, PLANNED, OPEN, ERROR = "frozen", "would freeze", "open", "error"
 MAX_HOURS = 24 * 366  # a typo in a year should not plan a century
@@ -139,7 +152,7 @@ def format_table(rows: list[HourRow]) -> str:
     widths = {c: max([len(c)] + [len(d[c]) for d in flat]) for c in COLUMNS[:-1]}
     line = lambda d: "  ".join(d[c].ljust(widths[c]) for c in COLUMNS[:-1]) + "  " + d["note"]  # noqa: E731
     out = [line({c: c for c in COLUMNS}).rstrip()] + [line(d).rstrip() for d in flat]
-    return "\n".join(out) + "\n" + summary(rows)
+    return "\n".join(out) + "\n" + plan_summary(rows)
 
 
 def format_markdown(rows: list[HourRow]) -> str:
@@ -147,10 +160,10 @@ def format_markdown(rows: list[HourRow]) -> str:
     esc = lambda v: str(v).replace("|", "\\|")  # noqa: E731
     out = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     out += ["| " + " | ".join(esc(d[c]) for c in COLUMNS) + " |" for d in flat]
-    return "\n".join(out) + "\n\n" + summary(rows)
+    return "\n".join(out) + "\n\n" + plan_summary(rows)
 
 
-def summary(rows: list[HourRow]) -> str:
+def plan_summary(rows: list[HourRow]) -> str:
     by = lambda s: sum(1 for r in rows if r.state == s)  # noqa: E731
     would = sum(r.records or 0 for r in rows if r.state == PLANNED)
     return (f"{len(rows)} hours: {by(FROZEN)} frozen, {by(PLANNED)} would freeze ({would} records), "

@@ -13,21 +13,30 @@ import urllib.request
 import uuid
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import fastavro
 import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from kafka_landing.avro_landing.assets import schema_fetcher
-from kafka_landing.framing import frame
-from kafka_landing.landing import LandingError, land_hour
-from kafka_landing.landing_store import LandingStore
-from kafka_landing.naming import ONE_HOUR, dead_letter_dir, done_file_path, floor_hour, hour_tag, to_millis
+from kafka_landing.avro_landing.framing import frame
+from kafka_landing.avro_landing.job import land_hour
+from kafka_landing.config import Route, TopicConfig
+from kafka_landing.errors import LandingError
+from kafka_landing.kafka_slices.freeze import freeze_slice
+from kafka_landing.naming import (
+    ONE_HOUR,
+    dead_letter_dir,
+    done_file_path,
+    floor_hour,
+    hour_tag,
+    to_millis,
+)
 from kafka_landing.resources import SchemaRegistryResource
-from kafka_landing.slices import freeze_slice
-from kafka_landing.topic_config import Route, TopicConfig
+from kafka_landing.store.base import LandingStore
 from kafka_landing_tests.conftest import utcnow
 
 YEAR_10000_MS = 253_402_300_800_000  # 10000-01-01T00:00Z
@@ -88,7 +97,7 @@ def land(spark, store, kafka, cfg, fetch):
 
 
 def read_avro(store: LandingStore, rel: str) -> list[dict]:
-    with open(store.path(rel), "rb") as f:
+    with open(Path(store.location(rel)), "rb") as f:
         return list(fastavro.reader(f))
 
 

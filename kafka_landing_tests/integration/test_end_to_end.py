@@ -13,9 +13,16 @@ import pytest
 import yaml
 from dagster import DagsterInstance, build_sensor_context, materialize
 
+from kafka_landing.avro_landing.framing import frame
 from kafka_landing.definitions import build_definitions, build_resources
-from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, encode, generate, register
-from kafka_landing.framing import frame
+from kafka_landing.demo.generate import (
+    ORDERS,
+    WEB,
+    demo_hours,
+    encode,
+    generate,
+    register,
+)
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
 from kafka_landing.warehouse.assets import load_run_defs
 from kafka_landing.warehouse.sensors import SENSOR_NAME

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kafka_landing.topic_config import DEMO_CONFIG, TopicConfigError, load_config, parse_config
+from kafka_landing.config import (
+    DEMO_CONFIG,
+    TopicConfigError,
+    load_config,
+    parse_config,
+)
 
 
 def write(tmp_path, data) -> str:

@@ -11,10 +11,10 @@ import pytest
 from dagster import build_schedule_context
 from dagster._utils.schedules import cron_string_iterator
 
+from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.definitions import build_schedule
+from kafka_landing.kafka_slices.plan import HourNotClosedError, check_closed
 from kafka_landing.naming import ONE_HOUR, hour_from_key
-from kafka_landing.planning import HourNotClosedError, check_closed
-from kafka_landing.topic_config import LandingConfig, TopicConfig
 
 
 def _config(graces) -> LandingConfig:

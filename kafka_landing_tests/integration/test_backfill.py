@@ -10,15 +10,33 @@ from datetime import timedelta
 
 import pytest
 import yaml
-from dagster import (AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey, DagsterInstance, Definitions,
-                     Failure, asset, define_asset_job)
-from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetKey,
+    DagsterInstance,
+    Definitions,
+    Failure,
+    asset,
+    define_asset_job,
+)
+from dagster._core.storage.partition_status_cache import (
+    get_and_update_asset_status_cache_value,
+)
 
+from kafka_landing.avro_landing.framing import frame
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing.demo.generate import encode, register
-from kafka_landing.framing import frame
-from kafka_landing.naming import ONE_HOUR, asset_safe, floor_hour, hour_key, hour_tag, to_millis
-from kafka_landing.partitions import REDO_DONE_HOURS_TAG, hourly, run_hours, single_run
+from kafka_landing.hours import REDO_DONE_HOURS_TAG, hourly, run_hours, single_run
+from kafka_landing.naming import (
+    ONE_HOUR,
+    asset_safe,
+    floor_hour,
+    hour_key,
+    hour_tag,
+    to_millis,
+)
 from kafka_landing_tests.conftest import utcnow
 
 ROW = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"}]}

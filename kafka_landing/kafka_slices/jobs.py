@@ -9,15 +9,30 @@ next to the slices it previews.
 
 from datetime import datetime, timezone
 
-from dagster import AssetObservation, Config, Failure, MetadataValue, OpExecutionContext, job, op
+from dagster import (
+    AssetObservation,
+    Config,
+    Failure,
+    MetadataValue,
+    OpExecutionContext,
+    job,
+    op,
+)
 
-from kafka_landing.dry_run import FROZEN, PLANNED, dry_run, format_markdown, format_table, hours_between
+from kafka_landing.config import TopicConfigError
 from kafka_landing.kafka_slices.assets import slice_key
+from kafka_landing.kafka_slices.dry_run import (
+    FROZEN,
+    PLANNED,
+    dry_run,
+    format_markdown,
+    format_table,
+    hours_between,
+)
+from kafka_landing.kafka_slices.freeze import load_frozen
 from kafka_landing.naming import hour_from_key
-from kafka_landing.parquet_warehouse import ParquetWarehouse
 from kafka_landing.resources import KafkaResource, LandingResource
-from kafka_landing.slices import load_frozen
-from kafka_landing.topic_config import TopicConfigError
+from kafka_landing.warehouse.resources import WarehouseResource
 
 
 class PlanConfig(Config):
@@ -29,7 +44,7 @@ class PlanConfig(Config):
 
 @op(description="Dry-run plan of a backfill: per hour and partition, the offsets landing would read. Writes nothing.")
 def plan_backfill_op(context: OpExecutionContext, config: PlanConfig, kafka: KafkaResource,
-                     landing: LandingResource, warehouse: ParquetWarehouse) -> None:
+                     landing: LandingResource, warehouse: WarehouseResource) -> None:
     try:
         first, last = hour_from_key(config.from_hour), hour_from_key(config.to_hour)
         hours_between(first, last)
@@ -39,7 +54,7 @@ def plan_backfill_op(context: OpExecutionContext, config: PlanConfig, kafka: Kaf
     store = landing.store()
     with kafka.log_view() as log:
         rows = dry_run(cfg, first, last, datetime.now(timezone.utc), log, store, load_frozen(store, cfg.topic),
-                       warehouse.loaded, skip_retention_gaps=config.skip_retention_gaps)
+                       warehouse.backend(store).loaded, skip_retention_gaps=config.skip_retention_gaps)
     context.log.info("Dry-run plan of %s, %s .. %s:\n%s", cfg.topic, config.from_hour, config.to_hour, format_table(rows))
     context.log_event(AssetObservation(
         asset_key=slice_key(cfg.topic),

@@ -31,13 +31,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from kafka_landing.landing_store import LandingStore
-from kafka_landing.naming import DONE_FILE_RE, done_file_path, HOUR_TAG_FORMAT, ONE_HOUR, floor_hour, hour_from_tag, hour_tag
+from kafka_landing.naming import (
+    DONE_FILE_RE,
+    HOUR_TAG_FORMAT,
+    ONE_HOUR,
+    done_file_path,
+    floor_hour,
+    hour_from_tag,
+    hour_tag,
+)
+from kafka_landing.store.base import LandingStore
 
 PENDING_DIR = "pending_loads"
 MAX_ATTEMPTS = 3
@@ -79,23 +86,14 @@ def _lock(dataset: str, table: str) -> str:
     return f"locks/{PENDING_DIR}/{dataset}/{table}.lock"
 
 
-def _write_fast(store: LandingStore, rel: str, data: bytes) -> None:
-    """Atomic but not fsynced: for markers the reconciliation would find again anyway."""
-    target = store.path(rel)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
-    tmp.write_bytes(data)
-    os.replace(tmp, target)
-
-
-def mark_pending(store: LandingStore, done_file_rel_path: str, content_bytes: bytes, *, durable: bool = True) -> str:
+def mark_pending(store: LandingStore, done_file_rel_path: str, content_bytes: bytes) -> str:
     """Say that (table, hour) of this done file waits for a load of exactly this content.
     Call it right after the done file is written. Returns the marker's path."""
     th = parse_done_path(done_file_rel_path)
     body = json.dumps({"done_file": th.done_file, "sha256": content_sha(content_bytes),
                        "marked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}).encode()
     with store.lock(_lock(th.dataset, th.table)):
-        (store.write_atomic if durable else lambda rel, data: _write_fast(store, rel, data))(th.marker, body)
+        store.write_atomic(th.marker, body)
     return th.marker
 
 
@@ -105,7 +103,7 @@ _MISSING = object()
 def _marker_sha(store: LandingStore, th: TableHour):
     """The hash a marker names; None if unreadable (it still means "look here"); _MISSING if absent."""
     try:
-        raw = store.path(th.marker).read_bytes()
+        raw = store.read_bytes(th.marker)
     except FileNotFoundError:
         return _MISSING
     try:
@@ -129,53 +127,41 @@ def clear_pending(store: LandingStore, done_file_rel_path: str, sha: str | None)
         current = _marker_sha(store, th)
         if current is _MISSING or current != sha:
             return False
-        store.path(th.marker).unlink(missing_ok=True)
+        store.delete(th.marker)
         return True
 
 
-def _subdirs(path) -> list[str]:
-    try:
-        with os.scandir(path) as it:
-            return sorted(e.name for e in it if e.is_dir() and not e.name.startswith((".", "_")))
-    except FileNotFoundError:
-        return []
+def _subdirs(store: LandingStore, rel_dir: str) -> list[str]:
+    return [n for n in store.subdirs(rel_dir) if not n.startswith("_")]
 
 
 def list_pending(store: LandingStore, only_dataset: str | None = None, only_table: str | None = None
                  ) -> list[TableHour]:
     """Every (table, hour) with a marker (of one table if given), oldest hour first. Costs O(markers)."""
-    base = store.path(PENDING_DIR)
     out = []
-    for dataset in [only_dataset] if only_dataset else _subdirs(base):
-        for table in [only_table] if only_table else _subdirs(base / dataset):
-            if not (base / dataset / table).is_dir():
-                continue
-            with os.scandir(base / dataset / table) as it:
-                for e in it:
-                    n = e.name
-                    if n.startswith("hour=") and n.endswith(".json") and DONE_FILE_RE.match(
-                            f"tables/{dataset}/{table}/{n[:-5]}/_DONE.json"):
-                        out.append(TableHour(n[5:-5], dataset, table))
+    for dataset in [only_dataset] if only_dataset else _subdirs(store, PENDING_DIR):
+        for table in [only_table] if only_table else _subdirs(store, f"{PENDING_DIR}/{dataset}"):
+            for rel in store.list(f"{PENDING_DIR}/{dataset}/{table}", "hour=*.json"):
+                n = rel.rsplit("/", 1)[-1]
+                if DONE_FILE_RE.match(f"tables/{dataset}/{table}/{n[:-5]}/_DONE.json"):
+                    out.append(TableHour(n[5:-5], dataset, table))
     return sorted(out)
 
 
-def _hour_dirs(store: LandingStore, dataset: str, table: str) -> tuple[str, list[str]]:
-    """The table's folder and the hour tags of its hour=<H> folders, oldest first."""
-    base = str(store.path(f"tables/{dataset}/{table}"))
-    return base, [n[5:] for n in _subdirs(base)
-                  if n.startswith("hour=") and DONE_FILE_RE.match(f"tables/{dataset}/{table}/{n}/_DONE.json")]
+def _hour_tags(store: LandingStore, dataset: str, table: str) -> list[str]:
+    """The hour tags of the table's hour=<H> folders, oldest first."""
+    return [n[5:] for n in _subdirs(store, f"tables/{dataset}/{table}")
+            if n.startswith("hour=") and DONE_FILE_RE.match(f"tables/{dataset}/{table}/{n}/_DONE.json")]
 
 
 def landed_hours(store: LandingStore, dataset: str, table: str) -> list[str]:
     """Hour tags of (dataset, table) that have a done file, oldest first."""
-    base, hours = _hour_dirs(store, dataset, table)
-    return [h for h in hours if os.path.exists(f"{base}/hour={h}/_DONE.json")]
+    return sorted(rel.rsplit("/", 2)[-2][5:] for rel in store.glob(f"tables/{dataset}/{table}/hour=*/_DONE.json"))
 
 
 def listed_tables(store: LandingStore) -> list[tuple[str, str]]:
     """(dataset, table) folders under tables/: cheap, to warn about unconfigured ones."""
-    base = store.path("tables")
-    return [(d, t) for d in _subdirs(base) for t in _subdirs(base / d)]
+    return [(d, t) for d in _subdirs(store, "tables") for t in _subdirs(store, f"tables/{d}")]
 
 
 # --- run keys and what to do with a pending load -----------------------------------
@@ -242,8 +228,7 @@ def reconcile(
     marked, scanned = [], 0
     while i < len(names):
         dataset, table = tables[i]
-        base, hours = _hour_dirs(store, dataset, table)
-        for h in hours:
+        for h in _hour_tags(store, dataset, table):
             if after is not None and h <= after:
                 continue
             if scanned >= budget:
@@ -251,15 +236,14 @@ def reconcile(
             scanned += 1
             after = h
             try:
-                with open(f"{base}/hour={h}/_DONE.json", "rb") as f:
-                    content = f.read()
+                content = store.read_bytes(f"tables/{dataset}/{table}/hour={h}/_DONE.json")
             except FileNotFoundError:
                 continue
             th = TableHour(h, dataset, table)
             sha = content_sha(content)
             if loaded_sha(dataset, table, h) == sha or _marker_sha(store, th) is not _MISSING:
                 continue
-            mark_pending(store, th.done_file, content, durable=False)
+            mark_pending(store, th.done_file, content)
             marked.append(th)
         i, after = i + 1, None
     return ScanPosition(), marked, scanned

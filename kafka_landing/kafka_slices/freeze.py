@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from kafka_landing.config import TopicConfig
 from kafka_landing.crash_points import crash_point
-from kafka_landing.landing_store import LandingStore
+from kafka_landing.kafka_slices.plan import LogView, SlicePlan, plan_slice
 from kafka_landing.naming import hour_from_tag, slice_dir, slice_manifest_path
-from kafka_landing.planning import LogView, SlicePlan, plan_slice
-from kafka_landing.topic_config import TopicConfig
+from kafka_landing.store.base import LandingStore
 
 
 def load_frozen(store: LandingStore, topic: str) -> dict[datetime, SlicePlan]:
@@ -21,7 +21,7 @@ def load_frozen(store: LandingStore, topic: str) -> dict[datetime, SlicePlan]:
     return plans
 
 
-def read_slice(store: LandingStore, topic: str, hour: datetime) -> SlicePlan | None:
+def frozen_slice(store: LandingStore, topic: str, hour: datetime) -> SlicePlan | None:
     d = store.read_json(slice_manifest_path(topic, hour))
     return SlicePlan.from_dict(d) if d else None
 
@@ -31,12 +31,12 @@ def freeze_slice(
     skip_retention_gaps: bool = False,
 ) -> tuple[SlicePlan, bool]:
     """(the hour's slice, whether this call froze it). Re-running returns the frozen one."""
-    existing = read_slice(store, cfg.topic, hour)
+    existing = frozen_slice(store, cfg.topic, hour)
     if existing:
         return existing, False
     # One planner per topic: two neighbours planned at once must agree on their boundary.
     with store.lock(f"{slice_dir(cfg.topic)}/.plan.lock"):
-        existing = read_slice(store, cfg.topic, hour)
+        existing = frozen_slice(store, cfg.topic, hour)
         if existing:
             return existing, False
         plan = plan_slice(
@@ -48,6 +48,6 @@ def freeze_slice(
         crash_point("slices:before_manifest")
         data = json.dumps(plan.to_dict(), indent=2, sort_keys=True).encode()
         if not store.create_exclusive(slice_manifest_path(cfg.topic, hour), data):
-            return read_slice(store, cfg.topic, hour), False  # type: ignore[return-value]
+            return frozen_slice(store, cfg.topic, hour), False  # type: ignore[return-value]
         return plan, True
 

@@ -34,7 +34,7 @@ def test_bad_config_fails_the_code_location(tmp_path, monkeypatch):
     monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(tmp_path / "t.yaml"))
     import pytest
 
-    from kafka_landing.topic_config import TopicConfigError
+    from kafka_landing.config import TopicConfigError
 
     with pytest.raises(TopicConfigError, match="topic 'a': field 'table'"):
         build_definitions()

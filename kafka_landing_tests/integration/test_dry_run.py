@@ -8,11 +8,11 @@ import subprocess
 import sys
 from datetime import timedelta
 
+from kafka_landing.config import TopicConfig
 from kafka_landing.devstack import ROOT
-from kafka_landing.dry_run import FROZEN, PLANNED, dry_run
+from kafka_landing.kafka_slices.dry_run import FROZEN, PLANNED, dry_run
+from kafka_landing.kafka_slices.freeze import freeze_slice, load_frozen
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
-from kafka_landing.slices import freeze_slice, load_frozen
-from kafka_landing.topic_config import TopicConfig
 from kafka_landing_tests.conftest import utcnow
 
 
@@ -83,9 +83,9 @@ def test_plan_command(make_topic, send, bootstrap, tmp_path):
 
 def test_plan_backfill_job_records_the_plan_on_the_slices_asset(make_topic, send, kafka, tmp_path):
     from kafka_landing.kafka_slices.assets import slice_key
-    from kafka_landing.kafka_slices.plan_job import plan_backfill
-    from kafka_landing.parquet_warehouse import ParquetWarehouse
+    from kafka_landing.kafka_slices.jobs import plan_backfill
     from kafka_landing.resources import LandingResource
+    from kafka_landing.warehouse.resources import ParquetWarehouseResource
 
     topic = make_topic(partitions=2)
     first = floor_hour(utcnow()) - ONE_HOUR * 4
@@ -96,7 +96,7 @@ def test_plan_backfill_job_records_the_plan_on_the_slices_asset(make_topic, send
     result = plan_backfill.execute_in_process(
         run_config={"ops": {"plan_backfill_op": {"config": {
             "topic": topic, "from_hour": hour_key(first), "to_hour": hour_key(first + ONE_HOUR)}}}},
-        resources={"kafka": kafka, "landing": landing, "warehouse": ParquetWarehouse(root=str(tmp_path / "wh"))},
+        resources={"kafka": kafka, "landing": landing, "warehouse": ParquetWarehouseResource(root=str(tmp_path / "wh"))},
     )
     assert result.success
     [obs] = [e.event_specific_data.asset_observation for e in result.all_events
@@ -109,7 +109,7 @@ def test_plan_backfill_job_records_the_plan_on_the_slices_asset(make_topic, send
     bad = plan_backfill.execute_in_process(
         run_config={"ops": {"plan_backfill_op": {"config": {
             "topic": topic, "from_hour": hour_key(first + ONE_HOUR), "to_hour": hour_key(first)}}}},
-        resources={"kafka": kafka, "landing": landing, "warehouse": ParquetWarehouse(root=str(tmp_path / "wh"))},
+        resources={"kafka": kafka, "landing": landing, "warehouse": ParquetWarehouseResource(root=str(tmp_path / "wh"))},
         raise_on_error=False,
     )
     assert not bad.success

@@ -17,27 +17,42 @@ from confluent_kafka import TopicPartition
 from dagster import Failure
 
 from kafka_landing.avro_landing.assets import check_still_in_kafka, schema_fetcher
-from kafka_landing.conservation import check_landed_hour
-from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, encode, generate, register
-from kafka_landing.framing import frame
-from kafka_landing.landing import DeadLetterLimitExceeded, land_hour
-from kafka_landing.landing_store import LandingStore
+from kafka_landing.avro_landing.conservation import check_landed_hour
+from kafka_landing.avro_landing.framing import frame
+from kafka_landing.avro_landing.job import land_hour
+from kafka_landing.config import Route, TopicConfig
+from kafka_landing.demo.generate import (
+    ORDERS,
+    WEB,
+    demo_hours,
+    encode,
+    generate,
+    register,
+)
+from kafka_landing.errors import DeadLetterLimitExceeded
+from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.manifests import DoneFile
-from kafka_landing.naming import ONE_HOUR, done_file_path, floor_hour, hour_tag, parse_landing_file_name, to_millis
-from kafka_landing.slices import freeze_slice
-from kafka_landing.topic_config import Route, TopicConfig
+from kafka_landing.naming import (
+    ONE_HOUR,
+    done_file_path,
+    floor_hour,
+    hour_tag,
+    parse_landing_file_name,
+    to_millis,
+)
+from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.conftest import utcnow
 
 HOURS = 3
 SIMPLE = {"type": "record", "name": "Simple", "fields": [{"name": "n", "type": "long"}]}
 
 
-def read_avro(store: LandingStore, rel: str) -> list[dict]:
-    with open(store.path(rel), "rb") as f:
+def read_avro(store: LocalStore, rel: str) -> list[dict]:
+    with open(Path(store.location(rel)), "rb") as f:
         return list(fastavro.reader(f))
 
 
-def done_files(store: LandingStore, cfg: TopicConfig, hour) -> dict[str, DoneFile]:
+def done_files(store: LocalStore, cfg: TopicConfig, hour) -> dict[str, DoneFile]:
     return {t: DoneFile.from_dict(store.read_json(done_file_path(cfg.dataset, t, hour))) for t in cfg.tables}
 
 
@@ -55,7 +70,7 @@ def demo(bootstrap, registry_url, kafka, registry, spark, tmp_path_factory):
     topics = {ORDERS: f"orders_{suffix}", WEB: f"web_{suffix}"}
     now = utcnow()
     sent = generate(bootstrap, registry_url, hours=HOURS, per_hour=150, now=now, topics=topics)
-    store = LandingStore(tmp_path_factory.mktemp("landing"))
+    store = LocalStore(tmp_path_factory.mktemp("landing"))
     cfgs = {
         ORDERS: TopicConfig(topic=topics[ORDERS], dataset="shop", table="orders", event_time_field="created_at",
                             grace_minutes=5, rows_per_task=20, dead_letter_limit=0.2),
@@ -95,7 +110,7 @@ def dead_rows(demo, name) -> dict[tuple[int, int], dict]:
     return rows
 
 
-def hour_offsets(store: LandingStore, done: dict[str, DoneFile]) -> list[tuple[int, int]]:
+def hour_offsets(store: LocalStore, done: dict[str, DoneFile]) -> list[tuple[int, int]]:
     """(partition, offset) of every landed row and dead letter one hour's done files list."""
     files = [f for d in done.values() for f in d.files] + list(next(iter(done.values())).dead_letters.files)
     out = []
@@ -168,7 +183,7 @@ def test_round_trip_field_by_field(demo, name):
 def test_landing_files_keep_the_writer_schema(demo):
     store = demo["store"]
     done = done_files(store, demo["cfgs"][ORDERS], demo["hours"][-1])["orders"]
-    with open(store.path(done.files[0].path), "rb") as f:
+    with open(Path(store.location(done.files[0].path)), "rb") as f:
         reader = fastavro.reader(f)
         fields = {fld["name"]: fld for fld in reader.writer_schema["fields"]}
         assert reader.codec == "snappy"
@@ -227,7 +242,7 @@ def test_conservation_check_fails_when_what_it_guards_breaks(small_hour, store, 
     landed, dead = done.files[0].path, done.dead_letters.files[0].path
     breakages = {
         "delete a landed file": (lambda: store.delete(landed), f"listed file {landed} does not exist"),
-        "truncate a landed file": (lambda: store.path(landed).write_bytes(store.read_bytes(landed)[:-40]),
+        "truncate a landed file": (lambda: Path(store.location(landed)).write_bytes(store.read_bytes(landed)[:-40]),
                                    f"{landed} is not a whole Avro file"),
         "drop a dead-letter file": (lambda: store.delete(dead), f"listed file {dead} does not exist"),
         "drop the done file": (lambda: store.delete(done_file_path("d", "t", hour)), "no done file"),
@@ -252,12 +267,12 @@ def test_relanding_keeps_the_previous_hour_until_the_new_one_is_complete(small_h
 
     # A successful re-land removes files no longer listed only after the new done file is in place.
     events = []
-    real_write, real_delete = LandingStore.write_json_atomic, LandingStore.delete
-    monkeypatch.setattr(LandingStore, "write_json_atomic",
+    real_write, real_delete = LocalStore.write_json_atomic, LocalStore.delete
+    monkeypatch.setattr(LocalStore, "write_json_atomic",
                         lambda self, rel, obj: (events.append(("write", rel)), real_write(self, rel, obj))[1])
-    monkeypatch.setattr(LandingStore, "delete", lambda self, rel: (events.append(("delete", rel)), real_delete(self, rel))[1])
+    monkeypatch.setattr(LocalStore, "delete", lambda self, rel: (events.append(("delete", rel)), real_delete(self, rel))[1])
     stale = f"{Path(before['files'][0]['path']).parent}/{cfg.topic}+0+d.t+1+00000000000000000000+00000000000000000001.avro"
-    store.path(stale).write_bytes(b"an old attempt's file")
+    Path(store.location(stale)).write_bytes(b"an old attempt's file")
     land(spark, store, None, kafka, cfg, hour, fetch=lambda sid: json.dumps(SIMPLE))
     done_at = events.index(("write", done_file_path("d", "t", hour)))
     deleted = [i for i, (kind, rel) in enumerate(events) if kind == "delete" and rel.endswith(".avro")]
@@ -273,7 +288,7 @@ def test_relanding_and_crashes_give_the_same_files(demo, kafka, registry, spark,
     assert len(names_before) > 1
 
     # A crash half way through publishing: some files moved, no new done file.
-    real_move, moved = LandingStore.move, []
+    real_move, moved = LocalStore.move, []
 
     def crashing_move(self, src, rel):
         if len(moved) == 2:
@@ -281,13 +296,13 @@ def test_relanding_and_crashes_give_the_same_files(demo, kafka, registry, spark,
         moved.append(rel)
         real_move(self, src, rel)
 
-    monkeypatch.setattr(LandingStore, "move", crashing_move)
+    monkeypatch.setattr(LocalStore, "move", crashing_move)
     with pytest.raises(OSError, match="simulated crash"):
         land(spark, store, registry, kafka, cfg, hour)
-    monkeypatch.setattr(LandingStore, "move", real_move)
+    monkeypatch.setattr(LocalStore, "move", real_move)
     assert done_files(store, cfg, hour)["orders"] == before, "the old done file still describes the hour"
     # Debris of an attempt that died without cleaning up is never listed.
-    debris = store.path(f"{Path(before.files[0].path).parent}/{cfg.topic}+0+shop.orders+1+0+9.avro")
+    debris = Path(store.location(f"{Path(before.files[0].path).parent}/{cfg.topic}+0+shop.orders+1+0+9.avro"))
     debris.write_bytes(b"half a file")
 
     for _ in range(2):
@@ -319,7 +334,7 @@ def test_staging_left_by_killed_attempts_is_swept_after_a_day(small_hour, store,
     for rel in (old, fresh):
         store.write_atomic(f"{rel}/part-0.avro", b"half a file")
     two_days_ago = time.time() - 2 * 24 * 3600
-    os.utime(store.path(old), (two_days_ago, two_days_ago))
+    os.utime(Path(store.location(old)), (two_days_ago, two_days_ago))
     land(spark, store, registry, kafka, cfg, hour)
     assert not store.exists(old), "a killed attempt's staging outlived a day"
     assert store.exists(f"{fresh}/part-0.avro"), "a live attempt's staging was swept"

@@ -21,8 +21,15 @@ import yaml
 from dagster import DagsterInstance, build_sensor_context, materialize
 
 from kafka_landing.definitions import build_definitions, build_resources
-from kafka_landing.landing_store import LandingStore
-from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, landing_file_name
+from kafka_landing.naming import (
+    ONE_HOUR,
+    floor_hour,
+    hour_key,
+    hour_tag,
+    landing_file_name,
+)
+from kafka_landing.store.local import LocalStore
+from kafka_landing.warehouse.load import load_done_file
 from kafka_landing.warehouse.sensors import SENSOR_NAME
 from kafka_landing_tests.conftest import utcnow
 
@@ -118,10 +125,10 @@ def write_done(landing: Path, hour: datetime, body: dict, mtime: float | None = 
 
 def publish(landing: Path, hour: datetime, body: dict) -> str:
     """A done file as kafka_landing's publish() writes it: the done file, then its pending marker."""
-    from kafka_landing.load_queue import mark_pending
+    from kafka_landing.warehouse.load_queue import mark_pending
 
     rel = write_done(landing, hour, body)
-    mark_pending(LandingStore(landing), rel, (landing / rel).read_bytes())
+    mark_pending(LocalStore(landing), rel, (landing / rel).read_bytes())
     return rel
 
 
@@ -189,7 +196,7 @@ def test_a_failed_load_is_requested_again_until_it_loads(roots, instance, spark)
     first = tick(defs, instance)
     assert len(first.run_requests) == 1
     failed = run(defs, instance, first.run_requests[0])
-    assert not failed.success and f"listed file {entry['path']} does not exist" in failure_message(failed)
+    assert not failed.success and f"{entry['path']} does not exist" in failure_message(failed)
 
     again = tick(defs, instance, cursor=first.cursor)
     assert keys(again) == [f"{first.run_requests[0].run_key}#attempt2"], "a failed load is requested again, new key"
@@ -202,7 +209,7 @@ def test_a_failed_load_is_requested_again_until_it_loads(roots, instance, spark)
 
 
 def test_retries_are_bounded_and_the_give_up_is_visible_until_fixed(roots, instance, spark, warnings_logged):
-    from kafka_landing.load_queue import MAX_ATTEMPTS
+    from kafka_landing.warehouse.load_queue import MAX_ATTEMPTS
 
     landing, warehouse = roots()
     defs = build_definitions()
@@ -263,7 +270,7 @@ def test_duplicate_and_restarted_ticks_request_nothing_twice_and_a_reland_reques
     assert not tick(defs, instance, cursor=reload.cursor).run_requests
 
 
-class RelandDuringLoad(LandingStore):
+class RelandDuringLoad(LocalStore):
     """Re-lands the hour (new done file, new marker) right after the load has read the old one."""
 
     def __init__(self, root, hour, body):
@@ -279,7 +286,7 @@ class RelandDuringLoad(LandingStore):
 
 
 def test_a_reland_during_a_load_stays_pending(roots, instance, spark):
-    from kafka_landing.load_queue import content_sha
+    from kafka_landing.warehouse.load_queue import content_sha
 
     landing, warehouse = roots()
     defs = build_definitions()
@@ -287,7 +294,7 @@ def test_a_reland_during_a_load_stays_pending(roots, instance, spark):
     rel = publish(landing, h, done_body(h, [avro_file(landing, h, 0, 2)]))
     old = (landing / rel).read_bytes()
     store = RelandDuringLoad(landing, h, done_body(h, [avro_file(landing, h, 0, 2)], attempt="a2"))
-    result = build_resources()["warehouse"].load_done_file(spark, store, rel)
+    result = load_done_file(build_resources()["warehouse"].backend(store), store, rel, lambda: spark)
     assert result.done_sha256 == content_sha(old) and store.fired
     reload = tick(defs, instance)
     assert len(reload.run_requests) == 1, "the re-land's marker survived the load of the older content"
@@ -333,9 +340,9 @@ def build_history(landing: Path, warehouse: Path, tables: int, hours: list[datet
     """Done files for every (table, hour), plain os calls; the warehouse's load records for
     all but the last `unloaded` hours of each table, whose done files carry a pending marker
     (as publish leaves them). Returns the done files not loaded."""
-    from kafka_landing.load_queue import content_sha, mark_pending
+    from kafka_landing.warehouse.load_queue import content_sha, mark_pending
 
-    store, pending = LandingStore(landing), set()
+    store, pending = LocalStore(landing), set()
     for i in range(tables):
         table = f"t{i:02d}"
         loads = warehouse / "perf" / table / "_loads"

@@ -1,0 +1,130 @@
+"""DECODE: the Confluent framing (magic byte, schema id) and the Avro body, in the JVM
+(`from_avro` per schema id). A record that cannot be decoded keeps its reason and becomes a
+dead letter; a registry that cannot answer, or a writer schema that cannot land, fails the
+hour before anything is written."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
+
+from kafka_landing.avro_landing import avro_schemas, registry_answers
+from kafka_landing.kafka_slices.plan import SlicePlan
+
+NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
+from kafka_landing.errors import LandingError
+
+
+def frame_columns(raw: DataFrame) -> DataFrame:
+    """Kafka columns renamed to the landing metadata columns, plus the Confluent
+    framing split into reason (why it cannot be decoded, if known now), schema id and body."""
+    value = F.col("value")
+    return raw.select(
+        F.col("topic").alias("_kafka_topic"),
+        F.col("partition").alias("_kafka_partition"),
+        F.col("offset").alias("_kafka_offset"),
+        F.col("timestamp").alias("_kafka_timestamp"),
+        F.col("key").alias("_kafka_key"),
+        F.col("headers").alias("_kafka_headers"),
+        value.alias("_value"),
+        F.when(value.isNull(), F.lit("null value"))
+        .when(F.length(value) < 5, F.lit("shorter than the 5-byte header"))
+        .when(F.hex(F.substring(value, 1, 1)) != F.lit("00"), F.lit("bad magic byte"))
+        .alias("_reason"),
+        F.when(F.length(value) >= 5, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")).alias("_schema_id"),
+        F.expr("substring(value, 6)").alias("_body"),
+        # The Spark task that read the record; files are written per task, so
+        # each file holds a contiguous offset range of one partition.
+        F.spark_partition_id().alias("_kl_task"),
+    )
+
+
+def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
+    """Records of one schema id with the decoded struct `_rec` (null when it cannot be decoded)
+    and `_reason`, why not. A body that decodes once one field's logical types are dropped is
+    valid Avro holding a value Spark cannot represent (timestamp-millis past year 294247, a
+    decimal wider than its precision): its reason names that field instead of a corrupt body."""
+    writer_json = json.dumps(writer)
+
+    def decoded_as(reader: dict) -> F.Column:
+        marked = json.dumps(avro_schemas.marked_reader_schema(reader))
+        return from_avro(F.col("_body"), writer_json, {"mode": "PERMISSIVE", "avroSchema": marked})
+
+    rows = framed.where(F.col("_reason").isNull() & (F.col("_schema_id") == F.lit(schema_id)))
+    rows = rows.withColumn("_rec", decoded_as(writer))
+    rows = rows.withColumn(
+        "_rec", F.when(F.col("_rec").getField(avro_schemas.OK_MARKER).isNotNull(), F.col("_rec"))
+    )
+    # Evaluated only for records that did not decode (a CASE branch), so good hours pay nothing.
+    out_of_range, logical = [], []
+    for f in writer["fields"]:
+        kinds = list(dict.fromkeys(avro_schemas.logical_types(f["type"])))
+        if kinds:
+            logical.append(f["name"])
+            raw = decoded_as(avro_schemas.with_field_stripped(writer, f["name"]))
+            out_of_range.append(F.when(raw.getField(avro_schemas.OK_MARKER).isNotNull(), F.lit(
+                f"field {f['name']!r} ({', '.join(kinds)}) is out of range for schema id {schema_id}")))
+    if len(logical) > 1:
+        raw = decoded_as(avro_schemas.strip_logical_types(writer))
+        names = ", ".join(repr(n) for n in logical)
+        out_of_range.append(F.when(raw.getField(avro_schemas.OK_MARKER).isNotNull(), F.lit(
+            f"values out of range in two or more of the fields {names} for schema id {schema_id}")))
+    corrupt = F.lit(f"corrupt body for schema id {schema_id}")
+    return rows.withColumn("_reason", F.when(F.col("_rec").isNull(), F.coalesce(*out_of_range, corrupt)))
+
+
+def _unlandable(plan: SlicePlan, schema_id: int, why: str) -> str:
+    return (f"{plan.topic} {plan.hour}: the writer schema of schema id {schema_id} cannot be landed: {why}. "
+            f"Nothing of this hour was published; re-landing it fails the same way while it holds records "
+            f"of schema id {schema_id}.")
+
+
+def _spark_message(exc: BaseException) -> str:
+    """The JVM's own messages (cause chain) instead of py4j's 'An error occurred while calling'."""
+    java = getattr(exc, "java_exception", None)
+    if java is None:
+        return " ".join(str(exc).split())[:500] or type(exc).__name__
+    msgs = []
+    while java is not None and len(msgs) < 4:
+        msgs.append(" ".join(str(java.toString()).split()))
+        java = java.getCause()
+    return " <- ".join(msgs)[:500]
+
+
+def resolve_schemas(fetch_schema: Callable[[int], object], ids: list[int],
+                    plan: SlicePlan) -> tuple[dict[int, dict], dict[int, str]]:
+    """({schema id: writer schema} to decode, {schema id: dead-letter reason for all its records}).
+    A registry that cannot answer, or a writer schema that cannot land, is a LandingError here,
+    before anything of the hour is decoded or written."""
+    writers: dict[int, dict] = {}
+    dead: dict[int, str] = {}
+    for sid in ids:
+        try:
+            answer = fetch_schema(sid)
+        except registry_answers.RegistryError as exc:
+            raise LandingError(f"{plan.topic} {plan.hour}: {exc}") from exc  # cause kept: is it transient?
+        if answer is None:
+            dead[sid] = registry_answers.UNKNOWN_SCHEMA_ID
+        elif isinstance(answer, registry_answers.DeadSchema):
+            dead[sid] = answer.reason
+        else:
+            try:
+                writers[sid] = avro_schemas.parse(answer)
+            except avro_schemas.SchemaError as exc:
+                raise LandingError(_unlandable(plan, sid, str(exc))) from None
+    return writers, dead
+
+
+def decode_checked(framed: DataFrame, schema_id: int, writer: dict, plan: SlicePlan) -> DataFrame:
+    """decode(), with a schema Spark cannot take (recursive, unknown type names, ...) a LandingError
+    naming the schema id: Spark parses the schema when it resolves the plan, here."""
+    try:
+        decoded = decode(framed, schema_id, writer)
+        decoded.schema  # noqa: B018 - forces analysis
+    except Exception as exc:  # noqa: BLE001 - any analysis failure means this schema cannot be decoded
+        raise LandingError(_unlandable(plan, schema_id, f"Spark cannot decode it ({_spark_message(exc)})")) from None
+    return decoded

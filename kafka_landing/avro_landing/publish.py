@@ -1,0 +1,89 @@
+"""MARK DONE: make an hour visible. Files in place first, then the manifests, then one done
+file per table (the contract with loading), and only then remove what the new done files no
+longer list. A crash at any point leaves the previous complete hour or the new one readable."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime, timezone
+
+from kafka_landing.config import TopicConfig
+from kafka_landing.crash_points import crash_point
+from kafka_landing.kafka_slices.plan import SlicePlan
+from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
+from kafka_landing.naming import (
+    dead_letter_dir,
+    dead_letter_manifest_path,
+    done_file_path,
+    hour_from_tag,
+    slice_manifest_path,
+    table_hour_dir,
+)
+from kafka_landing.store.base import LandingStore
+from kafka_landing.warehouse.load_queue import mark_pending
+
+NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
+
+from kafka_landing.avro_landing.write import Staged
+
+
+def _remove_unlisted(store: LandingStore, rel_dir: str, listed: set[str]) -> None:
+    for rel in store.list(rel_dir, "*.avro"):
+        if rel not in listed:
+            store.delete(rel)
+
+
+def keep_rejected_dead_letters(store: LandingStore, plan: SlicePlan, dead: list[Staged], dl: DeadLetters,
+                               attempt: str) -> str:
+    """Dead letters of an attempt that failed its limit, kept beside (never over) the hour's
+    published ones, so the previous complete hour stays intact. Returns their folder."""
+    rejected = f"{dead_letter_dir(plan.topic, hour_from_tag(plan.hour))}/rejected/{attempt}"
+    files = []
+    for s in dead:
+        rel = f"{rejected}/{s.rel.rsplit('/', 1)[-1]}"
+        store.move(s.src, rel)
+        files.append(LandedFile(**{**asdict(s.file), "path": rel}))
+    store.write_json_atomic(f"{rejected}/_MANIFEST.json", {
+        "topic": plan.topic, "hour": plan.hour, "attempt": attempt, "rows": dl.rows, "by_reason": dl.by_reason,
+        "files": [asdict(f) for f in files],
+    })
+    return rejected
+
+
+def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[Staged], dead: list[Staged],
+            dl: DeadLetters, records_read: int, attempt: str) -> dict[str, DoneFile]:
+    """Make the hour visible: files in place first, then the manifests, then, only once the
+    new done files are in place, remove what they no longer list. A crash at any point
+    leaves either the previous complete hour or the new one readable through the done files."""
+    hour = hour_from_tag(plan.hour)
+    tables = {t: sorted((s for s in good if s.table == t), key=lambda s: s.rel) for t in cfg.tables}
+    with store.lock(f"locks/{plan.topic}/hour={plan.hour}.lock"):
+        for s in [*dead, *(s for mine in tables.values() for s in mine)]:
+            store.move(s.src, s.rel)  # same name, same rows as a previous attempt's file
+        crash_point("landing:files_moved")
+        store.write_json_atomic(dead_letter_manifest_path(plan.topic, hour),
+                                {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **asdict(dl)})
+        landed_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        slice_info = {
+            "manifest": slice_manifest_path(plan.topic, hour), "records": plan.records,
+            "partitions": [{"partition": p.partition, "start": p.start, "end": p.end} for p in plan.partitions],
+        }
+        done = {}
+        for table, mine in tables.items():
+            files = tuple(s.file for s in mine)
+            done[table] = DoneFile(
+                topic=plan.topic, dataset=cfg.dataset, table=table, hour=plan.hour,
+                rows=sum(f.rows for f in files), schema_ids=tuple(sorted({f.schema_id for f in files})),
+                files=files, dead_letters=dl, slice=slice_info, topic_records_read=records_read,
+                offset_gaps=plan.records - records_read, attempt=attempt, landed_at=landed_at,
+            )
+            # Written last, atomically: the hour of this table is now complete.
+            store.write_json_atomic(done_file_path(cfg.dataset, table, hour), done[table].to_dict())
+            mark_pending(store, done_file_path(cfg.dataset, table, hour), store.read_bytes(done_file_path(cfg.dataset, table, hour)))
+            crash_point("landing:done_written")
+        crash_point("landing:published")
+        # Only now that every new done file is in place: remove what none of them lists.
+        for table, d in done.items():
+            _remove_unlisted(store, table_hour_dir(cfg.dataset, table, hour), {f.path for f in d.files})
+        _remove_unlisted(store, dead_letter_dir(plan.topic, hour), {f.path for f in dl.files})
+    return done

@@ -1,0 +1,123 @@
+"""The Kafka log as planning sees it (`plan.LogView`), on a real cluster through librdkafka:
+offsets for times, watermarks and, for the rare doubtful boundary, records read.
+Pure of Dagster and Spark, so the CLI and the bench use it as the assets do."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+
+class KafkaUnavailable(RuntimeError):
+    """The brokers did not answer: names the bootstrap servers, never credentials."""
+
+
+_TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TIMED_OUT}
+
+
+class KafkaLogView:
+    """`planning.LogView` on a real cluster, as a read_committed consumer sees it: the log end
+    is the last stable offset, so an open transaction's records are never planned."""
+
+    def __init__(self, client_config: dict, bootstrap_servers: str, timeout_seconds: float):
+        self._timeout = timeout_seconds
+        self._servers = bootstrap_servers  # named in errors; client_config may hold credentials, never shown
+        conf = {**client_config, "group.id": "kafka-landing-planner", "enable.auto.commit": False,
+                "isolation.level": "read_committed"}
+        self._consumer = Consumer(conf)
+        self._admin = AdminClient(client_config)
+        self._reader: Consumer | None = None  # for the rare boundary that needs records read
+        self._conf = conf
+
+    def close(self) -> None:
+        self._consumer.close()
+        if self._reader is not None:
+            self._reader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def partitions(self, topic: str) -> list[int] | None:
+        md = self._retry(f"reading the metadata of topic {topic!r}",
+                         lambda: self._consumer.list_topics(topic, timeout=self._timeout))
+        t = md.topics.get(topic)
+        if t is None or t.error is not None or not t.partitions:
+            return None
+        return sorted(t.partitions)
+
+    def _retry(self, what: str, call):
+        # A partition just created or moving leader answers NOT_LEADER for a moment: retry retriable errors.
+        for attempt in range(10):
+            try:
+                return call()
+            except KafkaException as exc:
+                err = exc.args[0]
+                if attempt == 9 or not (err.retriable() or err.code() in _TRANSIENT):
+                    raise KafkaUnavailable(
+                        f"Kafka brokers {self._servers}: {what} failed: {err.str()}. Check that the brokers are up "
+                        "and reachable from here, and the bootstrap servers and security settings "
+                        "(KAFKA_BOOTSTRAP_SERVERS, KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*)."
+                    ) from None
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        return self._retry(f"reading the offsets of {topic}[{partition}]", lambda: self._consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=self._timeout, cached=False))
+
+    def offsets_for_time(self, topic: str, partitions: list[int], millis: int) -> dict[int, tuple[int, int] | None]:
+        def ask():
+            futures = self._admin.list_offsets(
+                {TopicPartition(topic, p): OffsetSpec.for_timestamp(millis) for p in partitions},
+                isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self._timeout,
+            )
+            return {tp.partition: f.result() for tp, f in futures.items()}
+
+        found = self._retry(f"offsets_for_times({millis}) of {topic}", ask)
+        return {p: (r.offset, r.timestamp) if r.offset >= 0 else None for p, r in found.items()}
+
+    def first_record(self, topic: str, partition: int, start: int, end: int,
+                     min_millis: int | None = None) -> tuple[int, int] | None:
+        if start >= end:
+            return None
+        if self._reader is None:
+            self._reader = Consumer({**self._conf, "enable.partition.eof": True})
+        reader = self._reader
+        reader.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + self._timeout
+        try:
+            while time.monotonic() < deadline:
+                for msg in reader.consume(10_000, timeout=1.0):
+                    if msg.error():
+                        if msg.error().code() == KafkaError._PARTITION_EOF:
+                            return None
+                        raise RuntimeError(f"Kafka at {self._servers}: reading {topic}[{partition}] from offset "
+                                           f"{start} failed: {msg.error()}")
+                    if msg.offset() >= end:
+                        return None
+                    stamped = msg.timestamp()[1]
+                    if min_millis is None or stamped >= min_millis:
+                        return msg.offset(), stamped
+                    if msg.offset() + 1 >= end:
+                        return None  # the range is read: no need to wait for the next fetch
+                    deadline = time.monotonic() + self._timeout  # progress: keep reading
+                position = reader.position([TopicPartition(topic, partition)])[0].offset
+                if position >= end:
+                    return None
+        finally:
+            reader.unassign()
+        raise RuntimeError(f"Kafka at {self._servers}: no answer reading {topic}[{partition}] from offset {start} "
+                           f"within {self._timeout:.0f} s; check that the brokers are up and reachable")
+
+

@@ -1,0 +1,128 @@
+"""The landing root as one interface: what landing, loading and the sensor need of
+storage, and nothing more, so a local folder and a `gs://` bucket are interchangeable.
+
+Paths are always relative to the root (`rel`); no local `Path` leaves a store.
+`location(rel)` is what a person pastes into a shell and what Spark reads or
+writes (a plain path, or a `gs://` URI).
+
+The contracts each backend keeps (see `local.py`, `gcs.py`):
+- `write_atomic`: a reader sees the old content or the new, never half of it.
+- `create_exclusive`: first writer wins (freezing slice manifests).
+- `lock`: one holder at a time; a holder that dies loses it (a flock dies with
+  its process, a bucket lock object has a lease).
+- `move`: a finished file put in place under its final name, replacing one of
+  the same name; the source is gone afterwards.
+Pure: no Dagster, no Spark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+from abc import ABC, abstractmethod
+from typing import Iterator
+
+
+class LandingStore(ABC):
+    #: how the root is shown to people (a plain path or a gs:// URI)
+    root: str
+
+    # --- where ---------------------------------------------------------------
+
+    @abstractmethod
+    def location(self, rel: str) -> str:
+        """The plain path or gs:// URI of `rel`, for people, metadata and Spark."""
+
+    def check_rel(self, rel: str) -> str:
+        """`rel` normalised; ValueError if it could leave the root."""
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        if ".." in parts or rel.startswith("/"):
+            raise ValueError(f"path {rel!r} escapes the landing root {self.root}")
+        return "/".join(parts)
+
+    # --- read ----------------------------------------------------------------
+
+    @abstractmethod
+    def exists(self, rel: str) -> bool: ...
+
+    @abstractmethod
+    def read_bytes(self, rel: str) -> bytes:
+        """FileNotFoundError if absent."""
+
+    def read_json(self, rel: str) -> dict | None:
+        try:
+            return json.loads(self.read_bytes(rel))
+        except FileNotFoundError:
+            return None
+
+    @abstractmethod
+    def size(self, rel: str) -> int: ...
+
+    @abstractmethod
+    def mtime_ns(self, rel: str) -> int:
+        """Last modification (a bucket object's `updated`)."""
+
+    @abstractmethod
+    def avro_rows(self, rel: str) -> int:
+        """Rows of an Avro container file, from its block headers (AvroFileError if not whole)."""
+
+    # --- list ----------------------------------------------------------------
+
+    @abstractmethod
+    def list(self, rel_dir: str, pattern: str = "*") -> list[str]:
+        """Files directly under `rel_dir` whose name matches `pattern`, sorted; names
+        starting with "." are never listed (temporary files)."""
+
+    @abstractmethod
+    def subdirs(self, rel_dir: str) -> list[str]:
+        """Names of the folders (bucket prefixes) directly under `rel_dir`, sorted."""
+
+    @abstractmethod
+    def walk(self, rel_dir: str, suffix: str = "") -> list[str]:
+        """Every file under `rel_dir`, at any depth, whose name ends with `suffix`, sorted."""
+
+    def glob(self, pattern: str) -> list[str]:
+        """Files matching a pattern of the whole relative path (`*` stays within a folder)."""
+        fixed = []
+        for part in pattern.split("/"):
+            if any(c in part for c in "*?["):
+                break
+            fixed.append(part)
+        base = "/".join(fixed[:-1] if len(fixed) == len(pattern.split("/")) else fixed)
+        depth = pattern.count("/")
+        return sorted(r for r in self.walk(base) if r.count("/") == depth and fnmatch.fnmatchcase(r, pattern))
+
+    # --- write ---------------------------------------------------------------
+
+    @abstractmethod
+    def write_atomic(self, rel: str, data: bytes) -> None: ...
+
+    def write_json_atomic(self, rel: str, obj: dict) -> None:
+        self.write_atomic(rel, json.dumps(obj, indent=2, sort_keys=True).encode())
+
+    @abstractmethod
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Write `rel` only if it does not exist yet; False if someone else won."""
+
+    @abstractmethod
+    def move(self, src_rel: str, rel: str) -> None:
+        """Put the finished file `src_rel` in place as `rel` (replacing one of that name)."""
+
+    @abstractmethod
+    def delete(self, rel: str) -> None:
+        """Remove a file, or everything under a folder; absent is fine."""
+
+    @abstractmethod
+    def check_writable(self) -> None:
+        """Raise OSError (naming the root) unless a file can be created and removed."""
+
+    @abstractmethod
+    def sweep(self, rel_dir: str, pattern: str, older_than_seconds: float) -> list[str]:
+        """Remove what matches `pattern` (relative to `rel_dir`, one level per `/`) and was
+        not touched for `older_than_seconds`: the debris of killed attempts. Returns it."""
+
+    @abstractmethod
+    @contextlib.contextmanager
+    def lock(self, rel: str) -> Iterator[None]:
+        """Hold the lock `rel` for the block; a crashed holder cannot keep it forever."""
