@@ -2,7 +2,7 @@
 no Dagster, no Spark, so the timing can be tested for every grace period.
 
 An hour [T, T+1h) is closed for a topic once T + 1h + grace <= now (see
-`planning.check_closed`). The schedule ticks once an hour, at a fixed minute,
+`kafka_slices.plan.check_closed`). The schedule ticks once an hour, at a fixed minute,
 and lands the latest hour closed for every topic at the tick. Ticking
 `MARGIN_MINUTES` after the slowest topic's hours close makes that hour advance
 by exactly one hour from one tick to the next: none skipped, none twice, for

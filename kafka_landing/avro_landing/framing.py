@@ -1,6 +1,6 @@
 """Confluent's wire format: byte 0 is the magic byte 0, bytes 1-4 the big-endian
 schema id, the rest the Avro body. Landing decodes it in Spark's JVM
-(`frame_columns` in landing.py); this module is the same rule in Python for producers, tests
+(`frame_columns` in decode.py); this module is the same rule in Python for producers, tests
 and the benchmark's baseline. Pure: no Dagster, no Spark.
 """
 

@@ -24,7 +24,7 @@ _TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILAB
 
 
 class KafkaLogView:
-    """`planning.LogView` on a real cluster, as a read_committed consumer sees it: the log end
+    """`plan.LogView` on a real cluster, as a read_committed consumer sees it: the log end
     is the last stable offset, so an open transaction's records are never planned."""
 
     def __init__(self, client_config: dict, bootstrap_servers: str, timeout_seconds: float):

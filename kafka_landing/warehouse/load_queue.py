@@ -12,7 +12,7 @@ every tick grows without bound. So:
 
   A re-land overwrites it with the new content's hash.
 - The warehouse records what it loaded per (table, hour): the done file's
-  content hash (`ParquetWarehouse.loaded`).
+  content hash (`Warehouse.loaded`, per backend).
 - A load, once its hour is in place and recorded, removes the marker only if the
   marker still names the content it loaded (`clear_pending`, compare-and-delete
   under the table's lock, the lock `mark_pending` takes too): a re-land during a

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kafka_landing.definitions import build_definitions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_definitions_load_every_layer():

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 from kafka_landing.config import TopicConfig
 from kafka_landing.devstack import ROOT
@@ -38,9 +39,9 @@ def test_dry_run_equals_the_slices_frozen_later_and_writes_nothing(make_topic, s
     produce_hours(send, topic, first, 4)
     with kafka.log_view() as log:
         freeze_slice(store, log, cfg, hours[0], now)  # one hour already frozen
-        before = tree(store.root)
+        before = tree(Path(store.root))
         rows = dry_run(cfg, hours[0], hours[-1], utcnow(), log, store, load_frozen(store, topic))
-        assert tree(store.root) == before, "the dry run wrote to the landing root"
+        assert tree(Path(store.root)) == before, "the dry run wrote to the landing root"
         assert [r.state for r in rows] == [FROZEN, PLANNED, PLANNED, PLANNED]
         assert [r.hour for r in rows] == [hour_tag(h) for h in hours]
         assert [r.records for r in rows] == [2 * (3 + h) for h in range(4)]

@@ -33,7 +33,7 @@ from kafka_landing.resources import KafkaResource
 from kafka_landing.run_launcher import ProcessCheckingRunLauncher
 from kafka_landing_tests.conftest import utcnow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUICK = RetryPolicy(max_retries=2, delay=0.1)
 
 

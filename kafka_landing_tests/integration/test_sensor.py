@@ -281,7 +281,7 @@ class RelandDuringLoad(LocalStore):
         content = super().read_bytes(rel)
         if rel.endswith("_DONE.json") and not self.fired:
             self.fired = True
-            publish(self.root, self.hour, self.body)
+            publish(Path(self.root), self.hour, self.body)
         return content
 
 

@@ -74,7 +74,7 @@ def test_conservation_fails_when_what_it_guards_is_broken(roots, instance, spark
 
     parquet.unlink()  # the hour's file gone
     ev = run_check(defs, instance, "conservation", hour_key(h))
-    assert not ev.passed and "Parquet file" in ev.description and "is missing" in ev.description
+    assert not ev.passed and "data.parquet is missing" in ev.description
 
     assert load(defs, instance, h)["conservation"].passed, "a reload repairs it"
     assert table_ids(warehouse) == list(range(8))
