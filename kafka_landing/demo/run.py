@@ -89,8 +89,24 @@ def summary(instance, defs, hours) -> str:
     return "\n".join(lines)
 
 
+def _bucket_on_the_emulator() -> None:
+    """`DEMO_STORAGE=gcs`: the landing root is a bucket on the local GCS emulator; create it once."""
+    root = os.environ.get("KAFKA_LANDING_ROOT", "")
+    if not (root.startswith("gs://") and os.environ.get("STORAGE_EMULATOR_HOST")):
+        return
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(project="kafka-landing-demo", credentials=AnonymousCredentials())
+    bucket = root[len("gs://"):].split("/", 1)[0]
+    if client.lookup_bucket(bucket) is None:
+        client.create_bucket(bucket)
+    print(f"landing root: {root} on the GCS emulator at {os.environ['STORAGE_EMULATOR_HOST']}")
+
+
 def main() -> None:
     now = datetime.now(timezone.utc)
+    _bucket_on_the_emulator()
     if _demo_data_present(devstack.BOOTSTRAP):
         print("demo topics exist already: reusing their data (`make demo-reset` starts over)")
     else:
