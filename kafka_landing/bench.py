@@ -289,7 +289,11 @@ def measure(name: str, env: dict, argv: list[str]) -> dict:
 
 # --- the benchmark ---------------------------------------------------------------------
 
-def run(messages: int, hours: int, out: Path) -> dict:
+CASES = (("small", 1), ("large", 1), ("small", 4))
+
+
+def run(messages: int, hours: int, out: Path, cases=CASES, day_hours: int = 24) -> dict:
+    """`cases` and `day_hours` shrink only for the test that keeps the benchmark working."""
     from dagster import DagsterInstance
 
     from kafka_landing import devstack
@@ -304,7 +308,6 @@ def run(messages: int, hours: int, out: Path) -> dict:
     work.mkdir(parents=True)
     now = datetime.now(timezone.utc)
     per_hour = max(1, messages // hours)
-    cases = [("small", 1), ("large", 1), ("small", 4)]
     topics_cfg, data = {}, {}
     first_hour = floor_hour(now) - ONE_HOUR * (hours + 30)
     hour_list = [first_hour + ONE_HOUR * i for i in range(hours)]
@@ -313,9 +316,9 @@ def run(messages: int, hours: int, out: Path) -> dict:
         size = produce_bench_topic(devstack.BOOTSTRAP, devstack.REGISTRY_URL, topic, kind, hour_list, per_hour * scale)
         topics_cfg[topic] = {"dataset": "bench", "table": f"{kind}_{scale}x", "rows_per_task": 100_000}
         data[topic] = {"kind": kind, "scale": scale, "bytes": size}
-    day = [first_hour - ONE_HOUR * (24 - i) for i in range(24)]
+    day = [first_hour - ONE_HOUR * (day_hours - i) for i in range(day_hours)]
     day_topic = f"bench_day_{run_id}"
-    produce_bench_topic(devstack.BOOTSTRAP, devstack.REGISTRY_URL, day_topic, "small", day, max(1, messages // 24))
+    produce_bench_topic(devstack.BOOTSTRAP, devstack.REGISTRY_URL, day_topic, "small", day, max(1, messages // day_hours))
     topics_cfg[day_topic] = {"dataset": "bench", "table": "day", "rows_per_task": 100_000}
     empty_topic = f"bench_empty_{run_id}"
     topics_cfg[empty_topic] = {"dataset": "bench", "table": "empty"}
