@@ -59,3 +59,19 @@ def count_records(path: str) -> int:
                 raise AvroFileError(f"{path}: truncated or corrupt block")
             total += count
         return total
+
+
+def count_records_in(f: BinaryIO, name: str) -> int:
+    """`count_records` of an open, seekable binary file (a bucket object read in ranges):
+    a store whose files are not local paths counts them without a local copy."""
+    sync = _skip_header(f)
+    total = 0
+    while (count := _read_long(f)) is not None:
+        size = _read_long(f)
+        if size is None or count < 0 or size < 0:
+            raise AvroFileError(f"{name}: corrupt block header")
+        f.seek(size, 1)
+        if f.read(SYNC_SIZE) != sync:
+            raise AvroFileError(f"{name}: truncated or corrupt block")
+        total += count
+    return total

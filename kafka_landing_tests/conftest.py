@@ -24,6 +24,9 @@ from kafka_landing.resources import (
 )
 from kafka_landing.store.local import LocalStore
 
+# The GCS emulator's fixtures (gcs_emulator, gcs_bucket, ...), shared by every test module.
+pytest_plugins = ["kafka_landing_tests.gcs_support"]
+
 
 @pytest.fixture(scope="session")
 def stack():
@@ -94,8 +97,9 @@ def utcnow() -> datetime:
 
 
 @pytest.fixture(scope="session")
-def pyspark_resource():
-    """One Spark session for the whole test session, as one run shares one."""
+def pyspark_resource(gcs_emulator):
+    """One Spark session for the whole test session, as one run shares one. It reads its
+    gs:// settings when it starts, so the emulator's address must be known by then."""
     from dagster_pyspark import LazyPySparkResource
 
     from kafka_landing.spark_setup import spark_config

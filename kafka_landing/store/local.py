@@ -129,7 +129,7 @@ class LocalStore(LandingStore):
             return []
         cutoff = time.time() - older_than_seconds
         removed = []
-        for p in base.glob(pattern):
+        for p in base.glob(self.check_rel(pattern)):
             try:
                 if p.stat().st_mtime < cutoff:
                     self.delete(self._rel(p))
