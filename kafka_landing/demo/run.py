@@ -22,9 +22,22 @@ HOURS = int(os.environ.get("DEMO_HOURS", "3"))
 PER_HOUR = int(os.environ.get("DEMO_PER_HOUR", "600"))
 
 
-def _demo_data_present(bootstrap: str) -> bool:
+def _demo_data_present(bootstrap: str, registry_url: str) -> bool:
     topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
-    return ORDERS in topics and WEB in topics
+    if not (ORDERS in topics and WEB in topics):
+        return False
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    subjects = set(SchemaRegistryClient({"url": registry_url}).get_subjects())
+    if not {f"{ORDERS}-value", f"{WEB}-value"} <= subjects:
+        # The dev stack's registry keeps its schemas in memory: after a restart the demo's
+        # records name schema ids nobody knows, and every record would be a dead letter.
+        raise SystemExit(
+            f"the demo topics {ORDERS} and {WEB} exist, but the schema registry at {registry_url} has no schemas for them "
+            "(it keeps them in memory and was restarted since the demo data was produced). "
+            "Run `make demo-reset` to start the demo over, then `make demo`."
+        )
+    return True
 
 
 CHECKS: dict[tuple[str, str], list[str]] = {}
@@ -107,7 +120,7 @@ def _bucket_on_the_emulator() -> None:
 def main() -> None:
     now = datetime.now(timezone.utc)
     _bucket_on_the_emulator()
-    if _demo_data_present(devstack.BOOTSTRAP):
+    if _demo_data_present(devstack.BOOTSTRAP, devstack.REGISTRY_URL):
         print("demo topics exist already: reusing their data (`make demo-reset` starts over)")
     else:
         sent = generate(devstack.BOOTSTRAP, devstack.REGISTRY_URL, hours=HOURS, per_hour=PER_HOUR, now=now)
