@@ -48,17 +48,7 @@ def _skip_header(f: BinaryIO) -> bytes:
 
 def count_records(path: str) -> int:
     with open(path, "rb") as f:
-        sync = _skip_header(f)
-        total = 0
-        while (count := _read_long(f)) is not None:
-            size = _read_long(f)
-            if size is None or count < 0 or size < 0:
-                raise AvroFileError(f"{path}: corrupt block header")
-            f.seek(size, 1)
-            if f.read(SYNC_SIZE) != sync:
-                raise AvroFileError(f"{path}: truncated or corrupt block")
-            total += count
-        return total
+        return count_records_in(f, path)
 
 
 def count_records_in(f: BinaryIO, name: str) -> int:

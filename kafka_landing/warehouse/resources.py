@@ -4,6 +4,8 @@ is configuration and changes no asset."""
 
 from __future__ import annotations
 
+import os
+
 from dagster import ConfigurableResource
 from dagster_gcp import BigQueryResource
 from pydantic import Field
@@ -43,6 +45,15 @@ class BigQueryWarehouseResource(WarehouseResource):
     def backend(self, store: LandingStore) -> Warehouse:
         from kafka_landing.warehouse.bigquery import BigQueryWarehouse
 
-        with self.bigquery.get_client() as client:  # credentials are read when the client is made
-            pass
+        if os.environ.get("BIGQUERY_EMULATOR_HOST"):
+            # An emulator or a test double of the REST API (the client itself sends every call
+            # there): no Google credentials exist or are wanted.
+            from google.auth.credentials import AnonymousCredentials
+            from google.cloud import bigquery
+
+            client = bigquery.Client(project=self.bigquery.project, location=self.bigquery.location,
+                                     credentials=AnonymousCredentials())
+        else:
+            with self.bigquery.get_client() as client:  # credentials are read when the client is made
+                pass
         return BigQueryWarehouse(client, ledger=store, project=client.project, location=self.bigquery.location)

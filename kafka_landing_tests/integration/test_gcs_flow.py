@@ -14,6 +14,7 @@ from google.cloud import storage
 from kafka_landing.definitions import build_definitions
 from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.naming import hour_key
+from kafka_landing_tests.bigquery_fake import FakeBigQuery
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.integration.test_end_to_end import instance, land, read_table, run_requests, tick  # noqa: F401
 
@@ -56,6 +57,34 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
                       read_table(tmp_path / "warehouse", f"gweb_{suffix}", "other_events")])
     got = sorted(zip(rows["_kafka_topic"], rows["_kafka_partition"], rows["_kafka_offset"]))
     assert got == sorted((s.topic, s.partition, s.offset) for s in sent.records if not s.bad)
+
+    # The same landed hours into BigQuery, by configuration only: the sensor finds them not loaded in
+    # BigQuery, the loads run as free load jobs from the bucket, and the conservation checks read
+    # each partition back. The BigQuery fake serves the REST API; the client is real.
+    fake = FakeBigQuery(lambda uri: storage.Client().bucket(uri[5:].split("/", 1)[0])
+                        .blob(uri[5:].split("/", 1)[1]).download_as_bytes())
+    fake.start()
+    try:
+        monkeypatch.setenv("BIGQUERY_EMULATOR_HOST", fake.url)
+        monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "bigquery")
+        monkeypatch.setenv("KAFKA_LANDING_BIGQUERY_PROJECT", "kl-flow")
+        monkeypatch.setenv("KAFKA_LANDING_BIGQUERY_LOCATION", "US")
+        bq_defs = build_definitions()
+        requested = []
+        for _ in range(3):  # the reconciliation marks what BigQuery has not loaded, a bounded number per tick
+            requested += tick(bq_defs, instance).run_requests
+        assert len({r.run_key for r in requested}) == HOURS * 3
+        run_requests(bq_defs, instance, requested)  # every check evaluated with a load passed
+        loaded = sum(sum(fake.partition_counts("kl-flow", ds, t).values())
+                     for ds, t in [(f"gshop_{suffix}", "orders"), (f"gweb_{suffix}", "page_views"),
+                                   (f"gweb_{suffix}", "other_events")])
+        assert loaded == len(got)
+        assert len(fake.job_ids("kl-flow")) == HOURS * 3, "one load job per (table, hour)"
+        assert not tick(bq_defs, instance).run_requests
+    finally:
+        fake.stop()
+        monkeypatch.delenv("BIGQUERY_EMULATOR_HOST")
+        monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")
 
     # Re-landing an hour over the bucket replaces its files, never adds to them.
     before = sorted(n for n in names if n.endswith(".avro"))

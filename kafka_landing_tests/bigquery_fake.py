@@ -1,0 +1,854 @@
+"""A strict fake of the BigQuery REST API, for the calls kafka_landing's BigQuery
+warehouse makes, served over real HTTP to the real google-cloud-bigquery client.
+
+Why a local HTTP server (not a `requests` adapter on `client._http`): the client
+runs unmodified, request building, retries and error parsing included; nothing
+private is patched; and another process (a `dagster` run) can reach it through
+the client's own `BIGQUERY_EMULATOR_HOST` variable. No emulator supports
+partition-decorator loads, hence this fake.
+
+Written from BigQuery's documentation (REST reference: datasets, tables, jobs,
+jobs.query; "Load Avro data from Cloud Storage": schema of the alphabetically
+last file, Avro conversions, logical types; "Load data into partitioned tables";
+"Modifying table schemas": ALLOW_FIELD_ADDITION / ALLOW_FIELD_RELAXATION;
+INFORMATION_SCHEMA.PARTITIONS; "Managing partitioned tables": deleting a
+partition by its decorator). Strict on purpose:
+
+- a request field the REST API does not have -> 400 "Unknown name", as Google's
+  front end answers; a documented field this fake does not implement -> 501, so
+  nothing is silently ignored;
+- a wildcard in sourceUris -> 400 (BigQuery allows them; kafka_landing must never
+  use one: it loads exactly the files its done file lists);
+- a job id used before in the project -> 409 "Already Exists: Job ...";
+- a failed job changes nothing; WRITE_TRUNCATE on `table$YYYYMMDDHH` replaces
+  that partition only; schema changes follow the documented update rules.
+
+Source objects are read through `read_object(gs_uri) -> bytes` (tests read the
+GCS emulator). Rows are kept as fastavro decodes them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import threading
+import time
+import uuid
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import fastavro
+
+API_PREFIX = "/bigquery/v2"
+
+# --- which request fields exist: implemented here / documented but not implemented ----------------
+
+_FIELDS: dict[str, tuple[set[str], set[str]]] = {
+    "dataset": ({"datasetReference", "location", "labels", "description", "friendlyName"},
+                {"kind", "etag", "id", "selfLink", "defaultTableExpirationMs", "defaultRoundingMode",
+                 "defaultPartitionExpirationMs", "access", "creationTime", "lastModifiedTime",
+                 "defaultEncryptionConfiguration", "satisfiesPzs", "satisfiesPzi", "type", "linkedDatasetSource",
+                 "linkedDatasetMetadata", "externalDatasetReference", "externalCatalogDatasetOptions",
+                 "isCaseInsensitive", "defaultCollation", "storageBillingModel", "maxTimeTravelHours", "tags",
+                 "resourceTags", "restrictions"}),
+    "datasetReference": ({"projectId", "datasetId"}, set()),
+    "table": ({"tableReference", "schema", "timePartitioning", "labels", "description", "friendlyName"},
+              {"kind", "etag", "id", "selfLink", "rangePartitioning", "clustering", "requirePartitionFilter",
+               "partitionDefinition", "numBytes", "numRows", "creationTime", "expirationTime", "lastModifiedTime",
+               "type", "view", "materializedView", "externalDataConfiguration", "biglakeConfiguration", "location",
+               "encryptionConfiguration", "snapshotDefinition", "defaultCollation", "defaultRoundingMode",
+               "cloneDefinition", "maxStaleness", "tableConstraints", "resourceTags", "tableReplicationInfo",
+               "externalCatalogTableOptions", "managedTableType"}),
+    "tableReference": ({"projectId", "datasetId", "tableId"}, set()),
+    "schema": ({"fields"}, {"foreignTypeInfo"}),
+    "field": ({"name", "type", "mode", "fields", "description"},
+              {"policyTags", "dataPolicies", "maxLength", "precision", "scale", "timestampPrecision",
+               "roundingMode", "collation", "defaultValueExpression", "rangeElementType", "foreignTypeDefinition"}),
+    "timePartitioning": ({"type"}, {"expirationMs", "field", "requirePartitionFilter"}),
+    "job": ({"jobReference", "configuration"},
+            {"kind", "etag", "id", "selfLink", "user_email", "statistics", "status", "principal_subject",
+             "jobCreationReason"}),
+    "jobReference": ({"projectId", "jobId", "location"}, set()),
+    "configuration": ({"load", "labels", "jobType"},
+                      {"query", "copy", "extract", "dryRun", "jobTimeoutMs", "reservation", "maxSlots"}),
+    "load": ({"sourceUris", "sourceFormat", "destinationTable", "writeDisposition", "createDisposition",
+              "useAvroLogicalTypes", "schemaUpdateOptions", "timePartitioning", "schema", "decimalTargetTypes"},
+             {"fileSetSpecType", "destinationTableProperties", "nullMarker", "nullMarkers", "fieldDelimiter",
+              "skipLeadingRows", "encoding", "quote", "maxBadRecords", "allowQuotedNewlines", "allowJaggedRows",
+              "ignoreUnknownValues", "projectionFields", "autodetect", "rangePartitioning", "clustering",
+              "destinationEncryptionConfiguration", "referenceFileSchemaUri", "hivePartitioningOptions",
+              "jsonExtension", "parquetOptions", "preserveAsciiControlCharacters", "connectionProperties",
+              "createSession", "columnNameCharacterMap", "copyFilesOnly", "timeZone", "dateFormat",
+              "datetimeFormat", "timeFormat", "timestampFormat", "sourceColumnMatch", "schemaInline",
+              "schemaInlineFormat", "timestampTargetPrecision"}),
+    "query": ({"kind", "query", "useLegacySql", "parameterMode", "queryParameters", "location", "formatOptions",
+               "requestId", "timeoutMs", "maxResults", "jobCreationMode"},
+              {"defaultDataset", "jobTimeoutMs", "maxSlots", "destinationEncryptionConfiguration", "dryRun",
+               "useQueryCache", "preserveNulls", "connectionProperties", "labels", "maximumBytesBilled",
+               "createSession", "reservation", "writeIncrementalResults", "continuous", "queryResultsFormat",
+               "arrowSerializationOptions"}),
+    "queryParameter": ({"name", "parameterType", "parameterValue"}, set()),
+    "parameterType": ({"type"}, {"arrayType", "structTypes", "rangeElementType"}),
+    "parameterValue": ({"value"}, {"arrayValues", "structValues", "rangeValue"}),
+    "formatOptions": ({"useInt64Timestamp"}, {"timestampOutputFormat"}),
+}
+# Query-string parameters per method (plus Google's system parameter prettyPrint).
+_PARAMS = {
+    "datasets.get": ({"prettyPrint"}, {"datasetView", "accessPolicyVersion", "fields"}),
+    "datasets.insert": ({"prettyPrint"}, {"accessPolicyVersion", "fields"}),
+    "datasets.delete": ({"prettyPrint", "deleteContents"}, set()),
+    "datasets.list": ({"prettyPrint", "maxResults", "pageToken", "all"}, {"filter", "fields"}),
+    "tables.get": ({"prettyPrint"}, {"selectedFields", "view", "fields"}),
+    "tables.insert": ({"prettyPrint"}, {"fields"}),
+    "tables.delete": ({"prettyPrint"}, set()),
+    "jobs.insert": ({"prettyPrint"}, {"fields"}),
+    # google-cloud-bigquery sends projection=full on jobs.get (a jobs.list parameter the API also takes here)
+    "jobs.get": ({"prettyPrint", "location", "projection"}, {"fields"}),
+    "jobs.query": ({"prettyPrint"}, {"fields"}),
+}
+# The permission each method needs (for `deny`, to test how 403s are reported).
+PERMISSIONS = {
+    "datasets.get": "bigquery.datasets.get", "datasets.insert": "bigquery.datasets.create",
+    "datasets.delete": "bigquery.datasets.delete", "datasets.list": "bigquery.datasets.get",
+    "tables.get": "bigquery.tables.get", "tables.insert": "bigquery.tables.create",
+    "tables.delete": "bigquery.tables.delete", "jobs.insert": "bigquery.jobs.create",
+    "jobs.get": "bigquery.jobs.get", "jobs.query": "bigquery.jobs.create",
+}
+_DECORATOR_DIGITS = {"HOUR": 10, "DAY": 8, "MONTH": 6, "YEAR": 4}
+_DECORATOR_FORMAT = {"HOUR": "%Y%m%d%H", "DAY": "%Y%m%d", "MONTH": "%Y%m", "YEAR": "%Y"}
+PARTITIONS_QUERY = re.compile(
+    r"^\s*SELECT\s+total_rows\s+FROM\s+`(?P<project>[^`.]+)\.(?P<dataset>[^`.]+)\.INFORMATION_SCHEMA\.PARTITIONS`"
+    r"\s+WHERE\s+table_name\s*=\s*@(?P<t>\w+)\s+AND\s+partition_id\s*=\s*@(?P<p>\w+)\s*;?\s*$",
+    re.IGNORECASE)
+
+
+class ApiError(Exception):
+    """An HTTP error answer, in Google's error shape."""
+
+    STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
+              501: "NOT_IMPLEMENTED"}
+    REASON = {400: "invalid", 403: "accessDenied", 404: "notFound", 409: "duplicate", 501: "notImplemented"}
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+    def body(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message, "status": self.STATUS[self.code],
+                          "errors": [{"message": self.message, "domain": "global", "reason": self.REASON[self.code]}]}}
+
+
+class JobFailed(Exception):
+    """A job that ran and failed: it ends DONE with this errorResult and changes nothing."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+def _check_fields(obj, kind: str, where: str) -> dict:
+    if not isinstance(obj, dict):
+        raise ApiError(400, f"Invalid JSON payload received. Expected an object at '{where}'.")
+    implemented, documented = _FIELDS[kind]
+    for name in obj:
+        if name in implemented:
+            continue
+        if name in documented:
+            raise ApiError(501, f"bigquery_fake does not implement '{where}.{name}': extend the fake from "
+                                "BigQuery's documentation before the product relies on it")
+        raise ApiError(400, f"Invalid JSON payload received. Unknown name \"{name}\" at '{where}': Cannot find field.")
+    return obj
+
+
+def _check_params(method: str, params: dict) -> None:
+    implemented, documented = _PARAMS[method]
+    for name in params:
+        if name in documented:
+            raise ApiError(501, f"bigquery_fake does not implement the query parameter {name!r} of {method}")
+        if name not in implemented:
+            raise ApiError(400, f"Invalid request: unknown query parameter {name!r} for {method}")
+
+
+def _check_schema_fields(fields, where: str) -> list[dict]:
+    if not isinstance(fields, list):
+        raise ApiError(400, f"Invalid JSON payload received. Expected a list at '{where}'.")
+    for i, f in enumerate(fields):
+        _check_fields(f, "field", f"{where}[{i}]")
+        if f.get("type") in ("RECORD", "STRUCT"):
+            _check_schema_fields(f.get("fields", []), f"{where}[{i}].fields")
+    return fields
+
+
+# --- Avro -> BigQuery, as "Avro conversions" documents ---------------------------------------------
+
+_PRIMITIVE = {"boolean": "BOOLEAN", "int": "INTEGER", "long": "INTEGER", "float": "FLOAT", "double": "FLOAT",
+              "bytes": "BYTES", "string": "STRING"}
+_LOGICAL = {("int", "date"): "DATE", ("int", "time-millis"): "TIME", ("long", "time-micros"): "TIME",
+            ("long", "timestamp-millis"): "TIMESTAMP", ("long", "timestamp-micros"): "TIMESTAMP",
+            ("long", "local-timestamp-millis"): "DATETIME", ("long", "local-timestamp-micros"): "DATETIME"}
+
+
+def _decimal_type(precision: int, scale: int, targets: list[str]) -> str:
+    """The documented choice: NUMERIC if it holds the value, else BIGNUMERIC, else STRING, among the targets."""
+    fits = {"NUMERIC": precision - scale <= 29 and scale <= 9, "BIGNUMERIC": precision - scale <= 38 and scale <= 38,
+            "STRING": True}
+    ordered = [t for t in ("NUMERIC", "BIGNUMERIC", "STRING") if t in targets]
+    return next((t for t in ordered if fits[t]), ordered[-1])
+
+
+class _Converter:
+    def __init__(self, logical: bool, decimal_targets: list[str]):
+        self.logical, self.decimal_targets, self.named = logical, decimal_targets, {}
+
+    def record_fields(self, record: dict) -> list[dict]:
+        out = []
+        for f in record["fields"]:
+            conv = self.field(f["name"], f["type"])
+            if conv is not None:
+                out.append(conv)
+        return out
+
+    def field(self, name: str, t) -> dict | None:
+        """A TableFieldSchema for an Avro field; None for a null-only field ("BigQuery ignores these")."""
+        mode = "REQUIRED"
+        if isinstance(t, list):
+            branches = [b for b in t if b != "null"]
+            if not branches:
+                return None
+            if len(branches) > 1:
+                raise ApiError(501, f"bigquery_fake does not implement unions of several non-null types (field {name})")
+            mode = "NULLABLE" if "null" in t else "REQUIRED"
+            t = branches[0]
+        if t == "null":
+            return None
+        t = self.resolve(t)
+        if isinstance(t, dict) and t.get("type") == "array":
+            items = self.resolve(t["items"])
+            if isinstance(items, dict) and items.get("type") == "array":
+                raise JobFailed("invalid", f"Arrays of arrays are not supported (field {name})")
+            inner = self.field(name, items)
+            if inner is None:
+                return None  # arrays containing only NULL types are ignored
+            return {**inner, "mode": "REPEATED"}
+        if isinstance(t, dict) and t.get("type") == "map":
+            value = self.field("value", t["values"])
+            return {"name": name, "type": "RECORD", "mode": "REPEATED",
+                    "fields": [{"name": "key", "type": "STRING", "mode": "REQUIRED"}] + ([value] if value else [])}
+        return {"name": name, "type": self.type_of(t, name), "mode": mode,
+                **({"fields": self.record_fields(t)} if isinstance(t, dict) and t.get("type") == "record" else {})}
+
+    def resolve(self, t):
+        if isinstance(t, str) and t not in _PRIMITIVE and t != "null":
+            if t not in self.named:
+                raise JobFailed("invalid", f"Error while reading data: unknown Avro type name {t!r}")
+            return self.named[t]
+        if isinstance(t, dict) and t.get("type") in ("record", "enum", "fixed") and "name" in t:
+            name = t["name"] if "." in t["name"] or not t.get("namespace") else f"{t['namespace']}.{t['name']}"
+            self.named.setdefault(name, t)
+            self.named.setdefault(t["name"], t)
+        return t
+
+    def type_of(self, t, name: str) -> str:
+        if isinstance(t, str):
+            return _PRIMITIVE[t]
+        base, logical = t.get("type"), t.get("logicalType")
+        if logical == "decimal" and base in ("bytes", "fixed"):
+            return _decimal_type(int(t["precision"]), int(t.get("scale", 0)), self.decimal_targets)
+        if base == "record":
+            return "RECORD"
+        if base == "enum":
+            return "STRING"
+        if base == "fixed":
+            return "BYTES"
+        if isinstance(base, (dict, list)):
+            raise ApiError(501, f"bigquery_fake does not implement nested type wrappers (field {name})")
+        if self.logical and (base, logical) in _LOGICAL:
+            return _LOGICAL[(base, logical)]
+        return _PRIMITIVE[base]
+
+
+def avro_table_schema(writer_schema: dict, use_avro_logical_types: bool,
+                      decimal_targets: list[str] | None = None) -> list[dict]:
+    """The BigQuery fields BigQuery derives from an Avro writer schema (top-level record)."""
+    return _Converter(use_avro_logical_types, decimal_targets or ["NUMERIC"]).record_fields(writer_schema)
+
+
+# --- schema update rules ("Modifying table schemas") -----------------------------------------------
+
+def _evolve(table: list[dict], new: list[dict], options: set[str], label: str, path: str = "") -> list[dict]:
+    """The table's fields after a load with schema `new`; JobFailed as BigQuery words it."""
+    have = {f["name"].lower(): f for f in new}
+    out = []
+    for old in table:
+        full = f"{path}{old['name']}"
+        cur = have.pop(old["name"].lower(), None)
+        if cur is None:
+            if old.get("mode", "NULLABLE") == "REQUIRED":
+                raise JobFailed("invalid", f"Provided Schema does not match Table {label}. Field {full} is missing "
+                                           "in new schema")
+            out.append(old)
+            continue
+        if cur["type"] != old["type"]:
+            raise JobFailed("invalid", f"Provided Schema does not match Table {label}. Field {full} has changed type "
+                                       f"from {old['type']} to {cur['type']}")
+        old_mode, new_mode = old.get("mode", "NULLABLE"), cur.get("mode", "NULLABLE")
+        mode = old_mode
+        if old_mode != new_mode:
+            if old_mode == "REQUIRED" and new_mode == "NULLABLE" and "ALLOW_FIELD_RELAXATION" in options:
+                mode = "NULLABLE"
+            elif not (old_mode == "NULLABLE" and new_mode == "REQUIRED"):  # required data fits a nullable column
+                raise JobFailed("invalid", f"Provided Schema does not match Table {label}. Field {full} has changed "
+                                           f"mode from {old_mode} to {new_mode}")
+        merged = {**old, "mode": mode}
+        if old["type"] == "RECORD":
+            merged["fields"] = _evolve(old.get("fields", []), cur.get("fields", []), options, label, f"{full}.")
+        out.append(merged)
+    for cur in new:
+        if cur["name"].lower() not in have:
+            continue
+        full = f"{path}{cur['name']}"
+        if "ALLOW_FIELD_ADDITION" not in options:
+            raise JobFailed("invalid", f"Provided Schema does not match Table {label}. Cannot add fields "
+                                       f"(field: {full})")
+        if cur.get("mode") == "REQUIRED":
+            raise JobFailed("invalid", f"Provided Schema does not match Table {label}. Cannot add required fields "
+                                       f"to an existing schema. (field: {full})")
+        out.append(cur)
+    return out
+
+
+def _project_row(record: dict, fields: list[dict], where: str):
+    """A decoded record read with the load schema: by name, missing columns null (or refused if REQUIRED)."""
+    row = {}
+    for f in fields:
+        value = record.get(f["name"]) if record is not None else None
+        mode = f.get("mode", "NULLABLE")
+        if mode == "REPEATED":
+            if isinstance(value, dict):  # an Avro map: BigQuery's REPEATED RECORD of key and value
+                value = [{"key": k, "value": v} for k, v in value.items()]
+            value = list(value or [])
+            if f["type"] == "RECORD":
+                value = [_project_row(v, f.get("fields", []), where) for v in value]
+        elif value is None:
+            if mode == "REQUIRED":
+                raise JobFailed("invalid", f"Error while reading data, error message: {where}: required field "
+                                           f"{f['name']} has no value")
+        elif f["type"] == "RECORD":
+            value = _project_row(value, f.get("fields", []), where)
+        row[f["name"]] = value
+    return row
+
+
+def _nullable(fields: list[dict]) -> list[dict]:
+    return [{**f, "mode": "NULLABLE" if f.get("mode") == "REQUIRED" else f.get("mode", "NULLABLE"),
+             **({"fields": _nullable(f["fields"])} if f.get("fields") else {})} for f in fields]
+
+
+def _same_column_types(file_fields: list[dict], schema: list[dict], where: str, path: str = "") -> None:
+    """A provided schema overrides the derived one by name; a column typed otherwise cannot be read."""
+    by_name = {f["name"].lower(): f for f in file_fields}
+    for f in schema:
+        src = by_name.get(f["name"].lower())
+        if src is None:
+            continue
+        if src["type"] != f["type"] or (src["mode"] == "REPEATED") != (f.get("mode") == "REPEATED"):
+            raise JobFailed("invalid", f"Error while reading data, error message: {where}: field {path}{f['name']} "
+                                       f"is {src['mode']} {src['type']} in the file, {f.get('mode', 'NULLABLE')} "
+                                       f"{f['type']} in the schema")
+        if f["type"] == "RECORD":
+            _same_column_types(src.get("fields", []), f.get("fields", []), where, f"{path}{f['name']}.")
+
+
+def _ms(t: float) -> str:
+    return str(int(t * 1000))
+
+
+class FakeBigQuery:
+    """State and behaviour; `start()` serves it on 127.0.0.1 for google-cloud-bigquery."""
+
+    def __init__(self, read_object: Callable[[str], bytes], *, default_location: str = "US",
+                 running_polls: int = 0):
+        self.read_object = read_object
+        self.default_location = default_location
+        #: jobs.get answers RUNNING this many times before a job runs (0: jobs.insert runs it)
+        self.running_polls = running_polls
+        self.datasets: dict[tuple[str, str], dict] = {}
+        self.tables: dict[tuple[str, str, str], dict] = {}  # {"resource", "schema", "partitions": {id: [rows]}}
+        self.jobs: dict[tuple[str, str], dict] = {}  # {"resource", "polls_left"}
+        self.calls: list[tuple[str, str]] = []  # (method name, path) of every request
+        self.denied: set[str] = set()
+        #: (running job, job started beside it) for load jobs into one destination at once; BigQuery
+        #: allows it, and whichever ends last wins: a test of a loader's serialisation reads this
+        self.overlaps: list[tuple[str, str]] = []
+        self._lock = threading.RLock()
+        self._server: ThreadingHTTPServer | None = None
+
+    # --- for tests -------------------------------------------------------------------------------
+
+    def deny(self, *permissions: str) -> None:
+        """Answer 403 to every method needing one of these permissions (e.g. bigquery.jobs.create)."""
+        self.denied.update(permissions)
+
+    def table_state(self, project: str, dataset: str, table: str) -> dict | None:
+        return self.tables.get((project, dataset, table))
+
+    def partition_rows(self, project: str, dataset: str, table: str, partition: str) -> list[dict]:
+        """The partition's rows as a reader sees them: with every column of the table now."""
+        t = self.tables.get((project, dataset, table))
+        if t is None:
+            return []
+        return [_project_row(r, _nullable(t["schema"]), "read") for r in t["partitions"].get(partition, [])]
+
+    def partition_counts(self, project: str, dataset: str, table: str) -> dict[str, int]:
+        t = self.tables.get((project, dataset, table))
+        return {p: len(r) for p, r in t["partitions"].items() if r} if t else {}
+
+    def schema(self, project: str, dataset: str, table: str) -> list[dict] | None:
+        t = self.tables.get((project, dataset, table))
+        return t["schema"] if t else None
+
+    def job_ids(self, project: str) -> list[str]:
+        return [j for (p, j) in self.jobs if p == project]
+
+    def calls_of(self, method: str) -> int:
+        return sum(1 for m, _ in self.calls if m == method)
+
+    # --- the HTTP server -------------------------------------------------------------------------
+
+    def start(self) -> str:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet: tests read `fake.calls`
+                pass
+
+            def _serve(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                status, body = fake.handle(self.command, self.path, raw)
+                data = json.dumps(body).encode() if body is not None else b""
+                self.send_response(status)
+                if data:
+                    self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="bigquery-fake",
+                         daemon=True).start()
+        return self.url
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "call start() first"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def client(self, project: str, location: str | None = None):
+        """A real google-cloud-bigquery Client talking to this fake, with anonymous credentials."""
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import bigquery
+
+        return bigquery.Client(project=project, location=location, credentials=AnonymousCredentials(),
+                               client_options={"api_endpoint": self.url})
+
+    # --- routing ---------------------------------------------------------------------------------
+
+    _ROUTES = [
+        ("GET", r"/projects/(?P<p>[^/]+)/datasets", "datasets.list"),
+        ("POST", r"/projects/(?P<p>[^/]+)/datasets", "datasets.insert"),
+        ("GET", r"/projects/(?P<p>[^/]+)/datasets/(?P<d>[^/]+)", "datasets.get"),
+        ("DELETE", r"/projects/(?P<p>[^/]+)/datasets/(?P<d>[^/]+)", "datasets.delete"),
+        ("POST", r"/projects/(?P<p>[^/]+)/datasets/(?P<d>[^/]+)/tables", "tables.insert"),
+        ("GET", r"/projects/(?P<p>[^/]+)/datasets/(?P<d>[^/]+)/tables/(?P<t>[^/]+)", "tables.get"),
+        ("DELETE", r"/projects/(?P<p>[^/]+)/datasets/(?P<d>[^/]+)/tables/(?P<t>[^/]+)", "tables.delete"),
+        ("POST", r"/projects/(?P<p>[^/]+)/jobs", "jobs.insert"),
+        ("GET", r"/projects/(?P<p>[^/]+)/jobs/(?P<j>[^/]+)", "jobs.get"),
+        ("POST", r"/projects/(?P<p>[^/]+)/queries", "jobs.query"),
+    ]
+
+    def handle(self, verb: str, target: str, raw: bytes) -> tuple[int, dict | None]:
+        url = urlsplit(target)
+        path = url.path
+        params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        with self._lock:
+            try:
+                if not path.startswith(API_PREFIX):
+                    raise ApiError(404, f"Not found: {path} is not a BigQuery v2 path")
+                rel = path[len(API_PREFIX):]
+                for v, pattern, method in self._ROUTES:
+                    m = re.fullmatch(pattern, rel)
+                    if m and v == verb:
+                        break
+                else:
+                    raise ApiError(501, f"bigquery_fake does not implement {verb} {rel}")
+                self.calls.append((method, rel))
+                _check_params(method, params)
+                if PERMISSIONS[method] in self.denied:
+                    raise ApiError(403, f"Access Denied: Project {m['p']}: User does not have "
+                                        f"{PERMISSIONS[method]} permission in project {m['p']}.")
+                body = None
+                if verb in ("POST", "PUT", "PATCH"):
+                    try:
+                        body = json.loads(raw or b"{}")
+                    except ValueError:
+                        raise ApiError(400, "Invalid JSON payload received.") from None
+                args = {k: unquote(v) for k, v in m.groupdict().items()}
+                return getattr(self, "_" + method.replace(".", "_"))(body=body, params=params, **args)
+            except ApiError as exc:
+                return exc.code, exc.body()
+
+    # --- datasets --------------------------------------------------------------------------------
+
+    def _dataset(self, p: str, d: str) -> dict:
+        ds = self.datasets.get((p, d))
+        if ds is None:
+            raise ApiError(404, f"Not found: Dataset {p}:{d}")
+        return ds
+
+    def _datasets_get(self, p, d, body, params):
+        return 200, self._dataset(p, d)
+
+    def _datasets_list(self, p, body, params):
+        items = [{"kind": "bigquery#dataset", "id": r["id"], "datasetReference": r["datasetReference"],
+                  "location": r["location"]} for (proj, _), r in sorted(self.datasets.items()) if proj == p]
+        return 200, {"kind": "bigquery#datasetList", "datasets": items}
+
+    def _datasets_insert(self, p, body, params):
+        _check_fields(body, "dataset", "dataset")
+        ref = _check_fields(body.get("datasetReference"), "datasetReference", "dataset.datasetReference")
+        d = ref.get("datasetId")
+        if ref.get("projectId", p) != p or not isinstance(d, str) or not re.fullmatch(r"[A-Za-z0-9_]{1,1024}", d):
+            raise ApiError(400, f"Invalid dataset ID \"{d}\". Dataset IDs must be alphanumeric (plus underscores) "
+                                "and must be at most 1024 characters long.")
+        if (p, d) in self.datasets:
+            raise ApiError(409, f"Already Exists: Dataset {p}:{d}")
+        now = _ms(time.time())
+        resource = {"kind": "bigquery#dataset", "id": f"{p}:{d}", "datasetReference": {"projectId": p, "datasetId": d},
+                    "location": body.get("location") or self.default_location, "creationTime": now,
+                    "lastModifiedTime": now, "etag": uuid.uuid4().hex,
+                    **{k: body[k] for k in ("labels", "description", "friendlyName") if k in body}}
+        self.datasets[(p, d)] = resource
+        return 200, resource
+
+    def _datasets_delete(self, p, d, body, params):
+        self._dataset(p, d)
+        tables = [k for k in self.tables if k[:2] == (p, d)]
+        if tables and params.get("deleteContents") != "true":
+            raise ApiError(400, f"Dataset {p}:{d} is still in use")
+        for k in tables:
+            del self.tables[k]
+        del self.datasets[(p, d)]
+        return 204, None
+
+    # --- tables ----------------------------------------------------------------------------------
+
+    def _table(self, p: str, d: str, t: str) -> dict:
+        self._dataset(p, d)
+        table = self.tables.get((p, d, t))
+        if table is None:
+            raise ApiError(404, f"Not found: Table {p}:{d}.{t}")
+        return table
+
+    def _table_resource(self, table: dict) -> dict:
+        rows = sum(len(r) for r in table["partitions"].values())
+        return {**table["resource"], "schema": {"fields": table["schema"]}, "numRows": str(rows),
+                "numPartitions": str(sum(1 for r in table["partitions"].values() if r))}
+
+    def _tables_get(self, p, d, t, body, params):
+        if "$" in t:
+            raise ApiError(501, "bigquery_fake does not implement tables.get on a partition decorator")
+        return 200, self._table_resource(self._table(p, d, t))
+
+    def _new_table(self, p, d, t, schema: list[dict], partitioning: dict | None, extra: dict) -> dict:
+        if not re.fullmatch(r"[\w-]{1,1024}", t):
+            raise ApiError(400, f"Invalid table ID \"{t}\".")
+        now = _ms(time.time())
+        resource = {"kind": "bigquery#table", "id": f"{p}:{d}.{t}", "etag": uuid.uuid4().hex,
+                    "tableReference": {"projectId": p, "datasetId": d, "tableId": t}, "type": "TABLE",
+                    "creationTime": now, "lastModifiedTime": now, "location": self.datasets[(p, d)]["location"],
+                    **({"timePartitioning": dict(partitioning)} if partitioning else {}), **extra}
+        table = {"resource": resource, "schema": schema, "partitions": {}}
+        self.tables[(p, d, t)] = table
+        return table
+
+    def _tables_insert(self, p, d, body, params):
+        _check_fields(body, "table", "table")
+        ref = _check_fields(body.get("tableReference"), "tableReference", "table.tableReference")
+        if (ref.get("projectId"), ref.get("datasetId")) != (p, d):
+            raise ApiError(400, "Invalid table reference: project and dataset must match the request path")
+        self._dataset(p, d)
+        t = ref.get("tableId")
+        if (p, d, t) in self.tables:
+            raise ApiError(409, f"Already Exists: Table {p}:{d}.{t}")
+        schema = _check_schema_fields(_check_fields(body.get("schema", {"fields": []}), "schema", "table.schema")
+                                      .get("fields", []), "table.schema.fields")
+        partitioning = body.get("timePartitioning")
+        if partitioning is not None:
+            _check_fields(partitioning, "timePartitioning", "table.timePartitioning")
+            if partitioning.get("type") not in _DECORATOR_DIGITS:
+                raise ApiError(400, f"Invalid value for type: {partitioning.get('type')} is not a valid value")
+        table = self._new_table(p, d, t, schema, partitioning,
+                                {k: body[k] for k in ("labels", "description", "friendlyName") if k in body})
+        return 200, self._table_resource(table)
+
+    def _partition_id(self, table: dict, label: str, decorator: str) -> str:
+        kind = (table["resource"].get("timePartitioning") or {}).get("type")
+        if kind is None:
+            raise JobFailed("invalid", f"Cannot use a partition decorator on the non-partitioned table {label}")
+        try:
+            ok = len(decorator) == _DECORATOR_DIGITS[kind] and datetime.strptime(decorator, _DECORATOR_FORMAT[kind])
+        except ValueError:
+            ok = False
+        if not ok:
+            raise JobFailed("invalid", f"Invalid partition decorator ${decorator} for table {label} partitioned by "
+                                       f"{kind}")
+        return decorator
+
+    def _tables_delete(self, p, d, t, body, params):
+        name, _, decorator = t.partition("$")
+        table = self._table(p, d, name)
+        if decorator:  # "Delete a partition": the decorator names it
+            try:
+                pid = self._partition_id(table, f"{p}:{d}.{name}", decorator)
+            except JobFailed as exc:
+                raise ApiError(400, exc.message) from None
+            table["partitions"].pop(pid, None)
+        else:
+            del self.tables[(p, d, name)]
+        return 204, None
+
+    # --- jobs ------------------------------------------------------------------------------------
+
+    def _jobs_insert(self, p, body, params):
+        _check_fields(body, "job", "job")
+        ref = _check_fields(body.get("jobReference", {}), "jobReference", "job.jobReference")
+        job_id = ref.get("jobId") or f"job_{uuid.uuid4().hex}"
+        if ref.get("projectId", p) != p:
+            raise ApiError(400, "The project in jobReference must match the request path")
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,1024}", job_id):
+            raise ApiError(400, f"Invalid job ID \"{job_id}\". Job IDs must be alphanumeric (plus underscores and "
+                                "dashes) and must be at most 1024 characters long.")
+        config = _check_fields(body.get("configuration"), "configuration", "job.configuration")
+        if config.get("jobType", "LOAD") != "LOAD" or "load" not in config:
+            raise ApiError(501, "bigquery_fake implements load jobs only")
+        load = self._check_load(config["load"], p)
+        if (p, job_id) in self.jobs:  # job ids are unique in a project, whatever the location
+            location = self.jobs[(p, job_id)]["resource"]["jobReference"]["location"]
+            raise ApiError(409, f"Already Exists: Job {p}:{location}.{job_id}")
+        dest = load["destinationTable"]
+        location = ref.get("location") or (self.datasets.get((p, dest["datasetId"])) or {}).get("location") \
+            or self.default_location
+        now = _ms(time.time())
+        resource = {"kind": "bigquery#job", "etag": uuid.uuid4().hex, "id": f"{p}:{location}.{job_id}",
+                    "jobReference": {"projectId": p, "jobId": job_id, "location": location},
+                    "configuration": {**config, "jobType": "LOAD"}, "user_email": "fake@kafka-landing.test",
+                    "status": {"state": "RUNNING"}, "statistics": {"creationTime": now, "startTime": now}}
+        job = {"resource": resource, "polls_left": self.running_polls}
+        self.overlaps += [(j, job_id) for (proj, j), other in self.jobs.items() if proj == p
+                          and other["resource"]["status"]["state"] != "DONE"
+                          and other["resource"]["configuration"]["load"]["destinationTable"] == dest]
+        self.jobs[(p, job_id)] = job
+        if job["polls_left"] <= 0:
+            self._run(job)
+        return 200, resource
+
+    def _check_load(self, load, p: str) -> dict:
+        _check_fields(load, "load", "job.configuration.load")
+        if load.get("sourceFormat") != "AVRO":
+            raise ApiError(501, f"bigquery_fake implements AVRO loads only, not {load.get('sourceFormat')}")
+        uris = load.get("sourceUris")
+        if not isinstance(uris, list) or not uris:
+            raise ApiError(400, "Load configuration must specify at least one source URI")
+        for uri in uris:
+            if not isinstance(uri, str) or not re.fullmatch(r"gs://[^/]+/.+", uri):
+                raise ApiError(400, f"Invalid source URI {uri!r}: expected gs://bucket/object")
+            if "*" in uri:
+                raise ApiError(400, f"bigquery_fake refuses the wildcard URI {uri}: kafka_landing must load exactly "
+                                    "the files its done file lists")
+        dest = _check_fields(load.get("destinationTable"), "tableReference", "job.configuration.load.destinationTable")
+        if not all(isinstance(dest.get(k), str) for k in ("projectId", "datasetId", "tableId")):
+            raise ApiError(400, "Load configuration must specify a destination table")
+        for key, allowed in (("writeDisposition", {"WRITE_TRUNCATE", "WRITE_APPEND"}),
+                             ("createDisposition", {"CREATE_IF_NEEDED", "CREATE_NEVER"})):
+            if key in load and load[key] not in allowed:
+                code = 501 if load[key] in ("WRITE_EMPTY", "WRITE_TRUNCATE_DATA") else 400
+                raise ApiError(code, f"Invalid value for {key}: {load[key]}")
+        options = load.get("schemaUpdateOptions", [])
+        if not set(options) <= {"ALLOW_FIELD_ADDITION", "ALLOW_FIELD_RELAXATION"}:
+            raise ApiError(400, f"Invalid value for schemaUpdateOptions: {options}")
+        decorated = "$" in dest["tableId"]
+        if options and not (load.get("writeDisposition") == "WRITE_APPEND" or
+                            (load.get("writeDisposition") == "WRITE_TRUNCATE" and decorated)):
+            raise ApiError(400, "Schema update options should only be specified with WRITE_APPEND disposition, or "
+                                "with WRITE_TRUNCATE disposition on a table partition.")
+        if not decorated:
+            raise ApiError(501, "bigquery_fake implements loads into a partition decorator (table$YYYYMMDDHH) only")
+        if "timePartitioning" in load:
+            _check_fields(load["timePartitioning"], "timePartitioning", "job.configuration.load.timePartitioning")
+        if "schema" in load:
+            _check_schema_fields(_check_fields(load["schema"], "schema", "job.configuration.load.schema")
+                                 .get("fields", []), "job.configuration.load.schema.fields")
+        targets = load.get("decimalTargetTypes", ["NUMERIC"])
+        if not targets or not set(targets) <= {"NUMERIC", "BIGNUMERIC", "STRING"} or len(set(targets)) != len(targets):
+            raise ApiError(400, f"Invalid decimalTargetTypes: {targets}")
+        return load
+
+    def _jobs_get(self, p, j, body, params):
+        job = self.jobs.get((p, j))
+        location = params.get("location")
+        if job is None or (location and location.lower() != job["resource"]["jobReference"]["location"].lower()):
+            raise ApiError(404, f"Not found: Job {p}:{location or self.default_location}.{j}")
+        if job["resource"]["status"]["state"] != "DONE":
+            job["polls_left"] -= 1
+            if job["polls_left"] <= 0:
+                self._run(job)
+        return 200, job["resource"]
+
+    def _run(self, job: dict) -> None:
+        """Run a load job whole: on any failure nothing changes and the job ends DONE with errorResult."""
+        resource = job["resource"]
+        load = resource["configuration"]["load"]
+        try:
+            stats = self._load(resource["jobReference"], load)
+            resource["statistics"]["load"] = stats
+        except (JobFailed, ApiError) as exc:  # an ApiError here: what the fake cannot load, said by the job
+            reason = exc.reason if isinstance(exc, JobFailed) else ApiError.REASON[exc.code]
+            error = {"reason": reason, "message": exc.message}
+            resource["status"] = {"state": "DONE", "errorResult": error, "errors": [error]}
+        except Exception as exc:  # noqa: BLE001 - a bug of the fake: end the job loudly, never leave it pending
+            error = {"reason": "internalError", "message": f"the BigQuery fake failed: {exc!r}"}
+            resource["status"] = {"state": "DONE", "errorResult": error, "errors": [error]}
+        else:
+            resource["status"] = {"state": "DONE"}
+        resource["statistics"]["endTime"] = _ms(time.time())
+
+    def _load(self, ref: dict, load: dict) -> dict:
+        dest = load["destinationTable"]
+        p, d = dest["projectId"], dest["datasetId"]
+        name, _, decorator = dest["tableId"].partition("$")
+        label = f"{p}:{d}.{name}"
+        ds = self.datasets.get((p, d))
+        if ds is None:
+            raise JobFailed("notFound", f"Not found: Dataset {p}:{d}")
+        if ds["location"].lower() != ref["location"].lower():
+            raise JobFailed("notFound", f"Not found: Dataset {p}:{d} was not found in location {ref['location']}")
+        logical = bool(load.get("useAvroLogicalTypes"))
+        targets = load.get("decimalTargetTypes", ["NUMERIC"])
+        files, size = [], 0  # (uri, derived fields, records), bytes read
+        for uri in load["sourceUris"]:
+            try:
+                data = self.read_object(uri)
+            except FileNotFoundError:
+                raise JobFailed("notFound", f"Not found: URI {uri}") from None
+            size += len(data)
+            try:
+                reader = fastavro.reader(io.BytesIO(data))
+                records = list(reader)
+            except Exception as exc:  # fastavro raises several types for a bad file
+                raise JobFailed("invalid", f"Error while reading data, error message: The Apache Avro library "
+                                           f"failed to read data with the following error: {exc} File: {uri}") from None
+            files.append((uri, avro_table_schema(reader.writer_schema, logical, targets), records))
+        if "schema" in load:  # a provided schema overrides the one derived from the files
+            schema = load["schema"].get("fields", [])
+            for uri, derived, _ in files:
+                _same_column_types(derived, schema, uri)
+        else:  # "the alphabetically last file is used"; the others are read by Avro schema resolution
+            schema = max(files, key=lambda f: f[0])[1]
+            for uri, derived, _ in files:
+                _same_column_types(derived, schema, uri)
+        rows = [_project_row(r, schema, uri) for uri, _, records in files for r in records]
+
+        table = self.tables.get((p, d, name))
+        partitioning = load.get("timePartitioning")
+        if table is None:
+            if load.get("createDisposition", "CREATE_IF_NEEDED") == "CREATE_NEVER":
+                raise JobFailed("notFound", f"Not found: Table {label}")
+            if not partitioning:
+                raise JobFailed("invalid", f"Cannot load into a partition of the table {label}, which does not exist "
+                                           "and is given no timePartitioning")
+            new_schema, table = schema, None
+        else:
+            have = table["resource"].get("timePartitioning")
+            if partitioning and have != partitioning:
+                raise JobFailed("invalid", f"Incompatible table partitioning specification. Expects partitioning "
+                                           f"specification {json.dumps(have)}, but input partitioning specification "
+                                           f"is {json.dumps(partitioning)}")
+            new_schema = _evolve(table["schema"], schema, set(load.get("schemaUpdateOptions", [])), label)
+        # Everything checked: apply (a new table first, so the decorator is checked against its partitioning).
+        if table is None:
+            table = self._new_table(p, d, name, new_schema, partitioning, {})
+            try:
+                pid = self._partition_id(table, label, decorator)
+            except JobFailed:
+                del self.tables[(p, d, name)]
+                raise
+        else:
+            pid = self._partition_id(table, label, decorator)
+            table["schema"] = new_schema
+        if load.get("writeDisposition", "WRITE_APPEND") == "WRITE_TRUNCATE":
+            table["partitions"][pid] = rows
+        else:
+            table["partitions"].setdefault(pid, []).extend(rows)
+        if not table["partitions"][pid]:
+            del table["partitions"][pid]
+        table["resource"]["lastModifiedTime"] = _ms(time.time())
+        return {"inputFiles": str(len(files)), "inputFileBytes": str(size), "outputRows": str(len(rows)),
+                "outputBytes": str(size), "badRecords": "0"}
+
+    # --- the one query answered: a partition's row count from INFORMATION_SCHEMA.PARTITIONS ------
+
+    def _jobs_query(self, p, body, params):
+        _check_fields(body, "query", "queryRequest")
+        if body.get("useLegacySql", True) is not False:
+            raise ApiError(501, "bigquery_fake answers GoogleSQL only (useLegacySql must be false)")
+        m = PARTITIONS_QUERY.match(body.get("query", ""))
+        if m is None:
+            raise ApiError(501, "bigquery_fake answers only `SELECT total_rows FROM `p.d.INFORMATION_SCHEMA.PARTITIONS` "
+                                f"WHERE table_name = @t AND partition_id = @p`, not: {body.get('query')!r}")
+        _check_fields(body.get("formatOptions", {}), "formatOptions", "queryRequest.formatOptions")
+        if body.get("parameterMode") != "NAMED":
+            raise ApiError(400, "Query parameters must be NAMED for a query using @names")
+        values = {}
+        for i, qp in enumerate(body.get("queryParameters", [])):
+            _check_fields(qp, "queryParameter", f"queryRequest.queryParameters[{i}]")
+            _check_fields(qp.get("parameterType"), "parameterType", f"queryRequest.queryParameters[{i}].parameterType")
+            _check_fields(qp.get("parameterValue"), "parameterValue",
+                          f"queryRequest.queryParameters[{i}].parameterValue")
+            if qp["parameterType"].get("type") != "STRING":
+                raise ApiError(400, f"No matching signature for operator = for argument types: STRING, "
+                                    f"{qp['parameterType'].get('type')}")
+            values[qp["name"]] = qp["parameterValue"].get("value")
+        for ref in (m["t"], m["p"]):
+            if ref not in values:
+                raise ApiError(400, f"Query parameter '{ref}' not found")
+        proj, d = m["project"], m["dataset"]
+        ds = self.datasets.get((proj, d))
+        location = body.get("location") or (ds or {}).get("location") or self.default_location
+        if ds is None or ds["location"].lower() != location.lower():
+            raise ApiError(404, f"Not found: Dataset {proj}:{d} was not found in location {location}")
+        table = self.tables.get((proj, d, values[m["t"]]))
+        rows = table["partitions"].get(values[m["p"]]) if table else None
+        result = [{"f": [{"v": str(len(rows))}]}] if rows else []
+        job_id = f"job_{uuid.uuid4().hex}"
+        return 200, {"kind": "bigquery#queryResponse", "jobComplete": True, "cacheHit": False,
+                     "jobReference": {"projectId": p, "jobId": job_id, "location": location},
+                     "schema": {"fields": [{"name": "total_rows", "type": "INTEGER", "mode": "NULLABLE"}]},
+                     "totalRows": str(len(result)), "rows": result, "totalBytesProcessed": "0"}
+
+
+__all__ = ["ApiError", "FakeBigQuery", "JobFailed", "PARTITIONS_QUERY", "avro_table_schema"]
