@@ -100,20 +100,20 @@ def _kafka_ready() -> bool:
         return False
 
 
-def _registry_ready() -> bool:
+def _answers(url: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{REGISTRY_URL}/subjects", timeout=2) as r:
+        with urllib.request.urlopen(url, timeout=2) as r:
             return r.status == 200
     except Exception:
         return False
+
+
+def _registry_ready() -> bool:
+    return _answers(f"{REGISTRY_URL}/subjects")
 
 
 def gcs_emulator_ready() -> bool:
-    try:
-        with urllib.request.urlopen(f"{GCS_EMULATOR_URL}/storage/v1/b", timeout=2) as r:
-            return r.status == 200
-    except Exception:
-        return False
+    return _answers(f"{GCS_EMULATOR_URL}/storage/v1/b")
 
 
 def _gcs_binary() -> Path:

@@ -4,6 +4,7 @@ longer list. A crash at any point leaves the previous complete hour or the new o
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from datetime import datetime, timezone
 
@@ -78,8 +79,10 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
                 offset_gaps=plan.records - records_read, attempt=attempt, landed_at=landed_at,
             )
             # Written last, atomically: the hour of this table is now complete.
-            store.write_json_atomic(done_file_path(cfg.dataset, table, hour), done[table].to_dict())
-            mark_pending(store, done_file_path(cfg.dataset, table, hour), store.read_bytes(done_file_path(cfg.dataset, table, hour)))
+            rel = done_file_path(cfg.dataset, table, hour)
+            content = json.dumps(done[table].to_dict(), indent=2, sort_keys=True).encode()
+            store.write_atomic(rel, content)
+            mark_pending(store, rel, content)  # the bytes just written: no second read of the bucket
             crash_point("landing:done_written")
         crash_point("landing:published")
         # Only now that every new done file is in place: remove what none of them lists.

@@ -64,6 +64,11 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
                pyspark: LazyPySparkResource):
         store = landing.store()
         backend = warehouse.backend(store)
+        try:  # once per run, before any hour: a warehouse that cannot be written fails fast, naming it
+            backend.check_writable()
+        except Exception as exc:  # noqa: BLE001 - each backend names its own service and what to check
+            raise Failure(description=f"{cfg.dataset}.{table}: the {backend.kind} warehouse cannot be written: {exc}. "
+                                      "Nothing was loaded; the landing files are untouched.") from None
 
         def one_hour(partition_key: str):
             rel = done_file_path(cfg.dataset, table, hour_from_key(partition_key))

@@ -96,10 +96,14 @@ class ParquetWarehouse(Warehouse):
 
     def check_writable(self) -> None:
         root = _resolved(self.root)
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".write-probe-{uuid.uuid4().hex}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            probe = root / f".write-probe-{uuid.uuid4().hex}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise LoadError(f"Parquet warehouse root {root} cannot be written ({exc.strerror or exc}): check "
+                            "KAFKA_LANDING_WAREHOUSE_ROOT and its permissions") from None
 
     def hour_rows(self, dataset: str, table: str, hour: str) -> int | None:
         """Rows of an hour from its Parquet footer (no Spark, no data read); None if no file."""
