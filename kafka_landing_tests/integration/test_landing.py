@@ -267,9 +267,9 @@ def test_relanding_keeps_the_previous_hour_until_the_new_one_is_complete(small_h
 
     # A successful re-land removes files no longer listed only after the new done file is in place.
     events = []
-    real_write, real_delete = LocalStore.write_json_atomic, LocalStore.delete
-    monkeypatch.setattr(LocalStore, "write_json_atomic",
-                        lambda self, rel, obj: (events.append(("write", rel)), real_write(self, rel, obj))[1])
+    real_write, real_delete = LocalStore.write_atomic, LocalStore.delete
+    monkeypatch.setattr(LocalStore, "write_atomic",
+                        lambda self, rel, data: (events.append(("write", rel)), real_write(self, rel, data))[1])
     monkeypatch.setattr(LocalStore, "delete", lambda self, rel: (events.append(("delete", rel)), real_delete(self, rel))[1])
     stale = f"{Path(before['files'][0]['path']).parent}/{cfg.topic}+0+d.t+1+00000000000000000000+00000000000000000001.avro"
     Path(store.location(stale)).write_bytes(b"an old attempt's file")
