@@ -65,3 +65,40 @@ def count_records_in(f: BinaryIO, name: str) -> int:
             raise AvroFileError(f"{name}: truncated or corrupt block")
         total += count
     return total
+
+
+def offset_range_in(f: BinaryIO, name: str, field: str = "_kafka_offset") -> tuple[int, int | None, int | None]:
+    """(rows, `field` of the first record, `field` of the last record) of an open, seekable Avro
+    container file, decoding only its first and last blocks: how landing names a file it just
+    wrote (first and last offset) without a Spark job to count what it wrote."""
+    import io
+
+    import fastavro
+
+    header_size = (f.seek(0), _skip_header(f), f.tell())[2]
+    sync = (f.seek(header_size - SYNC_SIZE), f.read(SYNC_SIZE))[1]
+    total, first, last = 0, None, None
+    while (start := f.tell(), count := _read_long(f))[1] is not None:
+        size = _read_long(f)
+        if size is None or count < 0 or size < 0:
+            raise AvroFileError(f"{name}: corrupt block header")
+        f.seek(size, 1)
+        if f.read(SYNC_SIZE) != sync:
+            raise AvroFileError(f"{name}: truncated or corrupt block")
+        total += count
+        if count:
+            first = first if first is not None else (start, f.tell())
+            last = (start, f.tell())
+    if first is None:
+        return total, None, None
+
+    def records_of(block: tuple[int, int]) -> list:
+        f.seek(0)
+        header = f.read(header_size)
+        f.seek(block[0])
+        return list(fastavro.reader(io.BytesIO(header + f.read(block[1] - block[0]))))
+
+    try:
+        return total, records_of(first)[0][field], records_of(last)[-1][field]
+    except (KeyError, ValueError, EOFError) as exc:
+        raise AvroFileError(f"{name}: cannot read {field!r} of its first and last records ({exc})") from None

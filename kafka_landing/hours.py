@@ -70,52 +70,84 @@ CHECKS = "check_results"  # the hour's own check results (Dagster keeps one per 
 _BACKFILL_TAG = "dagster/backfill"
 
 OneHour = Callable[[str], tuple[dict, list[AssetCheckResult]]]
+Outcome = tuple[dict, list[AssetCheckResult]] | BaseException
+# All the hours of a run at once (a range landed in one pass): {hour: (metadata, checks) or why it failed}.
+AllHours = Callable[[list[str]], dict[str, Outcome]]
 
 
-def run_hours(context: AssetExecutionContext, key: AssetKey, one_hour: OneHour) -> Iterator:
-    """Run `one_hour(partition_key) -> (metadata, check results)` for every hour of
-    the run, oldest first. Return (not yield) it from the asset body: Dagster
-    iterates the events. `one_hour` raises `Failure` to fail its hour."""
+def run_hours(context: AssetExecutionContext, key: AssetKey, one_hour: OneHour | None = None,
+              all_hours: AllHours | None = None) -> Iterator:
+    """Run the hours of the run, oldest first: `one_hour(partition_key) -> (metadata, check
+    results)` hour by hour, or `all_hours(partition_keys) -> {key: (metadata, checks) or
+    exception}` once for every hour still to do. Return (not yield) it from the asset body:
+    Dagster iterates the events. A `Failure` fails its hour."""
+    if (one_hour is None) == (all_hours is None):
+        raise TypeError("run_hours takes one_hour or all_hours")
     keys = sorted(context.partition_keys)
     if len(keys) == 1:
-        yield _single_hour(context, keys[0], one_hour)
+        yield _single_hour(context, keys[0], one_hour, all_hours)
         return
-    yield from _range(context, key, keys, one_hour)
+    yield from _range(context, key, keys, one_hour, all_hours)
 
 
-def _single_hour(context: AssetExecutionContext, k: str, one_hour: OneHour) -> MaterializeResult:
+def _single_hour(context: AssetExecutionContext, k: str, one_hour: OneHour | None,
+                 all_hours: AllHours | None) -> MaterializeResult:
     """One hour asked for explicitly (a schedule tick, the sensor, a re-land button) always runs."""
     try:
-        metadata, checks = one_hour(k)
+        if one_hour is not None:
+            metadata, checks = one_hour(k)
+        else:
+            outcome = all_hours([k])[k]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            metadata, checks = outcome
     except Failure as exc:
         raise retry_or_give_up(context, _in_hour(exc, k)) from exc
     return MaterializeResult(metadata={**metadata, **_done_now(context, checks)}, check_results=checks)
 
 
-def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_hour: OneHour) -> Iterator:
+def _outcomes(context: AssetExecutionContext, name: str, todo: list[str], position: dict[str, int], n: int,
+              one_hour: OneHour | None, all_hours: AllHours | None) -> Iterator[tuple[str, Outcome]]:
+    if all_hours is not None:
+        context.log.info(f"{name}: {len(todo)} of {n} hours in one pass")
+        try:
+            got = all_hours(todo)
+        except Exception as exc:  # noqa: BLE001 - what concerns the whole pass fails each of its hours
+            got = {k: exc for k in todo}
+        yield from ((k, got[k]) for k in todo)
+        return
+    for k in todo:
+        context.log.info(f"{name}: hour {position[k]}/{n} ({k})")
+        try:
+            yield k, one_hour(k)
+        except Exception as exc:  # noqa: BLE001 - one failed hour must not cost the others; all are raised below
+            yield k, exc
+
+
+def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_hour: OneHour | None,
+           all_hours: AllHours | None) -> Iterator:
     name, n = key.to_user_string(), len(keys)
     reuse = {} if redo_asked(context.run.tags) else done_hours(context.instance, key, _upstream(context, key), keys)
     results: dict[str, tuple[dict, list[AssetCheckResult]]] = {}
     failures: dict[str, BaseException] = {}
     reported: set[str] = set()
     tags = {_BACKFILL_TAG: context.run.tags[_BACKFILL_TAG]} if _BACKFILL_TAG in context.run.tags else None
-    for i, k in enumerate(keys, 1):
-        if k in reuse:
-            rec = reuse[k]
-            context.log.info(
-                f"{name}: hour {i}/{n} ({k}) was done by run {_done_by(rec)[:8]} at "
-                f"{datetime.fromtimestamp(_done_at(rec), timezone.utc).isoformat(timespec='seconds')} and is newer "
-                f"than its upstream: not redone (run tag {REDO_DONE_HOURS_TAG}=true redoes it)"
-            )
+    position = {k: i for i, k in enumerate(keys, 1)}
+    for k, rec in reuse.items():
+        context.log.info(
+            f"{name}: hour {position[k]}/{n} ({k}) was done by run {_done_by(rec)[:8]} at "
+            f"{datetime.fromtimestamp(_done_at(rec), timezone.utc).isoformat(timespec='seconds')} and is newer "
+            f"than its upstream: not redone (run tag {REDO_DONE_HOURS_TAG}=true redoes it)"
+        )
+    todo = [k for k in keys if k not in reuse]
+    for k, outcome in _outcomes(context, name, todo, position, n, one_hour, all_hours):
+        if isinstance(outcome, BaseException):
+            failures[k] = outcome
+            context.log.error(f"{name}: hour {position[k]}/{n} ({k}) failed: {_why(outcome)}"
+                              + ("" if isinstance(outcome, Failure)
+                                 else "\n" + "".join(traceback.format_exception(outcome))))
             continue
-        context.log.info(f"{name}: hour {i}/{n} ({k})")
-        try:
-            metadata, checks = one_hour(k)
-        except Exception as exc:  # noqa: BLE001 - one failed hour must not cost the others; all are raised below
-            failures[k] = exc
-            context.log.error(f"{name}: hour {i}/{n} ({k}) failed: {_why(exc)}"
-                              + ("" if isinstance(exc, Failure) else "\n" + "".join(traceback.format_exception(exc))))
-            continue
+        metadata, checks = outcome
         results[k] = ({**metadata, **_done_now(context, checks)}, checks)
         if failures:
             # The step will fail, so Dagster records no output materialisation: report the done

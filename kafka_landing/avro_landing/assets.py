@@ -14,7 +14,7 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 
 from kafka_landing.avro_landing.checks import landing_check_specs, landing_checks
-from kafka_landing.avro_landing.job import LandingResult, land_hour
+from kafka_landing.avro_landing.job import LandingResult, land_hours
 from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.errors import LandingError
 from kafka_landing.hours import hourly, retry_or_give_up, run_hours, single_run
@@ -23,8 +23,10 @@ from kafka_landing.kafka_slices.freeze import frozen_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
 from kafka_landing.kafka_slices.plan import SlicePlan
 from kafka_landing.naming import (
+    ONE_HOUR,
     asset_safe,
     dead_letter_dir,
+    done_file_path,
     hour_from_key,
     hour_from_tag,
     table_hour_dir,
@@ -42,33 +44,36 @@ def landing_key(topic: str) -> AssetKey:
     return AssetKey([GROUP, asset_safe(topic)])
 
 
-def check_still_in_kafka(kafka: KafkaResource, plan: SlicePlan) -> None:
+def check_still_in_kafka(log, plan: SlicePlan, marks: dict[int, tuple[int, int]] | None = None) -> None:
     """Offsets retention deleted, or a log re-created below the slice, since the slice was
-    frozen are a clear error before Spark starts, not a short read."""
-    with kafka.log_view() as log:
-        for p in plan.partitions:
-            if p.records == 0:
-                continue
-            log_start, log_end = log.watermarks(plan.topic, p.partition)
-            if p.start < log_start:
-                raise Failure(
-                    description=(
-                        f"topic {plan.topic!r} partition {p.partition}: offsets [{p.start}, {min(log_start, p.end)}) "
-                        f"of hour {plan.hour} were deleted by retention after the slice was frozen "
-                        f"(the log now starts at {log_start}). The hour cannot be re-landed from Kafka."
-                    ),
-                    allow_retries=False,
-                )
-            if log_end < p.end:
-                raise Failure(
-                    description=(
-                        f"topic {plan.topic!r} partition {p.partition}: the slice of hour {plan.hour} holds offsets "
-                        f"[{p.start}, {p.end}) but the log now ends at {log_end}: the topic was deleted and "
-                        "re-created (or the partition truncated) after the slice was frozen. Nothing was landed; "
-                        "the landed files of this hour, if any, are untouched."
-                    ),
-                    allow_retries=False,
-                )
+    frozen are a clear error before Spark starts, not a short read. `log`: a KafkaLogView, one
+    for every hour of the run; `marks`: the watermarks already asked for, per partition."""
+    marks = {} if marks is None else marks
+    for p in plan.partitions:
+        if p.records == 0:
+            continue
+        if p.partition not in marks:
+            marks[p.partition] = log.watermarks(plan.topic, p.partition)
+        log_start, log_end = marks[p.partition]
+        if p.start < log_start:
+            raise Failure(
+                description=(
+                    f"topic {plan.topic!r} partition {p.partition}: offsets [{p.start}, {min(log_start, p.end)}) "
+                    f"of hour {plan.hour} were deleted by retention after the slice was frozen "
+                    f"(the log now starts at {log_start}). The hour cannot be re-landed from Kafka."
+                ),
+                allow_retries=False,
+            )
+        if log_end < p.end:
+            raise Failure(
+                description=(
+                    f"topic {plan.topic!r} partition {p.partition}: the slice of hour {plan.hour} holds offsets "
+                    f"[{p.start}, {p.end}) but the log now ends at {log_end}: the topic was deleted and "
+                    "re-created (or the partition truncated) after the slice was frozen. Nothing was landed; "
+                    "the landed files of this hour, if any, are untouched."
+                ),
+                allow_retries=False,
+            )
 
 
 def preflight(store, registry: SchemaRegistryResource) -> None:
@@ -142,6 +147,26 @@ def schema_fetcher(registry: SchemaRegistryResource):
     return fetch
 
 
+def _failure(exc: LandingError) -> Failure:
+    # Only a registry briefly away is worth retrying; bad schemas, limits and checks are not.
+    return Failure(description=str(exc), allow_retries=getattr(exc.__cause__, "transient", False))
+
+
+def likely_schema_ids(store, registry: SchemaRegistryResource, cfg: TopicConfig, first_hour) -> tuple[int, ...]:
+    """The schema ids the hours' records most likely carry, best first: the registry's latest for
+    `<topic>-value`, then those of the hour before the run. Only a guess (see land_hours): any
+    answer that is not one is ignored."""
+    ids: list[int] = []
+    try:
+        ids.append(int(registry.client().get_latest_version(f"{cfg.topic}-value").schema_id))
+    except Exception:  # noqa: BLE001 - another subject naming, or no registry answer: no guess from it
+        pass
+    for table in cfg.tables:
+        done = store.read_json(done_file_path(cfg.dataset, table, first_hour - ONE_HOUR)) or {}
+        ids += [int(i) for i in sorted(done.get("schema_ids", ()), reverse=True)]
+    return tuple(dict.fromkeys(ids))
+
+
 def landing_metadata(result: LandingResult, store, cfg: TopicConfig, plan: SlicePlan) -> dict:
     hour = hour_from_tag(plan.hour)
     schema_ids = sorted({s for d in result.done.values() for s in d.schema_ids})
@@ -202,33 +227,52 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
             raise retry_or_give_up(context, exc) from None
         fetch = schema_fetcher(registry)  # one registry cache for every hour of the run
 
-        def one_hour(partition_key: str):
-            hour = hour_from_key(partition_key)
-            plan = frozen_slice(store, cfg.topic, hour)
-            if plan is None:
-                raise Failure(description=f"the slice of {cfg.topic} for {partition_key} is not frozen yet: "
-                                          f"materialise {slice_key(cfg.topic).to_user_string()} for that hour first",
-                              allow_retries=False)
+        def all_hours(partition_keys: list[str]) -> dict:
+            out: dict = {}
+            plans: dict[str, SlicePlan] = {}
+            for k in partition_keys:
+                plan = frozen_slice(store, cfg.topic, hour_from_key(k))
+                if plan is None:
+                    out[k] = Failure(description=f"the slice of {cfg.topic} for {k} is not frozen yet: materialise "
+                                                 f"{slice_key(cfg.topic).to_user_string()} for that hour first",
+                                     allow_retries=False)
+                else:
+                    plans[k] = plan
             try:
-                check_still_in_kafka(kafka, plan)
+                with kafka.log_view() as log:  # one consumer for every hour of the run
+                    marks: dict[int, tuple[int, int]] = {}
+                    for k, plan in list(plans.items()):
+                        try:
+                            check_still_in_kafka(log, plan, marks)
+                        except Failure as exc:
+                            out[k] = exc
+                            del plans[k]
             except KafkaUnavailable as exc:
-                raise Failure(description=f"{exc} Nothing was read or published for hour {plan.hour}.") from None
+                return {**out, **{k: Failure(description=f"{exc} Nothing was read or published for hour {p.hour}.")
+                                  for k, p in plans.items()}}
+            if not plans:
+                return out
             attempt = f"{context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
+            first = min(hour_from_tag(p.hour) for p in plans.values())
             try:
-                result = land_hour(lambda: pyspark.spark_session, store, fetch, kafka.spark_options(), cfg, plan, attempt)
-            except LandingError as exc:
-                # Only a registry briefly away is worth retrying; bad schemas, limits and checks are not.
-                raise Failure(description=str(exc),
-                              allow_retries=getattr(exc.__cause__, "transient", False)) from None
-            for w in result.warnings:
-                context.log.warning(w)
-            context.log.info(
-                f"{cfg.topic} {plan.hour}: read {result.records_read}, landed {result.rows}, "
-                f"dead letters {result.dead_letters.rows} in {result.seconds:.1f}s"
-            )
-            return landing_metadata(result, store, cfg, plan), landing_checks(result, store, cfg, plan)
+                landed = land_hours(lambda: pyspark.spark_session, store, fetch, kafka.spark_options(), cfg,
+                                    list(plans.values()), attempt, likely_ids=likely_schema_ids(store, registry, cfg, first),
+                                    log=context.log.info)
+            except LandingError as exc:  # it concerns every hour of the pass
+                return {**out, **{k: _failure(exc) for k in plans}}
+            for k, plan in plans.items():
+                result = landed[plan.hour]
+                if isinstance(result, LandingError):
+                    out[k] = _failure(result)
+                    continue
+                for w in result.warnings:
+                    context.log.warning(w)
+                context.log.info(f"{cfg.topic} {plan.hour}: read {result.records_read}, landed {result.rows}, "
+                                 f"dead letters {result.dead_letters.rows}")
+                out[k] = (landing_metadata(result, store, cfg, plan), landing_checks(result, store, cfg, plan))
+            return out
 
-        return run_hours(context, key, one_hour)
+        return run_hours(context, key, all_hours=all_hours)
 
     return _landing
 

@@ -44,7 +44,7 @@ DEAD_LETTER_SCHEMA = {
 
 
 # Columns landing adds beside the record's fields while it decodes and writes.
-INTERNAL_COLUMNS = ("_kl_task", "_kl_table", "_kl_part", "_kl_ehour")
+INTERNAL_COLUMNS = ("_kl_hour", "_kl_chunk", "_kl_table", "_kl_part", "_kl_ehour")
 SPARK_MAX_DECIMAL_PRECISION = 38
 
 

@@ -13,9 +13,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from kafka_landing.avro_landing import avro_schemas, registry_answers
-from kafka_landing.kafka_slices.plan import SlicePlan
-
-NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
 from kafka_landing.errors import LandingError
 
 
@@ -37,10 +34,21 @@ def frame_columns(raw: DataFrame) -> DataFrame:
         .alias("_reason"),
         F.when(F.length(value) >= 5, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")).alias("_schema_id"),
         F.expr("substring(value, 6)").alias("_body"),
-        # The Spark task that read the record; files are written per task, so
-        # each file holds a contiguous offset range of one partition.
-        F.spark_partition_id().alias("_kl_task"),
+        # The record's hour and frozen task (read_hours): files are written per task, so each
+        # file holds a contiguous offset range of one partition, whichever hours were read together.
+        F.col("_kl_hour"),
+        F.col("_kl_chunk"),
     )
+
+
+def decoded_once(column: F.Column) -> F.Column:
+    """The same value, evaluated once per record. Spark pushes a filter on `_reason` (which
+    depends on the decoded record) below the projection of the record's fields, so without
+    this every landing record is decoded twice, once per operator (seen in the physical plan:
+    two `from_avro`, and about a third more time per write). A nondeterministic condition that
+    is always true is what stops that pushdown; persisting the decoded records would too, at
+    the cost of a copy of every record."""
+    return F.when(F.rand(0) >= 0, column)
 
 
 def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
@@ -55,7 +63,7 @@ def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
         return from_avro(F.col("_body"), writer_json, {"mode": "PERMISSIVE", "avroSchema": marked})
 
     rows = framed.where(F.col("_reason").isNull() & (F.col("_schema_id") == F.lit(schema_id)))
-    rows = rows.withColumn("_rec", decoded_as(writer))
+    rows = rows.withColumn("_rec", decoded_once(decoded_as(writer)))
     rows = rows.withColumn(
         "_rec", F.when(F.col("_rec").getField(avro_schemas.OK_MARKER).isNotNull(), F.col("_rec"))
     )
@@ -77,9 +85,9 @@ def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
     return rows.withColumn("_reason", F.when(F.col("_rec").isNull(), F.coalesce(*out_of_range, corrupt)))
 
 
-def _unlandable(plan: SlicePlan, schema_id: int, why: str) -> str:
-    return (f"{plan.topic} {plan.hour}: the writer schema of schema id {schema_id} cannot be landed: {why}. "
-            f"Nothing of this hour was published; re-landing it fails the same way while it holds records "
+def _unlandable(where: str, schema_id: int, why: str) -> str:
+    return (f"{where}: the writer schema of schema id {schema_id} cannot be landed: {why}. "
+            f"Nothing of the hour was published; re-landing it fails the same way while it holds records "
             f"of schema id {schema_id}.")
 
 
@@ -96,7 +104,7 @@ def _spark_message(exc: BaseException) -> str:
 
 
 def resolve_schemas(fetch_schema: Callable[[int], object], ids: list[int],
-                    plan: SlicePlan) -> tuple[dict[int, dict], dict[int, str]]:
+                    where: str) -> tuple[dict[int, dict], dict[int, str]]:
     """({schema id: writer schema} to decode, {schema id: dead-letter reason for all its records}).
     A registry that cannot answer, or a writer schema that cannot land, is a LandingError here,
     before anything of the hour is decoded or written."""
@@ -106,7 +114,7 @@ def resolve_schemas(fetch_schema: Callable[[int], object], ids: list[int],
         try:
             answer = fetch_schema(sid)
         except registry_answers.RegistryError as exc:
-            raise LandingError(f"{plan.topic} {plan.hour}: {exc}") from exc  # cause kept: is it transient?
+            raise LandingError(f"{where}: {exc}") from exc  # cause kept: is it transient?
         if answer is None:
             dead[sid] = registry_answers.UNKNOWN_SCHEMA_ID
         elif isinstance(answer, registry_answers.DeadSchema):
@@ -115,16 +123,16 @@ def resolve_schemas(fetch_schema: Callable[[int], object], ids: list[int],
             try:
                 writers[sid] = avro_schemas.parse(answer)
             except avro_schemas.SchemaError as exc:
-                raise LandingError(_unlandable(plan, sid, str(exc))) from None
+                raise LandingError(_unlandable(where, sid, str(exc))) from None
     return writers, dead
 
 
-def decode_checked(framed: DataFrame, schema_id: int, writer: dict, plan: SlicePlan) -> DataFrame:
+def decode_checked(framed: DataFrame, schema_id: int, writer: dict, where: str) -> DataFrame:
     """decode(), with a schema Spark cannot take (recursive, unknown type names, ...) a LandingError
     naming the schema id: Spark parses the schema when it resolves the plan, here."""
     try:
         decoded = decode(framed, schema_id, writer)
         decoded.schema  # noqa: B018 - forces analysis
     except Exception as exc:  # noqa: BLE001 - any analysis failure means this schema cannot be decoded
-        raise LandingError(_unlandable(plan, schema_id, f"Spark cannot decode it ({_spark_message(exc)})")) from None
+        raise LandingError(_unlandable(where, schema_id, f"Spark cannot decode it ({_spark_message(exc)})")) from None
     return decoded

@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict
 from datetime import datetime, timezone
 
+from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import TopicConfig
 from kafka_landing.crash_points import crash_point
 from kafka_landing.kafka_slices.plan import SlicePlan
@@ -22,10 +23,6 @@ from kafka_landing.naming import (
 )
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.load_queue import mark_pending
-
-NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
-
-from kafka_landing.avro_landing.write import Staged
 
 
 def _remove_unlisted(store: LandingStore, rel_dir: str, listed: set[str]) -> None:

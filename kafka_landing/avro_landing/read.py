@@ -1,33 +1,49 @@
-"""READ: exactly a frozen slice's offsets from Kafka, with Spark's Kafka source (read_committed,
-so aborted transactions never land), split into Spark tasks of at most rows_per_task records.
-Reading beyond the slice is impossible: the end offsets are the frozen ones."""
+"""READ: exactly the frozen offsets of a run of hours from Kafka, with Spark's Kafka source
+(read_committed, so aborted transactions never land), in one Spark job whatever the number of
+hours. Consecutive frozen slices of a partition are contiguous, so a run of hours is one offset
+range per partition; each record gets its hour and its frozen task from its offset, through a
+small broadcast table of the frozen task boundaries, in the JVM. Reading beyond the hours is
+impossible: every range ends at a frozen offset."""
 
 from __future__ import annotations
 
 import json
+from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from kafka_landing.kafka_slices.plan import SlicePlan
+from kafka_landing.kafka_slices.plan import HourTask, read_segments
 
-NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
+_TASKS = StructType([
+    StructField("_kl_hour", StringType(), False), StructField("_t_part", LongType(), False),
+    StructField("_kl_chunk", LongType(), False), StructField("_t_end", LongType(), False),
+])
 
 
-
-def read_slice(spark: SparkSession, kafka_options: dict, plan: SlicePlan) -> DataFrame | None:
-    """Exactly the frozen offsets, split into Spark tasks of at most rows_per_task records."""
-    parts = [p for p in plan.partitions if p.records > 0]
-    if not parts:
-        return None
-    topic = plan.topic
+def _read_one(spark: SparkSession, kafka_options: dict, topic: str, ranges: dict[int, tuple[int, int]]) -> DataFrame:
     return (
         spark.read.format("kafka")
         .options(**kafka_options)
-        .option("assign", json.dumps({topic: [p.partition for p in parts]}))
-        .option("startingOffsets", json.dumps({topic: {str(p.partition): p.start for p in parts}}))
-        .option("endingOffsets", json.dumps({topic: {str(p.partition): p.end for p in parts}}))
-        .option("maxRecordsPerPartition", str(plan.rows_per_task))
+        .option("assign", json.dumps({topic: sorted(ranges)}))
+        .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in ranges.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in ranges.items()}}))
         .option("includeHeaders", "true")
         .option("failOnDataLoss", "true")
         .load()
     )
+
+
+def read_hours(spark: SparkSession, kafka_options: dict, topic: str, tasks: list[HourTask]) -> DataFrame | None:
+    """The records of the tasks, each with `_kl_hour` (its hour tag) and `_kl_chunk` (the first
+    offset of its frozen task), or None when the tasks hold no offsets. A record no task claims
+    has a null `_kl_hour` (the caller counts them: there must be none)."""
+    if not tasks:
+        return None
+    segments = read_segments(tasks, spark.sparkContext.defaultParallelism)
+    raw = reduce(DataFrame.unionByName, [_read_one(spark, kafka_options, topic, s) for s in segments])
+    bounds = spark.createDataFrame([(t.hour, t.partition, t.start, t.end) for t in tasks], _TASKS)
+    claimed = ((raw["partition"] == bounds["_t_part"]) & (raw["offset"] >= bounds["_kl_chunk"])
+               & (raw["offset"] < bounds["_t_end"]))
+    return raw.join(F.broadcast(bounds), claimed, "left").drop("_t_part", "_t_end")

@@ -22,9 +22,6 @@ from pyspark.sql.types import (
 
 from kafka_landing.avro_landing import avro_schemas
 from kafka_landing.config import TopicConfig
-from kafka_landing.kafka_slices.plan import SlicePlan
-
-NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
 from kafka_landing.errors import LandingError
 
 EPOCH_MS_YEAR_1 = -62_135_596_800_000  # 0001-01-01T00:00:00Z
@@ -64,7 +61,7 @@ def route_column(cfg: TopicConfig, writer: dict, rec_type: StructType,
     return table, (F.coalesce(*why) if why else None)
 
 
-def event_hour_column(cfg: TopicConfig, rec_type: StructType, plan: SlicePlan, schema_id: int,
+def event_hour_column(cfg: TopicConfig, rec_type: StructType, where: str, schema_id: int,
                       warnings: list[str]) -> tuple[F.Column | None, F.Column | None]:
     """(event hour tag, why the record has none or None). An event time before year 1 or after
     9999 (or a long too large for epoch milliseconds) names no hour a file can carry: such a
@@ -88,7 +85,7 @@ def event_hour_column(cfg: TopicConfig, rec_type: StructType, plan: SlicePlan, s
         ts = raw
     else:
         raise LandingError(
-            f"{plan.topic} {plan.hour}: event time field {name!r} of schema id {schema_id} has type "
+            f"{where}: event time field {name!r} of schema id {schema_id} has type "
             f"{dtype.simpleString()}, not a timestamp or a long of epoch milliseconds. Nothing of this hour was "
             "published: point event_time_field of the topic config at a timestamp field, or remove it."
         )
@@ -144,13 +141,13 @@ VALUE_CHECKS = (
 )
 
 
-def classify(decoded: DataFrame, cfg: TopicConfig, plan: SlicePlan, schema_id: int, writer: dict,
+def classify(decoded: DataFrame, cfg: TopicConfig, where: str, schema_id: int, writer: dict,
              warnings: list[str]) -> DataFrame:
     """Decoded records with their table (`_kl_table`), event hour (`_kl_ehour`, if the topic splits by
     one) and `_reason`, null for a record that lands and otherwise why not, naming the field."""
     rec_type = decoded.schema["_rec"].dataType
     table, route_why = route_column(cfg, writer, rec_type, warnings)
-    ehour, ehour_why = event_hour_column(cfg, rec_type, plan, schema_id, warnings)
+    ehour, ehour_why = event_hour_column(cfg, rec_type, where, schema_id, warnings)
     out = decoded.withColumn("_kl_table", table)
     if ehour is not None:
         out = out.withColumn("_kl_ehour", ehour)

@@ -1,6 +1,12 @@
-"""WRITE: Avro files per (task, table, Kafka partition[, event hour]) into the attempt's private
-staging folder under the landing root, and the hour's dead letters beside them. Nothing
-written here is visible: only `publish` makes files part of an hour."""
+"""WRITE: Avro files per (hour, frozen task, table, Kafka partition[, event hour]) into the
+attempt's private staging folder under the landing root, and the dead letters per (hour, Kafka
+partition) beside them, every hour of the run in one Spark job per schema id. Nothing written
+here is visible: only `publish` makes files part of an hour.
+
+A file's rows and first and last offsets (its name) come from the written file itself (block
+headers, first and last block), not from a second Spark job over the records. Records are
+written in offset order, and a frozen task is never split across Spark tasks (read_hours), so
+a file's name and content are the same whichever hours were landed together."""
 
 from __future__ import annotations
 
@@ -8,13 +14,13 @@ import json
 import re
 from dataclasses import dataclass
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from kafka_landing.avro_files import AvroFileError
 from kafka_landing.avro_landing import avro_schemas
 from kafka_landing.config import TopicConfig
-from kafka_landing.kafka_slices.plan import SlicePlan
+from kafka_landing.errors import LandingError
 from kafka_landing.manifests import LandedFile
 from kafka_landing.naming import (
     dead_letter_dir,
@@ -23,36 +29,15 @@ from kafka_landing.naming import (
     landing_file_name,
     table_hour_dir,
 )
+from kafka_landing.store.base import LandingStore
 
 NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
 
 # Staging of attempts killed before they could clean up is swept after this long.
 STAGING_MAX_AGE_SECONDS = 24 * 3600
-from kafka_landing.errors import LandingError
-from kafka_landing.store.base import LandingStore
 
-NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
-
-
-def _group_files(store: LandingStore, rel_dir: str) -> dict[tuple, str]:
-    """{(task, table, partition, event hour): file} of Spark's partitioned output under `rel_dir`."""
-    out = {}
-    for rel in store.walk(rel_dir, ".avro"):
-        keys = dict(re.findall(r"(_kl_\w+)=([^/]+)", rel[len(rel_dir):]))
-        k = (int(keys["_kl_task"]) if "_kl_task" in keys else None, keys.get("_kl_table"), int(keys["_kl_part"]),
-             None if keys.get("_kl_ehour") in (None, NO_EVENT_HOUR) else keys["_kl_ehour"])
-        if k in out:
-            raise LandingError(f"Spark wrote two files for one group {k} under {store.location(rel_dir)}; "
-                               "expected one per task")
-        out[k] = rel
-    return out
-
-
-def _stats(df: DataFrame, keys: list[str], extra: list[F.Column] = ()) -> dict[tuple, dict]:
-    rows = df.groupBy(*keys).agg(
-        F.count(F.lit(1)).alias("rows"), F.min("_kafka_offset").alias("first"), F.max("_kafka_offset").alias("last"), *extra
-    ).collect()
-    return {tuple(r[k] for k in keys): r.asDict() for r in rows}
+# What a dead letter keeps of a record, whichever step turned it away.
+DEAD_LETTER_COLUMNS = [*avro_schemas.META_COLUMNS, "_value", "_schema_id", "_reason", "_kl_hour"]
 
 
 @dataclass
@@ -60,90 +45,94 @@ class Staged:
     src: str  # where Spark wrote it, under the attempt's staging folder
     rel: str  # its final path; both relative to the landing root
     file: LandedFile
+    hour: str  # the landing hour's tag
     table: str | None = None
 
 
-# What a dead letter keeps of a record, whichever step turned it away.
-DEAD_LETTER_COLUMNS = [*avro_schemas.META_COLUMNS, "_value", "_schema_id", "_reason", "_kl_task"]
+def _group_files(store: LandingStore, rel_dir: str) -> dict[tuple, str]:
+    """{(hour, task, table, partition, event hour): file} of Spark's partitioned output under `rel_dir`."""
+    out = {}
+    for rel in store.walk(rel_dir, ".avro"):
+        keys = dict(re.findall(r"(_kl_\w+)=([^/]+)", rel[len(rel_dir):]))
+        k = (keys["_kl_hour"], int(keys["_kl_chunk"]) if "_kl_chunk" in keys else None, keys.get("_kl_table"),
+             int(keys["_kl_part"]), None if keys.get("_kl_ehour") in (None, NO_EVENT_HOUR) else keys["_kl_ehour"])
+        if k in out:
+            raise LandingError(f"Spark wrote two files for one group {k} under {store.location(rel_dir)}; "
+                               "expected one per frozen task")
+        out[k] = rel
+    return out
 
 
-def keep_decoded(classified: DataFrame) -> DataFrame:
-    """classify()'s records decoded once and kept (memory, then disk) for both the landing files
-    and the dead letters: the record for those that land, the raw value for those that do not.
-    Without it, a filter on `_reason` is pushed below the decode and every record decodes twice."""
-    lands = F.col("_reason").isNull()
-    keys = ["_kl_table"] + (["_kl_ehour"] if "_kl_ehour" in classified.columns else [])
-    return classified.select(
-        *avro_schemas.META_COLUMNS, "_kl_task", *keys, "_schema_id", "_reason",
-        F.when(lands, F.col("_rec")).alias("_rec"), F.when(~lands, F.col("_value")).alias("_value"),
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+def _written(store: LandingStore, src: str, field: str = "_kafka_offset") -> tuple[int, int, int]:
+    try:
+        rows, first, last = store.avro_offsets(src, field)
+    except AvroFileError as exc:
+        raise LandingError(f"Spark wrote {store.location(src)}, which cannot be read back ({exc}); nothing was "
+                           "published") from None
+    if not rows:
+        raise LandingError(f"Spark wrote an empty file {store.location(src)}; nothing was published")
+    return rows, first, last
 
 
-def write_good(kept: DataFrame, cfg: TopicConfig, plan: SlicePlan, schema_id: int, writer: dict,
+def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: dict,
                store: LandingStore, staging: str) -> list[Staged]:
-    """The records of keep_decoded() with no reason, as Avro files per (task, table, partition[, event hour])."""
+    """The records of classify() with no reason, as Avro files per (hour, task, table,
+    partition[, event hour]), each in offset order."""
     fields = avro_schemas.field_names(writer)
-    split = "_kl_ehour" in kept.columns
-    good = kept.where(F.col("_reason").isNull()).select(
+    split = "_kl_ehour" in classified.columns
+    keys = ["_kl_hour", "_kl_chunk", "_kl_table", "_kl_part"] + (["_kl_ehour"] if split else [])
+    good = classified.where(F.col("_reason").isNull()).select(
         *[F.col("_rec").getField(n).alias(n) for n in fields],
         *[F.col(c) for c in avro_schemas.META_COLUMNS],
-        F.col("_kl_task"),
-        F.col("_kl_table"),
-        F.col("_kafka_partition").alias("_kl_part"),
+        F.col("_kl_hour"), F.col("_kl_chunk"), F.col("_kl_table"), F.col("_kafka_partition").alias("_kl_part"),
         *([F.col("_kl_ehour")] if split else []),
     )
-    keys = ["_kl_task", "_kl_table", "_kl_part"] + (["_kl_ehour"] if split else [])
-    stats = _stats(good, keys)
-    if not stats:
-        return []
     out = f"{staging}/schema_id={schema_id}"
-    (good.write.partitionBy(*keys).format("avro")
+    # Sorted here, by the writer's own keys and then the offset: the writer needs no sort of its
+    # own, and a file's records are in log order.
+    (good.sortWithinPartitions(*keys, "_kafka_offset").write.partitionBy(*keys).format("avro")
      .option("avroSchema", json.dumps(avro_schemas.landing_schema(writer)))
      .mode("error").save(store.location(out)))
     staged = []
-    for (task, table, part, eh), src in _group_files(store, out).items():
-        s = stats[(task, table, part, eh) if split else (task, table, part)]
-        name = landing_file_name(plan.topic, part, cfg.dataset, table, schema_id, s["first"], s["last"],
+    for (hour, _task, table, part, eh), src in sorted(_group_files(store, out).items()):
+        rows, first, last = _written(store, src)
+        name = landing_file_name(cfg.topic, part, cfg.dataset, table, schema_id, first, last,
                                  hour_from_tag(eh) if eh else None)
-        rel = f"{table_hour_dir(cfg.dataset, table, hour_from_tag(plan.hour))}/{name}"
-        staged.append(Staged(src, rel, LandedFile(rel, s["rows"], store.size(src), part, s["first"], s["last"],
-                                                   schema_id, eh), table))
-    if sum(s.file.rows for s in staged) != sum(s["rows"] for s in stats.values()):
-        raise LandingError("the files Spark wrote do not hold the rows counted; nothing was published")
+        rel = f"{table_hour_dir(cfg.dataset, table, hour_from_tag(hour))}/{name}"
+        staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last, schema_id, eh),
+                             hour, table))
     return staged
 
 
-def write_dead_letters(dead: DataFrame, plan: SlicePlan, store: LandingStore, staging: str) -> tuple[list[Staged], dict[str, int]]:
+def write_dead_letters(dead: DataFrame, topic: str, store: LandingStore,
+                       staging: str) -> tuple[list[Staged], dict[str, dict[str, int]]]:
+    """The records of DEAD_LETTER_COLUMNS as one Avro file per (hour, Kafka partition), in offset
+    order; returns them and {hour: {reason: rows}}, counted from the written files."""
     dead = dead.select(
         F.col("_kafka_topic").alias("topic"), F.col("_kafka_partition").alias("partition"),
         F.col("_kafka_offset").alias("offset"), F.col("_kafka_timestamp").alias("timestamp"),
         F.col("_kafka_key").alias("key"), F.col("_value").alias("value"), F.col("_kafka_headers").alias("headers"),
         F.col("_schema_id").alias("schema_id"), F.col("_reason").alias("reason"),
-        F.col("_kl_task"), F.col("_kafka_partition").alias("_kl_part"), F.col("_kafka_offset"),
-    ).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        # One pass for both the per-reason counts and the per-file offsets.
-        rows = dead.groupBy("_kl_part", "reason").agg(
-            F.count(F.lit(1)).alias("rows"), F.min("_kafka_offset").alias("first"), F.max("_kafka_offset").alias("last")
-        ).collect()
-        if not rows:
-            return [], {}
-        by_reason: dict[str, int] = {}
-        stats: dict[tuple, dict] = {}
-        for r in rows:
-            by_reason[r["reason"]] = by_reason.get(r["reason"], 0) + r["rows"]
-            s = stats.setdefault((r["_kl_part"],), {"rows": 0, "first": r["first"], "last": r["last"]})
-            s["rows"] += r["rows"]
-            s["first"], s["last"] = min(s["first"], r["first"]), max(s["last"], r["last"])
-        out = f"{staging}/dead_letters"
-        # Few rows, from several decode passes: one file per Kafka partition.
-        (dead.drop("_kafka_offset", "_kl_task").repartition("_kl_part").write.partitionBy("_kl_part").format("avro")
-         .option("avroSchema", json.dumps(avro_schemas.DEAD_LETTER_SCHEMA)).mode("error").save(store.location(out)))
-    finally:
-        dead.unpersist()
+        F.col("_kl_hour"), F.col("_kafka_partition").alias("_kl_part"),
+    )
+    out = f"{staging}/dead_letters"
+    # Few rows, from several decode passes: gathered into one file per (hour, partition).
+    (dead.repartition("_kl_hour", "_kl_part").sortWithinPartitions("_kl_hour", "_kl_part", "offset")
+     .write.partitionBy("_kl_hour", "_kl_part").format("avro")
+     .option("avroSchema", json.dumps(avro_schemas.DEAD_LETTER_SCHEMA)).mode("error").save(store.location(out)))
+    files = _group_files(store, out)
+    if not files:
+        return [], {}
+    # Counted from what was written (a small read of the dead letters only, never of Kafka).
+    counted = (dead.sparkSession.read.format("avro").load(store.location(out))
+               .groupBy("_kl_hour", "reason").agg(F.count(F.lit(1)).alias("rows")).collect())
+    by_reason: dict[str, dict[str, int]] = {}
+    for r in counted:
+        by_reason.setdefault(r["_kl_hour"], {})[r["reason"]] = r["rows"]
     staged = []
-    for (_task, _t, part, _e), src in _group_files(store, out).items():
-        s = stats[(part,)]
-        rel = f"{dead_letter_dir(plan.topic, hour_from_tag(plan.hour))}/{dead_letter_file_name(plan.topic, part, s['first'], s['last'])}"
-        staged.append(Staged(src, rel, LandedFile(rel, s["rows"], store.size(src), part, s["first"], s["last"])))
+    for (hour, _t, _table, part, _e), src in sorted(files.items()):
+        rows, first, last = _written(store, src, "offset")
+        rel = f"{dead_letter_dir(topic, hour_from_tag(hour))}/{dead_letter_file_name(topic, part, first, last)}"
+        staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last), hour))
     return staged, by_reason
+

@@ -153,6 +153,49 @@ def split_tasks(partitions: Iterable[PartitionSlice], rows_per_task: int) -> tup
     return tuple(tasks)
 
 
+@dataclass(frozen=True)
+class HourTask:
+    """A frozen task of one hour: the unit one landing file never crosses."""
+
+    hour: str
+    partition: int
+    start: int
+    end: int
+
+
+def hour_tasks(plans: Iterable[SlicePlan]) -> list[HourTask]:
+    """Every non-empty frozen task of the hours, by partition and offset."""
+    tasks = [HourTask(p.hour, t.partition, t.start, t.end) for p in plans for t in p.tasks if t.end > t.start]
+    return sorted(tasks, key=lambda t: (t.partition, t.start))
+
+
+def read_segments(tasks: Iterable[HourTask], parallelism: int) -> list[dict[int, tuple[int, int]]]:
+    """How to read the tasks of a run of hours from Kafka: a list of reads, each at most one
+    contiguous offset range [start, end) per partition. Ranges are cut only between frozen tasks,
+    so no task is ever split across two Spark tasks and a landing file's content does not depend
+    on which hours were read together. Contiguous tasks are merged up to about 1/parallelism of
+    the records (fewer, bigger reads), and non-contiguous ones (a gap between hours that were not
+    chained) never share a range, so offsets outside the hours are never read."""
+    by_partition: dict[int, list[HourTask]] = {}
+    for t in tasks:
+        by_partition.setdefault(t.partition, []).append(t)
+    total = sum(t.end - t.start for ts in by_partition.values() for t in ts)
+    target = max(1, -(-total // max(1, parallelism)))
+    pieces: dict[int, list[tuple[int, int]]] = {}
+    for p, ts in sorted(by_partition.items()):
+        out = pieces.setdefault(p, [])
+        for t in sorted(ts, key=lambda t: t.start):
+            if out and out[-1][1] == t.start and out[-1][1] - out[-1][0] < target:
+                out[-1] = (out[-1][0], t.end)
+            else:
+                if out and out[-1][1] > t.start:
+                    raise PlanningError(f"partition {p}: tasks overlap at offset {t.start} (hour {t.hour}); "
+                                        "frozen slices of different hours must not share offsets")
+                out.append((t.start, t.end))
+    reads = max((len(v) for v in pieces.values()), default=0)
+    return [{p: v[i] for p, v in sorted(pieces.items()) if i < len(v)} for i in range(reads)]
+
+
 def _neighbours(frozen: Mapping[datetime, SlicePlan], hour: datetime, partition: int):
     """(end of the nearest frozen hour below, start of the nearest frozen hour above, adjacency flags)."""
     below = [h for h in frozen if h < hour and frozen[h].partition(partition)]

@@ -67,6 +67,11 @@ class LandingStore(ABC):
     def avro_rows(self, rel: str) -> int:
         """Rows of an Avro container file, from its block headers (AvroFileError if not whole)."""
 
+    @abstractmethod
+    def avro_offsets(self, rel: str, field: str = "_kafka_offset") -> tuple[int, int | None, int | None]:
+        """(rows, `field` of the first record, of the last record) of a landing file, decoding
+        only its first and last blocks (AvroFileError if not whole)."""
+
     # --- list ----------------------------------------------------------------
 
     @abstractmethod

@@ -38,7 +38,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import storage
 from google.cloud.storage.retry import DEFAULT_RETRY
 
-from kafka_landing.avro_files import count_records_in
+from kafka_landing.avro_files import count_records_in, offset_range_in
 from kafka_landing.store.base import LandingStore
 
 log = logging.getLogger(__name__)
@@ -227,6 +227,10 @@ class GcsStore(LandingStore):
         # so a concurrent replacement cannot splice two versions together.
         with self._get(rel).open("rb", chunk_size=_AVRO_READ_CHUNK) as f:
             return count_records_in(f, self.location(rel))
+
+    def avro_offsets(self, rel: str, field: str = "_kafka_offset") -> tuple[int, int | None, int | None]:
+        with self._get(rel).open("rb", chunk_size=_AVRO_READ_CHUNK) as f:
+            return offset_range_in(f, self.location(rel), field)
 
     # --- list ----------------------------------------------------------------
 

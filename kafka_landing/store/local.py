@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from kafka_landing.avro_files import count_records
+from kafka_landing.avro_files import count_records, offset_range_in
 from kafka_landing.store.base import LandingStore
 
 
@@ -48,6 +48,10 @@ class LocalStore(LandingStore):
 
     def avro_rows(self, rel: str) -> int:
         return count_records(str(self._path(rel)))
+
+    def avro_offsets(self, rel: str, field: str = "_kafka_offset") -> tuple[int, int | None, int | None]:
+        with open(self._path(rel), "rb") as f:
+            return offset_range_in(f, str(self._path(rel)), field)
 
     def _rel(self, p: Path) -> str:
         return str(p.relative_to(self._root))

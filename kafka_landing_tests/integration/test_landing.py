@@ -324,8 +324,9 @@ def test_offsets_deleted_after_freezing_fail_landing_clearly(make_topic, send, k
     with kafka.log_view() as log:
         plan, _ = freeze_slice(store, log, cfg, hour, utcnow())
     admin.delete_records([TopicPartition(topic, 0, 3)])[TopicPartition(topic, 0, 3)].result(timeout=30)
-    with pytest.raises(Failure, match=r"partition 0: offsets \[0, 3\) of hour .* deleted by retention"):
-        check_still_in_kafka(kafka, plan)
+    with pytest.raises(Failure, match=r"partition 0: offsets \[0, 3\) of hour .* deleted by retention"), \
+            kafka.log_view() as log:
+        check_still_in_kafka(log, plan)
 
 
 def test_staging_left_by_killed_attempts_is_swept_after_a_day(small_hour, store, spark, registry, kafka):
