@@ -92,23 +92,30 @@ def build_slice_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = None)
     def _slice(context: AssetExecutionContext, config: SliceConfig, kafka: KafkaResource, landing: LandingResource):
         store = landing.store()
 
-        def one_hour(key: str):
-            hour = hour_from_key(key)
-            try:
-                with kafka.log_view() as log:
-                    plan, frozen_now = freeze_slice(
-                        store, log, cfg, hour, datetime.now(timezone.utc), skip_retention_gaps=config.skip_retention_gaps
+        def all_hours(keys: list[str]) -> dict:
+            out: dict = {}
+            with kafka.log_view() as log:  # one consumer for every hour of the run
+                for key in keys:
+                    away = next((f for f in out.values() if isinstance(f, Failure) and f.allow_retries), None)
+                    if away is not None:  # brokers away: the other hours would wait just as long for nothing
+                        out[key] = away
+                        continue
+                    try:
+                        plan, frozen_now = freeze_slice(store, log, cfg, hour_from_key(key), datetime.now(timezone.utc),
+                                                        skip_retention_gaps=config.skip_retention_gaps)
+                    except (PlanningError, KafkaUnavailable) as exc:
+                        # Brokers briefly away: retriable (under a RetryPolicy); a planning error stays wrong.
+                        out[key] = Failure(description=str(exc), allow_retries=isinstance(exc, KafkaUnavailable))
+                        continue
+                    context.log.info(
+                        f"{cfg.topic} {plan.hour}: {plan.records} records in {len(plan.partitions)} partitions "
+                        f"({'frozen now' if frozen_now else 'already frozen'})"
                     )
-            except (PlanningError, KafkaUnavailable) as exc:
-                # Brokers briefly away: retriable (under a RetryPolicy); a planning error stays wrong: never retried.
-                raise Failure(description=str(exc), allow_retries=isinstance(exc, KafkaUnavailable)) from None
-            context.log.info(
-                f"{cfg.topic} {plan.hour}: {plan.records} records in {len(plan.partitions)} partitions "
-                f"({'frozen now' if frozen_now else 'already frozen'})"
-            )
-            return slice_metadata(plan, store.location(slice_manifest_path(cfg.topic, hour)), frozen_now), []
+                    out[key] = (slice_metadata(plan, store.location(slice_manifest_path(cfg.topic, hour_from_key(key))),
+                                               frozen_now), [])
+            return out
 
-        return run_hours(context, slice_key(cfg.topic), one_hour)
+        return run_hours(context, slice_key(cfg.topic), all_hours=all_hours)
 
     return _slice
 
