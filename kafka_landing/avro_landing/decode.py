@@ -37,6 +37,7 @@ def frame_columns(raw: DataFrame) -> DataFrame:
         # The record's hour and frozen task (read_hours): files are written per task, so each
         # file holds a contiguous offset range of one partition, whichever hours were read together.
         F.col("_kl_hour"),
+        F.col("_kl_hour_ix"),
         F.col("_kl_chunk"),
     )
 

@@ -97,28 +97,34 @@ class _Pass:
 
 
 def _observed(framed: DataFrame, hours: list[str]) -> tuple[DataFrame, Observation]:
+    # `hours`: those of the tasks, sorted, as read_hours numbers them in `_kl_hour_ix`
     """`framed`, counting every record once as the first job streams it: per hour, unclaimed by
-    any frozen task (there must be none), bad framing, and which schema ids each hour holds."""
+    any frozen task (there must be none), bad framing, and which schema ids each hour holds.
+    Integers only, per record: these run once for every record of the run."""
     obs = Observation("read")
-    hour = F.col("_kl_hour")
+    ix = F.col("_kl_hour_ix")
     return framed.observe(
         obs,
-        *[F.count_if(hour == F.lit(h)).alias(f"h{i}") for i, h in enumerate(hours)],
-        F.count_if(hour.isNull()).alias("unclaimed"),
+        *[F.count_if(ix == F.lit(n)).alias(f"h{n}") for n in range(len(hours))],
+        F.count_if(ix.isNull()).alias("unclaimed"),
         F.count_if(F.col("_reason").isNotNull()).alias("bad_framing"),
-        # A string: py4j hands an observed array back as an opaque Java object.
-        F.concat_ws(",", F.collect_set(F.when(F.col("_reason").isNull(),
-                                              F.concat_ws("|", F.col("_schema_id").cast("string"), hour)))).alias("ids"),
+        # (schema id, hour) packed in one long; a string because py4j hands an observed array
+        # back as an opaque Java object.
+        F.concat_ws(",", F.collect_set(F.when(F.col("_reason").isNull(), F.col("_schema_id") * _PACK + ix))
+                    .cast("array<string>")).alias("ids"),
     ), obs
+
+
+_PACK = 1 << 20  # more hours than a run can hold
 
 
 def _take(obs: Observation, hours: list[str], into: _Pass) -> None:
     got = obs.get
-    into.read_by_hour = {h: int(got[f"h{i}"]) for i, h in enumerate(hours)}
+    into.read_by_hour.update({h: int(got[f"h{n}"]) for n, h in enumerate(hours)})
     into.unclaimed, into.bad_framing = int(got["unclaimed"]), int(got["bad_framing"])
     for item in filter(None, (got["ids"] or "").split(",")):
-        sid, hour = item.split("|", 1)
-        into.ids_by_hour.setdefault(int(sid), set()).add(hour)
+        sid, ix = divmod(int(item), _PACK)
+        into.ids_by_hour.setdefault(sid, set()).add(hours[ix])
 
 
 def land_hours(
@@ -155,7 +161,8 @@ def land_hours(
                 f"in {len(tasks)} frozen task(s)")
             framed = frame_columns(read_hours(spark, kafka_options, cfg.topic, tasks))
             writers: dict[int, dict] = {}
-            counted, obs = _observed(framed, hours)
+            task_hours = sorted({t.hour for t in tasks})
+            counted, obs = _observed(framed, task_hours)
             guess = _first_landable(fetch_schema, likely_ids, counted, cfg, hours, warnings)
             if guess is not None:  # the first job lands the likely schema id's records and counts everything
                 sid, writer, classified = guess
@@ -164,7 +171,7 @@ def land_hours(
             else:  # no usable guess: one job that only counts
                 log(f"{cfg.topic}: no likely schema id; counting the schema ids first")
                 counted.write.format("noop").mode("overwrite").save()  # runs the plan in the JVM, writes nothing
-            _take(obs, hours, seen)
+            _take(obs, task_hours, seen)
             if seen.unclaimed:
                 raise LandingError(f"{_hours_label(cfg.topic, hours)}: {seen.unclaimed} records read from Kafka "
                                    "belong to no frozen task of these hours; nothing was published")
