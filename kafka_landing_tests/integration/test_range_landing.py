@@ -105,3 +105,40 @@ def test_files_never_cross_a_frozen_task(landed):
                 for f in done["files"]:
                     assert any(p == f["partition"] and s <= f["first_offset"] <= f["last_offset"] < e
                                for p, s, e in tasks), f["path"]
+
+
+def test_an_hour_that_cannot_land_fails_alone_and_the_others_publish(make_topic, send, registry_url, registry, kafka,
+                                                                     spark, store):
+    """A schema that cannot land fails only the hours whose records carry it."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from kafka_landing.avro_landing.framing import frame
+    from kafka_landing.demo.generate import encode, register
+    from kafka_landing.naming import ONE_HOUR, floor_hour, to_millis
+
+    topic = make_topic(partitions=2)
+    client = SchemaRegistryClient({"url": registry_url})
+    good = {"type": "record", "name": "Good", "fields": [{"name": "n", "type": "long"}]}
+    clash = {"type": "record", "name": "Clash", "fields": [{"name": "_kl_part", "type": "long"}]}  # an internal name
+    ok_id, bad_id = register(client, f"{topic}-value", good), register(client, f"{topic}-other", clash)
+    first = floor_hour(utcnow()) - ONE_HOUR * 4
+    hours = [first, first + ONE_HOUR, first + 2 * ONE_HOUR]
+    records = []
+    for i, h in enumerate(hours):
+        for m in range(6):
+            schema, sid = (clash, bad_id) if i == 1 and m == 3 else (good, ok_id)
+            body = encode(schema, {"_kl_part": m} if schema is clash else {"n": m})
+            records.append((topic, m % 2, to_millis(h) + m * 60_000, None, frame(sid, body)))
+    send(records)
+    cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0, rows_per_task=2)
+    with kafka.log_view() as log:
+        plans = [freeze_slice(store, log, cfg, h, utcnow())[0] for h in hours]
+    got = land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, plans, "a1",
+                     likely_ids=(ok_id,))
+    tags = [p.hour for p in plans]
+    assert isinstance(got[tags[1]], LandingError)
+    assert f"{topic} {tags[1]}" in str(got[tags[1]]) and f"schema id {bad_id}" in str(got[tags[1]])
+    assert store.read_json(done_file_path("d", "t", hours[1])) is None, "the failed hour published nothing"
+    for i in (0, 2):
+        assert not isinstance(got[tags[i]], LandingError), got[tags[i]]
+        assert got[tags[i]].rows == 6 and store.read_json(done_file_path("d", "t", hours[i]))["rows"] == 6
