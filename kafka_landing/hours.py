@@ -2,7 +2,8 @@
 reports one hour or a backfill range of hours.
 
 A range runs as one run (one Spark session), but every hour is reported as
-its own partition: its own materialisation, metadata and `dagster/row_count`.
+its own partition: its own materialisation, metadata and `dagster/row_count`,
+and its own check results on that partition (`hour_check_events`).
 An hour that fails does not stop the others; the step fails at the end naming
 every failed hour, and the hours that worked keep their materialisations.
 Launching the range again (or re-executing the run) skips the hours already
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetExecutionContext,
@@ -34,7 +36,11 @@ from dagster import (
     Jitter,
     MaterializeResult,
     MetadataValue,
+    Output,
     RetryPolicy,
+)
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,  # not exported; the field AssetCheckEvaluation takes
 )
 
 FIRST_HOUR_ENV = "KAFKA_LANDING_FIRST_HOUR"
@@ -156,13 +162,13 @@ def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_h
                 yield AssetMaterialization(asset_key=key, partition=done, metadata=results[done][0], tags=tags)
             reported |= results.keys()
 
+    # Each hour's checks on that hour (reused hours with the results they got when they were done).
     by_hour = {k: _stored_checks(rec) for k, rec in reuse.items()}
     by_hour.update({k: c for k, (_, c) in results.items()})
-    checks = merge_checks(by_hour, reused=sorted(reuse))
     if failures:
         for k in sorted(results.keys() - reported):
             yield AssetMaterialization(asset_key=key, partition=k, metadata=results[k][0], tags=tags)
-        yield from checks
+        yield from hour_check_events(context.instance, key, by_hour)
         raise retry_or_give_up(context, Failure(
             description=(
                 f"{len(failures)} of {n} hours of {name} failed"
@@ -179,7 +185,28 @@ def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_h
         context.add_asset_metadata(metadata, partition_key=k)
     for k, rec in reuse.items():
         context.add_asset_metadata(_reused_metadata(rec), partition_key=k)
-    yield MaterializeResult(check_results=checks + _unevaluated(context, key, checks, n))
+    yield MaterializeResult()
+    # After the materialisations, so each hour's results target the hour's new materialisation.
+    yield from hour_check_events(context.instance, key, by_hour)
+    for ck in sorted(context.selected_asset_check_keys, key=lambda c: c.name):
+        if ck.asset_key == key:  # the step owes Dagster an output per selected check
+            yield Output(None, output_name=context.assets_def.get_output_name_for_asset_check_key(ck))
+
+
+def hour_check_events(instance: DagsterInstance, key: AssetKey, by_hour: dict[str, list[AssetCheckResult]]
+                      ) -> Iterator[AssetCheckEvaluation]:
+    """Each hour's check results as evaluations of that hour's partition, each targeting the
+    hour's latest materialisation, so the UI shows them on the hour, current. Dagster turns an
+    AssetCheckResult into one evaluation per check and step (of no partition in a range run);
+    a single-run backfill needs one per hour."""
+    for k in sorted(by_hour):
+        rec = _latest(instance, key, k)
+        target = (AssetCheckEvaluationTargetMaterializationData(storage_id=rec.storage_id, run_id=rec.run_id,
+                                                                 timestamp=rec.timestamp) if rec else None)
+        for c in by_hour[k]:
+            yield AssetCheckEvaluation(asset_key=key, check_name=c.check_name, passed=c.passed, metadata=c.metadata,
+                                       severity=c.severity, description=c.description,
+                                       target_materialization_data=target, partition=k, blocking=False)
 
 
 # --- which hours are done ------------------------------------------------------
@@ -288,52 +315,3 @@ def _plain(value) -> object:
         return raw
     except (TypeError, ValueError):
         return str(raw)
-
-
-def _unevaluated(context: AssetExecutionContext, key: AssetKey, given: list[AssetCheckResult], n: int
-                 ) -> list[AssetCheckResult]:
-    """A successful step owes Dagster a result for every selected check. A check no hour
-    of this run has a result for (every hour was done before this code stored them) says so."""
-    have = {c.check_name for c in given}
-    return [AssetCheckResult(check_name=ck.name, passed=True, severity=AssetCheckSeverity.WARN,
-                             description=f"not evaluated: all {n} hours were done by earlier runs, "
-                                         "whose results of this check are in their own evaluations",
-                             metadata={"hours": 0})
-            for ck in sorted(context.selected_asset_check_keys, key=lambda c: c.name)
-            if ck.asset_key == key and ck.name not in have]
-
-
-_RANK = {AssetCheckSeverity.WARN: 0, AssetCheckSeverity.ERROR: 1}
-
-
-def merge_checks(by_hour: dict[str, list[AssetCheckResult]], reused: list[str] = ()) -> list[AssetCheckResult]:
-    """One result per check over the hours of the run (Dagster takes one per check and
-    step), reused hours with the result they got when they were done: passed only if
-    every hour passed, at the severity of the worst failing hour, with every hour's own
-    result and metadata under `by_hour`."""
-    names: dict[str, dict[str, AssetCheckResult]] = {}
-    for k, checks in sorted(by_hour.items()):
-        for c in checks:
-            names.setdefault(c.check_name, {})[k] = c
-    merged = []
-    for name, results in names.items():
-        failed = [k for k, c in results.items() if not c.passed]
-        pool = [results[k] for k in failed] or list(results.values())
-        severity = max((c.severity for c in pool), key=_RANK.__getitem__)
-        merged.append(AssetCheckResult(
-            check_name=name,
-            passed=not failed,
-            severity=severity,
-            description=(f"failed in {len(failed)} of {len(results)} hours: {', '.join(failed)}" if failed
-                         else f"passed in all {len(results)} hours"),
-            metadata={
-                "hours": len(results),
-                "passed_hours": MetadataValue.json([k for k in results if k not in failed]),
-                "failed_hours": MetadataValue.json(failed),
-                "not_rechecked_hours": MetadataValue.json([k for k in reused if k in results]),
-                "by_hour": MetadataValue.json(
-                    {k: {"passed": c.passed, **{m: _plain(v) for m, v in c.metadata.items()}}
-                     for k, c in results.items()}),
-            },
-        ))
-    return merged

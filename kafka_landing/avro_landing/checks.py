@@ -18,16 +18,18 @@ from dagster import (
 from kafka_landing.avro_landing.conservation import check_landed_hour
 from kafka_landing.avro_landing.job import LandingResult
 from kafka_landing.config import TopicConfig
+from kafka_landing.hours import hourly
 from kafka_landing.kafka_slices.plan import SlicePlan
 from kafka_landing.store.base import LandingStore
 
 
 def landing_check_specs(key: AssetKey) -> list[AssetCheckSpec]:
     return [
-        AssetCheckSpec("conservation", asset=key,
+        AssetCheckSpec("conservation", asset=key, partitions_def=hourly,
                        description="Slice records = rows in the listed files + dead letters (both counted from the "
                                    "files' Avro block headers) + offsets Kafka returned no record for."),
-        AssetCheckSpec("no_dead_letters", asset=key, description="Warns when the hour has dead letters."),
+        AssetCheckSpec("no_dead_letters", asset=key, partitions_def=hourly,
+                       description="Warns when the hour has dead letters."),
     ]
 
 

@@ -19,12 +19,13 @@ from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
     MetadataValue,
+    Output,
     asset_check,
 )
 
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
-from kafka_landing.hours import hourly
+from kafka_landing.hours import hour_check_events, hourly
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import done_file_path, hour_from_key, hour_from_tag, hour_tag
 from kafka_landing.resources import LandingResource
@@ -105,16 +106,13 @@ def build_table_checks(cfg: TopicConfig, table: str) -> list:
         backend = warehouse.backend(store)
         results = {k: hour_conservation(store, backend, cfg.dataset, table, hour_tag(hour_from_key(k)))
                    for k in sorted(context.partition_keys)}
-        failed = {k: why for k, (ok, why, _) in results.items() if not ok}
-        if len(results) == 1:
-            ((k, (ok, why, metadata)),) = results.items()
-            return AssetCheckResult(passed=ok, description=why, metadata=metadata)
-        return AssetCheckResult(
-            passed=not failed,
-            description=(f"failed in {len(failed)} of {len(results)} hours" if failed
-                         else f"passed in all {len(results)} hours"),
-            metadata={"hours": len(results), "failed_hours": MetadataValue.json(failed)},
-        )
+        by_hour = {k: [AssetCheckResult(check_name="conservation", passed=ok, description=why, metadata=metadata)]
+                   for k, (ok, why, metadata) in results.items()}
+        if len(by_hour) == 1:
+            yield next(iter(by_hour.values()))[0]
+            return
+        yield from hour_check_events(context.instance, key, by_hour)  # each hour's result on its hour
+        yield Output(None, output_name=context.op_def.output_defs[0].name)
 
     @asset_check(asset=key, name="hours_behind",
                  description=f"Closed hours (hour end + {cfg.grace_minutes} min grace) of {cfg.dataset}.{table} not "

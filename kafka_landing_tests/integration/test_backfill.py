@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 import yaml
 from dagster import (
+    AssetCheckKey,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
@@ -135,10 +136,9 @@ def test_a_range_that_fails_half_way_keeps_the_done_hours_and_retries_only_the_r
     assert f"hour {hour_key(bad)}: " in message and "dead letters" in message
     for h in good:
         assert h not in message, "only the failing hour is named as failed"
-    conservation = [e for e in result.get_asset_check_evaluations()
-                    if e.asset_key == landing and e.check_name == "conservation"]
-    assert len(conservation) == 1 and conservation[0].passed
-    assert sorted(conservation[0].metadata["passed_hours"].value) == good
+    conservation = {e.partition: e.passed for e in result.get_asset_check_evaluations()
+                    if e.asset_key == landing and e.check_name == "conservation"}
+    assert conservation == {k: True for k in good}, "each landed hour's own check, on its hour"
     landed_first = attempts(tmp_path, hours)
     assert sorted(landed_first) == good
 
@@ -183,7 +183,7 @@ def toy_defs(calls: list, broken: dict):
         return run_hours(context, AssetKey("up"), lambda k: ({"dagster/row_count": 1}, []))
 
     @asset(deps=[up], partitions_def=hourly, backfill_policy=single_run,
-           check_specs=[AssetCheckSpec("even", asset="down")])
+           check_specs=[AssetCheckSpec("even", asset="down", partitions_def=hourly)])
     def down(context):
         def one_hour(k):
             calls.append(k)
@@ -198,6 +198,20 @@ def toy_defs(calls: list, broken: dict):
     return Definitions(assets=[up, down], jobs=[define_asset_job(name, selection=sel, partitions_def=hourly)
                                                  for name, sel in (("both", ["up", "down"]), ("up_only", ["up"]),
                                                                    ("down_only", ["down"]))])
+
+
+def evaluations(result, check="even") -> dict[str, bool]:
+    return {e.partition: e.passed for e in result.get_asset_check_evaluations() if e.check_name == check}
+
+
+def stored_checks(instance, check="even") -> dict[str, str]:
+    """The latest result per hour, read back from the instance (what the UI shows per partition)."""
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(AssetKey("down"), check), limit=1000)
+    latest = {}
+    for rec in history:  # newest first
+        latest.setdefault(rec.partition, rec.status.value)
+    return latest
 
 
 def toy_range(defs, instance, job="both", tags=None, first=RANGE[0], last=RANGE[-1]):
@@ -223,10 +237,15 @@ def test_every_hour_of_a_range_is_tried_and_every_failed_hour_named(instance):
     assert sorted(status.deserialize_materialized_partition_subsets(hourly).get_partition_keys()) == \
         [RANGE[0], RANGE[1], RANGE[3], RANGE[5]]
     assert sorted(status.deserialize_failed_partition_subsets(hourly).get_partition_keys()) == [RANGE[2], RANGE[4]]
-    # One check result for the step (Dagster takes one per check), with every checked hour's own result.
-    (check,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "even"]
-    assert not check.passed and check.metadata["failed_hours"].value == [RANGE[1], RANGE[3], RANGE[5]]
-    assert check.metadata["by_hour"].value[RANGE[3]] == {"passed": False, "hour": 3}
+    # Each done hour's check result on its own hour, as the instance keeps it for the UI.
+    assert evaluations(result) == {k: int(k[11:13]) % 2 == 0 for k in RANGE if k not in (RANGE[2], RANGE[4])}
+    # The failed hours' checks stay planned by a run that failed: the UI shows them as execution failed.
+    assert stored_checks(instance) == {k: "PLANNED" if k in (RANGE[2], RANGE[4]) else
+                                       "SUCCEEDED" if int(k[11:13]) % 2 == 0 else "FAILED" for k in RANGE}
+    (ev,) = [e for e in result.get_asset_check_evaluations() if e.partition == RANGE[3]]
+    assert ev.metadata["hour"].value == 3
+    assert ev.target_materialization_data.storage_id == \
+        materializations(instance, AssetKey("down"))[RANGE[3]][-1].storage_id, "the result is current for its hour"
 
 
 def test_a_retry_redoes_only_hours_not_done_or_whose_upstream_changed(instance):
@@ -240,10 +259,10 @@ def test_a_retry_redoes_only_hours_not_done_or_whose_upstream_changed(instance):
     latest = {k: v[-1] for k, v in materializations(instance, AssetKey("down")).items()}
     assert {k: row_count(r) for k, r in latest.items()} == {k: int(k[11:13]) * 10 for k in RANGE}
     assert [k for k, r in latest.items() if not r.asset_materialization.metadata["reused"].value] == [RANGE[3]]
-    # The check still covers every hour of the range, the reused ones with the result they got.
-    (check,) = [e for e in result.get_asset_check_evaluations() if e.check_name == "even"]
-    assert check.metadata["failed_hours"].value == [RANGE[1], RANGE[3], RANGE[5]]
-    assert check.metadata["not_rechecked_hours"].value == [k for k in RANGE if k != RANGE[3]]
+    # Every hour of the range keeps a current result, the reused ones the result they got.
+    assert evaluations(result) == {k: int(k[11:13]) % 2 == 0 for k in RANGE}
+    for e in result.get_asset_check_evaluations():
+        assert e.target_materialization_data.storage_id == latest[e.partition].storage_id
 
     # The upstream of hour 5 is materialised again on its own: `down` takes it in, nothing else.
     assert toy_range(defs, instance, job="up_only", first=RANGE[5], last=RANGE[5]).success
@@ -252,7 +271,7 @@ def test_a_retry_redoes_only_hours_not_done_or_whose_upstream_changed(instance):
     calls.clear()
     result = toy_range(defs, instance, job="down_only")
     assert result.success and calls == [], "every hour done: nothing redone, the step still succeeds"
-    assert {e.check_name: e.passed for e in result.get_asset_check_evaluations()} == {"even": False}
+    assert evaluations(result) == {k: int(k[11:13]) % 2 == 0 for k in RANGE}
     # Asked to redo: every hour runs.
     assert toy_range(defs, instance, job="down_only", tags={REDO_DONE_HOURS_TAG: "true"}).success
     assert calls == RANGE

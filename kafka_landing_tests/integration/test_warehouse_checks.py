@@ -157,8 +157,10 @@ def test_conservation_over_a_range_loaded_in_one_run(roots, instance, spark):
         "dagster/asset_partition_range_start": hour_key(hours[0]),
         "dagster/asset_partition_range_end": hour_key(hours[1])})
     assert result.success and len(instance.get_runs()) == 1
-    ev = evaluations(result)["conservation"]
-    assert ev.passed and ev.metadata["hours"].value == 2
+    by_hour = {e.partition: e for e in result.get_asset_check_evaluations() if e.check_name == "conservation"}
+    assert sorted(by_hour) == [hour_key(h) for h in hours], "one result per hour, on its hour"
+    assert all(e.passed for e in by_hour.values())
+    assert by_hour[hour_key(hours[1])].metadata["warehouse_rows"].value == 3
     parquet = warehouse / DATASET / TABLE / f"hour={hour_tag(hours[1])}" / "data.parquet"
     pq.write_table(pq.read_table(parquet).slice(0, 1), parquet)
     assert run_check(defs, instance, "conservation", hour_key(hours[0])).passed
