@@ -61,8 +61,12 @@ single_run = BackfillPolicy.single_run()
 # the default: Dagster's RetryPolicy also retries a step killed by SIGKILL or the OOM killer.
 # KAFKA_LANDING_RETRY_DELAY_SECONDS changes the first delay (a test suite may set it small).
 RETRY_DELAY_ENV = "KAFKA_LANDING_RETRY_DELAY_SECONDS"
-TRANSIENT_RETRIES = RetryPolicy(max_retries=3, delay=float(os.environ.get(RETRY_DELAY_ENV, "20")),
+RETRY_DELAY_SECONDS = float(os.environ.get(RETRY_DELAY_ENV, "20"))
+TRANSIENT_RETRIES = RetryPolicy(max_retries=3, delay=RETRY_DELAY_SECONDS,
                                 backoff=Backoff.EXPONENTIAL, jitter=Jitter.PLUS_MINUS)
+# What every run does by default instead: the hours that failed transiently are tried again in
+# the step, after RETRY_DELAY_SECONDS, then twice that, and so on, this many attempts in all.
+IN_STEP_ATTEMPTS = int(os.environ.get("KAFKA_LANDING_IN_STEP_ATTEMPTS", "4"))
 
 REDO_DONE_HOURS_TAG = "kafka_landing/redo_done_hours"
 """Run tag: `true` makes a range redo hours already done (a single hour is always done)."""
@@ -99,35 +103,73 @@ def run_hours(context: AssetExecutionContext, key: AssetKey, one_hour: OneHour |
 def _single_hour(context: AssetExecutionContext, k: str, one_hour: OneHour | None,
                  all_hours: AllHours | None) -> MaterializeResult:
     """One hour asked for explicitly (a schedule tick, the sensor, a re-land button) always runs."""
-    try:
-        if one_hour is not None:
-            metadata, checks = one_hour(k)
-        else:
-            outcome = all_hours([k])[k]
-            if isinstance(outcome, BaseException):
-                raise outcome
-            metadata, checks = outcome
-    except Failure as exc:
-        raise retry_or_give_up(context, _in_hour(exc, k)) from exc
+    outcome = _attempts(context, k, _guarded(one_hour, all_hours), [k])[k]
+    if isinstance(outcome, Failure):
+        raise retry_or_give_up(context, _in_hour(outcome, k)) from outcome
+    if isinstance(outcome, BaseException):
+        raise outcome
+    metadata, checks = outcome
     return MaterializeResult(metadata={**metadata, **_done_now(context, checks)}, check_results=checks)
+
+
+def _guarded(one_hour: OneHour | None, all_hours: AllHours | None) -> AllHours:
+    """Either function as `all_hours`, every exception an outcome of its hours."""
+    def run(keys: list[str]) -> dict[str, Outcome]:
+        if all_hours is None:
+            keys, out = list(keys), {}
+            for k in keys:
+                try:
+                    out[k] = one_hour(k)
+                except Exception as exc:  # noqa: BLE001 - one failed hour must not cost the others
+                    out[k] = exc
+            return out
+        try:
+            got = all_hours(keys)
+        except Exception as exc:  # noqa: BLE001 - what concerns the whole pass fails each of its hours
+            return {k: exc for k in keys}
+        return {k: got[k] for k in keys}
+    return run
+
+
+def _transient(outcome: Outcome) -> bool:
+    return isinstance(outcome, Failure) and outcome.allow_retries
+
+
+def _attempts(context: AssetExecutionContext, what: str, run: AllHours, keys: list[str]) -> dict[str, Outcome]:
+    """`run(keys)`, hours that failed transiently (a broker or the registry briefly away) run again
+    after a backoff, IN_STEP_ATTEMPTS times at most; terminal failures never. In the step, not by
+    a Dagster RetryPolicy: that one would also re-run a step killed by SIGKILL or the OOM killer."""
+    out: dict[str, Outcome] = {}
+    todo = list(keys)
+    for attempt in range(1, IN_STEP_ATTEMPTS + 1):
+        got = run(todo)
+        out.update(got)
+        again = [k for k in todo if _transient(got[k])]
+        if not again:
+            break
+        if attempt == IN_STEP_ATTEMPTS:
+            for k in again:
+                out[k] = Failure(description=f"{got[k].description} (tried {attempt} times in this step)",
+                                 metadata=got[k].metadata, allow_retries=True)
+            break
+        delay = RETRY_DELAY_SECONDS * 2 ** (attempt - 1)
+        context.log.warning(f"{what}: {len(again)} hour(s) failed on a service briefly away: "
+                            f"{_why(got[again[0]])[:300]} - attempt {attempt + 1} of {IN_STEP_ATTEMPTS} in {delay:.0f} s")
+        time.sleep(delay)
+        todo = again
+    return out
 
 
 def _outcomes(context: AssetExecutionContext, name: str, todo: list[str], position: dict[str, int], n: int,
               one_hour: OneHour | None, all_hours: AllHours | None) -> Iterator[tuple[str, Outcome]]:
     if all_hours is not None:
         context.log.info(f"{name}: {len(todo)} of {n} hours in one pass")
-        try:
-            got = all_hours(todo)
-        except Exception as exc:  # noqa: BLE001 - what concerns the whole pass fails each of its hours
-            got = {k: exc for k in todo}
+        got = _attempts(context, name, _guarded(None, all_hours), todo)
         yield from ((k, got[k]) for k in todo)
         return
-    for k in todo:
+    for k in todo:  # hour by hour, each reported as soon as it is done
         context.log.info(f"{name}: hour {position[k]}/{n} ({k})")
-        try:
-            yield k, one_hour(k)
-        except Exception as exc:  # noqa: BLE001 - one failed hour must not cost the others; all are raised below
-            yield k, exc
+        yield k, _attempts(context, f"{name} hour {k}", _guarded(one_hour, None), [k])[k]
 
 
 def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_hour: OneHour | None,

@@ -17,7 +17,7 @@ from kafka_landing.avro_landing.checks import landing_check_specs, landing_check
 from kafka_landing.avro_landing.job import LandingResult, land_hours
 from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.errors import LandingError
-from kafka_landing.hours import hourly, retry_or_give_up, run_hours, single_run
+from kafka_landing.hours import hourly, run_hours, single_run
 from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.kafka_slices.freeze import frozen_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
@@ -220,14 +220,14 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
         pyspark: LazyPySparkResource,
     ):
         store = landing.store()
-        # Fail fast, before Spark reads a single record: every service the hours need answers.
-        try:
-            preflight(store, registry)
-        except Failure as exc:
-            raise retry_or_give_up(context, exc) from None
         fetch = schema_fetcher(registry)  # one registry cache for every hour of the run
 
         def all_hours(partition_keys: list[str]) -> dict:
+            # Fail fast, before Spark reads a single record: every service the hours need answers.
+            try:
+                preflight(store, registry)
+            except Failure as exc:  # a registry briefly away is tried again (run_hours), a bad root never
+                return {k: exc for k in partition_keys}
             out: dict = {}
             plans: dict[str, SlicePlan] = {}
             for k in partition_keys:
