@@ -2,6 +2,13 @@
 replaced atomically from the files its done file lists, by the configured
 backend (Parquet or BigQuery, see `load.py`). The checks are in checks.py.
 
+A run loads one hour or a range of them (the done-file sensor asks for a table's
+consecutive ready hours in one run) through `run_hours`, with one
+LazyPySparkResource: the Parquet backend asks it for the session at its first
+hour and every later hour of the run gets the same one, so a run starts Spark
+at most once; the BigQuery backend never asks, so its runs start no JVM (and the
+sensor gives them no `kafka_landing/spark` tag, so they take no Spark slot).
+
 The freshness policy stays time-based (warn 2 h, fail 3 h without a load):
 Dagster 1.13's `FreshnessPolicy` can only be a time window or a cron deadline
 on the last materialisation, not on a count of partitions, and it is the only
@@ -75,7 +82,7 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
             if not store.exists(rel):
                 raise Failure(description=f"no done file for {cfg.dataset}.{table} {hour_tag(hour_from_key(partition_key))}"
                                           f" ({rel}): land {landing_key(cfg.topic).to_user_string()} for that hour first")
-            try:
+            try:  # the factory, not a session: only a backend that needs Spark starts it, once per run
                 result = load_done_file(backend, store, rel, lambda: pyspark.spark_session)
             except DoneFileMismatch as exc:
                 raise Failure(description=str(exc)) from None

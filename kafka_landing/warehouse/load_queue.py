@@ -21,6 +21,12 @@ every tick grows without bound. So:
   instance which loads ran (`decide`): none -> request; one in flight -> wait;
   all finished and the content still not loaded -> request again under a new
   run key, at most `MAX_ATTEMPTS` times, then warn on every tick.
+- What is ready is grouped (`plan_loads`): one run per table covers a run of
+  consecutive ready hours at the same attempt (at most `MAX_HOURS_PER_RUN`),
+  so a backfill costs a few runs, not one per hour. Each run names the loads
+  it covers in its tags (`member_tag`), one tag per hour, so the sensor finds
+  every run that covered a load with one indexed tag query per hour of the
+  week, however the loads were grouped then (`covering_runs`).
 - Done files written by other tools (no marker) are found by a rolling
   reconciliation (`reconcile`), a bounded number of done files per tick.
 
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -285,3 +292,195 @@ def hours_behind(landed: Iterable[str], loaded: Iterable[str], now: datetime, gr
             missing.append(tag)
         h += ONE_HOUR
     return Behind(first, hour_tag(last), tuple(missing))
+
+
+# --- loads grouped into runs ---------------------------------------------------------
+#
+# A load ("member") is one done file's content: (table, hour, sha). A run covers a run of
+# consecutive hours of one table; its tags name every member, under the member's hour of
+# the week, so no two members of a run (at most 168 consecutive hours) share a tag key,
+# and the runs that covered a member are found by the tag (key = its hour of the week,
+# value = hour@sha16): one indexed query per hour of the week among the pending loads,
+# whatever the history. Runs of earlier versions (one per hour, no member tags) are
+# found by their run keys (`attempt_keys`).
+#
+# Attempts are per member, numbered by the runs that covered it (`decide` over the
+# `kafka_landing/load_attempt` tag of each). A run groups members at the same attempt,
+# so its attempt number is each member's; the last attempt is taken alone, so one hour
+# that brings a whole run down (a killed worker) cannot use up its neighbours' attempts.
+
+MAX_HOURS_PER_RUN = 168  # one week: also what makes hour-of-the-week tag keys unique within a run
+MEMBER_TAG_PREFIX = "kafka_landing/load."
+ATTEMPT_TAG = "kafka_landing/load_attempt"
+TABLE_TAG = "kafka_landing/table"
+RUN_KEY_TAG = "dagster/run_key"
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_ATTEMPT_SUFFIX = re.compile(r"#attempt(\d+)$")
+
+
+def member_tag(hour: str) -> str:
+    """The run tag key a member of `hour` (an hour tag) is named under: its hour of the week,
+    e.g. `kafka_landing/load.Fri13`. Distinct for any 168 consecutive hours."""
+    h = hour_from_tag(hour)
+    return f"{MEMBER_TAG_PREFIX}{_WEEKDAYS[h.weekday()]}{h.hour:02d}"
+
+
+@dataclass(frozen=True, order=True)
+class PendingLoad:
+    """One done file's content, known not to be loaded: a member of at most one run."""
+
+    th: TableHour
+    sha: str
+
+    @property
+    def key(self) -> str:
+        """`<done file>@<sha16>`: the member's identity, and its run key when requested alone."""
+        return run_key(self.th.done_file, self.sha)
+
+    @property
+    def tag(self) -> tuple[str, str]:
+        """(key, value) of the run tag naming this member: hour of the week -> `<hour>@<sha16>`
+        (the content hash tells tables apart: a done file names its dataset and table)."""
+        return member_tag(self.th.hour), f"{self.th.hour}@{self.sha[:16]}"
+
+
+@dataclass(frozen=True)
+class SeenRun:
+    """A run on the instance, as much as the sensor needs of it."""
+
+    run_id: str
+    status: str  # Dagster's run status name
+    tags: Mapping[str, str]
+
+    @property
+    def attempt(self) -> int:
+        """The attempt the run made: its attempt tag, else its run key's suffix, else 1."""
+        raw = self.tags.get(ATTEMPT_TAG, "")
+        if raw.isdigit() and int(raw) > 0:
+            return int(raw)
+        m = _ATTEMPT_SUFFIX.search(self.tags.get(RUN_KEY_TAG, ""))
+        return int(m.group(1)) if m else 1
+
+
+def covering_runs(loads: Iterable[PendingLoad], runs: Iterable[SeenRun], max_attempts: int = MAX_ATTEMPTS
+                  ) -> dict[PendingLoad, tuple[SeenRun, ...]]:
+    """The runs that covered each load: named by its member tag, or (one hour per run, as
+    earlier versions requested) carrying one of its attempt keys as run key. Each run once."""
+    loads = list(loads)
+    by_tag = {ld.tag: ld for ld in loads}
+    by_key = {k: ld for ld in loads for k in attempt_keys(ld.th.done_file, ld.sha, max_attempts)}
+    found: dict[PendingLoad, dict[str, SeenRun]] = {ld: {} for ld in loads}
+    for run in runs:
+        hit = {by_tag[(k, v)] for k, v in run.tags.items() if k.startswith(MEMBER_TAG_PREFIX) and (k, v) in by_tag}
+        if run.tags.get(RUN_KEY_TAG) in by_key:
+            hit.add(by_key[run.tags[RUN_KEY_TAG]])
+        for ld in hit:
+            found[ld][run.run_id] = run
+    return {ld: tuple(sorted(rs.values(), key=lambda r: (r.attempt, r.run_id))) for ld, rs in found.items()}
+
+
+def _decision(ld: PendingLoad, runs: Sequence[SeenRun], max_attempts: int) -> Decision:
+    """`decide` for one member, its runs placed under the attempt keys by the attempt they made."""
+    keys = attempt_keys(ld.th.done_file, ld.sha, max_attempts)
+    statuses: dict[str, list[str]] = {}
+    for run in runs:
+        statuses.setdefault(keys[min(run.attempt, max_attempts) - 1], []).append(run.status)
+    return decide(ld.th.done_file, ld.sha, statuses, max_attempts)
+
+
+@dataclass(frozen=True)
+class LoadGroup:
+    """One run to request: consecutive hours of one table, every member at the same attempt."""
+
+    loads: tuple[PendingLoad, ...]  # oldest first
+    attempt: int
+
+    @property
+    def dataset(self) -> str:
+        return self.loads[0].th.dataset
+
+    @property
+    def table(self) -> str:
+        return self.loads[0].th.table
+
+    @property
+    def name(self) -> str:
+        return self.loads[0].th.name
+
+    @property
+    def hours(self) -> list[str]:
+        return [ld.th.hour for ld in self.loads]
+
+    @property
+    def run_key(self) -> str:
+        """Alone: the single load's key (`<done file>@<sha16>[#attempt<n>]`, as earlier versions).
+        Grouped: `tables/<dataset>/<table>/hours=<first>..<last>@<hash of the members' keys>[#attempt<n>]`.
+        A run key is launched once: a retry is a later attempt, so a new key."""
+        if len(self.loads) == 1:
+            ld = self.loads[0]
+            return run_key(ld.th.done_file, ld.sha, self.attempt)
+        digest = hashlib.sha256("\n".join(ld.key for ld in self.loads).encode()).hexdigest()[:16]
+        base = f"tables/{self.dataset}/{self.table}/hours={self.loads[0].th.hour}..{self.loads[-1].th.hour}@{digest}"
+        return base if self.attempt == 1 else f"{base}#attempt{self.attempt}"
+
+    def tags(self) -> dict[str, str]:
+        """What the run carries so a later tick knows what it covered (and people, what it loads)."""
+        tags = {TABLE_TAG: self.name, ATTEMPT_TAG: str(self.attempt), **dict(ld.tag for ld in self.loads)}
+        if len(self.loads) == 1:
+            tags.update({"kafka_landing/done_file": self.loads[0].th.done_file,
+                         "kafka_landing/done_sha256": self.loads[0].sha})
+        return tags
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    groups: tuple[LoadGroup, ...]  # oldest first hour first
+    waiting: tuple[PendingLoad, ...]  # a run covering it is in flight
+    given_up: tuple[tuple[PendingLoad, tuple[SeenRun, ...]], ...]  # every attempt finished, not loaded
+
+
+def plan_loads(loads: Iterable[PendingLoad], runs: Mapping[PendingLoad, Sequence[SeenRun]],
+               max_hours: int = MAX_HOURS_PER_RUN, max_attempts: int = MAX_ATTEMPTS) -> LoadPlan:
+    """Group the loads not loaded into runs, given the runs that covered each (`covering_runs`).
+
+    A load with a covering run in flight waits; one whose attempts are used up is given up;
+    the others are ready at their next attempt. A group is a maximal run of consecutive
+    hours of one table ready at the same attempt, cut every `max_hours`; a last attempt
+    (when retries exist) is requested alone. Deterministic: the same state gives the same
+    groups and keys, so a duplicate tick asks for the runs Dagster already has."""
+    if not 1 <= max_hours <= MAX_HOURS_PER_RUN:
+        raise ValueError(f"max_hours={max_hours}: a run covers 1 to {MAX_HOURS_PER_RUN} hours "
+                         "(its member tags are keyed by the hour of the week)")
+    ready: list[tuple[PendingLoad, int]] = []
+    waiting, given_up = [], []
+    for ld in sorted(set(loads), key=lambda x: (x.th.dataset, x.th.table, x.th.hour, x.sha)):
+        seen = tuple(runs.get(ld, ()))
+        d = _decision(ld, seen, max_attempts)
+        if d.action == "wait":
+            waiting.append(ld)
+        elif d.action == "give_up":
+            given_up.append((ld, seen))
+        else:
+            ready.append((ld, d.attempt))
+    groups: list[LoadGroup] = []
+    current: list[PendingLoad] = []
+    attempt = 0
+    for ld, a in ready:
+        alone = 1 < max_attempts == a
+        prev = current[-1].th if current else None
+        joins = (prev is not None and not alone and a == attempt and len(current) < max_hours
+                 and (prev.dataset, prev.table) == (ld.th.dataset, ld.th.table)
+                 and hour_from_tag(ld.th.hour) - hour_from_tag(prev.hour) == ONE_HOUR)
+        if joins:
+            current.append(ld)
+            continue
+        if current:
+            groups.append(LoadGroup(tuple(current), attempt))
+        current, attempt = [ld], a
+        if alone:
+            groups.append(LoadGroup(tuple(current), attempt))
+            current = []
+    if current:
+        groups.append(LoadGroup(tuple(current), attempt))
+    groups.sort(key=lambda g: (g.loads[0].th.hour, g.name, g.attempt))
+    return LoadPlan(tuple(groups), tuple(waiting), tuple(given_up))

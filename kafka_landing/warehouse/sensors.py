@@ -1,6 +1,9 @@
 """The done-file sensor: every done file gets loaded, once per content, whatever
 its mtime, and a failed load is asked for again, at a cost per tick that does
-not grow with history (see `load_queue` for the queue it reads).
+not grow with history (see `load_queue` for the queue it reads). What is ready
+is loaded in few runs: one per table and run of consecutive hours, not one per
+hour, so a backfill of a day starts a handful of runs (and Spark JVMs), not
+one per (table, hour).
 
 Each tick:
 1. Reconciles up to `RECONCILE_PER_TICK` done files of the configured tables,
@@ -14,16 +17,23 @@ Each tick:
    `MAX_EXAMINED_PER_TICK`), reads each one's done file and
    - skips it with a warning if its contents contradict its path (`done_checks`);
    - clears the marker if the warehouse already loaded that content;
-   - otherwise asks the instance for the runs of that content's run keys
-     (`load_queue.decide`): none -> request a load (run key `<done file>@<hash>`);
-     one in flight -> wait; all finished and still not loaded -> request attempt
-     n+1 (`...#attempt<n+1>`), up to `MAX_ATTEMPTS`; then warn on every tick,
-     naming the done file and the runs, until the hour loads (materialise it
-     from the UI once the cause is fixed) or is re-landed.
-At most `MAX_REQUESTS_PER_TICK` loads are requested per tick. A duplicate tick
-requests the same run keys (Dagster launches each once); a restarted sensor
-(no cursor) requests nothing the warehouse has loaded; a re-landed hour (new
-content, new marker) requests a reload.
+   - otherwise it is a load to make (`<done file>@<hash>`, a "member").
+3. Asks the instance for the runs that covered those members (their member tags,
+   one query per hour of the week; run keys of earlier versions) and plans
+   (`load_queue.plan_loads`): a member with a run in flight waits; one whose
+   `MAX_ATTEMPTS` runs all finished without loading it is warned about on every
+   tick, naming the done file and the runs, until it loads (materialise it from
+   the UI once the cause is fixed) or is re-landed; the others are ready, and
+   each table's consecutive ready hours at the same attempt become one run (a
+   partition range of at most `MAX_HOURS_PER_RUN` hours; a last attempt alone).
+At most `MAX_REQUESTS_PER_TICK` runs are requested per tick. Each run carries
+`kafka_landing/redo_done_hours=true`, so it loads every hour of its range even
+when the instance holds no newer upstream materialisation (done files written by
+another tool), and `kafka_landing/spark=true` only if the backend uses Spark
+(the Parquet one; BigQuery runs need no Spark slot). A duplicate tick requests
+the same run keys (Dagster launches each once); a restarted sensor (no cursor)
+requests nothing the warehouse has loaded; a re-landed hour (new content, new
+marker) requests a reload of that hour.
 """
 
 import json
@@ -40,35 +50,39 @@ from dagster import (
     sensor,
 )
 
-from kafka_landing.hours import FIRST_HOUR_ENV, hourly
+from kafka_landing.hours import FIRST_HOUR_ENV, REDO_DONE_HOURS_TAG, hourly
 from kafka_landing.naming import hour_from_tag, hour_key
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.done_checks import done_file_problems
 from kafka_landing.warehouse.load_queue import (
     MAX_ATTEMPTS,
+    RUN_KEY_TAG,
+    LoadGroup,
+    PendingLoad,
     ScanPosition,
+    SeenRun,
     attempt_keys,
     clear_pending,
     content_sha,
-    decide,
+    covering_runs,
     list_pending,
     listed_tables,
     marker_sha,
+    plan_loads,
     reconcile,
-    run_key,
 )
 from kafka_landing.warehouse.resources import WarehouseResource
 
 SENSOR_NAME = "done_file_sensor"
-RUN_KEY_TAG = "dagster/run_key"
-MAX_REQUESTS_PER_TICK = 200
+MAX_REQUESTS_PER_TICK = 200  # runs (each covers up to MAX_HOURS_PER_RUN hours)
 MAX_EXAMINED_PER_TICK = 2000
 RECONCILE_PER_TICK = 10_000
 _QUERY_CHUNK = 300
-
-
-def done_run_key(rel: str, content: bytes) -> str:
-    return run_key(rel, content_sha(content))
+SPARK_TAG = "kafka_landing/spark"  # dagster.yaml caps how many runs with it run at once
+SPARK_BACKENDS = frozenset({"parquet"})  # backends whose loads start Spark
+# Dagster's tags for a single-run partition range (RunRequest has no partition range argument in 1.13).
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
 def _position(cursor: str | None) -> ScanPosition:
@@ -79,16 +93,32 @@ def _position(cursor: str | None) -> ScanPosition:
         return ScanPosition()  # an older cursor (newest mtime): start a reconciliation pass
 
 
-def _runs_by_key(instance, keys: list[str]) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """Statuses and run ids of the runs carrying each run key, in a few queries."""
-    statuses, ids = {}, {}
-    it = iter(keys)
-    while chunk := list(islice(it, _QUERY_CHUNK)):
-        for run in instance.get_runs(filters=RunsFilter(tags={RUN_KEY_TAG: chunk})):
-            k = run.tags.get(RUN_KEY_TAG)
-            statuses.setdefault(k, []).append(run.status.value)
-            ids.setdefault(k, []).append(run.run_id)
-    return statuses, ids
+def _seen_runs(instance, loads: list[PendingLoad]) -> list[SeenRun]:
+    """Every run that covered one of `loads`, in a few indexed queries: by member tag, one
+    query per hour of the week among them; by run key, for runs of earlier versions."""
+    by_tag: dict[str, list[str]] = {}
+    for ld in loads:
+        k, v = ld.tag
+        by_tag.setdefault(k, []).append(v)
+    queries = [(RUN_KEY_TAG, [k for ld in loads for k in attempt_keys(ld.th.done_file, ld.sha)]),
+               *sorted(by_tag.items())]
+    runs: dict[str, SeenRun] = {}
+    for tag, values in queries:
+        it = iter(values)
+        while chunk := list(islice(it, _QUERY_CHUNK)):
+            for run in instance.get_runs(filters=RunsFilter(tags={tag: chunk})):
+                runs[run.run_id] = SeenRun(run.run_id, run.status.value, dict(run.tags))
+    return list(runs.values())
+
+
+def load_run_request(group: LoadGroup, key: AssetKey, spark: bool) -> RunRequest:
+    """One run loading every hour of `group`: its partition, or a single-run partition range."""
+    first, last = (hour_key(hour_from_tag(h)) for h in (group.hours[0], group.hours[-1]))
+    tags = {**group.tags(), REDO_DONE_HOURS_TAG: "true", **({SPARK_TAG: "true"} if spark else {})}
+    if first == last:
+        return RunRequest(run_key=group.run_key, partition_key=first, asset_selection=[key], tags=tags)
+    return RunRequest(run_key=group.run_key, asset_selection=[key],
+                      tags={**tags, RANGE_START_TAG: first, RANGE_END_TAG: last})
 
 
 def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey]):
@@ -97,7 +127,8 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey]):
         asset_selection=list(tables.values()),
         minimum_interval_seconds=30,
         default_status=DefaultSensorStatus.RUNNING,
-        description="Loads a warehouse hour when its done file appears or changes, and retries failed loads.",
+        description="Loads warehouse hours when their done files appear or change (a table's consecutive hours "
+                    "in one run), and retries failed loads.",
     )
     def done_file_sensor(context: SensorEvaluationContext, landing: LandingResource, warehouse: WarehouseResource):
         store = landing.store()
@@ -115,7 +146,7 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey]):
                      f"{marked[0].done_file}: marked")
         cursor = json.dumps({"v": 2, "scan": {"table": position.table, "after": position.after}})
 
-        candidates, invalid, examined = [], 0, 0
+        loads, invalid, examined = [], 0, 0
         for th in list_pending(store):
             if (th.dataset, th.table) not in tables:
                 continue
@@ -141,40 +172,47 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey]):
             if backend.loaded_sha(th.dataset, th.table, th.hour) == sha:
                 clear_pending(store, th.done_file, marker_sha(store, th))  # loaded; the marker outlived it
                 continue
-            candidates.append((th, sha))
-
-        statuses, run_ids = _runs_by_key(
-            context.instance, [k for th, sha in candidates for k in attempt_keys(th.done_file, sha)])
-        requests, waiting, gave_up = [], 0, 0
-        for th, sha in candidates:
-            d = decide(th.done_file, sha, statuses)
-            if d.action == "wait":
-                waiting += 1
-            elif d.action == "give_up":
-                gave_up += 1
-                runs = [r for k in attempt_keys(th.done_file, sha) for r in run_ids.get(k, [])]
-                log.warning(
-                    f"load of {th.done_file} (content {sha[:16]}) into {th.name} hour {th.hour} finished "
-                    f"{MAX_ATTEMPTS} times without loading it (runs {runs}); not requested again. Fix the cause "
-                    f"(see those runs) and materialise {tables[(th.dataset, th.table)].to_user_string()} for "
-                    f"{hour_key(hour_from_tag(th.hour))}, or re-land the hour: either clears this.")
-            elif not hourly.has_partition_key(partition := hour_key(hour_from_tag(th.hour))):
+            if not hourly.has_partition_key(partition := hour_key(hour_from_tag(th.hour))):
                 log.warning(f"not loading {th.done_file}: hour {partition} is not a partition of "
                             f"{tables[(th.dataset, th.table)].to_user_string()} (before the first hour, "
                             f"${FIRST_HOUR_ENV}, or not ended yet)")
-            elif len(requests) < MAX_REQUESTS_PER_TICK:
-                requests.append(RunRequest(
-                    run_key=d.run_key,
-                    partition_key=partition,
-                    asset_selection=[tables[(th.dataset, th.table)]],
-                    tags={"kafka_landing/spark": "true", "kafka_landing/table": th.name,
-                          "kafka_landing/done_file": th.done_file, "kafka_landing/done_sha256": sha,
-                          "kafka_landing/load_attempt": str(d.attempt)},
-                ))
+                continue
+            loads.append(PendingLoad(th, sha))
+
+        plan = plan_loads(loads, covering_runs(loads, _seen_runs(context.instance, loads)))
+        for ld, runs in plan.given_up:
+            th = ld.th
+            log.warning(
+                f"load of {th.done_file} (content {ld.sha[:16]}) into {th.name} hour {th.hour} finished "
+                f"{MAX_ATTEMPTS} times without loading it (runs {[r.run_id for r in runs]}); not requested again. "
+                f"Fix the cause (see those runs) and materialise {tables[(th.dataset, th.table)].to_user_string()} "
+                f"for {hour_key(hour_from_tag(th.hour))}, or re-land the hour: either clears this.")
+        spark = backend.kind in SPARK_BACKENDS
+        requests = [load_run_request(g, tables[(g.dataset, g.table)], spark)
+                    for g in plan.groups[:MAX_REQUESTS_PER_TICK]]
+        if len(plan.groups) > MAX_REQUESTS_PER_TICK:
+            log.info(f"{len(plan.groups)} load runs ready, {MAX_REQUESTS_PER_TICK} requested (oldest hours first); "
+                     "the rest on later ticks")
         if requests:
             return SensorResult(run_requests=requests, cursor=cursor)
         return SensorResult(cursor=cursor, skip_reason=SkipReason(
-            f"nothing to request: {waiting} load(s) in flight, {gave_up} given up after {MAX_ATTEMPTS} attempts, "
-            f"{invalid} done file(s) contradicting their path; {scanned} done files reconciled"))
+            f"nothing to request: {len(plan.waiting)} load(s) in flight, {len(plan.given_up)} given up after "
+            f"{MAX_ATTEMPTS} attempts, {invalid} done file(s) contradicting their path; {scanned} done files "
+            "reconciled"))
 
     return done_file_sensor
+
+
+def run_load_request(defs, request: RunRequest, instance, resources: dict | None = None, raise_on_error: bool = True):
+    """Run one of this sensor's requests in this process, as the daemon would launch it: the
+    table's asset and conservation check, its hour or hour range, its tags, run key and sensor
+    name (so the next tick sees the run). For tests, the demo and the benchmark."""
+    from dagster import materialize
+
+    from kafka_landing.definitions import build_resources
+    from kafka_landing.warehouse.assets import load_run_defs
+
+    return materialize(load_run_defs(defs, request.asset_selection), partition_key=request.partition_key,
+                       resources=resources if resources is not None else build_resources(), instance=instance,
+                       raise_on_error=raise_on_error,
+                       tags={**request.tags, RUN_KEY_TAG: request.run_key, "dagster/sensor_name": SENSOR_NAME})

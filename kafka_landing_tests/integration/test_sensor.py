@@ -1,5 +1,5 @@
 """The done-file sensor on a real Dagster instance, with real loads (Spark): no done
-file is missed whatever its mtime, failed loads are asked for again (boundedly
+file is missed whatever its mtime, consecutive ready hours load in one run, failed loads are asked for again (boundedly
 and visibly), duplicate and restarted ticks request nothing twice, a re-land
 during a load stays pending, done files contradicting their path are never
 requested, and a tick over a year of hours of 20 tables stays cheap."""
@@ -30,7 +30,7 @@ from kafka_landing.naming import (
 )
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.load import load_done_file
-from kafka_landing.warehouse.sensors import SENSOR_NAME
+from kafka_landing.warehouse.sensors import SENSOR_NAME, run_load_request
 from kafka_landing_tests.conftest import utcnow
 
 TOPIC, DATASET, TABLE = "sensor.events", "sx", "events"
@@ -142,12 +142,27 @@ def tick(defs, instance, cursor=None, log: logging.Handler | None = None):
 
 
 def run(defs, instance, req):
-    """Run a request as the daemon would: the table's asset and its conservation check, tagged with the run key."""
-    from kafka_landing.warehouse.assets import load_run_defs
+    """Run a request as the daemon would: the table's asset and its conservation check, its hour or
+    hour range, tagged with the run key."""
+    return run_load_request(defs, req, instance, raise_on_error=False)
 
-    return materialize(load_run_defs(defs, req.asset_selection), partition_key=req.partition_key,
-                       resources=build_resources(), instance=instance, raise_on_error=False,
-                       tags={**req.tags, "dagster/run_key": req.run_key, "dagster/sensor_name": SENSOR_NAME})
+
+def hours_of(req) -> list[str]:
+    """The hours (partition keys) a load request covers: its partition, or its partition range."""
+    from kafka_landing.hours import hourly
+
+    if req.partition_key:
+        return [req.partition_key]
+    return hourly.get_partition_keys_in_range(req.partition_key_range)
+
+
+def members_of(tags) -> set[str]:
+    """The done files a load request (or run) covers, from its member tags."""
+    from kafka_landing.warehouse.load_queue import MEMBER_TAG_PREFIX
+
+    dataset, table = tags["kafka_landing/table"].split(".")
+    return {f"tables/{dataset}/{table}/hour={v.split('@')[0]}/_DONE.json"
+            for k, v in tags.items() if k.startswith(MEMBER_TAG_PREFIX)}
 
 
 def failure_message(result) -> str:
@@ -251,7 +266,7 @@ def test_duplicate_and_restarted_ticks_request_nothing_twice_and_a_reland_reques
     for i, h in enumerate(hours):
         publish(landing, h, done_body(h, [avro_file(landing, h, 10 * i, 3)]))
     first = tick(defs, instance)
-    assert sorted(r.partition_key for r in first.run_requests) == [hour_key(h) for h in hours]
+    assert [hours_of(r) for r in first.run_requests] == [[hour_key(h) for h in hours]], "consecutive hours: one run"
     # A duplicate tick before the runs exist asks for the same run keys: Dagster launches each once.
     assert keys(tick(defs, instance, cursor=first.cursor)) == keys(first)
     for req in first.run_requests:
@@ -391,8 +406,9 @@ def test_a_tick_over_a_year_of_hours_of_20_tables_stays_cheap(roots, instance, f
         result = tick(defs, instance, cursor)
         elapsed = time.monotonic() - started
         assert elapsed < 5, f"tick {i} took {elapsed:.1f} s over 8,760 hours x 20 tables"
-        requested = {r.tags["kafka_landing/done_file"] for r in result.run_requests}
-        assert requested == pending, "exactly the loads not done, none of the 175,100 loaded hours"
+        requested = [members_of(r.tags) for r in result.run_requests]
+        assert set().union(*requested) == pending, "exactly the loads not done, none of the 175,100 loaded hours"
+        assert len(requested) == 20 and all(len(m) == 5 for m in requested), "one run per table for its 5 hours"
         assert json.loads(result.cursor)["scan"] != json.loads(cursor or '{"scan": {}}')["scan"], \
             "the reconciliation moves on"
         cursor = result.cursor

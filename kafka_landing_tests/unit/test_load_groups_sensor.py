@@ -1,0 +1,92 @@
+"""The done-file sensor's grouped requests as Dagster itself resolves them (the path the
+sensor daemon takes, no stack needed): a range request targets the table's asset with a
+single-run partition range, a lone hour its partition, and the per-tick cap counts runs."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+import yaml
+from dagster import DagsterInstance, build_sensor_context
+
+from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag
+from kafka_landing.store.local import LocalStore
+from kafka_landing.warehouse.load_queue import MEMBER_TAG_PREFIX, mark_pending
+
+DATASET, TABLE = "ux", "events"
+
+
+@pytest.fixture
+def landing(tmp_path, monkeypatch):
+    (tmp_path / "topics.yaml").write_text(yaml.safe_dump(
+        {"defaults": {"grace_minutes": 5}, "topics": {"unit.events": {"dataset": DATASET, "table": TABLE}}}))
+    monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(tmp_path / "topics.yaml"))
+    monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")
+    return LocalStore(tmp_path / "landing")
+
+
+def publish(store: LocalStore, hour: datetime) -> str:
+    """A done file with no rows (the sensor reads only done files) and its pending marker."""
+    rel = f"tables/{DATASET}/{TABLE}/hour={hour_tag(hour)}/_DONE.json"
+    body = json.dumps({
+        "topic": "unit.events", "dataset": DATASET, "table": TABLE, "hour": hour_tag(hour), "rows": 0,
+        "schema_ids": [], "files": [], "dead_letters": {"rows": 0, "by_reason": {}, "files": []},
+        "slice": {"manifest": f"slices/unit.events/hour={hour_tag(hour)}.json", "records": 0, "partitions": []},
+        "topic_records_read": 0, "offset_gaps": 0, "attempt": "a1", "landed_at": "2026-01-01T00:00:00+00:00",
+        "version": 1}).encode()
+    store.write_atomic(rel, body)
+    mark_pending(store, rel, body)
+    return rel
+
+
+def evaluate(defs):
+    """One tick as the daemon evaluates it: run requests resolved against the definitions."""
+    from kafka_landing.definitions import build_resources
+    from kafka_landing.warehouse.sensors import SENSOR_NAME
+
+    res = build_resources()
+    with DagsterInstance.ephemeral() as instance, build_sensor_context(
+            instance=instance, definitions=defs, resources={"landing": res["landing"], "warehouse": res["warehouse"]}
+    ) as ctx:
+        return defs.resolve_sensor_def(SENSOR_NAME).evaluate_tick(ctx).run_requests
+
+
+def test_consecutive_hours_resolve_to_one_range_run_and_a_lone_hour_to_its_partition(landing):
+    from kafka_landing.definitions import build_definitions
+
+    now = floor_hour(datetime.now(timezone.utc))
+    hours = [now - ONE_HOUR * i for i in (9, 8, 7, 5)]  # 9-7 consecutive, 5 alone
+    for h in hours:
+        publish(landing, h)
+    ranged, alone = evaluate(build_definitions())
+    assert ranged.job_name == alone.job_name == "__ASSET_JOB"
+    assert [k.path for k in ranged.asset_selection] == [["warehouse", DATASET, TABLE]]
+    assert ranged.partition_key is None
+    assert (ranged.tags["dagster/asset_partition_range_start"], ranged.tags["dagster/asset_partition_range_end"]) == (
+        hour_key(hours[0]), hour_key(hours[2]))
+    assert sorted(v.split("@")[0] for k, v in ranged.tags.items() if k.startswith(MEMBER_TAG_PREFIX)) == [
+        hour_tag(h) for h in hours[:3]]
+    assert alone.partition_key == hour_key(hours[3]) and alone.tags["dagster/partition"] == hour_key(hours[3])
+    for req in (ranged, alone):
+        assert req.tags["kafka_landing/redo_done_hours"] == "true"
+        assert req.tags["kafka_landing/spark"] == "true" and req.tags["kafka_landing/table"] == f"{DATASET}.{TABLE}"
+
+
+def test_the_cap_per_tick_counts_runs_not_hours(landing, monkeypatch):
+    from kafka_landing.definitions import build_definitions
+    from kafka_landing.warehouse import sensors
+
+    monkeypatch.setattr(sensors, "MAX_REQUESTS_PER_TICK", 2)
+    now = floor_hour(datetime.now(timezone.utc))
+    for start in (30, 20, 10):  # three runs of five consecutive hours
+        for i in range(5):
+            publish(landing, now - ONE_HOUR * (start - i))
+    requests = evaluate(build_definitions())
+    assert len(requests) == 2, "two runs, the oldest first"
+    assert [r.tags["dagster/asset_partition_range_start"] for r in requests] == [
+        hour_key(now - ONE_HOUR * 30), hour_key(now - ONE_HOUR * 20)]
+    assert all(sum(k.startswith(MEMBER_TAG_PREFIX) for k in r.tags) == 5 for r in requests)
