@@ -12,15 +12,8 @@ from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from kafka_landing.kafka_slices.plan import HourTask, read_segments
-
-_TASKS = StructType([
-    StructField("_kl_hour", StringType(), False), StructField("_kl_hour_ix", IntegerType(), False),
-    StructField("_t_part", LongType(), False),
-    StructField("_kl_chunk", LongType(), False), StructField("_t_end", LongType(), False),
-])
 
 
 def _read_one(spark: SparkSession, kafka_options: dict, topic: str, ranges: dict[int, tuple[int, int]]) -> DataFrame:
@@ -46,7 +39,12 @@ def read_hours(spark: SparkSession, kafka_options: dict, topic: str, tasks: list
     segments = read_segments(tasks, spark.sparkContext.defaultParallelism)
     raw = reduce(DataFrame.unionByName, [_read_one(spark, kafka_options, topic, s) for s in segments])
     ix = {h: i for i, h in enumerate(sorted({t.hour for t in tasks}))}
-    bounds = spark.createDataFrame([(t.hour, ix[t.hour], t.partition, t.start, t.end) for t in tasks], _TASKS)
+    # A literal table built in the JVM: createDataFrame from Python rows would start a Python worker.
+    bounds = spark.range(1).select(F.inline(F.array(*[
+        F.struct(F.lit(t.hour).alias("_kl_hour"), F.lit(ix[t.hour]).alias("_kl_hour_ix"),
+                 F.lit(t.partition).cast("long").alias("_t_part"), F.lit(t.start).cast("long").alias("_kl_chunk"),
+                 F.lit(t.end).cast("long").alias("_t_end"))
+        for t in tasks])))
     claimed = ((raw["partition"] == bounds["_t_part"]) & (raw["offset"] >= bounds["_kl_chunk"])
                & (raw["offset"] < bounds["_t_end"]))
     return raw.join(F.broadcast(bounds), claimed, "left").drop("_t_part", "_t_end")
