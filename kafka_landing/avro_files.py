@@ -54,17 +54,19 @@ def count_records(path: str) -> int:
 def count_records_in(f: BinaryIO, name: str) -> int:
     """`count_records` of an open, seekable binary file (a bucket object read in ranges):
     a store whose files are not local paths counts them without a local copy."""
-    sync = _skip_header(f)
-    total = 0
-    while (count := _read_long(f)) is not None:
+    return sum(count for _start, _end, count in _blocks(f, name, _skip_header(f)))
+
+
+def _blocks(f: BinaryIO, name: str, sync: bytes):
+    """(start, end, records) of each block after the header, read from its header alone."""
+    while (start := f.tell(), count := _read_long(f))[1] is not None:
         size = _read_long(f)
         if size is None or count < 0 or size < 0:
             raise AvroFileError(f"{name}: corrupt block header")
         f.seek(size, 1)
         if f.read(SYNC_SIZE) != sync:
             raise AvroFileError(f"{name}: truncated or corrupt block")
-        total += count
-    return total
+        yield start, f.tell(), count
 
 
 def offset_range_in(f: BinaryIO, name: str, field: str = "_kafka_offset") -> tuple[int, int | None, int | None]:
@@ -75,20 +77,15 @@ def offset_range_in(f: BinaryIO, name: str, field: str = "_kafka_offset") -> tup
 
     import fastavro
 
-    header_size = (f.seek(0), _skip_header(f), f.tell())[2]
-    sync = (f.seek(header_size - SYNC_SIZE), f.read(SYNC_SIZE))[1]
+    f.seek(0)
+    sync = _skip_header(f)
+    header_size = f.tell()
     total, first, last = 0, None, None
-    while (start := f.tell(), count := _read_long(f))[1] is not None:
-        size = _read_long(f)
-        if size is None or count < 0 or size < 0:
-            raise AvroFileError(f"{name}: corrupt block header")
-        f.seek(size, 1)
-        if f.read(SYNC_SIZE) != sync:
-            raise AvroFileError(f"{name}: truncated or corrupt block")
+    for start, end, count in _blocks(f, name, sync):
         total += count
         if count:
-            first = first if first is not None else (start, f.tell())
-            last = (start, f.tell())
+            first = first if first is not None else (start, end)
+            last = (start, end)
     if first is None:
         return total, None, None
 
