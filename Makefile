@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 export DAGSTER_HOME := $(CURDIR)/.local/dagster_home
 
-.PHONY: setup jvm stack-up stack-down stack-status demo demo-reset test bench clean
+.PHONY: setup jvm stack-up stack-down stack-status demo demo-reset test bench bench-quick clean
 
 setup: .venv/.installed .jvm/.fetched $(DAGSTER_HOME)/dagster.yaml
 
@@ -61,6 +61,10 @@ test: stack-up
 
 bench: stack-up
 	$(PY) -m kafka_landing.bench $(BENCH_ARGS)
+
+# A smoke run of the benchmark: every section at small sizes, a few minutes; timings indicative only.
+bench-quick: stack-up
+	$(PY) -m kafka_landing.bench --quick $(BENCH_ARGS)
 
 clean: stack-down
 	rm -rf .venv .jvm .local

@@ -1,99 +1,254 @@
-"""`make bench`: landing throughput and memory, side by side with the alternatives.
+"""`make bench`: what landing costs at sizes where throughput, not start-up, dominates,
+side by side with the alternatives, and whether the goals of issue 10 are met.
 
-One run, one broker, the same data for every contender:
+One run, one broker, the same frozen slices for every contender:
 
-  kafka_landing   slices + landing through Dagster, a range of hours in one run
+  kafka_landing   slices + landing through Dagster (the land_hourly job), a range of hours in one run
   spark_by_hand   the same reads, decoding and Avro writes as a plain Spark job
   python_valve    one Python process: confluent-kafka + fastavro, row by row
   librdkafka_raw  reading the same offsets without decoding: the physical limit
 
-Each contender runs in its own process; its peak memory is the RSS of its whole
-process tree (the JVM included), sampled every 100 ms. Every contender must
-land exactly the records the slices hold, so a fast wrong answer cannot win.
+and, for kafka_landing alone: the process start (imports and definitions, no run), an
+empty hour, a day of a topic routed into three tables landed in one run and in one run
+per hour, and the Parquet warehouse loading every table of that day in one run against
+loading one hour.
 
-    python -m kafka_landing.bench [--messages 40000] [--hours 4] [--out bench/results]
+Every measurement is a fresh process; its peak memory is the RSS of its whole process
+tree (the JVM included), sampled every 100 ms. Every contender must land exactly the
+records the frozen slices hold, or the benchmark fails: a fast wrong answer cannot win.
+The report (`bench.md`, `bench.json` under --out) has one table per section and ends
+with the issue's goals, each evaluated from the numbers measured in this run.
+
+    python -m kafka_landing.bench [--messages 300000] [--hours 4] [--day-hours 24] [--out bench/results]
+    python -m kafka_landing.bench --quick      # a smoke run: small sizes, a few minutes
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import platform
-import random
+import shutil
+import signal
+import struct
 import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SMALL = {"type": "record", "name": "Click", "namespace": "bench", "fields": [
+PARTITIONS = 4
+MESSAGES = 300_000  # the 1x cases; the 4x case is four times as many (1.2M)
+# The smoke run: every section, at sizes where start-up is nearly everything (no large case).
+QUICK = {"messages": 20_000, "hours": 2, "day_hours": 6, "cases": (("small", 1), ("small", 4))}
+CASES = (("small", 1), ("large", 1), ("small", 4))
+SAMPLE_S = 0.1
+# Set to 1 (the test that proves a wrong count fails the benchmark), librdkafka_raw
+# reads one record less than its slices hold.
+SHORT_READ_ENV = "KAFKA_LANDING_BENCH_RAW_READS_ONE_LESS"
+SECTIONS = ("Setup", "Summary", "Producing the data", "Landing throughput", "Fixed cost", "Backfill",
+            "Warehouse load", "Memory", "Goals")
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# --- data ---------------------------------------------------------------------------
+
+_SMALL_FIELDS = [
     {"name": "id", "type": "long"}, {"name": "user", "type": "string"}, {"name": "url", "type": "string"},
     {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}}, {"name": "score", "type": "double"},
-]}
-LARGE = {"type": "record", "name": "Order", "namespace": "bench", "fields": [
-    {"name": "id", "type": "long"}, {"name": "customer", "type": {"type": "record", "name": "Customer", "fields": [
-        {"name": "name", "type": "string"}, {"name": "email", "type": "string"}, {"name": "address", "type": "string"}]}},
-    {"name": "items", "type": {"type": "array", "items": {"type": "record", "name": "Item", "fields": [
-        {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}, {"name": "price", "type": "double"},
-        {"name": "note", "type": "string"}]}}},
-    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-]}
-PARTITIONS = 4
+]
+SCHEMAS = {
+    "small": {"type": "record", "name": "Click", "namespace": "bench", "fields": _SMALL_FIELDS},
+    # The day topic: small records with a `type` that routes them into three tables.
+    "event": {"type": "record", "name": "Event", "namespace": "bench",
+              "fields": [*_SMALL_FIELDS, {"name": "type", "type": "string"}]},
+    "large": {"type": "record", "name": "Order", "namespace": "bench", "fields": [
+        {"name": "id", "type": "long"}, {"name": "customer", "type": {"type": "record", "name": "Customer", "fields": [
+            {"name": "name", "type": "string"}, {"name": "email", "type": "string"},
+            {"name": "address", "type": "string"}]}},
+        {"name": "items", "type": {"type": "array", "items": {"type": "record", "name": "Item", "fields": [
+            {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}, {"name": "price", "type": "double"},
+            {"name": "note", "type": "string"}]}}},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ]},
+}
+EVENT_TYPES = ("page_view", "click", "purchase", "search")
+DAY_ROUTE = {"field": "type", "tables": {"page_view": "day_page_views", "click": "day_clicks"}, "default": "day_other"}
+N_SHAPES = 16
+_ITEMS = 5
 
 
-# --- data -----------------------------------------------------------------------
+def _long(v: int) -> bytes:
+    """Avro long: zigzag varint."""
+    z = (v << 1) ^ (v >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append(z & 0x7F | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
 
-def _record(kind: str, i: int, rng: random.Random, ts: int) -> dict:
-    if kind == "small":
-        return {"id": i, "user": f"user-{rng.randrange(10**6):06d}", "url": "https://shop.example/p/" + "x" * rng.randrange(60, 110),
-                "ts": ts, "score": rng.random()}
-    return {"id": i, "ts": ts, "customer": {"name": "Customer %d" % rng.randrange(10**5), "email": "someone@example.com",
-                                           "address": "Street " + "y" * 60},
-            "items": [{"sku": f"SKU-{rng.randrange(10**4)}", "qty": rng.randrange(1, 9), "price": rng.random() * 100,
-                       "note": "n" * rng.randrange(80, 120)} for _ in range(5)]}
+
+def _string(s: str) -> bytes:
+    b = s.encode()
+    return _long(len(b)) + b
 
 
-def produce_bench_topic(bootstrap: str, registry_url: str, topic: str, kind: str, hours: list[datetime], per_hour: int) -> int:
+def _double(x: float) -> bytes:
+    return struct.pack("<d", x)
+
+
+_ENCODE = {"long": _long, "string": _string, "double": _double}
+_HOLES = {"small": ("long", "string", "long", "double"), "event": ("long", "string", "long", "double"),
+          "large": ("long", "string", *(("string", "double") * _ITEMS), "long")}
+
+
+def _unit(n: int) -> float:
+    """A value in [0, 1) that differs from record to record, without a random generator."""
+    return ((n * 2654435761) % 4294967296) / 4294967296
+
+
+def _hole_values(kind: str, n: int, ts: int) -> list:
+    """The values that differ between records of one shape, in the order of `_HOLES[kind]`."""
+    if kind in ("small", "event"):
+        return [n, f"user-{n * 7919 % 1_000_000:06d}", ts, _unit(n)]
+    items = []
+    for k in range(_ITEMS):
+        items += [f"SKU-{(n * 7 + k * 13) % 10_000:04d}", round(_unit(n + k) * 100, 2)]
+    return [n, f"Customer {n * 31 % 100_000}", *items, ts]
+
+
+def _shape_record(kind: str, shape: int, v: list) -> dict:
+    """The record of shape `shape` holding the values `v`."""
+    if kind in ("small", "event"):
+        rec = {"id": v[0], "user": v[1], "url": "https://shop.example/p/" + "x" * (60 + shape * 7 % 50),
+               "ts": v[2], "score": v[3]}
+        if kind == "event":
+            rec["type"] = EVENT_TYPES[shape % len(EVENT_TYPES)]
+        return rec
+    return {"id": v[0], "ts": v[-1],
+            "customer": {"name": v[1], "email": "someone@example.com", "address": "Street " + "y" * (40 + shape * 3)},
+            "items": [{"sku": v[2 + 2 * k], "qty": 1 + (shape + k) % 8, "price": v[3 + 2 * k],
+                       "note": "n" * (130 + (shape * 5 + k * 11) % 40)} for k in range(_ITEMS)]}
+
+
+def _shape_of(n: int) -> int:
+    return (n * 2654435761 >> 7) % N_SHAPES
+
+
+class RecordMaker:
+    """Confluent-framed Avro values at producer speed. Each record shape is encoded once
+    by fastavro, with a sentinel wherever a value differs between records; a value is
+    then the shape's constant pieces joined with that record's own values' encodings,
+    the same bytes fastavro writes for the whole record (a unit test holds it to that)."""
+
+    def __init__(self, kind: str, schema_id: int):
+        import fastavro
+
+        from kafka_landing.avro_landing.framing import frame
+
+        self.kind = kind
+        self.schema_id = schema_id
+        parsed = fastavro.parse_schema(SCHEMAS[kind])
+        types = _HOLES[kind]
+        self._encoders = [_ENCODE[t] for t in types]
+        sentinels = [_sentinel(t, j) for j, t in enumerate(types)]
+        self._pieces: list[list[bytes]] = []
+        for shape in range(N_SHAPES):
+            value = frame(schema_id, fastavro_encode(parsed, _shape_record(kind, shape, sentinels)))
+            found = []
+            for j, (t, s) in enumerate(zip(types, sentinels)):
+                enc = _ENCODE[t](s)
+                if value.count(enc) != 1:
+                    raise AssertionError(f"{kind} shape {shape}: sentinel of value {j} occurs {value.count(enc)} times")
+                found.append((value.index(enc), len(enc)))
+            pieces, at = [], 0
+            for pos, size in found:  # in hole order, which is the schema's field order
+                if pos < at:
+                    raise AssertionError(f"{kind} shape {shape}: values out of schema order")
+                pieces.append(value[at:pos])
+                at = pos + size
+            pieces.append(value[at:])
+            self._pieces.append(pieces)
+
+    def record(self, n: int, ts: int) -> dict:
+        """Record `n` as a dict (for checking the fast path against fastavro)."""
+        return _shape_record(self.kind, _shape_of(n), _hole_values(self.kind, n, ts))
+
+    def value(self, n: int, ts: int) -> bytes:
+        pieces = self._pieces[_shape_of(n)]
+        out = [pieces[0]]
+        for enc, v, piece in zip(self._encoders, _hole_values(self.kind, n, ts), pieces[1:]):
+            out.append(enc(v))
+            out.append(piece)
+        return b"".join(out)
+
+
+def _sentinel(avro_type: str, j: int):
+    if avro_type == "long":
+        return 0x3C3C3C3C3C00 + j
+    if avro_type == "string":
+        return f"\x02<value {j:02d}>\x02"
+    return struct.unpack("<d", bytes([0x3C] * 6 + [j, 0x3C]))[0]
+
+
+def fastavro_encode(parsed, record: dict) -> bytes:
+    import io
+
     import fastavro
+
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, parsed, record)
+    return buf.getvalue()
+
+
+def produce_bench_topic(bootstrap: str, registry_url: str, topic: str, kind: str, hours: list[datetime],
+                        per_hour: int) -> dict:
+    """`per_hour` records in each hour, timestamps spread evenly; round robin over the partitions."""
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from kafka_landing.avro_landing.framing import frame
     from kafka_landing.demo.generate import ensure_topics, register
 
+    t0 = time.monotonic()
     ensure_topics(bootstrap, {topic: PARTITIONS}, config={"retention.ms": "-1"})
-    schema = SMALL if kind == "small" else LARGE
-    sid = register(SchemaRegistryClient({"url": registry_url}), f"{topic}-value", schema)
-    parsed = fastavro.parse_schema(schema)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                         "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
-    rng, size, n = random.Random(1), 0, 0
+    maker = RecordMaker(kind, register(SchemaRegistryClient({"url": registry_url}), f"{topic}-value", SCHEMAS[kind]))
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100, "batch.size": 4_000_000,
+                         "batch.num.messages": 100_000, "compression.type": "lz4",
+                         "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 1_048_576})
+    produce, value_of = producer.produce, maker.value
+    size, n = 0, 0
     for hour in hours:
         base = int(hour.timestamp() * 1000)
         for i in range(per_hour):
             ts = base + (i * 3_600_000) // per_hour
-            buf = io.BytesIO()
-            fastavro.schemaless_writer(buf, parsed, _record(kind, n, rng, ts))
-            value = frame(sid, buf.getvalue())
+            value = value_of(n, ts)
             size += len(value)
-            while True:
-                try:
-                    producer.produce(topic, value=value, key=str(n).encode(), partition=n % PARTITIONS, timestamp=ts)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
+            try:
+                produce(topic, value, b"%d" % n, partition=n % PARTITIONS, timestamp=ts)
+            except BufferError:  # the local queue is full: let librdkafka send, then retry once
+                producer.flush(60)
+                produce(topic, value, b"%d" % n, partition=n % PARTITIONS, timestamp=ts)
             n += 1
-            if n % 10000 == 0:
+            if n % 20_000 == 0:
                 producer.poll(0)
-    producer.flush(120)
-    return size
+    left = producer.flush(300)
+    if left:
+        raise BenchError(f"producing {topic}: {left} messages still unsent after 300 s; is the broker "
+                         f"at {bootstrap} up (make stack-status)?")
+    seconds = time.monotonic() - t0
+    return {"topic": topic, "messages": n, "mb": round(size / 2**20, 2), "seconds": round(seconds, 2),
+            "messages_per_s": round(n / seconds) if seconds else 0}
 
 
-# --- contenders (each runs in its own process) --------------------------------------
+# --- contenders (each runs in its own process: python -m kafka_landing.bench --contender NAME) ------
 
 def _plans(landing_root: str, topic: str, hours: list[str]):
     from kafka_landing.kafka_slices.freeze import frozen_slice
@@ -101,38 +256,131 @@ def _plans(landing_root: str, topic: str, hours: list[str]):
     from kafka_landing.store import open_store
 
     store = open_store(landing_root)
-    return [frozen_slice(store, topic, hour_from_key(h)) for h in hours]
+    plans = [frozen_slice(store, topic, hour_from_key(h)) for h in hours]
+    missing = [h for h, p in zip(hours, plans) if p is None]
+    if missing:
+        raise BenchError(f"{topic}: no frozen slice under {landing_root} for hours {missing}")
+    return plans
 
 
-def contender_kafka_landing(args) -> int:
-    """Through Dagster as a user would: the land_hourly job over a range, one run."""
+def _only_topic(args):
+    """Point the topic config at this contender's topic alone, so a job lands exactly the
+    data being measured; returns that topic's config."""
     import yaml
-    from dagster import DagsterInstance
 
-    # Only this contender's topic: the job then lands exactly the data being measured.
     full = yaml.safe_load(Path(os.environ["KAFKA_LANDING_TOPICS_CONFIG"]).read_text())
-    mine = Path(args.out_dir) / f"topics_{args.topic}.yaml"
+    mine = Path(args.out_dir) / f"topics_{args.topic}_{os.getpid()}.yaml"
     mine.write_text(yaml.safe_dump({**full, "topics": {args.topic: full["topics"][args.topic]}}))
     os.environ["KAFKA_LANDING_TOPICS_CONFIG"] = str(mine)
+    os.environ["KAFKA_LANDING_ROOT"] = args.landing_root
+    from kafka_landing.config import load_config
+
+    return load_config().topic(args.topic)
+
+
+def _partitions(hour_keys: list[str]) -> dict:
+    """Arguments that make a Dagster run cover these hours: one key, or a single-run range."""
+    if len(hour_keys) == 1:
+        return {"partition_key": hour_keys[0]}
+    return {"tags": {"dagster/asset_partition_range_start": hour_keys[0],
+                     "dagster/asset_partition_range_end": hour_keys[-1]}}
+
+
+def _landing_job(args):
+    """What every kafka_landing run needs before it runs: imports, definitions, the job, resources."""
+    cfg = _only_topic(args)
     from kafka_landing.definitions import build_definitions, build_resources
 
-    defs = build_definitions()
-    job = defs.resolve_job_def("land_hourly")
-    with DagsterInstance.ephemeral() as instance:
-        if args.mode == "runs":  # one run per hour, in one process (the Spark session is reused)
-            for h in args.hours:
-                assert job.execute_in_process(instance=instance, resources=build_resources(), partition_key=h).success
-        else:
-            result = job.execute_in_process(instance=instance, resources=build_resources(), tags={
-                "dagster/asset_partition_range_start": args.hours[0], "dagster/asset_partition_range_end": args.hours[-1]})
-            assert result.success
+    return cfg, build_definitions().resolve_job_def("land_hourly"), build_resources()
+
+
+def _landed_rows(args, cfg) -> int:
     from kafka_landing.manifests import DoneFile
     from kafka_landing.naming import done_file_path, hour_from_key
     from kafka_landing.store import open_store
 
     store = open_store(args.landing_root)
-    return sum(DoneFile.from_dict(store.read_json(done_file_path("bench", args.table, hour_from_key(h)))).rows
+    return sum(DoneFile.from_dict(store.read_json(done_file_path(cfg.dataset, t, hour_from_key(h)))).rows
+               for t in cfg.tables for h in args.hours)
+
+
+def contender_startup(args) -> int:
+    """Process start alone: Python, the imports, the definitions and an instance; no run."""
+    from dagster import DagsterInstance
+
+    _landing_job(args)
+    with DagsterInstance.ephemeral():
+        pass
+    return 0
+
+
+def contender_kafka_landing(args) -> int:
+    """Through Dagster as a user would: the land_hourly job over the hours, one run
+    (`--mode runs`: one run per hour, in one process, so the Spark session is reused)."""
+    from dagster import DagsterInstance
+
+    cfg, job, resources = _landing_job(args)
+    with DagsterInstance.ephemeral() as instance:
+        runs = [[h] for h in args.hours] if args.mode == "runs" else [args.hours]
+        for hours in runs:
+            result = job.execute_in_process(instance=instance, resources=resources, raise_on_error=False,
+                                            **_partitions(hours))
+            if not result.success:
+                raise BenchError(f"land_hourly for {args.topic} hours {hours[0]}..{hours[-1]} failed; "
+                                 "its log is above")
+    return _landed_rows(args, cfg)
+
+
+def contender_warehouse(args) -> int:
+    """The warehouse assets of every table of the topic (Parquet), the hours as one run,
+    as a load run requested for those tables would do it; returns the rows now in the tables."""
+    os.environ["KAFKA_LANDING_WAREHOUSE"] = "parquet"
+    os.environ["KAFKA_LANDING_WAREHOUSE_ROOT"] = args.warehouse_root
+    cfg = _only_topic(args)
+    from dagster import DagsterInstance, materialize
+
+    from kafka_landing.definitions import build_definitions, build_resources
+    from kafka_landing.naming import hour_from_key, hour_tag
+    from kafka_landing.store import open_store
+    from kafka_landing.warehouse.assets import load_run_defs, warehouse_key
+
+    defs = build_definitions()
+    resources = build_resources()
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(load_run_defs(defs, [warehouse_key(cfg.dataset, t) for t in cfg.tables]),
+                             instance=instance, resources=resources, raise_on_error=False, **_partitions(args.hours))
+        if not result.success:
+            raise BenchError(f"loading {cfg.tables} hours {args.hours[0]}..{args.hours[-1]} failed; its log is above")
+    backend = resources["warehouse"].backend(open_store(args.landing_root))
+    return sum(backend.hour_rows(cfg.dataset, t, hour_tag(hour_from_key(h))) or 0 for t in cfg.tables
                for h in args.hours)
+
+
+def contender_freeze(args) -> int:
+    """Not measured: freeze every topic's slices once, so all contenders read the same offsets."""
+    from dagster import DagsterInstance, materialize
+
+    from kafka_landing.definitions import build_definitions, build_resources
+    from kafka_landing.kafka_slices.assets import slice_key
+
+    spec = json.loads(args.freeze_spec)  # topic -> hour keys
+    os.environ["KAFKA_LANDING_ROOT"] = args.landing_root
+    defs = build_definitions()
+    resources = build_resources()
+    by_hours: dict[tuple, list[str]] = {}
+    for topic, hours in spec.items():
+        by_hours.setdefault(tuple(hours), []).append(topic)
+    with DagsterInstance.ephemeral() as instance:
+        for hours, topics in by_hours.items():
+            result = materialize([defs.get_assets_def(slice_key(t)) for t in topics], instance=instance,
+                                 resources=resources, raise_on_error=False, **_partitions(list(hours)))
+            if not result.success:
+                raise BenchError(f"freezing the slices of {topics} failed; its log is above")
+    return sum(p.records for topic, hours in spec.items() for p in _slice_parts(args.landing_root, topic, hours))
+
+
+def _slice_parts(landing_root: str, topic: str, hours: list[str]):
+    return [p for plan in _plans(landing_root, topic, hours) for p in plan.partitions]
 
 
 def contender_spark_by_hand(args) -> int:
@@ -161,8 +409,8 @@ def contender_spark_by_hand(args) -> int:
         df = df.withColumn("sid", F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("int"))
         sid = df.select("sid").first()["sid"]
         schema = registry.get_schema(sid).schema_str
-        out = df.select(from_avro(F.expr("substring(value, 6)"), schema).alias("r"), "topic", "partition", "offset", "timestamp", "key") \
-                .select("r.*", "topic", "partition", "offset", "timestamp", "key")
+        out = df.select(from_avro(F.expr("substring(value, 6)"), schema).alias("r"), "topic", "partition", "offset",
+                        "timestamp", "key").select("r.*", "topic", "partition", "offset", "timestamp", "key")
         target = f"{args.out_dir}/spark_by_hand/{args.topic}/{plan.hour}"
         out.write.mode("overwrite").partitionBy("partition").format("avro").save(target)
         total += spark.read.format("avro").load(target).count()
@@ -172,6 +420,8 @@ def contender_spark_by_hand(args) -> int:
 
 def contender_python_valve(args) -> int:
     """One Python process consuming the same offsets and writing Avro row by row."""
+    import io
+
     import fastavro
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -218,16 +468,19 @@ def contender_librdkafka_raw(args) -> int:
 
     consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "fetch.max.bytes": 52428800})
+    short = os.environ.get(SHORT_READ_ENV) == "1"
     total = 0
     for plan in _plans(args.landing_root, args.topic, args.hours):
         for p in plan.partitions:
             if not p.records:
                 continue
+            end = p.end - 1 if short else p.end
+            short = False
             consumer.assign([TopicPartition(args.topic, p.partition, p.start)])
             offset = p.start
-            while offset < p.end:
-                for msg in consumer.consume(min(10000, p.end - offset), timeout=5):
-                    if not msg.error() and msg.offset() < p.end:
+            while offset < end:
+                for msg in consumer.consume(min(10000, end - offset), timeout=5):
+                    if not msg.error() and msg.offset() < end:
                         offset = msg.offset() + 1
                         total += 1
     consumer.close()
@@ -240,12 +493,14 @@ CONTENDERS = {
     "python_valve": contender_python_valve,
     "librdkafka_raw": contender_librdkafka_raw,
 }
+TOOLS = {"startup": contender_startup, "warehouse": contender_warehouse, "freeze": contender_freeze}
 
 
-# --- measuring -------------------------------------------------------------------------
+# --- measuring -----------------------------------------------------------------------------
 
-def _tree_rss(pid: int) -> int:
-    """RSS in bytes of a process and all its descendants."""
+def _process_table() -> tuple[dict[int, list[int]], dict[int, int]]:
+    """Children and RSS (bytes) of every process, from one read of /proc/<pid>/stat each."""
+    page = os.sysconf("SC_PAGE_SIZE")
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for d in os.listdir("/proc"):
@@ -253,12 +508,17 @@ def _tree_rss(pid: int) -> int:
             continue
         try:
             with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{d}/statm") as f:
-                rss[int(d)] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            children.setdefault(ppid, []).append(int(d))
-        except (OSError, ValueError, IndexError):
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
             continue
+        # After the command: state, ppid, ... rss is field 24 of stat(5), index 21 here.
+        children.setdefault(int(fields[1]), []).append(int(d))
+        rss[int(d)] = int(fields[21]) * page
+    return children, rss
+
+
+def _tree_rss(table, pid: int) -> int:
+    children, rss = table
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
@@ -267,128 +527,274 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
-def measure(name: str, env: dict, argv: list[str]) -> dict:
-    import tempfile
+@dataclass
+class Job:
+    """One measurement: a contender in a fresh process, and the records it must land."""
+    label: str
+    contender: str
+    argv: list[str]
+    expected: int | None = None
+    what: str = ""  # names the data, for the error when the count is wrong
 
+
+@dataclass
+class _Running:
+    job: Job
+    proc: subprocess.Popen
+    out: object
+    err: object
+    t0: float
+    peak: int = 0
+
+
+def _start(job: Job, env: dict, work: Path) -> _Running:
     # Output goes to files, not pipes: a full pipe would stall the contender.
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "kafka_landing.bench", "--contender", name, *argv],
-                                stdout=out, stderr=err, text=True, env=env)
-        peak = 0
-        while proc.poll() is None:
-            peak = max(peak, _tree_rss(proc.pid))
-            time.sleep(0.1)
-        seconds = time.monotonic() - t0
-        out.seek(0), err.seek(0)
-        if proc.returncode != 0:
-            raise RuntimeError(f"contender {name} failed:\n{err.read()[-4000:]}")
-        result = json.loads(out.read().strip().splitlines()[-1])
-    return {"contender": name, "seconds": round(seconds, 2), "records": result["records"], "peak_rss_mb": round(peak / 2**20)}
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    name = job.label.replace(" ", "_")
+    out, err = open(logs / f"{name}.out", "w+"), open(logs / f"{name}.log", "w+")  # noqa: SIM115 - closed in _finish
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "kafka_landing.bench", "--contender", job.contender, *job.argv],
+                            stdout=out, stderr=err, text=True, env=env, start_new_session=True)
+    return _Running(job, proc, out, err, t0)
 
 
-# --- the benchmark ---------------------------------------------------------------------
+def _finish(r: _Running, seconds: float, work: Path) -> dict:
+    r.out.seek(0), r.err.seek(0)
+    out, err = r.out.read(), r.err.read()
+    r.out.close(), r.err.close()
+    if r.proc.returncode != 0:
+        raise BenchError(f"{r.job.label}: contender {r.job.contender} failed (exit {r.proc.returncode}); its log "
+                         f"is {r.err.name} (the work dir {work} is kept). The end of it:\n{err[-4000:]}")
+    records = json.loads(out.strip().splitlines()[-1])["records"]
+    if r.job.expected is not None and records != r.job.expected:
+        verb = "loaded" if r.job.contender == "warehouse" else "landed"
+        raise BenchError(f"{r.job.label}: {r.job.contender} {verb} {records} records of {r.job.what}, the frozen "
+                         f"slices hold {r.job.expected}: a wrong count voids the benchmark. Its work dir {work} is "
+                         "kept.")
+    return {"contender": r.job.contender, "seconds": round(seconds, 2), "records": records,
+            "peak_rss_mb": round(r.peak / 2**20)}
 
-CASES = (("small", 1), ("large", 1), ("small", 4))
+
+def measure(jobs: list[Job], env: dict, work: Path, workers: int = 1, on_done=None) -> dict[str, dict]:
+    """Run the jobs, each a fresh process, and return {label: measurement}. With workers > 1
+    (the tests only) several run at once and their timings mean nothing."""
+    pending, running, results = list(jobs), [], {}
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                running.append(_start(pending.pop(0), env, work))
+            table = _process_table()
+            for r in running:
+                r.peak = max(r.peak, _tree_rss(table, r.proc.pid))
+            try:  # wakes the moment the oldest one ends, so a lone job's seconds are exact
+                running[0].proc.wait(timeout=SAMPLE_S)
+            except subprocess.TimeoutExpired:
+                pass
+            for r in [r for r in running if r.proc.poll() is not None]:
+                seconds = time.monotonic() - r.t0
+                running.remove(r)
+                results[r.job.label] = _finish(r, seconds, work)
+                if on_done:
+                    on_done(r.job, results[r.job.label])
+    finally:
+        for r in running:  # only on an error: the others' results no longer count
+            try:
+                os.killpg(r.proc.pid, signal.SIGKILL)  # its group: the JVM and Python workers it started too
+            except ProcessLookupError:
+                pass
+            r.proc.wait()
+            r.out.close(), r.err.close()
+    return results
 
 
-def run(messages: int, hours: int, out: Path, cases=CASES, day_hours: int = 24) -> dict:
-    """`cases` and `day_hours` shrink only for the test that keeps the benchmark working."""
-    from dagster import DagsterInstance
+# --- the benchmark -----------------------------------------------------------------------
 
+def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "results", cases=CASES,
+        day_hours: int = 24, contenders: tuple[str, ...] = tuple(CONTENDERS), workers: int = 1,
+        keep_work: bool = False) -> dict:
+    """The whole benchmark; returns the report it writes. `contenders` and `workers`
+    change only for the tests (a subset; several processes at once)."""
     from kafka_landing import devstack
-    from kafka_landing.definitions import build_definitions, build_resources
-    from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key
+    from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, slice_dir
 
+    t_start = time.monotonic()
     devstack.up()
-    out.mkdir(parents=True, exist_ok=True)
     run_id = uuid.uuid4().hex[:6]
     work = out / f"work_{run_id}"
-    landing_root = work / "landing"
     work.mkdir(parents=True)
     now = datetime.now(timezone.utc)
-    per_hour = max(1, messages // hours)
-    topics_cfg, data = {}, {}
     first_hour = floor_hour(now) - ONE_HOUR * (hours + 30)
-    hour_list = [first_hour + ONE_HOUR * i for i in range(hours)]
-    for kind, scale in cases:
-        topic = f"bench_{kind}_{scale}x_{run_id}"
-        size = produce_bench_topic(devstack.BOOTSTRAP, devstack.REGISTRY_URL, topic, kind, hour_list, per_hour * scale)
-        topics_cfg[topic] = {"dataset": "bench", "table": f"{kind}_{scale}x", "rows_per_task": 100_000}
-        data[topic] = {"kind": kind, "scale": scale, "bytes": size}
-    day = [first_hour - ONE_HOUR * (day_hours - i) for i in range(day_hours)]
-    day_topic = f"bench_day_{run_id}"
-    produce_bench_topic(devstack.BOOTSTRAP, devstack.REGISTRY_URL, day_topic, "small", day, max(1, messages // day_hours))
-    topics_cfg[day_topic] = {"dataset": "bench", "table": "day", "rows_per_task": 100_000}
-    empty_topic = f"bench_empty_{run_id}"
-    topics_cfg[empty_topic] = {"dataset": "bench", "table": "empty"}
-    from kafka_landing.demo.generate import ensure_topics
-
-    ensure_topics(devstack.BOOTSTRAP, {empty_topic: 1})
-    cfg_path = work / "topics.yaml"
-    import yaml
-
-    cfg_path.write_text(yaml.safe_dump({"defaults": {"grace_minutes": 0}, "topics": topics_cfg}))
-    env = {**os.environ, "KAFKA_LANDING_TOPICS_CONFIG": str(cfg_path), "KAFKA_LANDING_ROOT": str(landing_root),
-           "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    # Freeze the slices once, so every contender reads exactly the same offsets.
-    saved = {k: os.environ.get(k) for k in ("KAFKA_LANDING_TOPICS_CONFIG", "KAFKA_LANDING_ROOT")}
-    os.environ.update({k: env[k] for k in saved})
+    keys = [hour_key(first_hour + ONE_HOUR * i) for i in range(hours)]
+    day_keys = [hour_key(first_hour - ONE_HOUR * (day_hours - i)) for i in range(day_hours)]
+    data = _BenchData(run_id, keys, day_keys)
+    ok = False
     try:
-        defs = build_definitions()
-        resources = build_resources()
-    finally:  # leave the caller's environment as it was
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    slice_assets = [defs.get_assets_def(k) for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] == "kafka_slices"]
-    from dagster import materialize
+        data.produce(devstack.BOOTSTRAP, devstack.REGISTRY_URL, cases, messages)
+        env = data.environment(work)
+        # Freeze the slices once, so every contender reads exactly the same offsets. The
+        # empty topic is left to its own measurement: an hourly run freezes and lands.
+        spec = {**{t: keys for t in data.cases}, data.day: day_keys}
+        frozen = measure([Job("freeze", "freeze", ["--freeze-spec", json.dumps(spec), *data.where(work)],
+                              sum(p["messages"] for p in data.production), "every produced topic")], env, work)
+        _say(f"froze the slices in {frozen['freeze']['seconds']} s")
+        # The day in single-hour runs lands into a root of its own with the same frozen slices:
+        # both ways land hours never landed before, and the warehouse loads read the other root.
+        shutil.copytree(work / "landing" / slice_dir(data.day), work / "landing_runs" / slice_dir(data.day))
+        whole = set(contenders) == set(CONTENDERS)
+        m = measure(data.landing_jobs(work, contenders, whole), env, work, workers, _done)
+        if whole:
+            m |= measure(data.warehouse_jobs(work), env, work, workers, _done)
+        report = {
+            "when": now.isoformat(timespec="seconds"),
+            "machine": {"cores": os.cpu_count(),
+                        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+                        "python": platform.python_version()},
+            "versions": _versions(),
+            "parameters": {"messages": messages, "hours": hours, "day_hours": day_hours, "partitions": PARTITIONS,
+                           "workers": workers},
+            "production": data.production,
+            "freeze_seconds": frozen["freeze"]["seconds"],
+            "throughput": [_throughput_row(info, m[f"{info['case']} {name}"], os.cpu_count() or 1)
+                           for info in data.cases.values() for name in contenders],
+        }
+        if whole:
+            report |= {
+                "fixed_cost": {"process_start": m["process start"], "empty_hour": m["empty hour"]},
+                "backfill": {"hours": day_hours, "one_run": m["backfill one run"],
+                             "single_runs": m["backfill single-hour runs"]},
+                "warehouse": {"tables": day_tables(), "hours": day_hours, "all_hours": m["warehouse all hours"],
+                              "one_hour": m["warehouse one hour"]},
+            }
+        report["memory"] = memory_rows(report["throughput"])
+        report["seconds_total"] = round(time.monotonic() - t_start, 1)
+        report["goals"] = evaluate_goals(report)
+        (out / "bench.json").write_text(json.dumps(report, indent=2))
+        (out / "bench.md").write_text(markdown(report))
+        print(markdown(report), flush=True)
+        ok = True
+        return report
+    finally:
+        _delete_topics(devstack.BOOTSTRAP, data.created)
+        if ok and not keep_work:
+            shutil.rmtree(work, ignore_errors=True)
 
-    keys = [hour_key(h) for h in hour_list]
-    day_keys = [hour_key(h) for h in day]
-    with DagsterInstance.ephemeral() as inst:
-        for k in keys + day_keys:
-            assert materialize(slice_assets, partition_key=k, resources=resources, instance=inst).success
-    results = []
-    for topic, info in data.items():
-        plans = _plans(str(landing_root), topic, keys)
-        expected = sum(p.records for p in plans)
-        mb = info["bytes"] / 2**20
-        for name in CONTENDERS:
-            r = measure(name, env, _argv(topic, topics_cfg[topic]["table"], keys, landing_root, work))
-            if r["records"] != expected:
-                raise RuntimeError(f"{name} landed {r['records']} records of {topic}, the slices hold {expected}")
-            r.update(case=f"{info['kind']} {info['scale']}x", topic=topic, messages_per_s=round(expected / r["seconds"]),
-                     mb_per_s=round(mb / r["seconds"], 2))
-            results.append(r)
-            print(f"{r['case']:<10} {name:<15} {r['seconds']:>7.1f}s {r['messages_per_s']:>9} msg/s {r['peak_rss_mb']:>6} MB",
-                  flush=True)
-    # Fixed cost: landing an empty hour (a fresh process; Spark is never started).
-    fixed = measure("kafka_landing", env, _argv(empty_topic, "empty", keys[:1], landing_root, work))
-    # 24 hours: one backfill run against 24 single-hour runs.
-    backfill = measure("kafka_landing", env, _argv(day_topic, "day", day_keys, landing_root, work))
-    singles = measure("kafka_landing", env, _argv(day_topic, "day", day_keys, landing_root, work) + ["--mode", "runs"])
-    report = {
-        "when": now.isoformat(timespec="seconds"),
-        "machine": {"cores": os.cpu_count(), "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-                    "python": platform.python_version()},
-        "versions": _versions(),
-        "parameters": {"messages": messages, "hours": hours, "partitions": PARTITIONS},
-        "results": results,
-        "empty_hour": fixed,
-        "backfill_24h": {"one_run": backfill, "24_runs_one_process": singles},
-    }
-    (out / "bench.json").write_text(json.dumps(report, indent=2))
-    (out / "bench.md").write_text(markdown(report))
-    print(markdown(report))
-    return report
+
+class _BenchData:
+    """The run's topics (cases, the routed day, an empty one), their config, and the
+    measurements that read them."""
+
+    def __init__(self, run_id: str, keys: list[str], day_keys: list[str]):
+        self.keys, self.day_keys = keys, day_keys
+        self.day, self.empty = f"bench_day_{run_id}", f"bench_empty_{run_id}"
+        self.run_id = run_id
+        self.cases: dict[str, dict] = {}  # topic -> case, messages, MB
+        self.production: list[dict] = []
+        self.topics_cfg: dict[str, dict] = {}
+        self.created: list[str] = []
+
+    def produce(self, bootstrap: str, registry_url: str, cases, messages: int) -> None:
+        from kafka_landing.demo.generate import ensure_topics
+        from kafka_landing.naming import hour_from_key
+
+        hours, day = [hour_from_key(k) for k in self.keys], [hour_from_key(k) for k in self.day_keys]
+        per_hour = max(1, messages // len(hours))
+        for kind, scale in cases:
+            topic = f"bench_{kind}_{scale}x_{self.run_id}"
+            self.created.append(topic)
+            p = {"case": f"{kind} {scale}x",
+                 **produce_bench_topic(bootstrap, registry_url, topic, kind, hours, per_hour * scale)}
+            self.production.append(p)
+            self.cases[topic] = p
+            self.topics_cfg[topic] = {"dataset": "bench", "table": f"{kind}_{scale}x", "rows_per_task": 100_000}
+            _say(f"produced {p['messages']:>9,} {p['case']} messages ({p['mb']} MB) in {p['seconds']} s")
+        self.created.append(self.day)
+        p = {"case": f"day ({len(day)} hours, routed)",
+             **produce_bench_topic(bootstrap, registry_url, self.day, "event", day, max(1, messages // len(day)))}
+        self.production.append(p)
+        self.topics_cfg[self.day] = {"dataset": "bench", "route": DAY_ROUTE, "rows_per_task": 100_000}
+        _say(f"produced {p['messages']:>9,} day messages ({p['mb']} MB) in {p['seconds']} s")
+        self.created.append(self.empty)
+        ensure_topics(bootstrap, {self.empty: 1})
+        self.topics_cfg[self.empty] = {"dataset": "bench", "table": "empty"}
+
+    def environment(self, work: Path) -> dict:
+        import yaml
+
+        cfg_path = work / "topics.yaml"
+        cfg_path.write_text(yaml.safe_dump({"defaults": {"grace_minutes": 0}, "topics": self.topics_cfg}))
+        return {**os.environ, "KAFKA_LANDING_TOPICS_CONFIG": str(cfg_path), "PYTHONPATH": str(ROOT),
+                "PYTHONWARNINGS": "ignore"}
+
+    @staticmethod
+    def where(work: Path, root: str = "landing") -> list[str]:
+        return ["--landing-root", str(work / root), "--out-dir", str(work)]
+
+    def _argv(self, work: Path, topic: str, hour_keys: list[str], *more: str, root: str = "landing") -> list[str]:
+        return ["--topic", topic, "--hour-keys", *hour_keys, *self.where(work, root), *more]
+
+    def _records(self, work: Path, topic: str, hour_keys: list[str]) -> int:
+        return sum(p.records for p in _slice_parts(str(work / "landing"), topic, hour_keys))
+
+    def landing_jobs(self, work: Path, contenders, whole: bool) -> list[Job]:
+        keys, day_keys, day = self.keys, self.day_keys, self.day
+        jobs = [Job(f"{info['case']} {name}", name, self._argv(work, topic, keys), self._records(work, topic, keys),
+                    f"{topic} hours {keys[0]}..{keys[-1]}")
+                for topic, info in self.cases.items() for name in contenders]
+        if not whole:
+            return jobs
+        n, records = len(day_keys), self._records(work, day, day_keys)
+        return jobs + [
+            Job("process start", "startup", self._argv(work, self.empty, keys[:1]), 0),
+            Job("empty hour", "kafka_landing", self._argv(work, self.empty, keys[:1]), 0, f"{self.empty} {keys[0]}"),
+            Job("backfill one run", "kafka_landing", self._argv(work, day, day_keys), records,
+                f"{day}, {n} hours in one run"),
+            Job("backfill single-hour runs", "kafka_landing",
+                self._argv(work, day, day_keys, "--mode", "runs", root="landing_runs"), records,
+                f"{day}, {n} hours in {n} runs"),
+        ]
+
+    def warehouse_jobs(self, work: Path) -> list[Job]:
+        """After the backfill in one run: every table of the day, all hours against one hour."""
+        day, n, last = self.day, len(self.day_keys), self.day_keys[-1:]
+        tables = ", ".join(day_tables())
+        return [
+            Job("warehouse all hours", "warehouse",
+                self._argv(work, day, self.day_keys, "--warehouse-root", str(work / "warehouse_all")),
+                self._records(work, day, self.day_keys), f"{day} ({tables}), {n} hours, in the warehouse"),
+            Job("warehouse one hour", "warehouse",
+                self._argv(work, day, last, "--warehouse-root", str(work / "warehouse_one")),
+                self._records(work, day, last), f"{day} ({tables}), hour {last[0]}, in the warehouse"),
+        ]
 
 
-def _argv(topic: str, table: str, hour_keys: list[str], landing_root: Path, work: Path) -> list[str]:
-    return ["--topic", topic, "--table", table, "--hour-keys", *hour_keys, "--landing-root", str(landing_root),
-            "--out-dir", str(work)]
+def _done(job: Job, m: dict) -> None:
+    _say(f"{job.label:<32} {m['seconds']:>8.1f} s {m['records']:>10,} records {m['peak_rss_mb']:>6,} MB peak")
+
+
+def day_tables() -> list[str]:
+    return sorted({*DAY_ROUTE["tables"].values(), DAY_ROUTE["default"]})
+
+
+def _say(line: str) -> None:
+    print(f"[bench {datetime.now().strftime('%H:%M:%S')}] {line}", flush=True)
+
+
+def _delete_topics(bootstrap: str, topics: list[str]) -> None:
+    """The bench's topics hold hundreds of MB with retention off: they go when the run ends."""
+    if not topics:
+        return
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held: the futures die with their client
+    try:
+        for topic, fut in admin.delete_topics(topics).items():
+            try:
+                fut.result(timeout=30)
+            except Exception as exc:  # noqa: BLE001 - a leftover topic must not hide the run's outcome
+                _say(f"could not delete topic {topic} on {bootstrap}: {exc}; delete it by hand")
+    except Exception as exc:  # noqa: BLE001
+        _say(f"could not delete the bench topics {topics} on {bootstrap}: {exc}; delete them by hand")
 
 
 def _versions() -> dict:
@@ -397,43 +803,249 @@ def _versions() -> dict:
     return {p: version(p) for p in ("dagster", "pyspark", "confluent-kafka", "fastavro")}
 
 
-def markdown(report: dict) -> str:
-    lines = [f"Machine: {report['machine']['cores']} cores, {report['machine']['memory_gb']} GB; "
-             + ", ".join(f"{k} {v}" for k, v in report["versions"].items()),
-             f"Messages: {report['parameters']['messages']} per case over {report['parameters']['hours']} hours "
-             f"and {report['parameters']['partitions']} partitions (4x: four times as many per hour).", "",
-             "| case | contender | seconds | msg/s | MB/s | peak RSS MB | kafka_landing time / this |",
-             "|---|---|---:|---:|---:|---:|---:|"]
-    by_case: dict[str, dict] = {}
-    for r in report["results"]:
-        by_case.setdefault(r["case"], {})[r["contender"]] = r
-    for case, rs in by_case.items():
-        kl = rs["kafka_landing"]["seconds"]
-        for name, r in rs.items():
-            lines.append(f"| {case} | {name} | {r['seconds']} | {r['messages_per_s']} | {r['mb_per_s']} | {r['peak_rss_mb']} | "
-                         f"{kl / r['seconds']:.2f} |")
-    e, b = report["empty_hour"], report["backfill_24h"]
-    lines += ["", f"Empty hour, fresh process (slices + landing, Dagster start-up included): {e['seconds']} s, {e['peak_rss_mb']} MB.",
-              f"24 hours of the small case: one backfill run {b['one_run']['seconds']} s; "
-              f"24 single-hour runs in one process {b['24_runs_one_process']['seconds']} s."]
-    return "\n".join(lines) + "\n"
+# --- figures, goals and the report (pure) -----------------------------------------------------
 
+def _throughput_row(info: dict, m: dict, cores: int) -> dict:
+    s = m["seconds"]
+    return {"case": info["case"], "topic": info["topic"], "messages": info["messages"], "mb": info["mb"], **m,
+            "messages_per_s": round(m["records"] / s), "mb_per_s": round(info["mb"] / s, 2),
+            "messages_per_s_per_core": round(m["records"] / s / cores), "mb_per_s_per_core": round(info["mb"] / s / cores, 2)}
+
+
+def _largest(rows: list[dict], kind: str) -> str | None:
+    """The case of this kind with the most messages."""
+    mine = [r for r in rows if r["case"].startswith(kind + " ")]
+    return max(mine, key=lambda r: r["messages"])["case"] if mine else None
+
+
+def _smallest(rows: list[dict], kind: str) -> str | None:
+    mine = [r for r in rows if r["case"].startswith(kind + " ")]
+    return min(mine, key=lambda r: r["messages"])["case"] if mine else None
+
+
+def memory_rows(rows: list[dict]) -> list[dict]:
+    """Peak RSS of each contender at the smallest and the largest small-record case."""
+    lo, hi = _smallest(rows, "small"), _largest(rows, "small")
+    if lo is None or lo == hi:
+        return []
+    by = {(r["case"], r["contender"]): r for r in rows}
+    return [{"contender": c, "low_case": lo, "high_case": hi, "low_mb": by[(lo, c)]["peak_rss_mb"],
+             "high_mb": by[(hi, c)]["peak_rss_mb"], "ratio": round(by[(hi, c)]["peak_rss_mb"] / by[(lo, c)]["peak_rss_mb"], 2)}
+            for case, c in by if case == lo and (hi, c) in by]
+
+
+def _goal(key: str, goal: str, target: str, measured: str | None = None, met: bool | None = None) -> dict:
+    return {"key": key, "goal": goal, "target": target, "measured": measured or "not measured in this run", "met": met}
+
+
+GOALS = {
+    "vs_python_valve": "Largest small-record case: kafka_landing at least 3x python_valve",
+    "vs_spark_by_hand": "Largest small-record case: kafka_landing at least 1.5x spark_by_hand",
+    "vs_librdkafka_raw": "Largest small-record case: kafka_landing at least 25% of librdkafka_raw",
+    "backfill_one_run": "Backfill of a day in one run: at most 1/5 of the time of one run per hour",
+    "empty_hour": "An empty hour: under 2 s beyond process start",
+    "warehouse_load": "Loading every landed hour of every table of a topic: at most 3x loading one hour",
+    "memory_4x": "Peak memory of kafka_landing at 4x data: at most 1.2x of 1x",
+}
+
+
+def evaluate_goals(report: dict) -> list[dict]:
+    """Each goal of issue 10, met or not, from this run's numbers (two numbers compared);
+    `met` is None when the run did not measure it."""
+    goals = []
+    rows = report.get("throughput", [])
+    case = _largest(rows, "small")
+    by = {r["contender"]: r for r in rows if r["case"] == case}
+    kl = by.get("kafka_landing")
+    for key, other, factor, how in (("vs_python_valve", "python_valve", 3, "speed"),
+                                    ("vs_spark_by_hand", "spark_by_hand", 1.5, "speed"),
+                                    ("vs_librdkafka_raw", "librdkafka_raw", 0.25, "share")):
+        target = f">= {factor}x" if how == "speed" else f">= {factor:.0%}"
+        if kl is None or other not in by:
+            goals.append(_goal(key, GOALS[key], target))
+            continue
+        o = by[other]
+        ratio = kl["messages_per_s"] / o["messages_per_s"]
+        shown = f"{ratio:.2f}x" if how == "speed" else f"{ratio:.0%}"
+        goals.append(_goal(key, GOALS[key], target,
+                           f"{case}: kafka_landing {kl['messages_per_s']:,} msg/s ({kl['seconds']} s), {other} "
+                           f"{o['messages_per_s']:,} msg/s ({o['seconds']} s): {shown}", ratio >= factor))
+    b = report.get("backfill")
+    if b:
+        one, many = b["one_run"]["seconds"], b["single_runs"]["seconds"]
+        goals.append(_goal("backfill_one_run", GOALS["backfill_one_run"], "<= 0.20",
+                           f"{b['hours']} hours: one run {one} s, {b['hours']} single-hour runs {many} s: "
+                           f"{one / many:.2f}", one <= many / 5))
+    else:
+        goals.append(_goal("backfill_one_run", GOALS["backfill_one_run"], "<= 0.20"))
+    f = report.get("fixed_cost")
+    if f:
+        beyond = f["empty_hour"]["seconds"] - f["process_start"]["seconds"]
+        goals.append(_goal("empty_hour", GOALS["empty_hour"], "< 2 s",
+                           f"empty hour {f['empty_hour']['seconds']} s, process start {f['process_start']['seconds']} s:"
+                           f" {beyond:.2f} s beyond start", beyond < 2))
+    else:
+        goals.append(_goal("empty_hour", GOALS["empty_hour"], "< 2 s"))
+    w = report.get("warehouse")
+    if w:
+        a, one = w["all_hours"]["seconds"], w["one_hour"]["seconds"]
+        goals.append(_goal("warehouse_load", GOALS["warehouse_load"], "<= 3x",
+                           f"{len(w['tables'])} tables: {w['hours']} hours {a} s, one hour {one} s: {a / one:.2f}x",
+                           a <= 3 * one))
+    else:
+        goals.append(_goal("warehouse_load", GOALS["warehouse_load"], "<= 3x"))
+    mem = {r["contender"]: r for r in report.get("memory", [])}.get("kafka_landing")
+    if mem:
+        goals.append(_goal("memory_4x", GOALS["memory_4x"], "<= 1.2x",
+                           f"{mem['high_case']} {mem['high_mb']:,} MB, {mem['low_case']} {mem['low_mb']:,} MB: "
+                           f"{mem['ratio']:.2f}x", mem["high_mb"] <= 1.2 * mem["low_mb"]))
+    else:
+        goals.append(_goal("memory_4x", GOALS["memory_4x"], "<= 1.2x"))
+    return goals
+
+
+def _n(x) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.2f}"
+
+
+def _table(header: list[str], rows: list[list], right_from: int = 1) -> list[str]:
+    align = ["---" if i < right_from else "---:" for i in range(len(header))]
+    return ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|",
+            *("| " + " | ".join(_n(c) if isinstance(c, (int, float)) and not isinstance(c, bool) else str(c)
+                                 for c in row) + " |" for row in rows)]
+
+
+def _verdict(met: bool | None) -> str:
+    return {True: "met", False: "**not met**", None: "not measured"}[met]
+
+
+def _summary(report: dict) -> list[str]:
+    """The issue's table: one row per case, one column per contender; then kafka_landing's
+    backfill, empty hour and warehouse load."""
+    p = report["parameters"]
+    names = list(dict.fromkeys(r["contender"] for r in report["throughput"]))
+    by_case: dict[str, dict] = {}
+    for r in report["throughput"]:
+        by_case.setdefault(r["case"], {})[r["contender"]] = r
+    rows = [[f"{case}, {next(iter(rs.values()))['messages']:,} messages",
+             *(f"{rs[n]['seconds']:.1f} s ({rs[n]['messages_per_s']:,} msg/s)" if n in rs else "-" for n in names)]
+            for case, rs in by_case.items()]
+    blank = ["" for _ in names[1:]]
+    if b := report.get("backfill"):
+        one, many = b["one_run"], b["single_runs"]
+        rows.append([f"{b['hours']} hours, {one['records']:,} messages, {len(day_tables())} tables",
+                     (f"one run {one['seconds']:.1f} s; {b['hours']} single-hour runs {many['seconds']:.1f} s "
+                      f"({one['seconds'] / many['seconds']:.2f})"), *blank])
+    if f := report.get("fixed_cost"):
+        e, s = f["empty_hour"]["seconds"], f["process_start"]["seconds"]
+        rows.append(["empty hour", f"{e:.1f} s ({e - s:.1f} s beyond a {s:.1f} s process start)", *blank])
+    if w := report.get("warehouse"):
+        a, one = w["all_hours"]["seconds"], w["one_hour"]["seconds"]
+        rows.append([f"warehouse load, {len(w['tables'])} tables",
+                     f"{w['hours']} hours {a:.1f} s; one hour {one:.1f} s ({a / one:.2f}x)", *blank])
+    return _table([f"case ({p['hours']} hours, {p['partitions']} partitions)", *names], rows)
+
+
+def markdown(report: dict) -> str:
+    """The report as Markdown: one table per section (`SECTIONS`), the goals last."""
+    p, mc = report["parameters"], report["machine"]
+    out = ["### Setup", "",
+           f"{mc['cores']} cores, {mc['memory_gb']} GB, Python {mc['python']}; "
+           + ", ".join(f"{k} {v}" for k, v in report["versions"].items()) + ".",
+           f"{p['messages']:,} messages per 1x case over {p['hours']} hours and {p['partitions']} partitions "
+           f"(4x: four times as many per hour); the day: {p['day_hours']} hours. Whole run "
+           f"{report['seconds_total']} s, slices frozen once in {report['freeze_seconds']} s."
+           + (f" **{p['workers']} measurements ran at once: the timings mean nothing.**" if p["workers"] > 1 else ""),
+           "", "### Summary", "", *_summary(report),
+           "", "### Producing the data", "",
+           *_table(["topic", "messages", "MB", "seconds", "msg/s"],
+                   [[r["case"], r["messages"], r["mb"], r["seconds"], r["messages_per_s"]]
+                    for r in report["production"]]),
+           "", "### Landing throughput", "",
+           ("MB are the Confluent-framed Avro values as produced; per core divides by the machine's cores. "
+            "The last column is how many times faster kafka_landing is than the contender (above 1: faster)."), "",
+           ]
+    kl = {r["case"]: r["seconds"] for r in report["throughput"] if r["contender"] == "kafka_landing"}
+    out += _table(["case", "messages", "contender", "seconds", "msg/s", "MB/s", "msg/s per core", "MB/s per core",
+                   "peak RSS MB", "kafka_landing speed / this"],
+                  [[r["case"], r["messages"], r["contender"], r["seconds"], r["messages_per_s"], r["mb_per_s"],
+                    r["messages_per_s_per_core"], r["mb_per_s_per_core"], r["peak_rss_mb"],
+                    f"{r['seconds'] / kl[r['case']]:.2f}" if r["case"] in kl else "-"]
+                   for r in report["throughput"]], right_from=3)
+    out += ["", "### Fixed cost", ""]
+    f = report.get("fixed_cost")
+    if f:
+        s, e = f["process_start"], f["empty_hour"]
+        out += _table(["measurement (fresh process each)", "seconds", "peak RSS MB"], [
+            ["process start: imports, definitions, instance; no run", s["seconds"], s["peak_rss_mb"]],
+            ["empty hour: slices + landing of an hour with no record", e["seconds"], e["peak_rss_mb"]],
+            ["empty hour beyond process start", round(e["seconds"] - s["seconds"], 2), "-"]])
+    else:
+        out.append("Not measured in this run.")
+    out += ["", "### Backfill", ""]
+    b = report.get("backfill")
+    if b:
+        one, many = b["one_run"], b["single_runs"]
+        out += _table(["way (kafka_landing)", "records", "seconds", "msg/s", "peak RSS MB"], [
+            [f"{b['hours']} hours in one run", one["records"], one["seconds"], round(one["records"] / one["seconds"]),
+             one["peak_rss_mb"]],
+            [f"{b['hours']} single-hour runs, one process", many["records"], many["seconds"],
+             round(many["records"] / many["seconds"]), many["peak_rss_mb"]],
+            ["one run / single-hour runs", "-", f"{one['seconds'] / many['seconds']:.2f}", "-", "-"]])
+    else:
+        out.append("Not measured in this run.")
+    out += ["", "### Warehouse load", ""]
+    w = report.get("warehouse")
+    if w:
+        a, one = w["all_hours"], w["one_hour"]
+        out += [(f"The day's topic is routed into {len(w['tables'])} tables ({', '.join(w['tables'])}); each load "
+                 "is one Dagster run of the Parquet warehouse assets of all of them, in a fresh process."), ""]
+        out += _table(["load", "rows", "seconds", "rows/s", "peak RSS MB"], [
+            [f"{w['hours']} hours x {len(w['tables'])} tables, one run", a["records"], a["seconds"],
+             round(a["records"] / a["seconds"]), a["peak_rss_mb"]],
+            [f"1 hour x {len(w['tables'])} tables, one run", one["records"], one["seconds"],
+             round(one["records"] / one["seconds"]), one["peak_rss_mb"]],
+            ["all hours / one hour", "-", f"{a['seconds'] / one['seconds']:.2f}", "-", "-"]])
+    else:
+        out.append("Not measured in this run.")
+    out += ["", "### Memory", ""]
+    if report["memory"]:
+        lo, hi = report["memory"][0]["low_case"], report["memory"][0]["high_case"]
+        out += _table(["contender", f"peak RSS MB, {lo}", f"peak RSS MB, {hi}", "ratio"],
+                      [[r["contender"], r["low_mb"], r["high_mb"], f"{r['ratio']:.2f}"] for r in report["memory"]])
+    else:
+        out.append("Not measured in this run (it needs two small-record cases).")
+    out += ["", "### Goals", "", "The goals of issue 10, from this run's numbers.", ""]
+    out += _table(["goal", "target", "measured", "verdict"],
+                  [[g["goal"], g["target"], g["measured"], _verdict(g["met"])] for g in report["goals"]],
+                  right_from=99)
+    return "\n".join(out) + "\n"
+
+
+# --- entry point -------------------------------------------------------------------------------
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=int(os.environ.get("BENCH_MESSAGES", "40000")))
-    ap.add_argument("--hours", type=int, default=4)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap = argparse.ArgumentParser(description="Landing throughput, fixed costs, backfills, warehouse loads and memory, "
+                                             "side by side with the alternatives, and the goals of issue 10.")
+    ap.add_argument("--messages", type=int, help=f"messages of each 1x case and of the day (default {MESSAGES:,})")
+    ap.add_argument("--hours", type=int, help="hours of each case (default 4)")
+    ap.add_argument("--day-hours", type=int, help="hours of the backfilled day (default 24)")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"a smoke run: {QUICK['messages']:,} messages, {QUICK['hours']} hours, a {QUICK['day_hours']}-hour "
+                         "day, the small cases only")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where bench.md and bench.json go")
+    ap.add_argument("--keep-work", action="store_true", help="keep the landed files under --out/work_*")
     # Internal: run one contender in this process.
-    ap.add_argument("--contender")
-    ap.add_argument("--topic")
-    ap.add_argument("--table")
-    ap.add_argument("--landing-root")
-    ap.add_argument("--out-dir")
-    ap.add_argument("--hour-keys", nargs="+")
-    ap.add_argument("--mode", default="range")
-    ap.add_argument("--bootstrap")
-    ap.add_argument("--registry")
+    ap.add_argument("--contender", help=argparse.SUPPRESS)
+    ap.add_argument("--topic", help=argparse.SUPPRESS)
+    ap.add_argument("--landing-root", help=argparse.SUPPRESS)
+    ap.add_argument("--warehouse-root", help=argparse.SUPPRESS)
+    ap.add_argument("--out-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--hour-keys", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--freeze-spec", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="range", help=argparse.SUPPRESS)
+    ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    ap.add_argument("--registry", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.contender:
         from kafka_landing import devstack
@@ -441,9 +1053,13 @@ def main() -> None:
         args.hours = args.hour_keys
         args.bootstrap = args.bootstrap or devstack.BOOTSTRAP
         args.registry = args.registry or devstack.REGISTRY_URL
-        print(json.dumps({"records": CONTENDERS[args.contender](args)}))
+        print(json.dumps({"records": {**CONTENDERS, **TOOLS}[args.contender](args)}))
         return
-    run(args.messages, args.hours, args.out)
+    sizes = {"messages": MESSAGES, "hours": 4, "day_hours": 24, "cases": CASES, **(QUICK if args.quick else {})}
+    for k in ("messages", "hours", "day_hours"):
+        if getattr(args, k) is not None:
+            sizes[k] = getattr(args, k)
+    run(out=args.out, keep_work=args.keep_work, **sizes)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,44 @@
-"""The benchmark keeps working: a tiny run, every contender landing the same records."""
+"""The benchmark keeps working: in a tiny run every contender lands exactly the slices'
+records and the report holds every section and goal; a wrong count fails it."""
 
 import json
 
-from kafka_landing.bench import run
+import pytest
+
+from kafka_landing.bench import (
+    CONTENDERS,
+    GOALS,
+    SECTIONS,
+    SHORT_READ_ENV,
+    BenchError,
+    run,
+)
 
 
-def test_bench_runs_end_to_end_on_tiny_data(tmp_path, stack):
-    # One case and a two-hour "day": the full matrix belongs to `make bench`, not to every test run.
-    report = run(messages=200, hours=1, out=tmp_path, cases=(("small", 1),), day_hours=2)
-    contenders = {r["contender"] for r in report["results"]}
-    assert contenders == {"kafka_landing", "spark_by_hand", "python_valve", "librdkafka_raw"}
-    by_case = {}
-    for r in report["results"]:
-        by_case.setdefault(r["case"], set()).add(r["records"])
-    assert by_case == {"small 1x": {200}}, by_case
-    assert report["backfill_24h"]["one_run"]["records"] == report["backfill_24h"]["24_runs_one_process"]["records"] > 0
-    assert json.loads((tmp_path / "bench.json").read_text())["parameters"]["messages"] == 200
-    assert "| small 1x | kafka_landing |" in (tmp_path / "bench.md").read_text()
+def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp_path, stack):
+    # One case and a two-hour day, two measurements at a time: the sizes and the timings
+    # belong to `make bench`, not to every test run.
+    report = run(messages=200, hours=1, out=tmp_path, cases=(("small", 1),), day_hours=2, workers=2)
+    assert {(r["case"], r["contender"], r["records"]) for r in report["throughput"]} == {
+        ("small 1x", c, 200) for c in CONTENDERS}
+    assert report["fixed_cost"]["empty_hour"]["records"] == 0
+    assert report["backfill"]["one_run"]["records"] == report["backfill"]["single_runs"]["records"] == 200
+    warehouse = report["warehouse"]
+    assert len(warehouse["tables"]) == 3, "the day is routed into several tables, and all of them are loaded"
+    assert (warehouse["all_hours"]["records"], warehouse["one_hour"]["records"]) == (200, 100)
+
+    md = (tmp_path / "bench.md").read_text()
+    assert [s for s in SECTIONS if f"### {s}\n" not in md] == []
+    assert [text for text in GOALS.values() if text not in md] == []
+    goals = {g["key"]: g for g in json.loads((tmp_path / "bench.json").read_text())["goals"]}
+    assert set(goals) == set(GOALS)
+    # Every goal is evaluated from this run's numbers but memory, which needs a 4x case.
+    assert [k for k, g in goals.items() if (g["met"] is None) != (k == "memory_4x")] == []
+    assert not list(tmp_path.glob("work_*")), "the landed files of a passed run are removed"
+
+
+def test_a_contender_landing_one_record_too_few_fails_the_bench(tmp_path, stack, monkeypatch):
+    monkeypatch.setenv(SHORT_READ_ENV, "1")
+    with pytest.raises(BenchError, match=r"librdkafka_raw landed 39 records of .*the frozen slices hold 40"):
+        run(messages=40, hours=1, out=tmp_path, cases=(("small", 1),), day_hours=1, contenders=("librdkafka_raw",))
+    assert not (tmp_path / "bench.md").exists()
