@@ -42,6 +42,7 @@ from kafka_landing.avro_landing.route import classify
 from kafka_landing.avro_landing.write import (
     DEAD_LETTER_COLUMNS,
     STAGING_MAX_AGE_SECONDS,
+    NothingWritten,
     Staged,
     write_dead_letters,
     write_good,
@@ -166,10 +167,15 @@ def land_hours(
             guess = _first_landable(fetch_schema, likely_ids, counted, cfg, hours, warnings)
             if guess is not None:  # the first job lands the likely schema id's records and counts everything
                 sid, writer, classified = guess
-                writers[sid] = writer
-                good += _write(classified, cfg, sid, writer, store, staging, seen, log)
-            else:  # no usable guess: one job that only counts
-                log(f"{cfg.topic}: no likely schema id; counting the schema ids first")
+                try:
+                    good += _write(classified, cfg, sid, writer, store, staging, seen, log)
+                    writers[sid] = writer
+                except NothingWritten:  # a wrong guess, on a bucket: that job counted nothing usable
+                    seen.dead_by_id.pop(sid, None)
+                    guess = None
+                    counted, obs = _observed(framed, task_hours)
+            if guess is None:  # no usable guess: one job that only counts
+                log(f"{cfg.topic}: no likely schema id in the records; counting the schema ids first")
                 counted.write.format("noop").mode("overwrite").save()  # runs the plan in the JVM, writes nothing
             _take(obs, task_hours, seen)
             if seen.unclaimed:
@@ -201,7 +207,10 @@ def land_hours(
                         failed.setdefault(h, exc)
                     continue
                 writers[sid] = writer
-                good += _write(classified, cfg, sid, writer, store, staging, seen, log)
+                try:
+                    good += _write(classified, cfg, sid, writer, store, staging, seen, log)
+                except NothingWritten:
+                    pass  # every record of the id was turned away: all are dead letters
             writers = {s: w for s, w in writers.items() if s in seen.ids_by_hour}
             if seen.bad_framing or dead_ids or any(seen.dead_by_id.values()):
                 log(f"{cfg.topic}: writing dead letters")
@@ -231,10 +240,17 @@ def _first_landable(fetch_schema: Callable[[int], object], likely_ids: tuple[int
 
 def _write(classified: DataFrame, cfg: TopicConfig, sid: int, writer: dict, store, staging: str, seen: _Pass,
            log: Callable[[str], None]) -> list[Staged]:
+    """write_good, counting the records it turns away. NothingWritten (no record on a bucket,
+    where the job then fails and its counts never arrive) is raised after noting that every
+    record of the id, if it has any, is a dead letter."""
     obs = Observation(f"dead-{sid}")
     counted = classified.observe(obs, F.count_if(F.col("_reason").isNotNull()).alias("dead"))
     log(f"{cfg.topic}: writing the records of schema id {sid}")
-    staged = write_good(counted, cfg, sid, writer, store, staging)
+    try:
+        staged = write_good(counted, cfg, sid, writer, store, staging)
+    except NothingWritten:
+        seen.dead_by_id[sid] = 1  # not a count: "some, perhaps", so the dead letters are written
+        raise
     seen.dead_by_id[sid] = int(obs.get["dead"])
     return staged
 

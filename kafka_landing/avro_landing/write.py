@@ -40,6 +40,11 @@ STAGING_MAX_AGE_SECONDS = 24 * 3600
 DEAD_LETTER_COLUMNS = [*avro_schemas.META_COLUMNS, "_value", "_schema_id", "_reason", "_kl_hour"]
 
 
+class NothingWritten(RuntimeError):
+    """A write of no record on a bucket: with no task output, Hadoop's committer finds no
+    `_temporary` folder to commit (a bucket has no empty folders) and the job fails."""
+
+
 @dataclass
 class Staged:
     src: str  # where Spark wrote it, under the attempt's staging folder
@@ -90,9 +95,14 @@ def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: 
     out = f"{staging}/schema_id={schema_id}"
     # Sorted here, by the writer's own keys and then the offset: the writer needs no sort of its
     # own, and a file's records are in log order.
-    (good.sortWithinPartitions(*keys, "_kafka_offset").write.partitionBy(*keys).format("avro")
-     .option("avroSchema", json.dumps(avro_schemas.landing_schema(writer)))
-     .mode("error").save(store.location(out)))
+    try:
+        (good.sortWithinPartitions(*keys, "_kafka_offset").write.partitionBy(*keys).format("avro")
+         .option("avroSchema", json.dumps(avro_schemas.landing_schema(writer)))
+         .mode("error").save(store.location(out)))
+    except Exception as exc:  # noqa: BLE001 - only the one known case is turned into NothingWritten
+        if "_temporary" in str(exc) and not store.walk(out, ".avro"):
+            raise NothingWritten(f"no record of schema id {schema_id} to write under {store.location(out)}") from None
+        raise
     staged = []
     for (hour, _task, table, part, eh), src in sorted(_group_files(store, out).items()):
         rows, first, last = _written(store, src)

@@ -23,9 +23,9 @@ from kafka_landing.demo.generate import (
     generate,
     register,
 )
+from kafka_landing.hours import hourly
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
-from kafka_landing.warehouse.assets import load_run_defs
-from kafka_landing.warehouse.sensors import SENSOR_NAME
+from kafka_landing.warehouse.sensors import SENSOR_NAME, run_load_request
 from kafka_landing_tests.conftest import utcnow
 
 HOURS = 3
@@ -64,14 +64,25 @@ def tick(defs, instance, cursor=None):
         return defs.resolve_sensor_def(SENSOR_NAME)(ctx)
 
 
+def covered_hours(req) -> list[str]:
+    """The hours (partition keys) a load request covers: its partition, or its range tags."""
+    if req.partition_key:
+        return [req.partition_key]
+    assert req.partition_key_range, f"run request {req.run_key} names neither a partition nor a range"
+    return hourly.get_partition_keys_in_range(req.partition_key_range)
+
+
 def run_requests(defs, instance, requests):
+    """Run each request as the daemon would launch it (its tags carry a range); every hour it
+    covers must have its conservation check evaluated, and every evaluation must pass."""
     for req in requests:
-        result = materialize(load_run_defs(defs, req.asset_selection), partition_key=req.partition_key,
-                             resources=build_resources(), instance=instance,
-                             tags={"dagster/run_key": req.run_key, "dagster/sensor_name": SENSOR_NAME})
+        result = run_load_request(defs, req, instance)
         assert result.success
+        checked = set()
         for ev in result.get_asset_check_evaluations():
             assert ev.passed, ev
+            checked.add((ev.check_name, ev.partition or req.partition_key))
+        assert {h for c, h in checked if c == "conservation"} == set(covered_hours(req)), req.run_key
 
 
 def read_table(root, dataset, table) -> pd.DataFrame:
@@ -98,8 +109,10 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
         assert land(defs, instance, hour_key(hour)).success
 
     first = tick(defs, instance)
-    assert len(first.run_requests) == HOURS * 3  # three tables
-    assert {r.partition_key for r in first.run_requests} == {hour_key(h) for h in hours}
+    # One run per table, each covering all its consecutive landed hours.
+    assert sorted(r.asset_selection[0].path[-1] for r in first.run_requests) == ["orders", "other_events", "page_views"]
+    for r in first.run_requests:
+        assert covered_hours(r) == [hour_key(h) for h in hours], r.run_key
     run_requests(defs, instance, first.run_requests)
 
     # Record by record: every good record produced is in its table once, with its fields.
@@ -131,9 +144,9 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
     before = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders").sort_values("_kafka_offset")
     assert land(defs, instance, hour_key(hours[1])).success
     relanded = tick(defs, instance, cursor=first.cursor)
-    assert {(r.partition_key, r.asset_selection[0].path[-1]) for r in relanded.run_requests} == {
-        (hour_key(hours[1]), t) for t in ("orders", "page_views", "other_events")
-    }
+    assert sorted((covered_hours(r), r.asset_selection[0].path[-1]) for r in relanded.run_requests) == [
+        ([hour_key(hours[1])], t) for t in ("orders", "other_events", "page_views")
+    ]
     assert not {r.run_key for r in relanded.run_requests} & {r.run_key for r in first.run_requests}
     run_requests(defs, instance, relanded.run_requests)
     after = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders").sort_values("_kafka_offset")
@@ -143,6 +156,11 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
 
 def _schema(name: str, fields: list) -> dict:
     return {"type": "record", "name": name, "fields": [{"name": "id", "type": "long"}, *fields]}
+
+
+def failure_message(result) -> str:
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    return failure.event_specific_data.error.message
 
 
 def test_schema_evolution_across_hours(env, instance, make_topic, send, registry, spark, tmp_path):
@@ -162,19 +180,25 @@ def test_schema_evolution_across_hours(env, instance, make_topic, send, registry
     defs = build_definitions()
     for i in range(3):
         assert land(defs, instance, hour_key(h + ONE_HOUR * i)).success
-    reqs = tick(defs, instance).run_requests
-    by_hour = {r.partition_key: r for r in reqs}
-    run_requests(defs, instance, [by_hour[hour_key(h)], by_hour[hour_key(h + ONE_HOUR)]])
+    (req,) = tick(defs, instance).run_requests  # the three consecutive hours in one run
+    assert covered_hours(req) == [hour_key(h + ONE_HOUR * i) for i in range(3)]
+    # The run loads the two compatible hours and fails on the third, naming why.
+    result = run_load_request(defs, req, instance, raise_on_error=False)
+    assert not result.success
+    message = failure_message(result)
+    assert "field 'name' changed type from string to long" in message and str(id_bad) in message
+    assert hour_key(h + 2 * ONE_HOUR) in message and hour_key(h) not in message, message
+    loaded = {e.partition for e in result.get_asset_materialization_events()}
+    assert loaded == {hour_key(h), hour_key(h + ONE_HOUR)}, "the compatible hours keep their load"
     table = read_table(tmp_path / "warehouse", "evo", "things").sort_values("id")
     assert list(table["id"]) == [1, 2]
     assert table["colour"].isna().tolist() == [True, False], "the older hour reads the new column as null"
 
-    incompatible = by_hour[hour_key(h + 2 * ONE_HOUR)]
-    result = materialize([defs.get_assets_def(incompatible.asset_selection[0])], partition_key=incompatible.partition_key,
+    # Materialised by hand, the incompatible hour alone fails the same way.
+    result = materialize([defs.get_assets_def(req.asset_selection[0])], partition_key=hour_key(h + 2 * ONE_HOUR),
                          resources=build_resources(), instance=instance, raise_on_error=False)
     assert not result.success
-    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    message = failure.event_specific_data.error.message
+    message = failure_message(result)
     assert "field 'name' changed type from string to long" in message and str(id_bad) in message
     # Nothing lost: the table is unchanged and the hour's landing files are still there.
     assert read_table(tmp_path / "warehouse", "evo", "things")["id"].tolist() == [1, 2]
