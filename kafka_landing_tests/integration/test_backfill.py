@@ -222,7 +222,7 @@ def toy_range(defs, instance, job="both", tags=None, first=RANGE[0], last=RANGE[
 
 def test_every_hour_of_a_range_is_tried_and_every_failed_hour_named(instance):
     calls = []
-    defs = toy_defs(calls, {RANGE[2]: Failure(description="slice cannot be planned"), RANGE[4]: ValueError("bug")})
+    defs = toy_defs(calls, {RANGE[2]: Failure(description="slice cannot be planned", allow_retries=False), RANGE[4]: ValueError("bug")})
     result = toy_range(defs, instance)
     assert not result.success
     assert calls == RANGE, "hours after a failed one still run"
@@ -279,7 +279,7 @@ def test_a_retry_redoes_only_hours_not_done_or_whose_upstream_changed(instance):
 
 def test_a_single_hour_always_runs_and_its_failure_names_the_hour(instance):
     calls = []
-    defs = toy_defs(calls, {RANGE[2]: Failure(description="slice cannot be planned")})
+    defs = toy_defs(calls, {RANGE[2]: Failure(description="slice cannot be planned", allow_retries=False)})
     for _ in range(2):
         assert toy_range(defs, instance, first=RANGE[0], last=RANGE[0]).success
     assert calls == [RANGE[0], RANGE[0]], "one hour asked for explicitly is redone (the re-land button)"
