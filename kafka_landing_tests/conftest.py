@@ -14,6 +14,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 # provoke them (registry and brokers away) should not wait minutes for it. Set before
 # anything builds the definitions, and inherited by the `dagster` processes tests start.
 os.environ.setdefault("KAFKA_LANDING_RETRY_DELAY_SECONDS", "0.1")
+# Each attempt against a broker that is down waits for the Kafka client's timeouts: the tests
+# that provoke it try twice in the step (the bound itself is tested in unit/test_in_step_retries).
+os.environ.setdefault("KAFKA_LANDING_IN_STEP_ATTEMPTS", "2")
 
 from kafka_landing import devstack  # noqa: E402
 from kafka_landing.demo.generate import produce
