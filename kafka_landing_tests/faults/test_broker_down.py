@@ -37,10 +37,12 @@ def test_broker_down_fails_clearly_publishes_nothing_then_lands(produce_web_hour
     frozen = materialize(dep, dep.landing_assets(land.topic)[:1], hour, in_process=True, name="freeze")
     assert frozen.returncode == 0, f"{frozen.failures}\n{frozen.tail()}"
 
+    # One attempt each: every attempt waits for the Kafka client's timeouts, and the bounded
+    # retries of a service away are tested on their own (unit/test_in_step_retries.py).
     planning = start(dep, dep.landing_assets(plan.topic), hour, in_process=True, name="plan_down",
-                     KAFKA_BOOTSTRAP_SERVERS=down)
+                     KAFKA_BOOTSTRAP_SERVERS=down, KAFKA_LANDING_IN_STEP_ATTEMPTS="1")
     landing = start(dep.with_own_instance("dagster_home_b"), dep.landing_assets(land.topic)[1:], hour,
-                    in_process=True, name="land_down", KAFKA_BOOTSTRAP_SERVERS=down)
+                    in_process=True, name="land_down", KAFKA_BOOTSTRAP_SERVERS=down, KAFKA_LANDING_IN_STEP_ATTEMPTS="1")
     planning, landing = finish(planning), finish(landing)
 
     # Planning with the broker down: no slice is frozen from a log it could not see.
