@@ -289,9 +289,9 @@ def _partitions(hour_keys: list[str]) -> dict:
 def _landing_job(args):
     """What every kafka_landing run needs before it runs: imports, definitions, the job, resources."""
     cfg = _only_topic(args)
-    from kafka_landing.definitions import build_definitions, build_resources
+    from kafka_landing.definitions import build_definitions, build_resources, landing_job_name
 
-    return cfg, build_definitions().resolve_job_def("land_hourly"), build_resources()
+    return cfg, build_definitions().resolve_job_def(landing_job_name(args.topic)), build_resources()
 
 
 def _landed_rows(args, cfg) -> int:
@@ -722,7 +722,9 @@ class _BenchData:
         import yaml
 
         cfg_path = work / "topics.yaml"
-        cfg_path.write_text(yaml.safe_dump({"defaults": {"grace_minutes": 0}, "topics": self.topics_cfg}))
+        # The bench topics' history starts at their earliest hour (the day's first).
+        defaults = {"grace_minutes": 0, "first_hour": min([*self.keys, *self.day_keys])}
+        cfg_path.write_text(yaml.safe_dump({"defaults": defaults, "topics": self.topics_cfg}))
         return {**os.environ, "KAFKA_LANDING_TOPICS_CONFIG": str(cfg_path), "PYTHONPATH": str(ROOT),
                 "PYTHONWARNINGS": "ignore"}
 

@@ -6,6 +6,7 @@ the code location with a message naming the file, the topic and the field,
 not an hour's run halfway through. Pure: no Dagster, no Spark.
 
     defaults:                 # optional, applies to every topic
+      first_hour: 2026-11-01-00:00   # where the topic's hourly partitions start (UTC)
       grace_minutes: 10
       rows_per_task: 500000
       dead_letter_limit: 0.01  # fraction of an hour's records
@@ -22,28 +23,46 @@ not an hour's run halfway through. Pure: no Dagster, no Spark.
           field: type                  # a top-level field of the record
           tables: {page_view: page_views, click: clicks}
           default: other_events
+
+Each topic's history starts at its own first hour: `first_hour` of the topic,
+else of `defaults`, else $KAFKA_LANDING_FIRST_HOUR. If the landing root holds
+frozen slices of the topic from before that hour, the history starts at the
+earliest of them instead: moving `first_hour` later never hides an hour that
+was frozen, and moving it earlier only adds hours (frozen ones are never
+re-planned). A topic with none of these is an error: say where it starts.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kafka_landing.kafka_slices.plan import FUTURE_POLICIES
-from kafka_landing.naming import NameError_, check_identifier, check_topic
+from kafka_landing.naming import (
+    HOUR_KEY_FORMAT,
+    HOUR_TAG_FORMAT,
+    NameError_,
+    asset_safe,
+    check_identifier,
+    check_topic,
+    hour_key,
+)
 
 ENV_VAR = "KAFKA_LANDING_TOPICS_CONFIG"
+FIRST_HOUR_ENV = "KAFKA_LANDING_FIRST_HOUR"
 DEMO_CONFIG = Path(__file__).parent / "demo" / "topics.yaml"
 
 _OPTION_DEFAULTS = {
     "grace_minutes": 10, "rows_per_task": 500_000, "dead_letter_limit": 0.01,
     "max_future_minutes": 60, "on_future_timestamp": "fail",
 }
-_TOPIC_KEYS = {"dataset", "table", "route", "event_time_field", *_OPTION_DEFAULTS}
+_TOPIC_KEYS = {"dataset", "table", "route", "event_time_field", "first_hour", *_OPTION_DEFAULTS}
 _ROUTE_KEYS = {"field", "tables", "default"}
 
 
@@ -70,6 +89,8 @@ class TopicConfig:
     dead_letter_limit: float = 0.01
     max_future_minutes: int = 60
     on_future_timestamp: str = "fail"
+    first_hour: datetime | None = None  # as configured; `with_first_hours` settles it
+    first_hour_source: str = ""  # why the history starts there (shown on the assets)
 
     @property
     def tables(self) -> list[str]:
@@ -116,6 +137,35 @@ def _option(source: str, topic: str | None, key: str, value: Any, shown: str | N
     return value
 
 
+def parse_first_hour(value: Any, where: str) -> datetime:
+    """An hour in UTC: 2026-11-20-13:00 (a partition key), 2026-11-20T13 (an hour tag), or a
+    YAML date or timestamp. Not on the hour is an error, not rounded: the user meant something."""
+    hour = None
+    if isinstance(value, datetime):
+        hour = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    elif isinstance(value, date):
+        hour = datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+    elif isinstance(value, str):
+        for fmt in (HOUR_KEY_FORMAT, HOUR_TAG_FORMAT):
+            try:
+                hour = datetime.strptime(value.strip(), fmt).replace(tzinfo=timezone.utc)
+                break
+            except ValueError:
+                continue
+    if hour is None:
+        raise TopicConfigError(f"{where}: {value!r} is not an hour; write it like 2026-11-20-13:00 or 2026-11-20T13 (UTC)")
+    hour = hour.astimezone(timezone.utc)
+    if (hour.minute, hour.second, hour.microsecond) != (0, 0, 0):
+        raise TopicConfigError(f"{where}: {value!r} is not on the hour; partitions are whole UTC hours, "
+                               f"e.g. {hour_key(hour.replace(minute=0, second=0, microsecond=0))}")
+    return hour
+
+
+def _first_hour(source: str, topic: str | None, value: Any, shown: str) -> datetime:
+    where = f"{source}: " + (f"topic {topic!r}: " if topic else "") + f"field {shown!r}"
+    return parse_first_hour(value, where)
+
+
 def _name(source: str, topic: str, key: str, value: Any, what: str) -> str:
     try:
         return check_identifier(value, what)
@@ -130,9 +180,13 @@ def parse_config(data: Any, source: str = "<memory>") -> LandingConfig:
     if unknown:
         raise _err(source, None, sorted(unknown)[0], "unknown key; allowed: defaults, topics")
     defaults = dict(_OPTION_DEFAULTS)
+    default_first_hour = None
     for key, value in (data.get("defaults") or {}).items():
+        if key == "first_hour":
+            default_first_hour = _first_hour(source, None, value, "defaults.first_hour")
+            continue
         if key not in _OPTION_DEFAULTS:
-            raise _err(source, None, f"defaults.{key}", f"unknown key; allowed: {sorted(_OPTION_DEFAULTS)}")
+            raise _err(source, None, f"defaults.{key}", f"unknown key; allowed: {sorted([*_OPTION_DEFAULTS, 'first_hour'])}")
         defaults[key] = _option(source, None, key, value, shown=f"defaults.{key}")
     topics_raw = data.get("topics")
     if not isinstance(topics_raw, dict) or not topics_raw:
@@ -140,11 +194,16 @@ def parse_config(data: Any, source: str = "<memory>") -> LandingConfig:
 
     topics: dict[str, TopicConfig] = {}
     fed_by: dict[tuple[str, str], str] = {}
+    named: dict[str, str] = {}
     for topic, spec in topics_raw.items():
         try:
             check_topic(topic)
         except NameError_ as exc:
             raise _err(source, str(topic), "topics", str(exc)) from None
+        other = named.setdefault(asset_safe(topic), topic)
+        if other != topic:
+            raise _err(source, topic, "topics", f"its asset and job names ({asset_safe(topic)}) are those of topic "
+                                                f"{other!r}; land one of them under another config")
         if not isinstance(spec, dict):
             raise _err(source, topic, "topics", "must be a mapping with 'dataset' and 'table' or 'route'")
         unknown = set(spec) - _TOPIC_KEYS
@@ -161,7 +220,12 @@ def parse_config(data: Any, source: str = "<memory>") -> LandingConfig:
         if etf is not None:
             etf = _name(source, topic, "event_time_field", etf, "field")
         options = {k: _option(source, topic, k, spec[k]) if k in spec else defaults[k] for k in _OPTION_DEFAULTS}
-        cfg = TopicConfig(topic=topic, dataset=dataset, table=table, route=route, event_time_field=etf, **options)
+        first_hour = _first_hour(source, topic, spec["first_hour"], "first_hour") if "first_hour" in spec else None
+        cfg = TopicConfig(topic=topic, dataset=dataset, table=table, route=route, event_time_field=etf,
+                          first_hour=first_hour or default_first_hour,
+                          first_hour_source=("first_hour of the topic" if first_hour
+                                             else "defaults.first_hour" if default_first_hour else ""),
+                          **options)
         for t in cfg.tables:
             other = fed_by.setdefault((dataset, t), topic)
             if other != topic:
@@ -202,3 +266,33 @@ def load_config(path: str | os.PathLike | None = None) -> LandingConfig:
     except yaml.YAMLError as exc:
         raise TopicConfigError(f"{path}: not valid YAML: {exc}") from None
     return parse_config(data, source=str(path))
+
+
+def env_first_hour() -> datetime | None:
+    """$KAFKA_LANDING_FIRST_HOUR: the first hour of every topic that names none in the config."""
+    value = os.environ.get(FIRST_HOUR_ENV)
+    return parse_first_hour(value, f"${FIRST_HOUR_ENV}") if value else None
+
+
+def with_first_hours(config: LandingConfig, earliest_frozen: Mapping[str, datetime | None],
+                     fallback: datetime | None = None) -> LandingConfig:
+    """Every topic with the hour its history starts at: as configured (the topic's, the
+    defaults', else `fallback`), or the earliest frozen slice if that is earlier or nothing is
+    configured. Frozen hours therefore always stay partitions."""
+    topics = {}
+    for name, cfg in config.topics.items():
+        configured, why = cfg.first_hour, cfg.first_hour_source
+        if configured is None and fallback is not None:
+            configured, why = fallback, f"${FIRST_HOUR_ENV}"
+        frozen = earliest_frozen.get(name)
+        if frozen is not None and (configured is None or frozen < configured):
+            why = (f"the earliest frozen slice, before the configured first hour {hour_key(configured)} ({why})"
+                   if configured is not None else "the earliest frozen slice (no first_hour configured)")
+            configured = frozen
+        if configured is None:
+            raise _err(config.source, name, "first_hour",
+                       "is required for a topic with no frozen slice yet: set it to the first hour to land, "
+                       "e.g. first_hour: 2026-11-20-00:00 (UTC), for the topic or under 'defaults' "
+                       f"(or set ${FIRST_HOUR_ENV})")
+        topics[name] = replace(cfg, first_hour=configured, first_hour_source=why)
+    return replace(config, topics=topics)

@@ -22,6 +22,7 @@ from dagster import (  # noqa: E402 - after the filter above
     EnvVar,
     RunRequest,
     ScheduleEvaluationContext,
+    SkipReason,
     define_asset_job,
     schedule,
 )
@@ -29,11 +30,20 @@ from dagster_gcp import BigQueryResource
 from dagster_pyspark import LazyPySparkResource
 
 from kafka_landing import devstack, hourly_schedule
-from kafka_landing.avro_landing.assets import build_landing_assets
-from kafka_landing.config import LandingConfig, load_config
-from kafka_landing.kafka_slices.assets import build_slice_assets
+from kafka_landing.avro_landing.assets import build_landing_assets, landing_key
+from kafka_landing.config import (
+    LandingConfig,
+    TopicConfig,
+    TopicConfigError,
+    env_first_hour,
+    load_config,
+    with_first_hours,
+)
+from kafka_landing.hours import topic_hours
+from kafka_landing.kafka_slices.assets import build_slice_assets, slice_key
+from kafka_landing.kafka_slices.freeze import first_frozen_hour
 from kafka_landing.kafka_slices.jobs import plan_backfill
-from kafka_landing.naming import hour_key
+from kafka_landing.naming import asset_safe, hour_key
 from kafka_landing.resources import (
     KafkaResource,
     LandingResource,
@@ -107,38 +117,72 @@ def build_resources() -> dict:
     }
 
 
-land_hourly = define_asset_job(
-    "land_hourly",
-    selection=AssetSelection.groups("kafka_slices", "avro_landing"),
-    tags={"kafka_landing/spark": "true"},
-    description="Freeze and land one hour (or, from a backfill, a range of hours in one run).",
-)
+def settle_first_hours(config: LandingConfig, landing: LandingResource) -> LandingConfig:
+    """Each topic's first hour (see `config.with_first_hours`), with the earliest frozen slice
+    read from the landing root: a few names of one listing page per topic. If the landing root
+    cannot be read, a configured first hour is used as it is; a topic that has none fails the
+    code location with the reason."""
+    fallback = env_first_hour()
+    try:
+        store = landing.store()
+        earliest = {name: first_frozen_hour(store, name) for name in config.topics}
+    except Exception as exc:  # noqa: BLE001 - any store failure; reported in the message below
+        unsettled = sorted(n for n, t in config.topics.items() if t.first_hour is None and fallback is None)
+        if unsettled:
+            raise TopicConfigError(
+                f"{config.source}: topics {unsettled} have no first_hour and the landing root {landing.landing_root} "
+                f"cannot be listed for their earliest frozen slice ({type(exc).__name__}: {exc}). Set first_hour for "
+                "them, or check that the landing root is reachable.") from exc
+        earliest = {}
+    return with_first_hours(config, earliest, fallback)
 
 
-def build_schedule(config: LandingConfig):
-    """Every hour, a few minutes after the slowest topic's hour closes, land the latest
-    hour closed for every topic (any grace, even hours long; see `hourly_schedule`)."""
-    graces = [t.grace_minutes for t in config.topics.values()]
+def landing_job_name(topic: str) -> str:
+    return f"land_{asset_safe(topic)}"
 
-    @schedule(job=land_hourly, cron_schedule=hourly_schedule.cron(graces), execution_timezone="UTC")
+
+def build_landing_job(cfg: TopicConfig):
+    """A job per topic: a run covers one partitions definition, and every topic has its own."""
+    return define_asset_job(
+        landing_job_name(cfg.topic),
+        selection=AssetSelection.assets(slice_key(cfg.topic), landing_key(cfg.topic)),
+        partitions_def=topic_hours(cfg),
+        tags={"kafka_landing/spark": "true"},
+        description=f"Freeze and land `{cfg.topic}`: one hour, or from a backfill a range of hours in one run.",
+    )
+
+
+def build_schedule(cfg: TopicConfig, job):
+    """Every hour, a few minutes after the topic's hour closes, land that hour (any grace,
+    even hours long; see `hourly_schedule`)."""
+    graces = [cfg.grace_minutes]
+    first = topic_hours(cfg).start
+
+    @schedule(name=f"{landing_job_name(cfg.topic)}_hourly", job=job, cron_schedule=hourly_schedule.cron(graces),
+              execution_timezone="UTC", description=f"Lands the last closed hour of `{cfg.topic}` every hour.")
     def land_last_closed_hour(context: ScheduleEvaluationContext):
         tick = context.scheduled_execution_time or datetime.now(timezone.utc)
         hour = hourly_schedule.hour_to_land(tick, graces)
+        if hour < first:
+            return SkipReason(f"{cfg.topic}: hour {hour_key(hour)} is before the topic's first hour {hour_key(first)}")
         return RunRequest(partition_key=hour_key(hour), run_key=hour_key(hour))
 
     return land_last_closed_hour
 
 
 def build_definitions() -> Definitions:
-    config = load_config()
+    resources = build_resources()
+    config = settle_first_hours(load_config(), resources["landing"])
     tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
+    hours = {(ds, t): topic_hours(config.topic(topic)) for ds, t, topic in config.destinations()}
+    jobs = {name: build_landing_job(cfg) for name, cfg in config.topics.items()}
     return Definitions(
         assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config, warehouse_kind()),
                 *build_warehouse_checks(config)],
-        jobs=[land_hourly, plan_backfill],
-        schedules=[build_schedule(config)],
-        sensors=[build_done_file_sensor(tables)],
-        resources=build_resources(),
+        jobs=[*jobs.values(), plan_backfill],
+        schedules=[build_schedule(config.topics[name], job) for name, job in jobs.items()],
+        sensors=[build_done_file_sensor(tables, hours)],
+        resources=resources,
     )
 
 

@@ -1,5 +1,5 @@
-"""The hourly partitions every layer shares (UTC), and how an asset runs and
-reports one hour or a backfill range of hours.
+"""The hourly partitions of a topic (UTC; every layer of the topic shares them),
+and how an asset runs and reports one hour or a backfill range of hours.
 
 A range runs as one run (one Spark session), but every hour is reported as
 its own partition: its own materialisation, metadata and `dagster/row_count`,
@@ -12,6 +12,7 @@ done, unless the run carries the tag `kafka_landing/redo_done_hours=true`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -43,13 +44,35 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,  # not exported; the field AssetCheckEvaluation takes
 )
 
-FIRST_HOUR_ENV = "KAFKA_LANDING_FIRST_HOUR"
-
-# Only ended hours are partitions; whether an hour is *closed* (grace period
-# passed) is checked when its slice is planned.
-hourly = HourlyPartitionsDefinition(
-    start_date=os.environ.get(FIRST_HOUR_ENV, "2026-01-01-00:00"), timezone="UTC"
+from kafka_landing.config import (
+    FIRST_HOUR_ENV,
+    TopicConfig,
+    TopicConfigError,
+    env_first_hour,
 )
+from kafka_landing.naming import HOUR_KEY_FORMAT
+
+
+@functools.cache
+def _hours_from(first_hour: datetime) -> HourlyPartitionsDefinition:
+    return HourlyPartitionsDefinition(start_date=first_hour.strftime(HOUR_KEY_FORMAT), timezone="UTC")
+
+
+def topic_hours(cfg: TopicConfig) -> HourlyPartitionsDefinition:
+    """The topic's hours, from its first hour (see `config.with_first_hours`) on. Only ended
+    hours are partitions; whether an hour is *closed* (grace passed) is checked when its slice
+    is planned. One object per first hour: topics that start together share it."""
+    first = cfg.first_hour or env_first_hour()
+    if first is None:
+        raise TopicConfigError(f"topic {cfg.topic!r}: no first hour; set first_hour in the topic config "
+                               f"(or ${FIRST_HOUR_ENV})")
+    return _hours_from(first)
+
+
+def history(cfg: TopicConfig) -> str:
+    """Where the topic's partitions start and why, for asset descriptions and metadata."""
+    why = cfg.first_hour_source or f"${FIRST_HOUR_ENV}"
+    return f"hours from {topic_hours(cfg).start.strftime(HOUR_KEY_FORMAT)} on ({why})"
 
 # A backfill of many hours runs as one run: one Spark session for all of them.
 single_run = BackfillPolicy.single_run()

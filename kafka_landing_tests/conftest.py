@@ -17,6 +17,9 @@ os.environ.setdefault("KAFKA_LANDING_RETRY_DELAY_SECONDS", "0.1")
 # Each attempt against a broker that is down waits for the Kafka client's timeouts: the tests
 # that provoke it try twice in the step (the bound itself is tested in unit/test_in_step_retries).
 os.environ.setdefault("KAFKA_LANDING_IN_STEP_ATTEMPTS", "2")
+# The test configs name no first hour: every topic's partitions start here unless a test says
+# otherwise (the first-hour tests set their own, or unset it).
+os.environ.setdefault("KAFKA_LANDING_FIRST_HOUR", "2026-01-01-00:00")
 
 from kafka_landing import devstack  # noqa: E402
 from kafka_landing.demo.generate import produce
@@ -93,6 +96,14 @@ def send(bootstrap):
         return produce(bootstrap, [(t, p, ts, k, v, None, None, None, None) for t, p, ts, k, v in records])
 
     return _send
+
+
+def defs_hours(req) -> list[str]:
+    """The hours of a run request's partition range (any hourly definition lists the same keys)."""
+    from dagster import HourlyPartitionsDefinition
+
+    return HourlyPartitionsDefinition(start_date="2000-01-01-00:00", timezone="UTC").get_partition_keys_in_range(
+        req.partition_key_range)
 
 
 def utcnow() -> datetime:

@@ -17,7 +17,7 @@ from kafka_landing.avro_landing.checks import landing_check_specs, landing_check
 from kafka_landing.avro_landing.job import LandingResult, land_hours
 from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.errors import LandingError
-from kafka_landing.hours import hourly, run_hours, single_run
+from kafka_landing.hours import history, run_hours, single_run, topic_hours
 from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.kafka_slices.freeze import frozen_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
@@ -199,14 +199,14 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
         key=key,
         retry_policy=retry_policy,  # with one, only Failures with allow_retries (services briefly away) retry
         deps=[slice_key(cfg.topic)],
-        partitions_def=hourly,
+        partitions_def=topic_hours(cfg),
         backfill_policy=single_run,
-        check_specs=landing_check_specs(key),
+        check_specs=landing_check_specs(key, topic_hours(cfg)),
         group_name=GROUP,
         kinds={"spark", "avro"},
         description=(
             f"Hourly Avro landing files of `{cfg.topic}` for {', '.join(f'{cfg.dataset}.{t}' for t in cfg.tables)}, "
-            "with dead letters and a done file per table."
+            f"with dead letters and a done file per table; {history(cfg)}."
         ),
         tags={"kafka_landing/topic": asset_safe(cfg.topic)},
         op_tags={"kafka_landing/spark": "true"},

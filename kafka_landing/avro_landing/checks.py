@@ -13,22 +13,22 @@ from dagster import (
     AssetCheckSpec,
     AssetKey,
     MetadataValue,
+    PartitionsDefinition,
 )
 
 from kafka_landing.avro_landing.conservation import check_landed_hour
 from kafka_landing.avro_landing.job import LandingResult
 from kafka_landing.config import TopicConfig
-from kafka_landing.hours import hourly
 from kafka_landing.kafka_slices.plan import SlicePlan
 from kafka_landing.store.base import LandingStore
 
 
-def landing_check_specs(key: AssetKey) -> list[AssetCheckSpec]:
+def landing_check_specs(key: AssetKey, hours: PartitionsDefinition) -> list[AssetCheckSpec]:
     return [
-        AssetCheckSpec("conservation", asset=key, partitions_def=hourly,
+        AssetCheckSpec("conservation", asset=key, partitions_def=hours,
                        description="Slice records = rows in the listed files + dead letters (both counted from the "
                                    "files' Avro block headers) + offsets Kafka returned no record for."),
-        AssetCheckSpec("no_dead_letters", asset=key, partitions_def=hourly,
+        AssetCheckSpec("no_dead_letters", asset=key, partitions_def=hours,
                        description="Warns when the hour has dead letters."),
     ]
 

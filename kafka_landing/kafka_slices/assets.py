@@ -22,7 +22,7 @@ from dagster import (
 )
 
 from kafka_landing.config import LandingConfig, TopicConfig
-from kafka_landing.hours import hourly, run_hours, single_run
+from kafka_landing.hours import history, run_hours, single_run, topic_hours
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
 from kafka_landing.kafka_slices.plan import PlanningError, SlicePlan
@@ -81,13 +81,14 @@ def build_slice_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = None)
     @asset(
         key=slice_key(cfg.topic),
         retry_policy=retry_policy,  # with one, only Failures with allow_retries (brokers briefly away) retry
-        partitions_def=hourly,
+        partitions_def=topic_hours(cfg),
         backfill_policy=single_run,
         group_name=GROUP,
         kinds={"kafka"},
-        description=f"Frozen hourly offset ranges of Kafka topic `{cfg.topic}`.",
+        description=f"Frozen hourly offset ranges of Kafka topic `{cfg.topic}`, {history(cfg)}.",
         tags={"kafka_landing/topic": asset_safe(cfg.topic)},
-        metadata={"topic": cfg.topic, "grace_minutes": cfg.grace_minutes, "rows_per_task": cfg.rows_per_task},
+        metadata={"topic": cfg.topic, "first_hour": history(cfg),
+                  "grace_minutes": cfg.grace_minutes, "rows_per_task": cfg.rows_per_task},
     )
     def _slice(context: AssetExecutionContext, config: SliceConfig, kafka: KafkaResource, landing: LandingResource):
         store = landing.store()

@@ -21,6 +21,12 @@ def load_frozen(store: LandingStore, topic: str) -> dict[datetime, SlicePlan]:
     return plans
 
 
+def first_frozen_hour(store: LandingStore, topic: str) -> datetime | None:
+    """The earliest hour of the topic with a frozen slice (names sort as hours do)."""
+    rel = store.first(slice_dir(topic), "hour=*.json")
+    return hour_from_tag(rel.rsplit("hour=", 1)[1][: -len(".json")]) if rel else None
+
+
 def frozen_slice(store: LandingStore, topic: str, hour: datetime) -> SlicePlan | None:
     d = store.read_json(slice_manifest_path(topic, hour))
     return SlicePlan.from_dict(d) if d else None

@@ -79,6 +79,10 @@ class LandingStore(ABC):
         """Files directly under `rel_dir` whose name matches `pattern`, sorted; names
         starting with "." are never listed (temporary files)."""
 
+    def first(self, rel_dir: str, pattern: str = "*") -> str | None:
+        """The first file `list` would give, or None; a bucket overrides it to read one page only."""
+        return next(iter(self.list(rel_dir, pattern)), None)
+
     @abstractmethod
     def subdirs(self, rel_dir: str) -> list[str]:
         """Names of the folders (bucket prefixes) directly under `rel_dir`, sorted."""

@@ -244,6 +244,15 @@ class GcsStore(LandingStore):
                 out.append(self._rel(blob.name))
         return sorted(out)
 
+    def first(self, rel_dir: str, pattern: str = "*") -> str | None:
+        # Objects are listed in name order, a page at a time: the first match ends the listing.
+        prefix = self._dir(rel_dir)
+        for blob in self.client.list_blobs(self.bucket, prefix=prefix, delimiter="/"):
+            base = blob.name[len(prefix):]
+            if base and not base.startswith(".") and fnmatch.fnmatchcase(base, pattern):
+                return self._rel(blob.name)
+        return None
+
     def subdirs(self, rel_dir: str) -> list[str]:
         prefix = self._dir(rel_dir)
         it = self.client.list_blobs(self.bucket, prefix=prefix, delimiter="/")

@@ -30,7 +30,7 @@ from dagster_pyspark import LazyPySparkResource
 
 from kafka_landing.avro_landing.assets import landing_key
 from kafka_landing.config import LandingConfig, TopicConfig
-from kafka_landing.hours import hourly, run_hours, single_run
+from kafka_landing.hours import history, run_hours, single_run, topic_hours
 from kafka_landing.naming import done_file_path, hour_from_key, hour_tag
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.load import (
@@ -54,14 +54,14 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
     @asset(
         key=key,
         deps=[landing_key(cfg.topic)],
-        partitions_def=hourly,
+        partitions_def=topic_hours(cfg),  # the topic's hours: a table shares its topic's history
         backfill_policy=single_run,
         # No Dagster pool: a run killed while loading would keep its slot, and every later
         # load of the table would wait for it forever. The warehouse's own lock serialises
         # loads of a table instead, and dies with the process that holds it.
         group_name=GROUP,
         kinds={"parquet", "spark"} if kind == "parquet" else {kind},
-        description=f"Table `{cfg.dataset}.{table}`, one partition per landing hour, loaded from `{cfg.topic}`.",
+        description=f"Table `{cfg.dataset}.{table}`, one partition per landing hour, loaded from `{cfg.topic}`; {history(cfg)}.",
         op_tags={"kafka_landing/spark": "true"} if kind == "parquet" else {},
         # Time-based (see the module docstring): warn after 2 hours without a load, fail at 3.
         freshness_policy=FreshnessPolicy.time_window(fail_window=timedelta(hours=3), warn_window=timedelta(hours=2)),

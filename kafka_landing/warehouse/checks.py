@@ -25,7 +25,7 @@ from dagster import (
 
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
-from kafka_landing.hours import hour_check_events, hourly
+from kafka_landing.hours import hour_check_events, topic_hours
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import done_file_path, hour_from_key, hour_from_tag, hour_tag
 from kafka_landing.resources import LandingResource
@@ -97,7 +97,7 @@ def hour_conservation(store: LandingStore, warehouse: Warehouse, dataset: str, t
 def build_table_checks(cfg: TopicConfig, table: str) -> list:
     key = warehouse_key(cfg.dataset, table)
 
-    @asset_check(asset=key, name="conservation", partitions_def=hourly,
+    @asset_check(asset=key, name="conservation", partitions_def=topic_hours(cfg),
                  description="Warehouse rows of the hour (Parquet footer, or BigQuery's partition row count) = "
                              "landed rows (Avro block headers of the files the done file lists). Re-run it for "
                              "any hour: it reads what is there now.")

@@ -42,6 +42,7 @@ from itertools import islice
 from dagster import (
     AssetKey,
     DefaultSensorStatus,
+    PartitionsDefinition,
     RunRequest,
     RunsFilter,
     SensorEvaluationContext,
@@ -50,7 +51,7 @@ from dagster import (
     sensor,
 )
 
-from kafka_landing.hours import FIRST_HOUR_ENV, REDO_DONE_HOURS_TAG, hourly
+from kafka_landing.hours import REDO_DONE_HOURS_TAG
 from kafka_landing.naming import hour_from_tag, hour_key
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.done_checks import done_file_problems
@@ -121,7 +122,10 @@ def load_run_request(group: LoadGroup, key: AssetKey, spark: bool) -> RunRequest
                       tags={**tags, RANGE_START_TAG: first, RANGE_END_TAG: last})
 
 
-def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey]):
+def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
+                           hours: dict[tuple[str, str], PartitionsDefinition]):
+    """`tables`: every destination table's asset; `hours`: its partitions (its topic's hours)."""
+
     @sensor(
         name=SENSOR_NAME,
         asset_selection=list(tables.values()),
@@ -172,10 +176,10 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey]):
             if backend.loaded_sha(th.dataset, th.table, th.hour) == sha:
                 clear_pending(store, th.done_file, marker_sha(store, th))  # loaded; the marker outlived it
                 continue
-            if not hourly.has_partition_key(partition := hour_key(hour_from_tag(th.hour))):
+            if not hours[(th.dataset, th.table)].has_partition_key(partition := hour_key(hour_from_tag(th.hour))):
                 log.warning(f"not loading {th.done_file}: hour {partition} is not a partition of "
-                            f"{tables[(th.dataset, th.table)].to_user_string()} (before the first hour, "
-                            f"${FIRST_HOUR_ENV}, or not ended yet)")
+                            f"{tables[(th.dataset, th.table)].to_user_string()} (before its topic's first hour, "
+                            "or not ended yet)")
                 continue
             loads.append(PendingLoad(th, sha))
 

@@ -19,6 +19,7 @@ from dagster import (
     DagsterInstance,
     Definitions,
     Failure,
+    HourlyPartitionsDefinition,
     asset,
     define_asset_job,
 )
@@ -29,7 +30,7 @@ from dagster._core.storage.partition_status_cache import (
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing.demo.generate import encode, register
-from kafka_landing.hours import REDO_DONE_HOURS_TAG, hourly, run_hours, single_run
+from kafka_landing.hours import REDO_DONE_HOURS_TAG, run_hours, single_run
 from kafka_landing.naming import (
     ONE_HOUR,
     asset_safe,
@@ -39,6 +40,8 @@ from kafka_landing.naming import (
     to_millis,
 )
 from kafka_landing_tests.conftest import utcnow
+
+hourly = HourlyPartitionsDefinition(start_date="2026-01-01-00:00", timezone="UTC")
 
 ROW = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"}]}
 HOURS = 5
@@ -68,7 +71,8 @@ def configure(tmp_path, monkeypatch):
 
 
 def run_range(instance, first, last, tags=None):
-    job = build_definitions().resolve_job_def("land_hourly")
+    defs = build_definitions()
+    (job,) = [j for j in defs.resolve_all_job_defs() if j.name.startswith("land_")]  # the config has one topic
     return job.execute_in_process(
         instance=instance, resources=build_resources(), raise_on_error=False,
         tags={"dagster/asset_partition_range_start": hour_key(first),

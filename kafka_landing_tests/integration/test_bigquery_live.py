@@ -25,7 +25,15 @@ import pytest
 
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse
 from kafka_landing.warehouse.load import load_done_file
-from kafka_landing_tests.integration.test_bigquery_warehouse import H1, H2, NO_SPARK, V1, V2, land, orders
+from kafka_landing_tests.integration.test_bigquery_warehouse import (
+    H1,
+    H2,
+    NO_SPARK,
+    V1,
+    V2,
+    land,
+    orders,
+)
 
 PROJECT = os.environ.get("KAFKA_LANDING_BIGQUERY_LIVE_PROJECT")
 BUCKET = os.environ.get("KAFKA_LANDING_BIGQUERY_LIVE_BUCKET")

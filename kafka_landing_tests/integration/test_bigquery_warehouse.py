@@ -22,13 +22,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
-from kafka_landing.naming import done_file_path, hour_from_tag, landing_file_name, table_hour_dir
+from kafka_landing.naming import (
+    done_file_path,
+    hour_from_tag,
+    landing_file_name,
+    table_hour_dir,
+)
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse, job_id, partition_id
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.bigquery_fake import FakeBigQuery
-
 
 PROJECT = "kl-bq-test"
 H1, H2 = "2026-01-31T13", "2026-01-31T14"

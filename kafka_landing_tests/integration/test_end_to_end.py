@@ -14,7 +14,11 @@ import yaml
 from dagster import DagsterInstance, build_sensor_context, materialize
 
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing.definitions import build_definitions, build_resources
+from kafka_landing.definitions import (
+    build_definitions,
+    build_resources,
+    landing_job_name,
+)
 from kafka_landing.demo.generate import (
     ORDERS,
     WEB,
@@ -23,10 +27,9 @@ from kafka_landing.demo.generate import (
     generate,
     register,
 )
-from kafka_landing.hours import hourly
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
 from kafka_landing.warehouse.sensors import SENSOR_NAME, run_load_request
-from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.conftest import defs_hours, utcnow
 
 HOURS = 3
 
@@ -69,7 +72,7 @@ def covered_hours(req) -> list[str]:
     if req.partition_key:
         return [req.partition_key]
     assert req.partition_key_range, f"run request {req.run_key} names neither a partition nor a range"
-    return hourly.get_partition_keys_in_range(req.partition_key_range)
+    return defs_hours(req)
 
 
 def run_requests(defs, instance, requests):
@@ -212,7 +215,7 @@ def test_backfill_of_a_range_runs_as_one_run(env, instance, make_topic, send, sp
     h = floor_hour(utcnow()) - ONE_HOUR * 6
     send([(topic, p, to_millis(h + ONE_HOUR * i + timedelta(minutes=7)), None, b"\x01bad magic") for i in range(4) for p in (0, 1)])
     defs = build_definitions()
-    job = defs.resolve_job_def("land_hourly")
+    job = defs.resolve_job_def(landing_job_name(topic))
     result = job.execute_in_process(
         instance=instance, resources=build_resources(),
         tags={"dagster/asset_partition_range_start": hour_key(h), "dagster/asset_partition_range_end": hour_key(h + ONE_HOUR * 3)},

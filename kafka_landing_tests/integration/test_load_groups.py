@@ -18,7 +18,11 @@ import yaml
 from dagster import AssetKey, DagsterInstance
 
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing.definitions import build_definitions, build_resources
+from kafka_landing.definitions import (
+    build_definitions,
+    build_resources,
+    landing_job_name,
+)
 from kafka_landing.demo.generate import encode, register
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
 from kafka_landing.warehouse.assets import warehouse_key
@@ -92,7 +96,7 @@ def test_hours_landed_by_kafka_landing_load_in_one_run_that_starts_spark_once(
     home = tmp_path / "dagster_home"
     home.mkdir()
     with DagsterInstance.local_temp(str(home)) as inst:
-        landed = defs.resolve_job_def("land_hourly").execute_in_process(
+        landed = defs.resolve_job_def(landing_job_name(topic)).execute_in_process(
             instance=inst, resources=build_resources(),
             tags={"dagster/asset_partition_range_start": hour_key(hours[0]),
                   "dagster/asset_partition_range_end": hour_key(hours[-1])})

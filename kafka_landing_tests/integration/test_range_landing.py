@@ -16,7 +16,11 @@ from kafka_landing.config import Route, TopicConfig
 from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.errors import LandingError
 from kafka_landing.kafka_slices.freeze import freeze_slice
-from kafka_landing.naming import dead_letter_manifest_path, done_file_path, hour_from_tag
+from kafka_landing.naming import (
+    dead_letter_manifest_path,
+    done_file_path,
+    hour_from_tag,
+)
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.conftest import utcnow
 

@@ -31,7 +31,7 @@ from kafka_landing.naming import (
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.load import load_done_file
 from kafka_landing.warehouse.sensors import SENSOR_NAME, run_load_request
-from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.conftest import defs_hours, utcnow
 
 TOPIC, DATASET, TABLE = "sensor.events", "sx", "events"
 SCHEMA = {"type": "record", "name": "E", "fields": [{"name": "id", "type": "long"}]}
@@ -149,11 +149,9 @@ def run(defs, instance, req):
 
 def hours_of(req) -> list[str]:
     """The hours (partition keys) a load request covers: its partition, or its partition range."""
-    from kafka_landing.hours import hourly
-
     if req.partition_key:
         return [req.partition_key]
-    return hourly.get_partition_keys_in_range(req.partition_key_range)
+    return defs_hours(req)
 
 
 def members_of(tags) -> set[str]:

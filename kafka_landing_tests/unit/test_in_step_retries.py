@@ -3,9 +3,18 @@ times; terminal failures and bugs are not (toy assets on an ephemeral instance, 
 
 from __future__ import annotations
 
-from dagster import AssetKey, DagsterInstance, Failure, asset, materialize
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    Failure,
+    HourlyPartitionsDefinition,
+    asset,
+    materialize,
+)
 
-from kafka_landing.hours import IN_STEP_ATTEMPTS, hourly, run_hours, single_run
+from kafka_landing.hours import IN_STEP_ATTEMPTS, run_hours, single_run
+
+hourly = HourlyPartitionsDefinition(start_date="2026-01-01-00:00", timezone="UTC")
 
 RANGE = [f"2026-01-01-{h:02d}:00" for h in range(3)]
 
