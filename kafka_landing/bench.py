@@ -3,7 +3,7 @@ side by side with the alternatives, and whether the goals of issue 10 are met.
 
 One run, one broker, the same frozen slices for every contender:
 
-  kafka_landing   slices + landing through Dagster (the land_hourly job), a range of hours in one run
+  kafka_landing   slices + landing through Dagster (the topic's land_<topic> job), a range of hours in one run
   spark_by_hand   the same reads, decoding and Avro writes as a plain Spark job
   python_valve    one Python process: confluent-kafka + fastavro, row by row
   librdkafka_raw  reading the same offsets without decoding: the physical limit
@@ -315,7 +315,7 @@ def contender_startup(args) -> int:
 
 
 def contender_kafka_landing(args) -> int:
-    """Through Dagster as a user would: the land_hourly job over the hours, one run
+    """Through Dagster as a user would: the topic's land_<topic> job over the hours, one run
     (`--mode runs`: one run per hour, in one process, so the Spark session is reused)."""
     from dagster import DagsterInstance
 
@@ -326,7 +326,7 @@ def contender_kafka_landing(args) -> int:
             result = job.execute_in_process(instance=instance, resources=resources, raise_on_error=False,
                                             **_partitions(hours))
             if not result.success:
-                raise BenchError(f"land_hourly for {args.topic} hours {hours[0]}..{hours[-1]} failed; "
+                raise BenchError(f"the landing job of {args.topic}, hours {hours[0]}..{hours[-1]} failed; "
                                  "its log is above")
     return _landed_rows(args, cfg)
 

@@ -286,8 +286,8 @@ def with_first_hours(config: LandingConfig, earliest_frozen: Mapping[str, dateti
             configured, why = fallback, f"${FIRST_HOUR_ENV}"
         frozen = earliest_frozen.get(name)
         if frozen is not None and (configured is None or frozen < configured):
-            why = (f"the earliest frozen slice, before the configured first hour {hour_key(configured)} ({why})"
-                   if configured is not None else "the earliest frozen slice (no first_hour configured)")
+            why = (f"the earliest frozen slice, earlier than the first hour {hour_key(configured)} from {why}"
+                   if configured is not None else "the earliest frozen slice, no first_hour configured")
             configured = frozen
         if configured is None:
             raise _err(config.source, name, "first_hour",

@@ -13,17 +13,23 @@ from dagster import DagsterInstance, build_sensor_context
 
 from kafka_landing import devstack
 from kafka_landing.config import FIRST_HOUR_ENV, load_config
-from kafka_landing.definitions import (
+from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
+from kafka_landing.naming import hour_key
+
+HOURS = int(os.environ.get("DEMO_HOURS", "3"))
+PER_HOUR = int(os.environ.get("DEMO_PER_HOUR", "600"))
+NOW = datetime.now(timezone.utc)
+# The demo topics' history starts at the first demo hour (unless the config names one, or the
+# landing root holds earlier frozen hours); later processes (the UI) read it from the frozen
+# slices. Set before the code location below is built, which happens when it is imported.
+os.environ.setdefault(FIRST_HOUR_ENV, hour_key(demo_hours(NOW, HOURS)[0]))
+
+from kafka_landing.definitions import (  # noqa: E402 - after the first hour above
     build_definitions,
     build_resources,
     landing_job_name,
 )
-from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
-from kafka_landing.naming import hour_key
-from kafka_landing.warehouse.sensors import SENSOR_NAME, run_load_request
-
-HOURS = int(os.environ.get("DEMO_HOURS", "3"))
-PER_HOUR = int(os.environ.get("DEMO_PER_HOUR", "600"))
+from kafka_landing.warehouse.sensors import SENSOR_NAME, run_load_request  # noqa: E402
 
 
 def _demo_data_present(bootstrap: str, registry_url: str) -> bool:
@@ -126,7 +132,7 @@ def _bucket_on_the_emulator() -> None:
 
 
 def main() -> None:
-    now = datetime.now(timezone.utc)
+    now = NOW
     _bucket_on_the_emulator()
     if _demo_data_present(devstack.BOOTSTRAP, devstack.REGISTRY_URL):
         print("demo topics exist already: reusing their data (`make demo-reset` starts over)")
@@ -134,9 +140,6 @@ def main() -> None:
         sent = generate(devstack.BOOTSTRAP, devstack.REGISTRY_URL, hours=HOURS, per_hour=PER_HOUR, now=now)
         print(f"produced {len(sent.records)} records to {ORDERS} and {WEB} over the last {HOURS} closed hours")
     hours = demo_hours(now, HOURS)
-    # The demo topics' history starts at the first demo hour (unless the config says otherwise, or
-    # the landing root holds earlier frozen hours); afterwards it is read from the frozen slices.
-    os.environ.setdefault(FIRST_HOUR_ENV, hour_key(hours[0]))
     defs = build_definitions()
     instance = DagsterInstance.get()
     land(defs, instance, hours)

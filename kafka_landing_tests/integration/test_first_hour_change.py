@@ -25,10 +25,10 @@ ROW = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"
 
 @pytest.fixture
 def configure(tmp_path, monkeypatch):
-    def _configure(topic: str, first_hour: str) -> None:
+    def _configure(topic: str, first_hour: str | None) -> None:
         path = tmp_path / "topics.yaml"
-        path.write_text(yaml.safe_dump({"defaults": {"grace_minutes": 5},
-                                        "topics": {topic: {"dataset": "fh", "table": "rows", "first_hour": first_hour}}}))
+        spec = {"dataset": "fh", "table": "rows", **({"first_hour": first_hour} if first_hour else {})}
+        path.write_text(yaml.safe_dump({"defaults": {"grace_minutes": 5}, "topics": {topic: spec}}))
         monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(path))
         monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
         monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
@@ -105,5 +105,11 @@ def test_moving_the_first_hour_neither_loses_nor_re_lands_frozen_hours(configure
         defs = build_definitions()
         assert defs.get_assets_def(slices).partitions_def.get_first_partition_key() == keys[0]
         assert materialised(instance, defs, landing) == keys
-        assert f"before the configured first hour {keys[3]}" in defs.get_assets_def(slices).descriptions_by_key[slices]
+        assert f"earlier than the first hour {keys[3]} from first_hour of the topic" in defs.get_assets_def(slices).descriptions_by_key[slices]
         assert fingerprints(root) == after
+
+        # 4. No first hour configured at all: the history starts at the earliest frozen slice.
+        configure(topic, None)
+        defs = build_definitions()
+        assert defs.get_assets_def(landing).partitions_def.get_first_partition_key() == keys[0]
+        assert "the earliest frozen slice, no first_hour configured" in defs.get_assets_def(landing).descriptions_by_key[landing]

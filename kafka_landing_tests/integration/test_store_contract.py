@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 import fastavro
@@ -23,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_landing.avro_files import AvroFileError
+from kafka_landing.kafka_slices.freeze import first_frozen_hour
 from kafka_landing.store.local import LocalStore
 
 # The emulator fixtures; redundant (and harmless) once conftest.py loads this plugin itself.
@@ -213,6 +215,17 @@ def test_list_subdirs_walk_glob(store):
     assert store.glob("d/sub*/*") == ["d/sub/c.avro", "d/sub2/g.json"]
     assert store.glob("*/a.json") == ["d/a.json"]
     assert store.exists("d/a.json") and store.exists("d/sub") and not store.exists("d/nope")
+    assert store.first("d") == "d/a.json" and store.first("d", "*.avro") == "d/b.avro"
+    assert store.first("d", "*.csv") is None and store.first("d/absent") is None
+
+
+def test_first_frozen_hour_is_the_earliest_slice_by_hour(store):
+    """Slice names sort as their hours do; temporary files, locks and other files are ignored."""
+    for rel in ["slices/t/.plan.lock", "slices/t/.hour=2026-01-01T00.json.tmp", "slices/t/hour=2026-11-20T13.json",
+                "slices/t/hour=2026-11-20T09.json", "slices/t/hour=2026-12-01T00.json", "slices/t2/hour=2025-01-01T00.json"]:
+        store.write_atomic(rel, b"{}")
+    assert first_frozen_hour(store, "t") == datetime(2026, 11, 20, 9, tzinfo=timezone.utc)
+    assert first_frozen_hour(store, "none") is None
 
 
 # --- delete and sweep ------------------------------------------------------------

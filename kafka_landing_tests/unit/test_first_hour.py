@@ -82,8 +82,10 @@ def test_a_topic_with_no_first_hour_and_nothing_frozen_is_an_error_saying_what_t
 
 def test_nothing_configured_starts_at_the_earliest_frozen_slice():
     topic = with_first_hours(config(a={}), {"a": H}).topic("a")
-    assert (topic.first_hour, topic.first_hour_source) == (H, "the earliest frozen slice (no first_hour configured)")
-    assert history(topic) == "hours from 2026-11-20-13:00 on (the earliest frozen slice (no first_hour configured))"
+    assert (topic.first_hour, topic.first_hour_source) == (H, "the earliest frozen slice, no first_hour configured")
+    assert history(topic) == "hours from 2026-11-20-13:00 on (the earliest frozen slice, no first_hour configured)"
+    later = with_first_hours(config(a={"first_hour": "2026-11-21-00:00"}), {"a": H}).topic("a")
+    assert later.first_hour_source == "the earliest frozen slice, earlier than the first hour 2026-11-21-00:00 from first_hour of the topic"
 
 
 def test_the_environment_variable_is_checked_like_the_config(monkeypatch):
