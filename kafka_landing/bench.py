@@ -289,7 +289,11 @@ def _partitions(hour_keys: list[str]) -> dict:
 def _landing_job(args):
     """What every kafka_landing run needs before it runs: imports, definitions, the job, resources."""
     cfg = _only_topic(args)
-    from kafka_landing.definitions import build_definitions, build_resources, landing_job_name
+    from kafka_landing.definitions import (
+        build_definitions,
+        build_resources,
+        landing_job_name,
+    )
 
     return cfg, build_definitions().resolve_job_def(landing_job_name(args.topic)), build_resources()
 
