@@ -62,3 +62,91 @@ def test_the_instance_queues_a_second_load_of_a_table(tmp_path, monkeypatch):
     assert by_key["kafka_landing/table"]["limit"] == 1
     assert by_key["kafka_landing/table"]["value"] == {"applyLimitPerUniqueValue": True}
     assert by_key["kafka_landing/spark"]["limit"] == 2
+
+
+def _two_histories(tmp_path) -> dict:
+    config = tmp_path / "topics.yaml"
+    config.write_text("defaults: {first_hour: 2026-11-01-00:00}\n"
+                      "topics:\n"
+                      "  old.topic: {dataset: d, table: old_rows}\n"
+                      "  new.topic: {dataset: d, route: {field: kind, tables: {a: new_a}, default: new_other},"
+                      " first_hour: 2026-11-20T13}\n")
+    return {"KAFKA_LANDING_TOPICS_CONFIG": str(config), "KAFKA_LANDING_ROOT": str(tmp_path / "landing"),
+            "KAFKA_LANDING_WAREHOUSE_ROOT": str(tmp_path / "warehouse")}
+
+
+def test_topics_with_their_own_first_hours_load_and_validate(tmp_path, monkeypatch):
+    """Each topic's assets, checks and tables start at its own first hour; its job and schedule
+    cover its hours; the load sensor spans tables of both histories; Dagster validates it all."""
+    from dagster import AssetKey
+
+    from kafka_landing.warehouse.sensors import SENSOR_NAME
+
+    env = _two_histories(tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("KAFKA_LANDING_FIRST_HOUR")
+    defs = build_definitions()
+    starts = {k.to_user_string(): defs.get_assets_def(k).partitions_def.get_first_partition_key()
+              for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert starts == {
+        "kafka_slices/old_topic": "2026-11-01-00:00", "avro_landing/old_topic": "2026-11-01-00:00",
+        "warehouse/d/old_rows": "2026-11-01-00:00",
+        "kafka_slices/new_topic": "2026-11-20-13:00", "avro_landing/new_topic": "2026-11-20-13:00",
+        "warehouse/d/new_a": "2026-11-20-13:00", "warehouse/d/new_other": "2026-11-20-13:00",
+    }
+    for key, spec in defs.get_assets_def(AssetKey(["avro_landing", "new_topic"])).check_specs_by_output_name.items():
+        assert spec.partitions_def.get_first_partition_key() == "2026-11-20-13:00", key
+    jobs = {j.name: j.partitions_def.get_first_partition_key() for j in defs.resolve_all_job_defs() if j.name.startswith("land_")}
+    assert jobs == {"land_old_topic": "2026-11-01-00:00", "land_new_topic": "2026-11-20-13:00"}
+    assert {s.name: s.job_name for s in defs.schedules} == {"land_old_topic_hourly": "land_old_topic",
+                                                            "land_new_topic_hourly": "land_new_topic"}
+    sensor = defs.resolve_sensor_def(SENSOR_NAME)
+    assert not sensor.has_anonymous_job  # runs on the implicit asset job, which allows several histories
+
+    (tmp_path / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={**{k: v for k, v in os.environ.items() if k != "KAFKA_LANDING_FIRST_HOUR"}, **env, "DAGSTER_HOME": str(tmp_path)},
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_a_new_topic_without_a_first_hour_fails_the_code_location_saying_what_to_set(tmp_path, monkeypatch):
+    import pytest
+
+    from kafka_landing.config import TopicConfigError
+
+    (tmp_path / "t.yaml").write_text("topics:\n  fresh.topic: {dataset: d, table: t}\n")
+    monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(tmp_path / "t.yaml"))
+    monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
+    monkeypatch.delenv("KAFKA_LANDING_FIRST_HOUR")
+    with pytest.raises(TopicConfigError, match=r"topic 'fresh.topic': field 'first_hour': is required for a topic with no "
+                                               r"frozen slice yet: set it to the first hour to land"):
+        build_definitions()
+
+
+def test_a_landing_root_that_cannot_be_listed_leaves_configured_first_hours_and_names_itself_otherwise(
+        tmp_path, monkeypatch, gcs_emulator):
+    """A bucket that does not exist (on the real GCS emulator): a topic with a first hour loads
+    as configured; one that needs the frozen slices fails naming the landing root."""
+    import pytest
+
+    from kafka_landing.config import TopicConfigError
+
+    env = _two_histories(tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("KAFKA_LANDING_ROOT", "gs://kafka-landing-no-such-bucket/landing")
+    monkeypatch.delenv("KAFKA_LANDING_FIRST_HOUR")
+    defs = build_definitions()
+    assert {j.name: j.partitions_def.get_first_partition_key() for j in defs.resolve_all_job_defs()
+            if j.name.startswith("land_")} == {"land_old_topic": "2026-11-01-00:00", "land_new_topic": "2026-11-20-13:00"}
+
+    (tmp_path / "t.yaml").write_text("topics:\n  fresh.topic: {dataset: d, table: t}\n")
+    monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(tmp_path / "t.yaml"))
+    with pytest.raises(TopicConfigError) as exc:
+        build_definitions()
+    assert "topics ['fresh.topic'] have no first_hour and the landing root gs://kafka-landing-no-such-bucket/landing " \
+           "cannot be listed" in str(exc.value) and "NotFound" in str(exc.value)
