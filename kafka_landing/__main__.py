@@ -42,7 +42,7 @@ def _resources():
 def plan(args, parser) -> int:
     from kafka_landing.config import TopicConfigError
     from kafka_landing.kafka_slices.dry_run import dry_run, format_table, hours_between
-    from kafka_landing.kafka_slices.freeze import load_frozen
+    from kafka_landing.kafka_slices.freeze import load_frozen, settled_first_hour
     from kafka_landing.kafka_slices.plan import UnknownTopicError
 
     try:
@@ -51,7 +51,8 @@ def plan(args, parser) -> int:
         parser.error(str(exc))  # exits 2
     kafka, landing, warehouse = _resources()
     try:
-        cfg = landing.config().topic(args.topic)
+        config = landing.config()
+        cfg = config.topic(args.topic)
     except TopicConfigError as exc:
         parser.error(str(exc))
     store = landing.store()
@@ -59,7 +60,8 @@ def plan(args, parser) -> int:
         with kafka.log_view() as log:
             rows = dry_run(cfg, args.first, args.last, datetime.now(timezone.utc), log, store,
                            load_frozen(store, cfg.topic), warehouse.backend(store).loaded,
-                           skip_retention_gaps=args.skip_retention_gaps)
+                           skip_retention_gaps=args.skip_retention_gaps,
+                           first_hour=settled_first_hour(store, config, cfg.topic))
     except UnknownTopicError as exc:
         print(f"error: {exc}; check the topic name in {cfg.topic!r}'s config and the cluster at "
               f"{kafka.bootstrap_servers}", file=sys.stderr)

@@ -14,7 +14,7 @@ Pure: no Dagster, no Spark.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Callable, Mapping
 
@@ -52,6 +52,7 @@ class HourRow:
     error: str | None = None
     landed: bool = False  # a done file exists for every table of the topic
     loaded: bool = False  # the warehouse recorded a load of every one of those done files' content
+    before_first_hour: bool = False  # not a partition of the topic: Dagster cannot land it until first_hour moves
 
     @property
     def records(self) -> int | None:
@@ -86,9 +87,10 @@ def _landed_loaded(store: LandingStore, cfg: TopicConfig, hour: datetime,
 def dry_run(
     cfg: TopicConfig, first: datetime, last: datetime, now: datetime, log, store: LandingStore,
     frozen: Mapping[datetime, SlicePlan], loaded: LoadedLookup | None = None,
-    skip_retention_gaps: bool = False,
+    skip_retention_gaps: bool = False, first_hour: datetime | None = None,
 ) -> list[HourRow]:
-    """One row per hour of [first, last], oldest first. `frozen` is `slices.load_frozen(store, topic)`.
+    """One row per hour of [first, last], oldest first. `frozen` is `slices.load_frozen(store, topic)`;
+    `first_hour` the topic's (`freeze.settled_first_hour`): earlier hours are planned but flagged.
 
     A planning error of one hour (retention gap, outlier timestamp, rewound log) becomes that
     hour's error text; a topic missing from Kafka fails the whole plan."""
@@ -96,29 +98,36 @@ def dry_run(
     known = dict(frozen)  # never the caller's mapping: dry-run plans stay here
     rows = []
     for hour in hours:
-        landed, was_loaded = _landed_loaded(store, cfg, hour, loaded)
-        if hour in frozen:
-            rows.append(HourRow(hour_tag(hour), FROZEN, frozen[hour], None, landed, was_loaded))
-            continue
-        try:
-            check_closed(hour, now, cfg.grace_minutes)
-        except HourNotClosedError as exc:
-            rows.append(HourRow(hour_tag(hour), OPEN, None, str(exc), landed, was_loaded))
-            continue
-        try:
-            plan = plan_slice(
-                cfg.topic, hour, now, log, known, grace_minutes=cfg.grace_minutes,
-                rows_per_task=cfg.rows_per_task, skip_retention_gaps=skip_retention_gaps,
-                max_future_minutes=cfg.max_future_minutes, on_future_timestamp=cfg.on_future_timestamp,
-            )
-        except UnknownTopicError:
-            raise
-        except PlanningError as exc:
-            rows.append(HourRow(hour_tag(hour), ERROR, None, str(exc), landed, was_loaded))
-            continue
-        known[hour] = plan
-        rows.append(HourRow(hour_tag(hour), PLANNED, plan, None, landed, was_loaded))
+        row = _plan_hour(cfg, hour, now, log, store, frozen, known, loaded, skip_retention_gaps)
+        if first_hour is not None and hour < first_hour:
+            row = replace(row, before_first_hour=True)
+        rows.append(row)
     return rows
+
+
+def _plan_hour(cfg: TopicConfig, hour: datetime, now: datetime, log, store: LandingStore,
+               frozen: Mapping[datetime, SlicePlan], known: dict, loaded: LoadedLookup | None,
+               skip_retention_gaps: bool) -> HourRow:
+    """One hour's row; a planned slice joins `known`, so the next hour chains to it."""
+    landed, was_loaded = _landed_loaded(store, cfg, hour, loaded)
+    if hour in frozen:
+        return HourRow(hour_tag(hour), FROZEN, frozen[hour], None, landed, was_loaded)
+    try:
+        check_closed(hour, now, cfg.grace_minutes)
+    except HourNotClosedError as exc:
+        return HourRow(hour_tag(hour), OPEN, None, str(exc), landed, was_loaded)
+    try:
+        plan = plan_slice(
+            cfg.topic, hour, now, log, known, grace_minutes=cfg.grace_minutes,
+            rows_per_task=cfg.rows_per_task, skip_retention_gaps=skip_retention_gaps,
+            max_future_minutes=cfg.max_future_minutes, on_future_timestamp=cfg.on_future_timestamp,
+        )
+    except UnknownTopicError:
+        raise
+    except PlanningError as exc:
+        return HourRow(hour_tag(hour), ERROR, None, str(exc), landed, was_loaded)
+    known[hour] = plan
+    return HourRow(hour_tag(hour), PLANNED, plan, None, landed, was_loaded)
 
 
 def _notes(plan: SlicePlan, partition: int) -> str:
@@ -128,18 +137,24 @@ def _notes(plan: SlicePlan, partition: int) -> str:
     return "; ".join(notes)
 
 
+BEFORE_FIRST_HOUR = "before the topic's first hour: move first_hour earlier to land it"
+
+
 def table_rows(rows: list[HourRow]) -> list[dict]:
     """One flat dict per hour and partition (one per hour without a plan): for text, Markdown, JSON."""
     out = []
     for r in rows:
         flags = {"landed": "yes" if r.landed else "no", "loaded": "yes" if r.loaded else "no"}
+        first = [BEFORE_FIRST_HOUR] if r.before_first_hour else []
         if r.plan is None or not r.plan.partitions:
+            note = "; ".join(first + [(r.error or "no partitions").replace("\n", " ")])
             out.append({"hour": r.hour, "state": r.state, "partition": "", "start": "", "end": "", "records": "",
-                        **flags, "note": (r.error or "no partitions").replace("\n", " ")})
+                        **flags, "note": note})
             continue
         for ps in r.plan.partitions:
+            note = "; ".join(first + [n for n in [_notes(r.plan, ps.partition)] if n])
             out.append({"hour": r.hour, "state": r.state, "partition": ps.partition, "start": ps.start,
-                        "end": ps.end, "records": ps.records, **flags, "note": _notes(r.plan, ps.partition)})
+                        "end": ps.end, "records": ps.records, **flags, "note": note})
     return out
 
 
@@ -168,4 +183,9 @@ def plan_summary(rows: list[HourRow]) -> str:
     would = sum(r.records or 0 for r in rows if r.state == PLANNED)
     return (f"{len(rows)} hours: {by(FROZEN)} frozen, {by(PLANNED)} would freeze ({would} records), "
             f"{by(OPEN)} open, {by(ERROR)} with errors; {sum(r.landed for r in rows)} landed, "
-            f"{sum(r.loaded for r in rows)} loaded. Nothing was written.")
+            f"{sum(r.loaded for r in rows)} loaded{_before_first(rows)}. Nothing was written.")
+
+
+def _before_first(rows: list[HourRow]) -> str:
+    n = sum(r.before_first_hour for r in rows)
+    return f"; {n} before the topic's first hour (no partitions: move first_hour earlier to land them)" if n else ""

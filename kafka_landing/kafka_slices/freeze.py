@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from kafka_landing.config import TopicConfig
+from kafka_landing.config import (
+    LandingConfig,
+    TopicConfig,
+    TopicConfigError,
+    env_first_hour,
+    with_first_hours,
+)
 from kafka_landing.crash_points import crash_point
 from kafka_landing.kafka_slices.plan import LogView, SlicePlan, plan_slice
 from kafka_landing.naming import hour_from_tag, slice_dir, slice_manifest_path
@@ -25,6 +31,16 @@ def first_frozen_hour(store: LandingStore, topic: str) -> datetime | None:
     """The earliest hour of the topic with a frozen slice (names sort as hours do)."""
     rel = store.first(slice_dir(topic), "hour=*.json")
     return hour_from_tag(rel.rsplit("hour=", 1)[1][: -len(".json")]) if rel else None
+
+
+def settled_first_hour(store: LandingStore, config: LandingConfig, topic: str) -> datetime | None:
+    """The hour the topic's partitions start at, as the code location settles it (config,
+    $KAFKA_LANDING_FIRST_HOUR, earliest frozen slice); None if nothing says."""
+    one = LandingConfig(topics={topic: config.topic(topic)}, source=config.source)
+    try:
+        return with_first_hours(one, {topic: first_frozen_hour(store, topic)}, env_first_hour()).topic(topic).first_hour
+    except TopicConfigError:
+        return None
 
 
 def frozen_slice(store: LandingStore, topic: str, hour: datetime) -> SlicePlan | None:

@@ -29,7 +29,7 @@ from kafka_landing.kafka_slices.dry_run import (
     format_table,
     hours_between,
 )
-from kafka_landing.kafka_slices.freeze import load_frozen
+from kafka_landing.kafka_slices.freeze import load_frozen, settled_first_hour
 from kafka_landing.naming import hour_from_key
 from kafka_landing.resources import KafkaResource, LandingResource
 from kafka_landing.warehouse.resources import WarehouseResource
@@ -48,13 +48,15 @@ def plan_backfill_op(context: OpExecutionContext, config: PlanConfig, kafka: Kaf
     try:
         first, last = hour_from_key(config.from_hour), hour_from_key(config.to_hour)
         hours_between(first, last)
-        cfg = landing.config().topic(config.topic)
+        topics = landing.config()
+        cfg = topics.topic(config.topic)
     except (ValueError, TopicConfigError) as exc:
         raise Failure(f"plan_backfill: {exc}. Fix the run config (topic, from_hour, to_hour) and launch again.") from exc
     store = landing.store()
     with kafka.log_view() as log:
         rows = dry_run(cfg, first, last, datetime.now(timezone.utc), log, store, load_frozen(store, cfg.topic),
-                       warehouse.backend(store).loaded, skip_retention_gaps=config.skip_retention_gaps)
+                       warehouse.backend(store).loaded, skip_retention_gaps=config.skip_retention_gaps,
+                       first_hour=settled_first_hour(store, topics, cfg.topic))
     context.log.info("Dry-run plan of %s, %s .. %s:\n%s", cfg.topic, config.from_hour, config.to_hour, format_table(rows))
     context.log_event(AssetObservation(
         asset_key=slice_key(cfg.topic),
@@ -66,6 +68,7 @@ def plan_backfill_op(context: OpExecutionContext, config: PlanConfig, kafka: Kaf
             "already_frozen": sum(r.state == FROZEN for r in rows),
             "records_to_read": sum(r.records or 0 for r in rows if r.state == PLANNED),
             "errors": MetadataValue.json({r.hour: r.error for r in rows if r.state == "error"}),
+            "before_first_hour": sum(r.before_first_hour for r in rows),
         },
     ))
 

@@ -61,7 +61,8 @@ def test_plan_command(make_topic, send, bootstrap, tmp_path):
     first = floor_hour(utcnow()) - ONE_HOUR * 4
     produce_hours(send, topic, first, 3)
     config = tmp_path / "topics.yaml"
-    config.write_text(f"topics:\n  {topic}:\n    dataset: ds\n    table: tbl\n    grace_minutes: 5\n")
+    config.write_text(f"topics:\n  {topic}:\n    dataset: ds\n    table: tbl\n    grace_minutes: 5\n"
+                      f"    first_hour: {hour_key(first + ONE_HOUR)}\n")
     landing_root = tmp_path / "landing"
     env = {**os.environ, "KAFKA_LANDING_TOPICS_CONFIG": str(config), "KAFKA_LANDING_ROOT": str(landing_root),
            "KAFKA_LANDING_WAREHOUSE_ROOT": str(tmp_path / "wh"), "KAFKA_BOOTSTRAP_SERVERS": bootstrap}
@@ -72,6 +73,8 @@ def test_plan_command(make_topic, send, bootstrap, tmp_path):
     assert lines[0].split()[:6] == ["hour", "state", "partition", "start", "end", "records"]
     assert sum(line.startswith(hour_tag(first + ONE_HOUR)) and "would freeze" in line for line in lines) == 2
     assert "3 hours: 0 frozen, 3 would freeze (24 records)" in out.stdout
+    assert "1 before the topic's first hour" in out.stdout  # the config starts the topic an hour later
+    assert all("move first_hour earlier" in line for line in lines if line.startswith(hour_tag(first)))
     assert tree(landing_root) == {}
 
     bad = run_cli("--topic", topic, "--from", hour_key(first + ONE_HOUR), "--to", hour_key(first), env=env)

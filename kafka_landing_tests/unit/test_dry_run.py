@@ -102,6 +102,18 @@ def test_open_hours_are_shown_not_planned():
     assert rows[1].plan is None and "still open" in rows[1].error
 
 
+def test_hours_before_the_topics_first_hour_are_planned_and_flagged():
+    log = MemLog({0: [(at(0, 5), DATA), (at(1, 5), DATA)]})
+    rows = dry_run(CFG, BASE, BASE + ONE_HOUR, NOW, log, LocalStore("/nonexistent"), {}, first_hour=BASE + ONE_HOUR)
+    assert [(r.state, r.before_first_hour) for r in rows] == [(PLANNED, True), (PLANNED, False)]
+    lines = format_table(rows).splitlines()
+    assert "move first_hour earlier to land it" in next(line for line in lines if line.startswith(hour_tag(BASE)))
+    assert "first_hour" not in next(line for line in lines if line.startswith(hour_tag(BASE + ONE_HOUR)))
+    assert "; 1 before the topic's first hour (no partitions: move first_hour earlier to land them)" in lines[-1]
+    unflagged = dry_run(CFG, BASE, BASE + ONE_HOUR, NOW, log, LocalStore("/nonexistent"), {}, first_hour=BASE)
+    assert not any(r.before_first_hour for r in unflagged) and "first hour" not in format_table(unflagged)
+
+
 def test_unknown_topic_fails_the_plan():
     with pytest.raises(UnknownTopicError):
         dry_run(CFG, BASE, BASE, NOW, MemLog({}), LocalStore("/nonexistent"), {})
