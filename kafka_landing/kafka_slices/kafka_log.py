@@ -92,29 +92,34 @@ class KafkaLogView:
         if start >= end:
             return None
         if self._reader is None:
-            self._reader = Consumer({**self._conf, "enable.partition.eof": True})
+            # A boundary read wants its few records now: the broker need not wait to fill a fetch.
+            self._reader = Consumer({**self._conf, "enable.partition.eof": True, "fetch.wait.max.ms": 10})
         reader = self._reader
         reader.assign([TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + self._timeout
         try:
             while time.monotonic() < deadline:
-                for msg in reader.consume(10_000, timeout=1.0):
-                    if msg.error():
-                        if msg.error().code() == KafkaError._PARTITION_EOF:
-                            return None
-                        raise RuntimeError(f"Kafka at {self._servers}: reading {topic}[{partition}] from offset "
-                                           f"{start} failed: {msg.error()}")
-                    if msg.offset() >= end:
+                # poll, not consume(n): consume waits out its whole timeout unless n records come,
+                # which made every doubtful boundary cost a second.
+                msg = reader.poll(timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+                if msg is None:
+                    position = reader.position([TopicPartition(topic, partition)])[0].offset
+                    if position >= end:
                         return None
-                    stamped = msg.timestamp()[1]
-                    if min_millis is None or stamped >= min_millis:
-                        return msg.offset(), stamped
-                    if msg.offset() + 1 >= end:
-                        return None  # the range is read: no need to wait for the next fetch
-                    deadline = time.monotonic() + self._timeout  # progress: keep reading
-                position = reader.position([TopicPartition(topic, partition)])[0].offset
-                if position >= end:
+                    continue
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        return None
+                    raise RuntimeError(f"Kafka at {self._servers}: reading {topic}[{partition}] from offset "
+                                       f"{start} failed: {msg.error()}")
+                if msg.offset() >= end:
                     return None
+                stamped = msg.timestamp()[1]
+                if min_millis is None or stamped >= min_millis:
+                    return msg.offset(), stamped
+                if msg.offset() + 1 >= end:
+                    return None  # the range is read: no need to wait for the next fetch
+                deadline = time.monotonic() + self._timeout  # progress: keep reading
         finally:
             reader.unassign()
         raise RuntimeError(f"Kafka at {self._servers}: no answer reading {topic}[{partition}] from offset {start} "
