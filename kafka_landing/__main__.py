@@ -32,11 +32,16 @@ def parse_hour(text: str) -> datetime:
 
 
 def _resources():
-    """The code location's own resources, so the CLI reads the same environment as the UI."""
+    """The code location's own resources, so the CLI reads the same environment as the UI,
+    initialised as a run would: their EnvVar fields (SASL, GCP key) hold values, not names.
+    (None of them has anything to tear down, so they outlive the context.)"""
+    from dagster import build_resources as dagster_resources
+
     from kafka_landing.definitions import build_resources
 
     r = build_resources()
-    return r["kafka"], r["landing"], r["warehouse"]
+    with dagster_resources({k: r[k] for k in ("kafka", "landing", "warehouse")}) as ready:
+        return ready.kafka, ready.landing, ready.warehouse
 
 
 def plan(args, parser) -> int:
@@ -55,7 +60,11 @@ def plan(args, parser) -> int:
         cfg = config.topic(args.topic)
     except TopicConfigError as exc:
         parser.error(str(exc))
-    store = landing.store()
+    try:
+        store = landing.store()
+    except (ValueError, OSError) as exc:
+        print(f"error: landing root {landing.landing_root}: {exc}", file=sys.stderr)
+        return 1
     try:
         with kafka.log_view() as log:
             rows = dry_run(cfg, args.first, args.last, datetime.now(timezone.utc), log, store,

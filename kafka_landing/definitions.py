@@ -26,6 +26,7 @@ from dagster import (  # noqa: E402 - after the filter above
     define_asset_job,
     schedule,
 )
+from dagster import build_resources as dagster_resources  # noqa: E402
 from dagster_gcp import BigQueryResource
 from dagster_pyspark import LazyPySparkResource
 
@@ -124,8 +125,10 @@ def settle_first_hours(config: LandingConfig, landing: LandingResource) -> Landi
     code location with the reason."""
     fallback = env_first_hour()
     try:
-        store = landing.store()
-        earliest = {name: first_frozen_hour(store, name) for name in config.topics}
+        # Initialised as a run would: its EnvVar fields (the GCP key) hold their values, not their names.
+        with dagster_resources({"landing": landing}) as ready:
+            store = ready.landing.store()
+            earliest = {name: first_frozen_hour(store, name) for name in config.topics}
     except Exception as exc:  # noqa: BLE001 - any store failure; reported in the message below
         unsettled = sorted(n for n, t in config.topics.items() if t.first_hour is None and fallback is None)
         if unsettled:

@@ -150,3 +150,29 @@ def test_a_landing_root_that_cannot_be_listed_leaves_configured_first_hours_and_
         build_definitions()
     assert "topics ['fresh.topic'] have no first_hour and the landing root gs://kafka-landing-no-such-bucket/landing " \
            "cannot be listed" in str(exc.value) and "NotFound" in str(exc.value)
+
+
+def test_the_frozen_slices_are_listed_with_the_credentials_from_the_env_var(tmp_path, monkeypatch):
+    """The landing resource holds `EnvVar("KAFKA_LANDING_GCP_CREDENTIALS")`; the code location
+    must list the bucket with the key in that variable, not with the variable's name. A key
+    without a private key (no emulator, nothing reached) shows which one was read."""
+    import pytest
+
+    from kafka_landing.config import TopicConfigError
+
+    for var in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS", "KAFKA_LANDING_FIRST_HOUR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    (tmp_path / "t.yaml").write_text("topics:\n  fresh.topic: {dataset: d, table: t}\n")
+    monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(tmp_path / "t.yaml"))
+    monkeypatch.setenv("KAFKA_LANDING_ROOT", "gs://kafka-landing-prod/landing")
+    monkeypatch.setenv("KAFKA_LANDING_GCP_CREDENTIALS",
+                       '{"type": "service_account", "client_email": "lander@proj.iam.gserviceaccount.com", '
+                       '"private_key_id": "secret-id-123"}')
+    with pytest.raises(TopicConfigError) as exc:
+        build_definitions()
+    msg = str(exc.value)
+    assert "gs://kafka-landing-prod/landing cannot be listed" in msg
+    assert "key given for lander@proj.iam.gserviceaccount.com could not be loaded" in msg, msg
+    assert "secret-id-123" not in msg

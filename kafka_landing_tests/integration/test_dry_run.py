@@ -118,3 +118,21 @@ def test_plan_backfill_job_records_the_plan_on_the_slices_asset(make_topic, send
     )
     assert not bad.success
     assert "after its end" in str(bad.failure_data_for_node("plan_backfill_op").error)
+
+
+def test_plan_command_reads_secrets_from_their_env_vars(tmp_path):
+    """The CLI's resources hold EnvVars; it must use the values (here a GCP key without a private
+    key: the account named shows it was read), say which landing root failed, and never print
+    the key."""
+    config = tmp_path / "topics.yaml"
+    config.write_text("topics:\n  t:\n    dataset: ds\n    table: tbl\n    first_hour: 2026-11-01-00:00\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")}
+    env.update({"KAFKA_LANDING_TOPICS_CONFIG": str(config), "KAFKA_LANDING_ROOT": "gs://kafka-landing-prod/landing",
+                "NO_GCE_CHECK": "True", "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),
+                "KAFKA_LANDING_GCP_CREDENTIALS": '{"type": "service_account", "client_email": '
+                                                 '"lander@proj.iam.gserviceaccount.com", "private_key_id": "secret-id-123"}'})
+    out = run_cli("--topic", "t", "--from", "2026-11-20-10:00", "--to", "2026-11-20-11:00", env=env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "error: landing root gs://kafka-landing-prod/landing:" in out.stderr
+    assert "key given for lander@proj.iam.gserviceaccount.com could not be loaded" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "secret-id-123" not in out.stdout + out.stderr
