@@ -12,10 +12,16 @@ import fastavro
 import pytest
 import yaml
 from dagster import AssetKey, DagsterInstance
-from dagster._core.storage.partition_status_cache import get_and_update_asset_status_cache_value
+from dagster._core.storage.partition_status_cache import (
+    get_and_update_asset_status_cache_value,
+)
 
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing.definitions import build_definitions, build_resources, landing_job_name
+from kafka_landing.definitions import (
+    build_definitions,
+    build_resources,
+    landing_job_name,
+)
 from kafka_landing.demo.generate import encode, register
 from kafka_landing.naming import ONE_HOUR, asset_safe, floor_hour, hour_key, to_millis
 from kafka_landing_tests.conftest import utcnow
