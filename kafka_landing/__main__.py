@@ -32,16 +32,10 @@ def parse_hour(text: str) -> datetime:
 
 
 def _resources():
-    """The code location's own resources, so the CLI reads the same environment as the UI,
-    initialised as a run would: their EnvVar fields (SASL, GCP key) hold values, not names.
-    (None of them has anything to tear down, so they outlive the context.)"""
-    from dagster import build_resources as dagster_resources
+    """The code location's own resources, so the CLI reads the same environment as the UI."""
+    from kafka_landing.definitions import ready_resources
 
-    from kafka_landing.definitions import build_resources
-
-    r = build_resources()
-    with dagster_resources({k: r[k] for k in ("kafka", "landing", "warehouse")}) as ready:
-        return ready.kafka, ready.landing, ready.warehouse
+    return ready_resources("kafka", "landing", "warehouse")
 
 
 def plan(args, parser) -> int:

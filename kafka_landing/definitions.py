@@ -118,6 +118,15 @@ def build_resources() -> dict:
     }
 
 
+def ready_resources(*names: str, resources: dict | None = None) -> tuple:
+    """Resources for use outside a run (the CLI, the code location itself), initialised as a run
+    would: their EnvVar fields (SASL, GCP keys) hold the values, not the variables' names. None
+    of them has anything to tear down, so they outlive the context."""
+    resources = resources if resources is not None else build_resources()
+    with dagster_resources({n: resources[n] for n in names}) as ready:
+        return tuple(getattr(ready, n) for n in names)
+
+
 def settle_first_hours(config: LandingConfig, landing: LandingResource) -> LandingConfig:
     """Each topic's first hour (see `config.with_first_hours`), with the earliest frozen slice
     read from the landing root: a few names of one listing page per topic. If the landing root
@@ -125,10 +134,9 @@ def settle_first_hours(config: LandingConfig, landing: LandingResource) -> Landi
     code location with the reason."""
     fallback = env_first_hour()
     try:
-        # Initialised as a run would: its EnvVar fields (the GCP key) hold their values, not their names.
-        with dagster_resources({"landing": landing}) as ready:
-            store = ready.landing.store()
-            earliest = {name: first_frozen_hour(store, name) for name in config.topics}
+        (ready,) = ready_resources("landing", resources={"landing": landing})
+        store = ready.store()
+        earliest = {name: first_frozen_hour(store, name) for name in config.topics}
     except Exception as exc:  # noqa: BLE001 - any store failure; reported in the message below
         unsettled = sorted(n for n, t in config.topics.items() if t.first_hour is None and fallback is None)
         if unsettled:
