@@ -42,7 +42,7 @@ from kafka_landing.config import (
 )
 from kafka_landing.hours import topic_hours
 from kafka_landing.kafka_slices.assets import build_slice_assets, slice_key
-from kafka_landing.kafka_slices.freeze import first_frozen_hour
+from kafka_landing.kafka_slices.freeze import settle_first_hours
 from kafka_landing.kafka_slices.jobs import plan_backfill
 from kafka_landing.naming import asset_safe, hour_key
 from kafka_landing.resources import (
@@ -127,25 +127,24 @@ def ready_resources(*names: str, resources: dict | None = None) -> tuple:
         return tuple(getattr(ready, n) for n in names)
 
 
-def settle_first_hours(config: LandingConfig, landing: LandingResource) -> LandingConfig:
-    """Each topic's first hour (see `config.with_first_hours`), with the earliest frozen slice
-    read from the landing root: a few names of one listing page per topic. If the landing root
-    cannot be read, a configured first hour is used as it is; a topic that has none fails the
-    code location with the reason."""
-    fallback = env_first_hour()
+def first_hours_from(landing: LandingResource, config: LandingConfig) -> LandingConfig:
+    """`freeze.settle_first_hours` on the landing root. If the root cannot be listed, configured
+    first hours are used as they are; a topic that has none fails the code location, naming
+    the landing root and why."""
     try:
         (ready,) = ready_resources("landing", resources={"landing": landing})
-        store = ready.store()
-        earliest = {name: first_frozen_hour(store, name) for name in config.topics}
+        return settle_first_hours(ready.store(), config)
+    except TopicConfigError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any store failure; reported in the message below
+        fallback = env_first_hour()
         unsettled = sorted(n for n, t in config.topics.items() if t.first_hour is None and fallback is None)
         if unsettled:
             raise TopicConfigError(
                 f"{config.source}: topics {unsettled} have no first_hour and the landing root {landing.landing_root} "
                 f"cannot be listed for their earliest frozen slice ({type(exc).__name__}: {exc}). Set first_hour for "
                 "them, or check that the landing root is reachable.") from exc
-        earliest = {}
-    return with_first_hours(config, earliest, fallback)
+        return with_first_hours(config, {}, fallback)
 
 
 def landing_job_name(topic: str) -> str:
@@ -183,7 +182,7 @@ def build_schedule(cfg: TopicConfig, job):
 
 def build_definitions() -> Definitions:
     resources = build_resources()
-    config = settle_first_hours(load_config(), resources["landing"])
+    config = first_hours_from(resources["landing"], load_config())
     tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
     hours = {(ds, t): topic_hours(config.topic(topic)) for ds, t, topic in config.destinations()}
     jobs = {name: build_landing_job(cfg) for name, cfg in config.topics.items()}

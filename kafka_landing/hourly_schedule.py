@@ -2,11 +2,11 @@
 no Dagster, no Spark, so the timing can be tested for every grace period.
 
 An hour [T, T+1h) is closed for a topic once T + 1h + grace <= now (see
-`kafka_slices.plan.check_closed`). The schedule ticks once an hour, at a fixed minute,
-and lands the latest hour closed for every topic at the tick. Ticking
-`MARGIN_MINUTES` after the slowest topic's hours close makes that hour advance
-by exactly one hour from one tick to the next: none skipped, none twice, for
-any grace, even one of several hours.
+`kafka_slices.plan.check_closed`). Each topic's schedule ticks once an hour, at a
+fixed minute, and lands the topic's latest closed hour at the tick (the functions
+take several graces and then wait for the longest). Ticking `MARGIN_MINUTES` after
+the hour closes makes that hour advance by exactly one hour from one tick to the
+next: none skipped, none twice, for any grace, even one of several hours.
 """
 
 from __future__ import annotations

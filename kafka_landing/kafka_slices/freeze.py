@@ -33,12 +33,17 @@ def first_frozen_hour(store: LandingStore, topic: str) -> datetime | None:
     return hour_from_tag(rel.rsplit("hour=", 1)[1][: -len(".json")]) if rel else None
 
 
+def settle_first_hours(store: LandingStore, config: LandingConfig) -> LandingConfig:
+    """Every topic with the hour its partitions start at (config, $KAFKA_LANDING_FIRST_HOUR,
+    earliest frozen slice; see `config.with_first_hours`): one listing page per topic."""
+    return with_first_hours(config, {name: first_frozen_hour(store, name) for name in config.topics}, env_first_hour())
+
+
 def settled_first_hour(store: LandingStore, config: LandingConfig, topic: str) -> datetime | None:
-    """The hour the topic's partitions start at, as the code location settles it (config,
-    $KAFKA_LANDING_FIRST_HOUR, earliest frozen slice); None if nothing says."""
-    one = LandingConfig(topics={topic: config.topic(topic)}, source=config.source)
+    """One topic's first hour as the code location settles it; None if nothing says."""
     try:
-        return with_first_hours(one, {topic: first_frozen_hour(store, topic)}, env_first_hour()).topic(topic).first_hour
+        return settle_first_hours(store, LandingConfig(topics={topic: config.topic(topic)}, source=config.source)
+                                  ).topic(topic).first_hour
     except TopicConfigError:
         return None
 

@@ -234,24 +234,20 @@ class GcsStore(LandingStore):
 
     # --- list ----------------------------------------------------------------
 
-    def list(self, rel_dir: str, pattern: str = "*") -> list[str]:
+    def _files(self, rel_dir: str, pattern: str) -> Iterator[str]:
+        """Matching files in name order (the bucket lists so), fetched a page at a time."""
         prefix = self._dir(rel_dir)
-        out = []
         for blob in self.client.list_blobs(self.bucket, prefix=prefix, delimiter="/"):
             base = blob.name[len(prefix):]
             # "" is a folder placeholder object ("dir/"), as some tools write them.
             if base and not base.startswith(".") and fnmatch.fnmatchcase(base, pattern):
-                out.append(self._rel(blob.name))
-        return sorted(out)
+                yield self._rel(blob.name)
+
+    def list(self, rel_dir: str, pattern: str = "*") -> list[str]:
+        return sorted(self._files(rel_dir, pattern))
 
     def first(self, rel_dir: str, pattern: str = "*") -> str | None:
-        # Objects are listed in name order, a page at a time: the first match ends the listing.
-        prefix = self._dir(rel_dir)
-        for blob in self.client.list_blobs(self.bucket, prefix=prefix, delimiter="/"):
-            base = blob.name[len(prefix):]
-            if base and not base.startswith(".") and fnmatch.fnmatchcase(base, pattern):
-                return self._rel(blob.name)
-        return None
+        return next(self._files(rel_dir, pattern), None)  # the first page only, mostly
 
     def subdirs(self, rel_dir: str) -> list[str]:
         prefix = self._dir(rel_dir)

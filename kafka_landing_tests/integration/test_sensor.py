@@ -41,8 +41,9 @@ SCHEMA = {"type": "record", "name": "E", "fields": [{"name": "id", "type": "long
 def roots(tmp_path, monkeypatch):
     """A topic config of one table (or `tables` tables), and landing and warehouse roots of the test's own."""
 
-    def _configure(base: Path = tmp_path, tables: int = 0) -> tuple[Path, Path]:
-        topics = ({TOPIC: {"dataset": DATASET, "table": TABLE}} if not tables else
+    def _configure(base: Path = tmp_path, tables: int = 0, first_hour: str | None = None) -> tuple[Path, Path]:
+        own = {"first_hour": first_hour} if first_hour else {}
+        topics = ({TOPIC: {"dataset": DATASET, "table": TABLE, **own}} if not tables else
                   {f"perf.t{i:02d}": {"dataset": "perf", "table": f"t{i:02d}"} for i in range(tables)})
         (tmp_path / "topics.yaml").write_text(yaml.safe_dump({"defaults": {"grace_minutes": 5}, "topics": topics}))
         monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(tmp_path / "topics.yaml"))
@@ -197,6 +198,20 @@ def test_a_done_file_older_than_everything_seen_is_still_loaded(roots, instance,
     assert run(defs, instance, second.run_requests[0]).success
     assert table_ids(warehouse) == [0, 1, 2, 100, 101, 102, 103, 104]
     assert not tick(defs, instance, cursor=second.cursor).run_requests
+
+
+def test_hours_before_the_tables_first_hour_are_not_requested_and_say_why(roots, instance, warnings_logged):
+    """A table shares its topic's hours: a done file of an earlier hour (written by another tool)
+    is no partition of the table, so it is named in a warning, not requested."""
+    landing, _ = roots(first_hour=hour_key(hours_ago(3)))
+    defs = build_definitions()
+    early, ok = hours_ago(5), hours_ago(3)
+    publish(landing, early, done_body(early, [avro_file(landing, early, 0, 2)]))
+    publish(landing, ok, done_body(ok, [avro_file(landing, ok, 2, 2)]))
+    result = tick(defs, instance, log=warnings_logged)
+    assert [r.partition_key for r in result.run_requests] == [hour_key(ok)]
+    assert any(f"hour {hour_key(early)} is not a partition of warehouse/{DATASET}/{TABLE} (before its topic's first "
+               "hour" in m for m in warnings_logged.messages()), warnings_logged.messages()
 
 
 def test_a_failed_load_is_requested_again_until_it_loads(roots, instance, spark):
