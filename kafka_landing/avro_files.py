@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import BinaryIO
 
+from kafka_landing.errors import KafkaLandingError
+
 MAGIC = b"Obj\x01"
 SYNC_SIZE = 16
 
 
-class AvroFileError(ValueError):
+class AvroFileError(KafkaLandingError, ValueError):
     pass
 
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from kafka_landing.errors import KafkaLandingError
 from kafka_landing.kafka_slices.plan import FUTURE_POLICIES
 from kafka_landing.naming import (
     HOUR_KEY_FORMAT,
@@ -66,7 +67,7 @@ _TOPIC_KEYS = {"dataset", "table", "route", "event_time_field", "first_hour", *_
 _ROUTE_KEYS = {"field", "tables", "default"}
 
 
-class TopicConfigError(ValueError):
+class TopicConfigError(KafkaLandingError, ValueError):
     pass
 
 

@@ -26,6 +26,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from kafka_landing.errors import KafkaLandingError
+
 ROOT = Path(__file__).resolve().parent.parent
 JVM_DIR = Path(os.environ.get("KAFKA_LANDING_JVM_DIR", ROOT / ".jvm"))
 STACK_DIR = Path(os.environ.get("KAFKA_LANDING_STACK_DIR", ROOT / ".local" / "stack"))
@@ -47,7 +49,7 @@ REGISTRY_URL = f"http://localhost:{PORTS.registry}/apis/ccompat/v7"
 GCS_EMULATOR_URL = f"http://127.0.0.1:{PORTS.gcs}"
 
 
-class StackError(RuntimeError):
+class StackError(KafkaLandingError, RuntimeError):
     pass
 
 

@@ -1,14 +1,75 @@
-"""The errors a landing can end with, shared by the steps that raise them.
+"""Every error kafka_landing raises on purpose, and the one answer to "can a retry help?".
 
-Whether a retry can help is decided where the error is turned into a Dagster
-failure (`hours.py`): an unreachable broker or registry is transient, anything
-the data or the config says is terminal and is never retried blindly.
+Transient: a service briefly away (a broker, the schema registry, the bucket,
+BigQuery, a lock's lease lost to a slow renewal). The same input may pass a
+moment later, so a step tries it again after a backoff (`hours.py`).
+Terminal: everything else (what the data, the config or a warehouse says, a
+bug). It fails the same way until its input changes, so it fails fast: never
+waited on in a step, never re-requested by the sensor until the done file
+changes or a person re-materialises.
+
+`is_transient` decides it, here and nowhere else; `hours.failure` turns any
+error into a Dagster `Failure` through it. Pure: no Dagster, no Spark.
 """
 
+from __future__ import annotations
 
-class LandingError(RuntimeError):
+# HTTP answers that say "not now" rather than "no": a timeout, too many requests, a server error.
+TRANSIENT_HTTP = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class KafkaLandingError(Exception):
+    """The root of every error the package raises on purpose. Terminal unless its class (or,
+    for an error that wraps a service's answer, the raise site through `transient_status` or
+    `is_transient` of the cause) says a service was briefly away."""
+
+    transient: bool = False
+
+    def __init__(self, *args, transient: bool | None = None):
+        super().__init__(*args)
+        if transient is not None:
+            self.transient = transient
+
+
+class ServiceUnavailable(KafkaLandingError):
+    """A service did not answer, or answered "not now": the same input may pass later."""
+
+    transient = True
+
+
+class LandingError(KafkaLandingError, RuntimeError):
     """An hour that could not be landed; nothing of the attempt was published."""
 
 
 class DeadLetterLimitExceeded(LandingError):
     """More dead letters than the topic's dead_letter_limit allows: the attempt is kept aside, unpublished."""
+
+
+def transient_status(http_status: int | None) -> bool:
+    """An HTTP answer worth asking again (no answer at all is transient too: pass None only for that)."""
+    return http_status is None or http_status in TRANSIENT_HTTP
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether trying the same thing again later can help. The package's own errors say so
+    themselves; of the rest, only a client library's "no answer" or "not now" is transient,
+    anything else (a bug, a refusal) is terminal."""
+    if isinstance(exc, KafkaLandingError):
+        return exc.transient
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    code = getattr(exc, "code", None)  # google.api_core's GoogleAPICallError carries the HTTP status
+    module = type(exc).__module__ or ""
+    if module.startswith("google.api_core") and isinstance(code, int):
+        return code in TRANSIENT_HTTP
+    if module.startswith(("httpx", "httpcore", "requests.exceptions", "urllib3", "google.auth")):  # httpx2 too
+        return type(exc).__name__ in _TRANSPORT_ERRORS
+    return False
+
+
+# Client-library exceptions that mean the request got no answer (by name: no import of the clients here).
+_TRANSPORT_ERRORS = frozenset({
+    "TransportError", "ConnectError", "ConnectTimeout", "ReadTimeout", "WriteTimeout", "PoolTimeout",
+    "TimeoutException", "NetworkError", "ReadError", "WriteError", "RemoteProtocolError", "ProtocolError",
+    "ConnectionError", "Timeout", "ChunkedEncodingError", "NewConnectionError", "MaxRetryError",
+})

@@ -50,6 +50,7 @@ from kafka_landing.config import (
     TopicConfigError,
     env_first_hour,
 )
+from kafka_landing.errors import KafkaLandingError, is_transient
 from kafka_landing.naming import HOUR_KEY_FORMAT
 
 
@@ -78,8 +79,8 @@ def history(cfg: TopicConfig) -> str:
 single_run = BackfillPolicy.single_run()
 
 # A broker or registry briefly away (restart, network blip) fails a step with a Failure that
-# allows retries; terminal failures (retention gaps, bad schemas, 4xx answers...) raise
-# Failure(allow_retries=False). With this policy passed to the asset builders, a transient
+# allows retries; terminal failures (retention gaps, bad schemas, 4xx answers...) do not
+# (`failure`, from `errors.is_transient`). With this policy passed to the asset builders, a transient
 # failure is retried after about 20 s, 40 s, 80 s (jittered), then the run fails. It is not
 # the default: Dagster's RetryPolicy also retries a step killed by SIGKILL or the OOM killer.
 # KAFKA_LANDING_RETRY_DELAY_SECONDS changes the first delay (a test suite may set it small).
@@ -127,8 +128,8 @@ def _single_hour(context: AssetExecutionContext, k: str, one_hour: OneHour | Non
                  all_hours: AllHours | None) -> MaterializeResult:
     """One hour asked for explicitly (a schedule tick, the sensor, a re-land button) always runs."""
     outcome = _attempts(context, k, _guarded(one_hour, all_hours), [k])[k]
-    if isinstance(outcome, Failure):
-        raise retry_or_give_up(context, _in_hour(outcome, k)) from outcome
+    if isinstance(outcome, (Failure, KafkaLandingError)):  # said why: no traceback needed
+        raise retry_or_give_up(context, _in_hour(failure(outcome), k)) from outcome
     if isinstance(outcome, BaseException):
         raise outcome
     metadata, checks = outcome
@@ -154,10 +155,6 @@ def _guarded(one_hour: OneHour | None, all_hours: AllHours | None) -> AllHours:
     return run
 
 
-def _transient(outcome: Outcome) -> bool:
-    return isinstance(outcome, Failure) and outcome.allow_retries
-
-
 def _attempts(context: AssetExecutionContext, what: str, run: AllHours, keys: list[str]) -> dict[str, Outcome]:
     """`run(keys)`, hours that failed transiently (a broker or the registry briefly away) run again
     after a backoff, IN_STEP_ATTEMPTS times at most; terminal failures never. In the step, not by
@@ -172,8 +169,8 @@ def _attempts(context: AssetExecutionContext, what: str, run: AllHours, keys: li
             break
         if attempt == IN_STEP_ATTEMPTS:
             for k in again:
-                out[k] = Failure(description=f"{got[k].description} (tried {attempt} times in this step)",
-                                 metadata=got[k].metadata, allow_retries=True)
+                out[k] = _failure(f"{_why(got[k])} (tried {attempt} times in this step)",
+                                  getattr(got[k], "metadata", None), transient=True)
             break
         delay = RETRY_DELAY_SECONDS * 2 ** (attempt - 1)
         context.log.warning(f"{what}: {len(again)} hour(s) failed on a service briefly away: "
@@ -215,7 +212,7 @@ def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_h
         if isinstance(outcome, BaseException):
             failures[k] = outcome
             context.log.error(f"{name}: hour {position[k]}/{n} ({k}) failed: {_why(outcome)}"
-                              + ("" if isinstance(outcome, Failure)
+                              + ("" if isinstance(outcome, (Failure, KafkaLandingError))
                                  else "\n" + "".join(traceback.format_exception(outcome))))
             continue
         metadata, checks = outcome
@@ -234,16 +231,14 @@ def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_h
         for k in sorted(results.keys() - reported):
             yield AssetMaterialization(asset_key=key, partition=k, metadata=results[k][0], tags=tags)
         yield from hour_check_events(context.instance, key, by_hour)
-        raise retry_or_give_up(context, Failure(
-            description=(
-                f"{len(failures)} of {n} hours of {name} failed"
-                f" ({len(results)} done now, {len(reuse)} done before; they keep their materialisations):\n"
-                + "\n".join(f"hour {k}: {_why(exc)}" for k, exc in failures.items())
-                + "\nFix the cause and launch the same range again: hours already done are not redone."
-            ),
-            metadata={"failed_hours": sorted(failures), "done_hours": sorted(results), "reused_hours": sorted(reuse)},
+        raise retry_or_give_up(context, _failure(
+            f"{len(failures)} of {n} hours of {name} failed"
+            f" ({len(results)} done now, {len(reuse)} done before; they keep their materialisations):\n"
+            + "\n".join(f"hour {k}: {_why(exc)}" for k, exc in failures.items())
+            + "\nFix the cause and launch the same range again: hours already done are not redone.",
+            {"failed_hours": sorted(failures), "done_hours": sorted(results), "reused_hours": sorted(reuse)},
             # A retry redoes only the failed hours: worth it only if every one of them may pass later.
-            allow_retries=all_transient(failures.values()),
+            transient=all_transient(failures.values()),
         )) from next(iter(failures.values()))
     # Success: Dagster records one materialisation per partition of the range, each with its own metadata.
     for k, (metadata, _) in results.items():
@@ -340,6 +335,27 @@ def _reused_metadata(rec: EventLogRecord) -> dict:
 
 # --- errors and checks ------------------------------------------------------------
 
+def failure(exc: BaseException | str, metadata: dict | None = None) -> Failure:
+    """The one way an error becomes a Dagster Failure: `allow_retries` is `errors.is_transient`,
+    so a service briefly away is tried again and nothing else is. A description alone is terminal."""
+    if isinstance(exc, Failure):
+        return exc
+    if isinstance(exc, str):
+        return _failure(exc, metadata, transient=False)
+    return _failure(str(exc) or type(exc).__name__, metadata, transient=is_transient(exc))
+
+
+def _failure(description: str, metadata: dict | None, transient: bool) -> Failure:
+    # The package's only Failure(...): kafka_landing_tests/unit/test_errors.py keeps it so.
+    return Failure(description=description, metadata=metadata, allow_retries=transient)
+
+
+def _transient(outcome: Outcome) -> bool:
+    if isinstance(outcome, Failure):
+        return outcome.allow_retries
+    return isinstance(outcome, BaseException) and is_transient(outcome)
+
+
 def _why(exc: BaseException) -> str:
     if isinstance(exc, Failure) and exc.description:
         return exc.description
@@ -347,10 +363,10 @@ def _why(exc: BaseException) -> str:
 
 
 def all_transient(failures) -> bool:
-    """Every failure is a Failure that allows retries (a service briefly away); any other
-    exception (a bug, a terminal Failure) makes retrying pointless."""
+    """Every failure is transient (a service briefly away); any terminal one (a bug, what the
+    data or config says) makes retrying pointless."""
     failures = list(failures)
-    return bool(failures) and all(isinstance(e, Failure) and e.allow_retries for e in failures)
+    return bool(failures) and all(_transient(e) for e in failures)
 
 
 def retry_or_give_up(context: AssetExecutionContext, exc: Failure) -> Failure:
@@ -362,15 +378,13 @@ def retry_or_give_up(context: AssetExecutionContext, exc: Failure) -> Failure:
         return exc
     attempt, attempts = context.retry_number + 1, policy.max_retries + 1
     last = attempt >= attempts
-    return Failure(description=f"{exc.description}\n(attempt {attempt} of {attempts}"
-                               + ("; no retry left)" if last else "; retried after a backoff)"),
-                   metadata=exc.metadata, allow_retries=not last)
+    return _failure(f"{exc.description}\n(attempt {attempt} of {attempts}"
+                    + ("; no retry left)" if last else "; retried after a backoff)"), exc.metadata, transient=not last)
 
 
 def _in_hour(exc: Failure, k: str) -> Failure:
     """The same Failure, its description prefixed with the hour it belongs to."""
-    return Failure(description=f"hour {k}: {exc.description or 'failed'}", metadata=exc.metadata,
-                   allow_retries=exc.allow_retries)
+    return _failure(f"hour {k}: {exc.description or 'failed'}", exc.metadata, transient=exc.allow_retries)
 
 
 def _plain(value) -> object:

@@ -10,13 +10,15 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
+from kafka_landing.errors import KafkaLandingError
+
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 HOUR_KEY_FORMAT = "%Y-%m-%d-%H:%M"  # Dagster's hourly partition key format
 HOUR_TAG_FORMAT = "%Y-%m-%dT%H"  # what appears in paths
 
 
-class NameError_(ValueError):
+class NameError_(KafkaLandingError, ValueError):
     """A name that may not be used as a dataset, table or topic."""
 
 

@@ -6,7 +6,6 @@ import uuid
 from dagster import (
     AssetExecutionContext,
     AssetKey,
-    Failure,
     MetadataValue,
     RetryPolicy,
     asset,
@@ -16,8 +15,8 @@ from dagster_pyspark import LazyPySparkResource
 from kafka_landing.avro_landing.checks import landing_check_specs, landing_checks
 from kafka_landing.avro_landing.job import LandingResult, land_hours
 from kafka_landing.config import LandingConfig, TopicConfig
-from kafka_landing.errors import LandingError
-from kafka_landing.hours import history, run_hours, single_run, topic_hours
+from kafka_landing.errors import LandingError, is_transient, transient_status
+from kafka_landing.hours import failure, history, run_hours, single_run, topic_hours
 from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.kafka_slices.freeze import frozen_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
@@ -56,28 +55,22 @@ def check_still_in_kafka(log, plan: SlicePlan, marks: dict[int, tuple[int, int]]
             marks[p.partition] = log.watermarks(plan.topic, p.partition)
         log_start, log_end = marks[p.partition]
         if p.start < log_start:
-            raise Failure(
-                description=(
-                    f"topic {plan.topic!r} partition {p.partition}: offsets [{p.start}, {min(log_start, p.end)}) "
-                    f"of hour {plan.hour} were deleted by retention after the slice was frozen "
-                    f"(the log now starts at {log_start}). The hour cannot be re-landed from Kafka."
-                ),
-                allow_retries=False,
+            raise LandingError(
+                f"topic {plan.topic!r} partition {p.partition}: offsets [{p.start}, {min(log_start, p.end)}) "
+                f"of hour {plan.hour} were deleted by retention after the slice was frozen "
+                f"(the log now starts at {log_start}). The hour cannot be re-landed from Kafka."
             )
         if log_end < p.end:
-            raise Failure(
-                description=(
-                    f"topic {plan.topic!r} partition {p.partition}: the slice of hour {plan.hour} holds offsets "
-                    f"[{p.start}, {p.end}) but the log now ends at {log_end}: the topic was deleted and "
-                    "re-created (or the partition truncated) after the slice was frozen. Nothing was landed; "
-                    "the landed files of this hour, if any, are untouched."
-                ),
-                allow_retries=False,
+            raise LandingError(
+                f"topic {plan.topic!r} partition {p.partition}: the slice of hour {plan.hour} holds offsets "
+                f"[{p.start}, {p.end}) but the log now ends at {log_end}: the topic was deleted and "
+                "re-created (or the partition truncated) after the slice was frozen. Nothing was landed; "
+                "the landed files of this hour, if any, are untouched."
             )
 
 
 def preflight(store, registry: SchemaRegistryResource) -> None:
-    """The landing root can be written and the registry answers, or a Failure naming which one,
+    """The landing root can be written and the registry answers, or a LandingError naming which one,
     where, and what to check: a run must not read a slice from Kafka to find that out."""
     from confluent_kafka.schema_registry.common._httpx_compat import httpx
     from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -87,26 +80,26 @@ def preflight(store, registry: SchemaRegistryResource) -> None:
     try:
         store.check_writable()
     except OSError as exc:
-        raise Failure(description=f"landing root {store.root} cannot be written ({exc.strerror or exc}): check that "
-                                  "it exists, has space and that this process may write there (KAFKA_LANDING_ROOT). "
-                                  "Nothing was read or published.", allow_retries=False) from None
+        raise LandingError(f"landing root {store.root} cannot be written ({exc.strerror or exc}): check that "
+                           "it exists, has space and that this process may write there (KAFKA_LANDING_ROOT). "
+                           "Nothing was read or published.", transient=is_transient(exc)) from None
     where = answers.redact_url(registry.url)
     try:
         registry.client().get_subjects()
     except httpx.TransportError as exc:
-        raise Failure(description=(
+        raise LandingError(
             f"schema registry {where} could not be reached ({type(exc).__name__}: "
             f"{answers.scrub(str(exc), registry.url)[:300] or 'no detail'}): check that it is running and reachable "
-            "from here, and SCHEMA_REGISTRY_URL. Nothing was read or published.")) from None
+            "from here, and SCHEMA_REGISTRY_URL. Nothing was read or published.", transient=True) from None
     except SchemaRegistryError as exc:
         if exc.http_status_code in (401, 403) or (exc.http_status_code or 0) >= 500:
-            raise Failure(description=(
+            raise LandingError(
                 f"schema registry {where} answered HTTP {exc.http_status_code} to a list of its subjects: "
                 + ("check the registry credentials (SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO)"
                    if exc.http_status_code in (401, 403) else "check its health and logs")
-                + ". Nothing was read or published."),
+                + ". Nothing was read or published.",
                 # 401/403 stay wrong until someone fixes the credentials; a 5xx may pass
-                allow_retries=exc.http_status_code not in (401, 403)) from None
+                transient=transient_status(exc.http_status_code)) from None
         # Other answers (a registry that does not list subjects) are settled per schema id later.
 
 
@@ -145,11 +138,6 @@ def schema_fetcher(registry: SchemaRegistryResource):
         return cache[schema_id]
 
     return fetch
-
-
-def _failure(exc: LandingError) -> Failure:
-    # Only a registry briefly away is worth retrying; bad schemas, limits and checks are not.
-    return Failure(description=str(exc), allow_retries=getattr(exc.__cause__, "transient", False))
 
 
 def likely_schema_ids(store, registry: SchemaRegistryResource, cfg: TopicConfig, first_hour) -> tuple[int, ...]:
@@ -226,16 +214,15 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
             # Fail fast, before Spark reads a single record: every service the hours need answers.
             try:
                 preflight(store, registry)
-            except Failure as exc:  # a registry briefly away is tried again (run_hours), a bad root never
-                return {k: exc for k in partition_keys}
+            except LandingError as exc:  # a registry briefly away is tried again (run_hours), a bad root never
+                return {k: failure(exc) for k in partition_keys}
             out: dict = {}
             plans: dict[str, SlicePlan] = {}
             for k in partition_keys:
                 plan = frozen_slice(store, cfg.topic, hour_from_key(k))
                 if plan is None:
-                    out[k] = Failure(description=f"the slice of {cfg.topic} for {k} is not frozen yet: materialise "
-                                                 f"{slice_key(cfg.topic).to_user_string()} for that hour first",
-                                     allow_retries=False)
+                    out[k] = failure(LandingError(f"the slice of {cfg.topic} for {k} is not frozen yet: materialise "
+                                                  f"{slice_key(cfg.topic).to_user_string()} for that hour first"))
                 else:
                     plans[k] = plan
             try:
@@ -244,11 +231,12 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
                     for k, plan in list(plans.items()):
                         try:
                             check_still_in_kafka(log, plan, marks)
-                        except Failure as exc:
-                            out[k] = exc
+                        except LandingError as exc:
+                            out[k] = failure(exc)
                             del plans[k]
             except KafkaUnavailable as exc:
-                return {**out, **{k: Failure(description=f"{exc} Nothing was read or published for hour {p.hour}.")
+                return {**out, **{k: failure(KafkaUnavailable(f"{exc} Nothing was read or published for hour {p.hour}.",
+                                                              transient=exc.transient))
                                   for k, p in plans.items()}}
             if not plans:
                 return out
@@ -259,11 +247,11 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
                                     list(plans.values()), attempt, likely_ids=likely_schema_ids(store, registry, cfg, first),
                                     log=context.log.info)
             except LandingError as exc:  # it concerns every hour of the pass
-                return {**out, **{k: _failure(exc) for k in plans}}
+                return {**out, **{k: failure(exc) for k in plans}}
             for k, plan in plans.items():
                 result = landed[plan.hour]
                 if isinstance(result, LandingError):
-                    out[k] = _failure(result)
+                    out[k] = failure(result)
                     continue
                 for w in result.warnings:
                     context.log.warning(w)

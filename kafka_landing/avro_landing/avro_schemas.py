@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import json
 
+from kafka_landing.errors import KafkaLandingError
+
 META_PREFIX = "_kafka_"
 OK_MARKER = "__kafka_landing_decoded"
 
@@ -48,7 +50,7 @@ INTERNAL_COLUMNS = ("_kl_hour", "_kl_chunk", "_kl_table", "_kl_part", "_kl_ehour
 SPARK_MAX_DECIMAL_PRECISION = 38
 
 
-class SchemaError(ValueError):
+class SchemaError(KafkaLandingError, ValueError):
     pass
 
 

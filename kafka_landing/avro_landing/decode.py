@@ -115,7 +115,7 @@ def resolve_schemas(fetch_schema: Callable[[int], object], ids: list[int],
         try:
             answer = fetch_schema(sid)
         except registry_answers.RegistryError as exc:
-            raise LandingError(f"{where}: {exc}") from exc  # cause kept: is it transient?
+            raise LandingError(f"{where}: {exc}", transient=exc.transient) from exc
         if answer is None:
             dead[sid] = registry_answers.UNKNOWN_SCHEMA_ID
         elif isinstance(answer, registry_answers.DeadSchema):

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import struct
 
+from kafka_landing.errors import KafkaLandingError
+
 MAGIC = 0
 HEADER_SIZE = 5
 
 
-class FramingError(ValueError):
+class FramingError(KafkaLandingError, ValueError):
     pass
 
 

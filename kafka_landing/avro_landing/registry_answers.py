@@ -14,17 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from kafka_landing.errors import KafkaLandingError, transient_status
+
 SCHEMA_NOT_FOUND = 40403
 UNKNOWN_SCHEMA_ID = "unknown schema id"
 
 
-class RegistryError(RuntimeError):
+class RegistryError(KafkaLandingError, RuntimeError):
     """The registry could not say what a schema id is: the hour cannot be landed now.
-    `transient`: no answer or a 5xx, worth asking again later; a 4xx answer is not."""
-
-    def __init__(self, message: str, transient: bool = False):
-        super().__init__(message)
-        self.transient = transient
+    Transient when it did not answer or answered "not now" (`errors.transient_status`)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,7 @@ def answer_error(url: str, schema_id: int, http_status: int | None, error_code: 
     return RegistryError(
         f"schema registry {where} answered {said} for schema id {schema_id}; {check}. "
         "Nothing of this hour was published.",
-        transient=http_status is not None and http_status >= 500,
+        transient=http_status is not None and transient_status(http_status),
     )
 
 

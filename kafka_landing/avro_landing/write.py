@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.avro_landing import avro_schemas
 from kafka_landing.config import TopicConfig
-from kafka_landing.errors import LandingError
+from kafka_landing.errors import KafkaLandingError, LandingError
 from kafka_landing.manifests import LandedFile
 from kafka_landing.naming import (
     dead_letter_dir,
@@ -40,7 +40,7 @@ STAGING_MAX_AGE_SECONDS = 24 * 3600
 DEAD_LETTER_COLUMNS = [*avro_schemas.META_COLUMNS, "_value", "_schema_id", "_reason", "_kl_hour"]
 
 
-class NothingWritten(RuntimeError):
+class NothingWritten(KafkaLandingError, RuntimeError):
     """A write of no record on a bucket: with no task output, Hadoop's committer finds no
     `_temporary` folder to commit (a bucket has no empty folders) and the job fails."""
 

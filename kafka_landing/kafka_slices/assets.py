@@ -22,7 +22,7 @@ from dagster import (
 )
 
 from kafka_landing.config import LandingConfig, TopicConfig
-from kafka_landing.hours import history, run_hours, single_run, topic_hours
+from kafka_landing.hours import failure, history, run_hours, single_run, topic_hours
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
 from kafka_landing.kafka_slices.plan import PlanningError, SlicePlan
@@ -105,8 +105,8 @@ def build_slice_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = None)
                         plan, frozen_now = freeze_slice(store, log, cfg, hour_from_key(key), datetime.now(timezone.utc),
                                                         skip_retention_gaps=config.skip_retention_gaps)
                     except (PlanningError, KafkaUnavailable) as exc:
-                        # Brokers briefly away: retriable (under a RetryPolicy); a planning error stays wrong.
-                        out[key] = Failure(description=str(exc), allow_retries=isinstance(exc, KafkaUnavailable))
+                        # Brokers briefly away: retriable; a planning error stays wrong (errors.is_transient).
+                        out[key] = failure(exc)
                         continue
                     context.log.info(
                         f"{cfg.topic} {plan.hour}: {plan.records} records in {len(plan.partitions)} partitions "

@@ -12,7 +12,6 @@ from datetime import datetime, timezone
 from dagster import (
     AssetObservation,
     Config,
-    Failure,
     MetadataValue,
     OpExecutionContext,
     job,
@@ -20,6 +19,7 @@ from dagster import (
 )
 
 from kafka_landing.config import TopicConfigError
+from kafka_landing.hours import failure
 from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.kafka_slices.dry_run import (
     FROZEN,
@@ -51,7 +51,7 @@ def plan_backfill_op(context: OpExecutionContext, config: PlanConfig, kafka: Kaf
         topics = landing.config()
         cfg = topics.topic(config.topic)
     except (ValueError, TopicConfigError) as exc:
-        raise Failure(f"plan_backfill: {exc}. Fix the run config (topic, from_hour, to_hour) and launch again.") from exc
+        raise failure(f"plan_backfill: {exc}. Fix the run config (topic, from_hour, to_hour) and launch again.") from exc
     store = landing.store()
     with kafka.log_view() as log:
         rows = dry_run(cfg, first, last, datetime.now(timezone.utc), log, store, load_frozen(store, cfg.topic),

@@ -15,8 +15,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from kafka_landing.errors import ServiceUnavailable
 
-class KafkaUnavailable(RuntimeError):
+
+class KafkaUnavailable(ServiceUnavailable, RuntimeError):
     """The brokers did not answer: names the bootstrap servers, never credentials."""
 
 
@@ -110,8 +112,8 @@ class KafkaLogView:
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
                         return None
-                    raise RuntimeError(f"Kafka at {self._servers}: reading {topic}[{partition}] from offset "
-                                       f"{start} failed: {msg.error()}")
+                    raise KafkaUnavailable(f"Kafka at {self._servers}: reading {topic}[{partition}] from offset "
+                                           f"{start} failed: {msg.error()}", transient=msg.error().retriable())
                 if msg.offset() >= end:
                     return None
                 stamped = msg.timestamp()[1]
@@ -122,7 +124,7 @@ class KafkaLogView:
                 deadline = time.monotonic() + self._timeout  # progress: keep reading
         finally:
             reader.unassign()
-        raise RuntimeError(f"Kafka at {self._servers}: no answer reading {topic}[{partition}] from offset {start} "
+        raise KafkaUnavailable(f"Kafka at {self._servers}: no answer reading {topic}[{partition}] from offset {start} "
                            f"within {self._timeout:.0f} s; check that the brokers are up and reachable")
 
 

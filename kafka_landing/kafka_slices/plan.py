@@ -20,13 +20,14 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Mapping, Protocol
 
+from kafka_landing.errors import KafkaLandingError
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_tag, to_millis
 
 MANIFEST_VERSION = 1
 
 
-class PlanningError(RuntimeError):
-    pass
+class PlanningError(KafkaLandingError, RuntimeError):
+    """What the log or the config says about an hour: terminal."""
 
 
 class HourNotClosedError(PlanningError):

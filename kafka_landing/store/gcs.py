@@ -39,6 +39,7 @@ from google.cloud import storage
 from google.cloud.storage.retry import DEFAULT_RETRY
 
 from kafka_landing.avro_files import count_records_in, offset_range_in
+from kafka_landing.errors import ServiceUnavailable
 from kafka_landing.store.base import LandingStore
 
 log = logging.getLogger(__name__)
@@ -50,11 +51,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _AVRO_READ_CHUNK = 8 * 1024 * 1024
 
 
-class LockTimeout(TimeoutError):
+class LockTimeout(ServiceUnavailable, TimeoutError):
     """Waited the whole timeout for a lock a live holder keeps renewing."""
 
 
-class LockLost(RuntimeError):
+class LockLost(ServiceUnavailable, RuntimeError):
     """The lease lapsed while held (renewals failed) and someone else took the lock over:
     the block did not run alone. Retrying the whole operation is safe."""
 

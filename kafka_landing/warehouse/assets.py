@@ -21,7 +21,6 @@ from datetime import timedelta
 from dagster import (
     AssetExecutionContext,
     AssetKey,
-    Failure,
     FreshnessPolicy,
     MetadataValue,
     asset,
@@ -30,7 +29,8 @@ from dagster_pyspark import LazyPySparkResource
 
 from kafka_landing.avro_landing.assets import landing_key
 from kafka_landing.config import LandingConfig, TopicConfig
-from kafka_landing.hours import history, run_hours, single_run, topic_hours
+from kafka_landing.errors import is_transient
+from kafka_landing.hours import failure, history, run_hours, single_run, topic_hours
 from kafka_landing.naming import done_file_path, hour_from_key, hour_tag
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.load import (
@@ -74,20 +74,23 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
         try:  # once per run, before any hour: a warehouse that cannot be written fails fast, naming it
             backend.check_writable()
         except Exception as exc:  # noqa: BLE001 - each backend names its own service and what to check
-            raise Failure(description=f"{cfg.dataset}.{table}: the {backend.kind} warehouse cannot be written: {exc}. "
-                                      "Nothing was loaded; the landing files are untouched.") from None
+            raise failure(LoadError(f"{cfg.dataset}.{table}: the {backend.kind} warehouse cannot be written: {exc}. "
+                                    "Nothing was loaded; the landing files are untouched.",
+                                    transient=is_transient(exc))) from None
 
         def one_hour(partition_key: str):
             rel = done_file_path(cfg.dataset, table, hour_from_key(partition_key))
             if not store.exists(rel):
-                raise Failure(description=f"no done file for {cfg.dataset}.{table} {hour_tag(hour_from_key(partition_key))}"
-                                          f" ({rel}): land {landing_key(cfg.topic).to_user_string()} for that hour first")
+                raise failure(LoadError(f"no done file for {cfg.dataset}.{table} "
+                                        f"{hour_tag(hour_from_key(partition_key))} ({rel}): land "
+                                        f"{landing_key(cfg.topic).to_user_string()} for that hour first"))
             try:  # the factory, not a session: only a backend that needs Spark starts it, once per run
                 result = load_done_file(backend, store, rel, lambda: pyspark.spark_session)
             except DoneFileMismatch as exc:
-                raise Failure(description=str(exc)) from None
+                raise failure(exc) from None
             except (LoadError, IncompatibleSchemaError) as exc:
-                raise Failure(description=f"{exc}. Nothing was loaded; the landing files are untouched.") from None
+                raise failure(type(exc)(f"{exc}. Nothing was loaded; the landing files are untouched.",
+                                        transient=exc.transient)) from None
             if result.added_columns:
                 context.log.warning(f"{cfg.dataset}.{table}: added nullable column(s) {list(result.added_columns)}")
             metadata = {

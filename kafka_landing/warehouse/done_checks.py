@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import re
 
+from kafka_landing.errors import KafkaLandingError
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import DONE_FILE_RE
 
 _OTHER_HOUR = re.compile(r"^tables/([^/]+)/([^/]+)/hour=([^/]+)/")
 
 
-class DoneFileMismatch(ValueError):
+class DoneFileMismatch(KafkaLandingError, ValueError):
     """A done file whose contents contradict its path or list files outside its hour."""
 
 

@@ -21,16 +21,17 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kafka_landing.avro_files import AvroFileError
+from kafka_landing.errors import KafkaLandingError
 from kafka_landing.manifests import DoneFile
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.done_checks import DoneFileMismatch, check_done_file
-from kafka_landing.warehouse.load_queue import clear_pending, content_sha
+from kafka_landing.warehouse.load_queue import clear_pending, content_sha, refuse_pending
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 SparkFactory = Callable[[], object]  # () -> SparkSession, started only by a backend that needs it
 
 
-class LoadError(RuntimeError):
+class LoadError(KafkaLandingError, RuntimeError):
     """A load that did not happen; the table and the landing files are untouched."""
 
 
@@ -103,7 +104,8 @@ def verify_files(store: LandingStore, done: DoneFile) -> None:
 
 def load_done_file(warehouse: Warehouse, store: LandingStore, done_file: str, spark: SparkFactory) -> LoadResult:
     """Load the hour of one done file (relative to the landing root), after checking it is
-    what its path says; clear its pending marker if the marker still names that content."""
+    what its path says; clear its pending marker if the marker still names that content, or
+    mark that content refused if the load failed terminally."""
     try:
         content = store.read_bytes(done_file)
     except FileNotFoundError:
@@ -115,7 +117,12 @@ def load_done_file(warehouse: Warehouse, store: LandingStore, done_file: str, sp
                                "it: re-land the hour or fix the tool that wrote it") from None
     done = check_done_file(done_file, raw)
     sha = content_sha(content)
-    result = warehouse.load_hour(store, done, spark, done_file=done_file, done_sha256=sha)
+    try:
+        result = warehouse.load_hour(store, done, spark, done_file=done_file, done_sha256=sha)
+    except KafkaLandingError as exc:
+        if not exc.transient:  # the same content fails the same way: the sensor must not ask again
+            refuse_pending(store, done_file, sha, str(exc))
+        raise
     clear_pending(store, done_file, sha)
     return result
 

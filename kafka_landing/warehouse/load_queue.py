@@ -126,6 +126,41 @@ def marker_sha(store: LandingStore, th: TableHour) -> str | None:
     return None if sha is _MISSING else sha
 
 
+def read_marker(store: LandingStore, th: TableHour) -> dict | None:
+    """The marker of (table, hour) as written ({} if unreadable), None if there is none."""
+    try:
+        raw = json.loads(store.read_bytes(th.marker))
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def refusal(marker: dict | None, sha: str) -> str | None:
+    """Why content `sha` was refused for good (`refuse_pending`), or None if it was not."""
+    refused = (marker or {}).get("refused")
+    if isinstance(refused, dict) and refused.get("sha256") == sha:
+        return str(refused.get("why") or "refused")
+    return None
+
+
+def refuse_pending(store: LandingStore, done_file_rel_path: str, sha: str, why: str) -> bool:
+    """Record on the marker that content `sha` failed terminally (what the data or the warehouse
+    says, not a service briefly away), so the sensor does not ask for it again: only new content
+    (a re-land writes a new marker) or a person re-materialising the hour loads it. True if
+    recorded; False if the marker is absent or names other content."""
+    th = parse_done_path(done_file_rel_path)
+    with store.lock(_lock(th.dataset, th.table)):
+        marker = read_marker(store, th)
+        if not marker or marker.get("sha256") != sha:
+            return False
+        marker["refused"] = {"sha256": sha, "why": why[:4000],
+                             "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        store.write_atomic(th.marker, json.dumps(marker).encode())
+        return True
+
+
 def clear_pending(store: LandingStore, done_file_rel_path: str, sha: str | None) -> bool:
     """Remove the marker only if it still names content `sha` (None: an unreadable marker).
     True if removed; False if absent or naming newer content, which then stays pending."""

@@ -7,9 +7,11 @@ no Dagster, no Spark import.
 
 from __future__ import annotations
 
+from kafka_landing.errors import KafkaLandingError
 
-class IncompatibleSchemaError(ValueError):
-    pass
+
+class IncompatibleSchemaError(KafkaLandingError, ValueError):
+    """A schema change this warehouse cannot apply: terminal, the load fails once and is not retried."""
 
 
 def _type_name(t) -> str:

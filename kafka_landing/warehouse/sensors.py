@@ -17,6 +17,9 @@ Each tick:
    `MAX_EXAMINED_PER_TICK`), reads each one's done file and
    - skips it with a warning if its contents contradict its path (`done_checks`);
    - clears the marker if the warehouse already loaded that content;
+   - skips it with a warning if a load of that content failed terminally (the marker
+     says so, `load_queue.refuse_pending`): retrying cannot help until the hour is
+     re-landed (new content, new marker) or a person materialises it;
    - otherwise it is a load to make (`<done file>@<hash>`, a "member").
 3. Asks the instance for the runs that covered those members (their member tags,
    one query per hour of the week; run keys of earlier versions) and plans
@@ -70,7 +73,9 @@ from kafka_landing.warehouse.load_queue import (
     listed_tables,
     marker_sha,
     plan_loads,
+    read_marker,
     reconcile,
+    refusal,
 )
 from kafka_landing.warehouse.resources import WarehouseResource
 
@@ -78,6 +83,7 @@ SENSOR_NAME = "done_file_sensor"
 MAX_REQUESTS_PER_TICK = 200  # runs (each covers up to MAX_HOURS_PER_RUN hours)
 MAX_EXAMINED_PER_TICK = 2000
 RECONCILE_PER_TICK = 10_000
+MAX_REFUSED_SHOWN = 20  # refused loads named one by one per tick
 _QUERY_CHUNK = 300
 SPARK_TAG = "kafka_landing/spark"  # dagster.yaml caps how many runs with it run at once
 SPARK_BACKENDS = frozenset({"parquet"})  # backends whose loads start Spark
@@ -150,7 +156,7 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
                      f"{marked[0].done_file}: marked")
         cursor = json.dumps({"v": 2, "scan": {"table": position.table, "after": position.after}})
 
-        loads, invalid, examined = [], 0, 0
+        loads, refused, invalid, examined = [], [], 0, 0
         for th in list_pending(store):
             if (th.dataset, th.table) not in tables:
                 continue
@@ -176,6 +182,10 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
             if backend.loaded_sha(th.dataset, th.table, th.hour) == sha:
                 clear_pending(store, th.done_file, marker_sha(store, th))  # loaded; the marker outlived it
                 continue
+            why = refusal(read_marker(store, th), sha)
+            if why is not None:
+                refused.append((th, why))
+                continue
             if not hours[(th.dataset, th.table)].has_partition_key(partition := hour_key(hour_from_tag(th.hour))):
                 log.warning(f"not loading {th.done_file}: hour {partition} is not a partition of "
                             f"{tables[(th.dataset, th.table)].to_user_string()} (before its topic's first hour, "
@@ -191,6 +201,13 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
                 f"{MAX_ATTEMPTS} times without loading it (runs {[r.run_id for r in runs]}); not requested again. "
                 f"Fix the cause (see those runs) and materialise {tables[(th.dataset, th.table)].to_user_string()} "
                 f"for {hour_key(hour_from_tag(th.hour))}, or re-land the hour: either clears this.")
+        for th, why in refused[:MAX_REFUSED_SHOWN]:
+            log.warning(f"not loading {th.done_file} into {th.name} hour {th.hour}: its last load failed for good "
+                        f"({why[:500]}). Fix the cause and materialise "
+                        f"{tables[(th.dataset, th.table)].to_user_string()} for {hour_key(hour_from_tag(th.hour))}, "
+                        "or re-land the hour: either clears this.")
+        if len(refused) > MAX_REFUSED_SHOWN:
+            log.warning(f"... and {len(refused) - MAX_REFUSED_SHOWN} more refused load(s)")
         spark = backend.kind in SPARK_BACKENDS
         requests = [load_run_request(g, tables[(g.dataset, g.table)], spark)
                     for g in plan.groups[:MAX_REQUESTS_PER_TICK]]
@@ -201,7 +218,8 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
             return SensorResult(run_requests=requests, cursor=cursor)
         return SensorResult(cursor=cursor, skip_reason=SkipReason(
             f"nothing to request: {len(plan.waiting)} load(s) in flight, {len(plan.given_up)} given up after "
-            f"{MAX_ATTEMPTS} attempts, {invalid} done file(s) contradicting their path; {scanned} done files "
+            f"{MAX_ATTEMPTS} attempts, {len(refused)} refused for good, {invalid} done file(s) contradicting their "
+            f"path; {scanned} done files "
             "reconciled"))
 
     return done_file_sensor

@@ -14,7 +14,6 @@ from pathlib import Path
 import fastavro
 import pytest
 from confluent_kafka import TopicPartition
-from dagster import Failure
 
 from kafka_landing.avro_landing.assets import check_still_in_kafka, schema_fetcher
 from kafka_landing.avro_landing.conservation import check_landed_hour
@@ -29,7 +28,7 @@ from kafka_landing.demo.generate import (
     generate,
     register,
 )
-from kafka_landing.errors import DeadLetterLimitExceeded
+from kafka_landing.errors import DeadLetterLimitExceeded, LandingError
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import (
@@ -324,7 +323,7 @@ def test_offsets_deleted_after_freezing_fail_landing_clearly(make_topic, send, k
     with kafka.log_view() as log:
         plan, _ = freeze_slice(store, log, cfg, hour, utcnow())
     admin.delete_records([TopicPartition(topic, 0, 3)])[TopicPartition(topic, 0, 3)].result(timeout=30)
-    with pytest.raises(Failure, match=r"partition 0: offsets \[0, 3\) of hour .* deleted by retention"), \
+    with pytest.raises(LandingError, match=r"partition 0: offsets \[0, 3\) of hour .* deleted by retention"), \
             kafka.log_view() as log:
         check_still_in_kafka(log, plan)
 

@@ -1,0 +1,245 @@
+"""One answer to "can a retry help?": each error class says transient or terminal, one
+function maps any error to a Dagster Failure, and a load that failed for good is not asked
+for again by the sensor until its done file changes (no stack: toy assets, a local root)."""
+
+from __future__ import annotations
+
+import ast
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka.schema_registry.common._httpx_compat import httpx  # the client the registry uses
+from dagster import AssetKey, DagsterInstance, Failure, build_sensor_context, materialize
+from google.api_core import exceptions as gexc
+
+import kafka_landing
+from kafka_landing.avro_files import AvroFileError
+from kafka_landing.avro_landing.avro_schemas import SchemaError
+from kafka_landing.avro_landing.framing import FramingError
+from kafka_landing.avro_landing.registry_answers import answer_error, unreachable_error
+from kafka_landing.avro_landing.write import NothingWritten
+from kafka_landing.config import TopicConfigError
+from kafka_landing.errors import (
+    DeadLetterLimitExceeded,
+    KafkaLandingError,
+    LandingError,
+    ServiceUnavailable,
+    is_transient,
+)
+from kafka_landing.hours import failure, run_hours
+from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
+from kafka_landing.kafka_slices.plan import (
+    FutureTimestampError,
+    HourNotClosedError,
+    LogRewoundError,
+    PlanningError,
+    RetentionGapError,
+    UnknownTopicError,
+)
+from kafka_landing.naming import ONE_HOUR, NameError_, floor_hour, hour_key, hour_tag
+from kafka_landing.store.gcs import LockLost, LockTimeout
+from kafka_landing.store.local import LocalStore
+from kafka_landing.warehouse.done_checks import DoneFileMismatch
+from kafka_landing.warehouse.load import LoadError, LoadResult, Warehouse, load_done_file
+from kafka_landing.warehouse.load_queue import mark_pending, read_marker, refusal
+from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
+
+TERMINAL = [LandingError, DeadLetterLimitExceeded, LoadError, IncompatibleSchemaError, DoneFileMismatch,
+            TopicConfigError, SchemaError, FramingError, AvroFileError, NameError_, NothingWritten, PlanningError,
+            HourNotClosedError, UnknownTopicError, RetentionGapError, LogRewoundError, FutureTimestampError]
+TRANSIENT = [ServiceUnavailable, KafkaUnavailable, LockLost, LockTimeout]
+
+
+@pytest.mark.parametrize("cls", TERMINAL, ids=lambda c: c.__name__)
+def test_what_the_data_or_the_config_says_is_terminal(cls):
+    exc = cls("x")
+    assert isinstance(exc, KafkaLandingError) and not is_transient(exc)
+    assert failure(exc).allow_retries is False
+
+
+@pytest.mark.parametrize("cls", TRANSIENT, ids=lambda c: c.__name__)
+def test_a_service_briefly_away_is_transient(cls):
+    exc = cls("x")
+    assert isinstance(exc, KafkaLandingError) and is_transient(exc)
+    assert failure(exc).allow_retries is True
+
+
+def test_an_error_wrapping_a_service_answer_says_which_it_is_at_the_raise_site():
+    assert is_transient(LoadError("BigQuery 503", transient=True))
+    assert not is_transient(KafkaUnavailable("not a retriable Kafka error", transient=False))
+
+
+@pytest.mark.parametrize("status,transient", [(500, True), (503, True), (429, True), (404, False), (401, False),
+                                              (422, False), (None, False)])
+def test_registry_answers_are_transient_only_when_they_say_not_now(status, transient):
+    assert answer_error("http://r:8081", 7, status, None, "m").transient is transient
+    assert unreachable_error("http://r:8081", 7, OSError("refused")).transient
+
+
+@pytest.mark.parametrize("exc,transient", [
+    (gexc.ServiceUnavailable("down"), True), (gexc.InternalServerError("oops"), True),
+    (gexc.TooManyRequests("slow down"), True), (gexc.BadRequest("invalid"), False), (gexc.Forbidden("no"), False),
+    (httpx.ConnectError("refused"), True), (ConnectionRefusedError(), True), (TimeoutError(), True),
+    (ValueError("a bug"), False), (KeyError("a bug"), False),
+], ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v))
+def test_client_library_errors_are_transient_only_for_no_answer_or_not_now(exc, transient):
+    assert is_transient(exc) is transient
+
+
+def test_every_failure_in_the_package_goes_through_the_one_mapping():
+    """A `Failure(...)` built anywhere else could say the wrong thing about retrying."""
+    calls = []
+    for path in Path(kafka_landing.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if name in ("Failure", "RetryRequested"):
+                    calls.append(f"{path.name}:{node.lineno}")
+    assert len(calls) == 1 and calls[0].startswith("hours.py:"), calls
+
+
+# --- in the step: a terminal failure is tried once ------------------------------------------
+
+hourly_start = "2026-01-01-00:00"
+
+
+def _asset(calls, exc):
+    from dagster import HourlyPartitionsDefinition, asset
+
+    @asset(partitions_def=HourlyPartitionsDefinition(start_date=hourly_start, timezone="UTC"))
+    def loads(context):
+        def one_hour(k):
+            calls.append(k)
+            raise exc
+        return run_hours(context, AssetKey("loads"), one_hour)
+
+    return loads
+
+
+def test_a_load_refused_for_its_schema_is_tried_once_and_says_so_without_a_traceback():
+    calls = []
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize([_asset(calls, IncompatibleSchemaError("field 'x' changed type"))], instance=instance,
+                             partition_key=hourly_start, raise_on_error=False)
+    assert not result.success and calls == [hourly_start]
+    error = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE").event_specific_data.error
+    assert "field 'x' changed type" in error.message and "attempt" not in error.message
+
+
+def test_a_transient_package_error_is_tried_again_in_the_step():
+    from kafka_landing.hours import IN_STEP_ATTEMPTS
+
+    calls = []
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize([_asset(calls, LoadError("BigQuery 503", transient=True))], instance=instance,
+                             partition_key=hourly_start, raise_on_error=False)
+    assert not result.success and calls == [hourly_start] * IN_STEP_ATTEMPTS
+
+
+# --- the sensor: a refused load waits for new content ----------------------------------------
+
+DATASET, TABLE = "ux", "events"
+
+
+class _Refusing(Warehouse):
+    """A backend whose loads fail with a given error; loaded nothing."""
+
+    kind = "parquet"
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def load_hour(self, store, done, spark, done_file=None, done_sha256=None) -> LoadResult:
+        raise self.exc
+
+    def hour_rows(self, dataset, table, hour):
+        return None
+
+    def hour_location(self, dataset, table, hour):
+        return "nowhere"
+
+    def loaded(self, dataset, table, hour):
+        return None
+
+    def loaded_hours(self, dataset, table):
+        return set()
+
+    def check_writable(self):
+        pass
+
+
+@pytest.fixture
+def landing(tmp_path, monkeypatch):
+    (tmp_path / "topics.yaml").write_text(yaml.safe_dump(
+        {"defaults": {"grace_minutes": 5}, "topics": {"unit.events": {"dataset": DATASET, "table": TABLE}}}))
+    monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(tmp_path / "topics.yaml"))
+    monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")
+    return LocalStore(tmp_path / "landing")
+
+
+def _publish(store: LocalStore, hour: datetime, attempt: str) -> str:
+    rel = f"tables/{DATASET}/{TABLE}/hour={hour_tag(hour)}/_DONE.json"
+    body = json.dumps({
+        "topic": "unit.events", "dataset": DATASET, "table": TABLE, "hour": hour_tag(hour), "rows": 0,
+        "schema_ids": [], "files": [], "dead_letters": {"rows": 0, "by_reason": {}, "files": []},
+        "slice": {"manifest": f"slices/unit.events/hour={hour_tag(hour)}.json", "records": 0, "partitions": []},
+        "topic_records_read": 0, "offset_gaps": 0, "attempt": attempt, "landed_at": "2026-01-01T00:00:00+00:00",
+        "version": 1}).encode()
+    store.write_atomic(rel, body)
+    mark_pending(store, rel, body)
+    return rel
+
+
+def _tick():
+    from kafka_landing.definitions import build_definitions, build_resources
+    from kafka_landing.warehouse.sensors import SENSOR_NAME
+
+    defs, res = build_definitions(), build_resources()
+    with DagsterInstance.ephemeral() as instance, build_sensor_context(
+            instance=instance, definitions=defs, resources={"landing": res["landing"], "warehouse": res["warehouse"]}
+    ) as ctx:
+        return defs.resolve_sensor_def(SENSOR_NAME).evaluate_tick(ctx)
+
+
+def test_a_load_that_failed_for_good_is_not_requested_again_until_the_done_file_changes(landing):
+    hour = floor_hour(datetime.now(timezone.utc)) - 3 * ONE_HOUR
+    rel = _publish(landing, hour, "a1")
+    assert len(_tick().run_requests) == 1
+
+    with pytest.raises(IncompatibleSchemaError):
+        load_done_file(_Refusing(IncompatibleSchemaError("column x: INTEGER to STRING")), landing, rel, lambda: None)
+    marker = read_marker(landing, _th(rel))
+    assert refusal(marker, marker["sha256"]) and "INTEGER to STRING" in refusal(marker, marker["sha256"])
+    tick = _tick()
+    assert tick.run_requests == [] and "1 refused for good" in tick.skip_message
+
+    _publish(landing, hour, "a2")  # re-landed: new content
+    (again,) = _tick().run_requests
+    assert again.partition_key == hour_key(hour)
+
+
+def test_a_load_that_failed_on_a_service_briefly_away_stays_requested(landing):
+    hour = floor_hour(datetime.now(timezone.utc)) - 3 * ONE_HOUR
+    rel = _publish(landing, hour, "a1")
+    with pytest.raises(LoadError):
+        load_done_file(_Refusing(LoadError("BigQuery 503", transient=True)), landing, rel, lambda: None)
+    marker = read_marker(landing, _th(rel))
+    assert refusal(marker, marker["sha256"]) is None
+    assert len(_tick().run_requests) == 1
+
+
+def _th(rel):
+    from kafka_landing.warehouse.load_queue import parse_done_path
+
+    return parse_done_path(rel)
+
+
+def test_the_mapping_keeps_a_failure_and_makes_a_bare_description_terminal():
+    f = Failure(description="as is", allow_retries=True)
+    assert failure(f) is f
+    assert failure("plan_backfill: bad topic").allow_retries is False
