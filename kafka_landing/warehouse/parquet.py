@@ -29,9 +29,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from kafka_landing.crash_points import crash_point
 from kafka_landing.manifests import DoneFile
@@ -44,16 +44,32 @@ from kafka_landing.warehouse.load import (
     Warehouse,
     verify_files,
 )
-from kafka_landing.warehouse.schema_evolution import (
-    merge_schemas,
-)
+from kafka_landing.warehouse.schema_evolution import merge_schemas
 
 
 def _conform(df: DataFrame, schema: dict) -> DataFrame:
-    """Columns in the table's order; columns this hour lacks are typed nulls."""
-    struct = StructType.fromJson(schema)
-    have = set(df.columns)
-    return df.select(*[F.col(f.name) if f.name in have else F.lit(None).cast(f.dataType).alias(f.name) for f in struct.fields])
+    """The rows under the table's schema: its columns in its order, each value widened to the
+    column's type (`schema_evolution`), nested fields and columns the rows lack as typed nulls.
+    Expressions only: Spark does it in the JVM as it writes."""
+    want = StructType.fromJson(schema)
+    have = {f.name: f.dataType for f in df.schema.fields}
+    return df.select(*[(_conformed(F.col(f.name), have[f.name], f.dataType) if f.name in have
+                        else F.lit(None).cast(f.dataType)).alias(f.name) for f in want.fields])
+
+
+def _conformed(col: Column, have: DataType, want: DataType) -> Column:
+    if have == want:
+        return col
+    if isinstance(have, StructType) and isinstance(want, StructType):
+        by_name = {f.name: f.dataType for f in have.fields}
+        fields = [(_conformed(col.getField(f.name), by_name[f.name], f.dataType) if f.name in by_name
+                   else F.lit(None).cast(f.dataType)).alias(f.name) for f in want.fields]
+        return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields)).cast(want)
+    if isinstance(have, ArrayType) and isinstance(want, ArrayType):
+        return F.transform(col, lambda x: _conformed(x, have.elementType, want.elementType)).cast(want)
+    if isinstance(have, MapType) and isinstance(want, MapType):
+        return F.transform_values(col, lambda _k, v: _conformed(v, have.valueType, want.valueType)).cast(want)
+    return col.cast(want)  # a widening merge_schemas allowed: long -> double, string -> binary, decimals
 
 
 @functools.lru_cache(maxsize=16)
@@ -71,6 +87,13 @@ def _sweep_staging(staging_root: Path) -> None:
     for p in staging_root.glob("*") if staging_root.is_dir() else ():
         if p.stat().st_mtime < cutoff:
             shutil.rmtree(p, ignore_errors=True)
+
+
+REWRITE_FILE = "_rewrite.json"  # the schema older hours are being rewritten to, while they are
+
+
+def _hour_of(path: Path) -> str:
+    return path.parent.name[len("hour="):]
 
 
 class ParquetWarehouse(Warehouse):
@@ -145,6 +168,47 @@ class ParquetWarehouse(Warehouse):
         }))
         os.replace(tmp, p)
 
+    def _rewrite_hours(self, session, tdir: Path, schema: dict, where: str) -> None:
+        """Every hour file of the table rewritten under `schema` (a widening of the one they have),
+        then `schema` made the table's: every file of a table has one schema, so every reader
+        (pandas included, which takes the first file's schema) gets every row with the widened
+        types. One Spark job for the whole table, under the table's lock; each hour swapped
+        atomically. Killed half way, the next load of the table finishes it (`REWRITE_FILE`)."""
+        marker = tdir / REWRITE_FILE
+        tmp = tdir / f".{REWRITE_FILE}.{uuid.uuid4().hex}"
+        tmp.write_text(json.dumps(schema))
+        os.replace(tmp, marker)
+        files = sorted(tdir.glob("hour=*/data.parquet"))
+        rows = {_hour_of(f): pq.read_metadata(f).num_rows for f in files}
+        by_schema: dict[str, list[str]] = {}  # after a kill, some hours may be rewritten already
+        for f in files:
+            by_schema.setdefault(pq.read_schema(f).to_string(), []).append(str(f))
+        staging = tdir / "_staging" / f"rewrite-{uuid.uuid4().hex}"
+        try:
+            if files:
+                parts = []
+                for paths in by_schema.values():
+                    old = session.read.parquet(*paths)
+                    hour = F.regexp_extract(F.col("_metadata.file_path"), r"hour=([^/]+)/data\.parquet$", 1)
+                    parts.append(_conform(old, schema).withColumn("_kl_hour", hour))
+                df = parts[0]
+                for other in parts[1:]:
+                    df = df.unionByName(other)
+                df.repartition("_kl_hour").write.partitionBy("_kl_hour").mode("error").parquet(str(staging))
+                staged = {d.name[len("_kl_hour="):]: next(d.glob("part-*.parquet")) for d in staging.glob("_kl_hour=*")}
+                got = {h: pq.read_metadata(p).num_rows for h, p in staged.items()}
+                if got != {h: n for h, n in rows.items() if n}:
+                    raise LoadError(f"{where}: rewriting the table's hours under its widened schema gave other row "
+                                    f"counts than they hold ({got} != {rows}); nothing was replaced. Look at {tdir}")
+                for h, p in staged.items():
+                    os.replace(p, tdir / f"hour={h}" / "data.parquet")
+            tmp = tdir / f"._schema.{uuid.uuid4().hex}"
+            tmp.write_text(json.dumps(schema, indent=2))
+            os.replace(tmp, tdir / "_schema.json")
+            marker.unlink()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
     def load_hour(self, store: LandingStore, done: DoneFile, spark: SparkFactory,
                   done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
         verify_files(store, done)
@@ -154,6 +218,9 @@ class ParquetWarehouse(Warehouse):
         tdir.mkdir(parents=True, exist_ok=True)
         with open(tdir / "_load.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one load per table at a time, whatever runs it
+            unfinished = tdir / REWRITE_FILE
+            if unfinished.exists():  # a load killed while it rewrote the table: finish that first
+                self._rewrite_hours(spark(), tdir, json.loads(unfinished.read_text()), where)
             table_schema = self.table_schema(done.dataset, done.table)
             if done.rows == 0:
                 target.unlink(missing_ok=True)  # the hour is empty now: replace it with nothing
@@ -169,13 +236,15 @@ class ParquetWarehouse(Warehouse):
                 hour_schema, _ = merge_schemas(hour_schema, df.schema.jsonValue(), f"{where}, schema id {sid}")
                 parts.append(df)
             merged, added = merge_schemas(table_schema, hour_schema, where)
-            df = parts[0]
+            if merged != table_schema:
+                self._rewrite_hours(session, tdir, merged, where)
+            df = _conform(parts[0], merged)
             for other in parts[1:]:
-                df = df.unionByName(other, allowMissingColumns=True)
+                df = df.unionByName(_conform(other, merged))
             _sweep_staging(tdir / "_staging")
             staging = tdir / "_staging" / uuid.uuid4().hex
             try:
-                _conform(df, merged).coalesce(1).write.mode("error").parquet(str(staging))
+                df.coalesce(1).write.mode("error").parquet(str(staging))
                 written = next(staging.glob("part-*.parquet"))
                 n = pq.read_metadata(written).num_rows  # from the footer: no Spark job for a count
                 if n != done.rows:
@@ -186,10 +255,6 @@ class ParquetWarehouse(Warehouse):
                 crash_point("warehouse:swapped")
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-            if merged != table_schema:
-                tmp = tdir / f"._schema.{uuid.uuid4().hex}"
-                tmp.write_text(json.dumps(merged, indent=2))
-                os.replace(tmp, tdir / "_schema.json")
             self._record_load(done, n, done_file, done_sha256)
         return LoadResult(f"{done.dataset}.{done.table}", done.hour, n, len(done.files),
                           tuple(done.schema_ids), tuple(added), str(target), done_file, done_sha256)
