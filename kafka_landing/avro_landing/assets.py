@@ -107,15 +107,43 @@ def schema_fetcher(registry: SchemaRegistryResource):
     """Writer schemas by id, each asked once per run: the Avro schema text, or a DeadSchema (an id
     the registry says it does not have, or a PROTOBUF or JSON schema) whose records become dead
     letters. Any other answer, or none, raises RegistryError: it says nothing about the records,
-    so the hour fails rather than turning good records into dead letters."""
+    so the hour fails rather than turning good records into dead letters. A schema with Confluent
+    schema references comes self-contained, each referenced (subject, version) asked once per run
+    (soft-deleted versions too, as the registry's own clients do); one the registry says does not
+    exist, or a cycle of them, makes the schema unlandable: a RegistryError that is not transient."""
     from confluent_kafka.schema_registry.common._httpx_compat import (
         httpx,  # the HTTP client it uses (httpx2 or httpx)
     )
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     from kafka_landing.avro_landing import registry_answers as answers
+    from kafka_landing.avro_landing import schema_references
 
-    client, cache = registry.client(), {}
+    client, cache, referenced = registry.client(), {}, {}
+
+    def reference_fetcher(schema_id: int):
+        def get(subject: str, version: int):
+            if (subject, version) not in referenced:
+                what = f"subject {subject!r} version {version}, a reference of its schema"
+                try:
+                    found = client.get_version(subject, version, deleted=True)
+                except SchemaRegistryError as exc:
+                    # 40401, 40402: the registry says the subject, or its version, does not exist
+                    if exc.http_status_code != 404 or exc.error_code not in (40401, 40402):
+                        raise answers.answer_error(registry.url, schema_id, exc.http_status_code, exc.error_code,
+                                                   f"{what}: {exc.error_message}") from None
+                    referenced[subject, version] = None
+                except httpx.TransportError as exc:  # refused, timed out, DNS, TLS
+                    raise answers.unreachable_error(registry.url, schema_id, exc) from None
+                except Exception as exc:  # noqa: BLE001 - e.g. a 200 that is not a registry's JSON
+                    raise answers.answer_error(registry.url, schema_id, None, None,
+                                               f"{what}: not a schema registry's answer ({type(exc).__name__}: {exc})"
+                                               ) from None
+                else:
+                    referenced[subject, version] = (found.schema.schema_str, found.schema.references or ())
+            return referenced[subject, version]
+
+        return get
 
     def fetch(schema_id: int):
         if schema_id not in cache:
@@ -133,8 +161,16 @@ def schema_fetcher(registry: SchemaRegistryResource):
                                            f"not a schema registry's answer ({type(exc).__name__}: {exc})") from None
             else:
                 kind = (schema.schema_type or "AVRO").upper()
-                cache[schema_id] = (schema.schema_str if kind == "AVRO"
-                                    else answers.DeadSchema(answers.not_avro_reason(schema_id, kind)))
+                if kind != "AVRO":
+                    cache[schema_id] = answers.DeadSchema(answers.not_avro_reason(schema_id, kind))
+                else:
+                    try:
+                        cache[schema_id] = schema_references.self_contained(
+                            schema.schema_str, schema.references, reference_fetcher(schema_id), schema_id)
+                    except schema_references.SchemaReferenceError as exc:  # unlandable, as resolve_schemas says
+                        raise answers.RegistryError(
+                            f"{exc}. Nothing of the hour was published; re-landing it fails the same way while it "
+                            f"holds records of schema id {schema_id}.", transient=False) from None
         return cache[schema_id]
 
     return fetch
