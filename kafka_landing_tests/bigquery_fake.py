@@ -12,7 +12,11 @@ jobs.query; "Load Avro data from Cloud Storage": schema of the alphabetically
 last file, Avro conversions, logical types; "Load data into partitioned tables";
 "Modifying table schemas": ALLOW_FIELD_ADDITION / ALLOW_FIELD_RELAXATION;
 INFORMATION_SCHEMA.PARTITIONS; "Managing partitioned tables": deleting a
-partition by its decorator). Strict on purpose:
+partition by its decorator; the DDL reference, ALTER COLUMN SET DATA TYPE, and
+"Troubleshoot schema errors": INT64 -> NUMERIC/BIGNUMERIC/FLOAT64 and
+NUMERIC -> BIGNUMERIC/FLOAT64 on top-level columns; jobs.insert
+`referenceFileSchemaUri`: "a reference file with the reader schema"). Strict on
+purpose:
 
 - a request field the REST API does not have -> 400 "Unknown name", as Google's
   front end answers; a documented field this fake does not implement -> 501, so
@@ -21,7 +25,16 @@ partition by its decorator). Strict on purpose:
   use one: it loads exactly the files its done file lists);
 - a job id used before in the project -> 409 "Already Exists: Job ...";
 - a failed job changes nothing; WRITE_TRUNCATE on `table$YYYYMMDDHH` replaces
-  that partition only; schema changes follow the documented update rules.
+  that partition only; schema changes follow the documented update rules;
+- a multi-file Avro load reads every file through one reader schema (the
+  reference file's, else the alphabetically last file's) by Avro schema
+  resolution, checked as the Avro specification words it and stricter where
+  BigQuery's reading is not documented: a decimal only into one of the same
+  scale and no smaller precision, other logical types only into the same one
+  (anything else could change values, so the fake refuses it);
+- the only statements jobs.query runs are the INFORMATION_SCHEMA.PARTITIONS
+  count and `ALTER TABLE ... ALTER COLUMN c SET DATA TYPE T` (a coercion of a
+  top-level column, applied to the rows already held).
 
 Source objects are read through `read_object(gs_uri) -> bytes` (tests read the
 GCS emulator). Rows are kept as fastavro decodes them.
@@ -32,10 +45,12 @@ from __future__ import annotations
 import io
 import json
 import re
+import socket
 import threading
 import time
 import uuid
 from datetime import datetime
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -75,11 +90,12 @@ _FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "configuration": ({"load", "labels", "jobType"},
                       {"query", "copy", "extract", "dryRun", "jobTimeoutMs", "reservation", "maxSlots"}),
     "load": ({"sourceUris", "sourceFormat", "destinationTable", "writeDisposition", "createDisposition",
-              "useAvroLogicalTypes", "schemaUpdateOptions", "timePartitioning", "schema", "decimalTargetTypes"},
+              "useAvroLogicalTypes", "schemaUpdateOptions", "timePartitioning", "schema", "decimalTargetTypes",
+              "referenceFileSchemaUri"},
              {"fileSetSpecType", "destinationTableProperties", "nullMarker", "nullMarkers", "fieldDelimiter",
               "skipLeadingRows", "encoding", "quote", "maxBadRecords", "allowQuotedNewlines", "allowJaggedRows",
               "ignoreUnknownValues", "projectionFields", "autodetect", "rangePartitioning", "clustering",
-              "destinationEncryptionConfiguration", "referenceFileSchemaUri", "hivePartitioningOptions",
+              "destinationEncryptionConfiguration", "hivePartitioningOptions",
               "jsonExtension", "parquetOptions", "preserveAsciiControlCharacters", "connectionProperties",
               "createSession", "columnNameCharacterMap", "copyFilesOnly", "timeZone", "dateFormat",
               "datetimeFormat", "timeFormat", "timestampFormat", "sourceColumnMatch", "schemaInline",
@@ -123,6 +139,21 @@ PARTITIONS_QUERY = re.compile(
     r"^\s*SELECT\s+total_rows\s+FROM\s+`(?P<project>[^`.]+)\.(?P<dataset>[^`.]+)\.INFORMATION_SCHEMA\.PARTITIONS`"
     r"\s+WHERE\s+table_name\s*=\s*@(?P<t>\w+)\s+AND\s+partition_id\s*=\s*@(?P<p>\w+)\s*;?\s*$",
     re.IGNORECASE)
+
+
+ALTER_COLUMN = re.compile(
+    r"^\s*ALTER\s+TABLE\s+`(?P<project>[^`.]+)\.(?P<dataset>[^`.]+)\.(?P<table>[^`.]+)`\s+ALTER\s+COLUMN\s+"
+    r"(?P<column>`[^`]+`|[A-Za-z_][\w.]*)\s+SET\s+DATA\s+TYPE\s+(?P<type>[A-Za-z0-9_]+(?:\s*[(<].*)?)\s*;?\s*$",
+    re.IGNORECASE | re.DOTALL)
+# SQL type names -> the API's (legacy) names that tables.get shows
+_SQL_TYPES = {"INT64": "INTEGER", "INTEGER": "INTEGER", "INT": "INTEGER", "BIGINT": "INTEGER", "FLOAT64": "FLOAT",
+              "NUMERIC": "NUMERIC", "DECIMAL": "NUMERIC", "BIGNUMERIC": "BIGNUMERIC", "BIGDECIMAL": "BIGNUMERIC",
+              "STRING": "STRING", "BYTES": "BYTES", "BOOL": "BOOLEAN", "DATE": "DATE", "DATETIME": "DATETIME",
+              "TIME": "TIME", "TIMESTAMP": "TIMESTAMP"}
+_SQL_NAMES = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL", "RECORD": "STRUCT<...>"}
+# "Coerce to" of GoogleSQL's conversion rules, the only changes ALTER COLUMN SET DATA TYPE makes
+_COERCIONS = {("INTEGER", "NUMERIC"), ("INTEGER", "BIGNUMERIC"), ("INTEGER", "FLOAT"), ("NUMERIC", "BIGNUMERIC"),
+              ("NUMERIC", "FLOAT"), ("BIGNUMERIC", "FLOAT")}
 
 
 class ApiError(Exception):
@@ -362,6 +393,129 @@ def _same_column_types(file_fields: list[dict], schema: list[dict], where: str, 
             _same_column_types(src.get("fields", []), f.get("fields", []), where, f"{path}{f['name']}.")
 
 
+# --- Avro schema resolution of a file to the load's reader schema -----------------------------------
+
+_PROMOTIONS = {("int", "long"), ("int", "float"), ("int", "double"), ("long", "float"), ("long", "double"),
+               ("float", "double"), ("string", "bytes"), ("bytes", "string")}
+
+
+_AVRO_PRIMITIVES = {*_PRIMITIVE, "null"}
+
+
+class _Mismatch(Exception):
+    """A writer schema that the reader schema cannot read."""
+
+
+def _named(schema) -> dict:
+    """Named types by full name (fastavro gives full names in `name` and in references)."""
+    out: dict[str, dict] = {}
+
+    def walk(t):
+        if isinstance(t, list):
+            for b in t:
+                walk(b)
+        elif isinstance(t, dict):
+            kind = t.get("type")
+            if kind in ("record", "error", "enum", "fixed"):
+                out.setdefault(t["name"], t)
+            for f in t.get("fields", []) if kind in ("record", "error") else []:
+                walk(f["type"])
+            if kind == "array":
+                walk(t["items"])
+            elif kind == "map":
+                walk(t["values"])
+            elif isinstance(kind, (dict, list)):
+                walk(kind)
+    walk(schema)
+    return out
+
+
+def _describe(t) -> str:
+    if isinstance(t, list):
+        return "union " + "|".join(_describe(b) for b in t)
+    if isinstance(t, str):
+        return t
+    if t.get("logicalType") == "decimal":
+        return f"decimal({t.get('precision')},{t.get('scale', 0)})"
+    if t.get("logicalType"):
+        return f"{t['type']} ({t['logicalType']})"
+    if t.get("type") in ("record", "error", "enum", "fixed"):
+        return f"{t['type']} {t['name'].rsplit('.', 1)[-1]}"
+    return str(t.get("type"))
+
+
+def _resolve(w, r, wn: dict, rn: dict, path: str, seen: set) -> None:
+    """Raise _Mismatch unless data written with `w` can be read as `r` (Avro's "Schema Resolution",
+    stricter for logical types: see the module doc)."""
+    def deref(t, names):
+        while True:
+            if isinstance(t, str) and t in names:
+                t = names[t]
+            elif isinstance(t, dict) and isinstance(t.get("type"), (dict, list)):
+                t = t["type"]
+            elif isinstance(t, dict) and t.get("type") in _PRIMITIVE and not t.get("logicalType"):
+                t = t["type"]
+            else:
+                return t
+    w, r = deref(w, wn), deref(r, rn)
+    if (id(w), id(r)) in seen:
+        return
+    seen = seen | {(id(w), id(r))}
+    where = f"field {path}: " if path else ""
+    if isinstance(w, list):  # every branch the writer may have used must be readable
+        for branch in w:
+            _resolve(branch, r, wn, rn, path, seen)
+        return
+    if isinstance(r, list):  # the first reader branch that matches is used
+        for branch in r:
+            try:
+                return _resolve(w, branch, wn, rn, path, seen)
+            except _Mismatch:
+                continue
+        raise _Mismatch(f"{where}{_describe(w)} cannot be read as {_describe(r)}")
+    wl = w.get("logicalType") if isinstance(w, dict) else None
+    rl = r.get("logicalType") if isinstance(r, dict) else None
+    if wl == "decimal" and rl == "decimal":
+        ws, rs, wp, rp = int(w.get("scale", 0)), int(r.get("scale", 0)), int(w["precision"]), int(r["precision"])
+        if ws != rs:
+            raise _Mismatch(f"{where}decimal scale {ws} cannot be read as scale {rs} (the values would change)")
+        if rp < wp:
+            raise _Mismatch(f"{where}decimal precision {wp} cannot be read as the narrower precision {rp}")
+        if (w["type"] == "fixed") != (r["type"] == "fixed") or (
+                w["type"] == "fixed" and (w["size"], w["name"].rsplit(".", 1)[-1]) !=
+                (r["size"], r["name"].rsplit(".", 1)[-1])):
+            raise _Mismatch(f"{where}{_describe(w)} of {w['type']} cannot be read as one of {r['type']}")
+        return
+    if wl != rl:
+        raise _Mismatch(f"{where}{_describe(w)} cannot be read as {_describe(r)}: logical types must be the same")
+    wt = w if isinstance(w, str) else w.get("type")
+    rt = r if isinstance(r, str) else r.get("type")
+    if wt in _AVRO_PRIMITIVES and rt in _AVRO_PRIMITIVES:
+        if wt != rt and (wt, rt) not in _PROMOTIONS:
+            raise _Mismatch(f"{where}{wt} cannot be read as {rt}")
+        return
+    if wt != rt and not (wt in ("record", "error") and rt in ("record", "error")):
+        raise _Mismatch(f"{where}{_describe(w)} cannot be read as {_describe(r)}")
+    if wt in ("record", "error", "enum", "fixed"):
+        a, b = w["name"].rsplit(".", 1)[-1], r["name"].rsplit(".", 1)[-1]
+        if a != b:
+            raise _Mismatch(f"{where}{wt} names {a} and {b} differ")
+    if wt == "fixed" and w["size"] != r["size"]:
+        raise _Mismatch(f"{where}fixed sizes {w['size']} and {r['size']} differ")
+    if wt == "array":
+        _resolve(w["items"], r["items"], wn, rn, path, seen)
+    elif wt == "map":
+        _resolve(w["values"], r["values"], wn, rn, path, seen)
+    elif wt in ("record", "error"):
+        written = {f["name"]: f for f in w["fields"]}
+        for f in r["fields"]:
+            sub = f"{path}.{f['name']}" if path else f["name"]
+            if f["name"] in written:
+                _resolve(written[f["name"]]["type"], f["type"], wn, rn, sub, seen)
+            elif "default" not in f:
+                raise _Mismatch(f"field {sub} has no default and the file does not have it")
+
+
 def _ms(t: float) -> str:
     return str(int(t * 1000))
 
@@ -380,6 +534,7 @@ class FakeBigQuery:
         self.jobs: dict[tuple[str, str], dict] = {}  # {"resource", "polls_left"}
         self.calls: list[tuple[str, str]] = []  # (method name, path) of every request
         self.denied: set[str] = set()
+        self.ddl: list[str] = []  # the ALTER statements run, in order
         #: (running job, job started beside it) for load jobs into one destination at once; BigQuery
         #: allows it, and whichever ends last wins: a test of a loader's serialisation reads this
         self.overlaps: list[tuple[str, str]] = []
@@ -426,6 +581,10 @@ class FakeBigQuery:
 
             def log_message(self, *args):  # quiet: tests read `fake.calls`
                 pass
+
+            def setup(self):  # headers and body go out as separate writes: no Nagle delay between them
+                super().setup()
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def _serve(self):
                 length = int(self.headers.get("Content-Length") or 0)
@@ -703,10 +862,36 @@ class FakeBigQuery:
         if "schema" in load:
             _check_schema_fields(_check_fields(load["schema"], "schema", "job.configuration.load.schema")
                                  .get("fields", []), "job.configuration.load.schema.fields")
+        reference = load.get("referenceFileSchemaUri")
+        if reference is not None:
+            if not isinstance(reference, str) or not re.fullmatch(r"gs://[^/]+/.+", reference):
+                raise ApiError(400, f"Invalid reference file schema URI {reference!r}: expected gs://bucket/object")
+            if any(c in reference for c in "*?["):
+                raise ApiError(400, f"bigquery_fake refuses the wildcard URI {reference}: a reference file is one "
+                                    "object")
+            if "schema" in load:
+                raise ApiError(501, "bigquery_fake does not implement referenceFileSchemaUri together with schema "
+                                    "(which of the two decides is not documented)")
         targets = load.get("decimalTargetTypes", ["NUMERIC"])
         if not targets or not set(targets) <= {"NUMERIC", "BIGNUMERIC", "STRING"} or len(set(targets)) != len(targets):
             raise ApiError(400, f"Invalid decimalTargetTypes: {targets}")
         return load
+
+    def _object(self, uri: str) -> bytes:
+        try:
+            return self.read_object(uri)
+        except FileNotFoundError:
+            raise JobFailed("notFound", f"Not found: URI {uri}") from None
+
+    @staticmethod
+    def _read(uri: str, data: bytes, reader_schema: dict | None = None) -> tuple[dict, list[dict]]:
+        """(writer schema, records read with `reader_schema` or the writer's)."""
+        try:
+            reader = fastavro.reader(io.BytesIO(data), reader_schema=reader_schema)
+            return reader.writer_schema, list(reader)
+        except Exception as exc:  # fastavro raises several types for a bad file
+            raise JobFailed("invalid", f"Error while reading data, error message: The Apache Avro library "
+                                       f"failed to read data with the following error: {exc} File: {uri}") from None
 
     def _jobs_get(self, p, j, body, params):
         job = self.jobs.get((p, j))
@@ -749,29 +934,35 @@ class FakeBigQuery:
             raise JobFailed("notFound", f"Not found: Dataset {p}:{d} was not found in location {ref['location']}")
         logical = bool(load.get("useAvroLogicalTypes"))
         targets = load.get("decimalTargetTypes", ["NUMERIC"])
-        files, size = [], 0  # (uri, derived fields, records), bytes read
+        files, size = [], 0  # (uri, writer schema, bytes), bytes read
         for uri in load["sourceUris"]:
-            try:
-                data = self.read_object(uri)
-            except FileNotFoundError:
-                raise JobFailed("notFound", f"Not found: URI {uri}") from None
+            data = self._object(uri)
             size += len(data)
-            try:
-                reader = fastavro.reader(io.BytesIO(data))
-                records = list(reader)
-            except Exception as exc:  # fastavro raises several types for a bad file
-                raise JobFailed("invalid", f"Error while reading data, error message: The Apache Avro library "
-                                           f"failed to read data with the following error: {exc} File: {uri}") from None
-            files.append((uri, avro_table_schema(reader.writer_schema, logical, targets), records))
+            files.append((uri, self._read(uri, data)[0], data))
         if "schema" in load:  # a provided schema overrides the one derived from the files
             schema = load["schema"].get("fields", [])
-            for uri, derived, _ in files:
-                _same_column_types(derived, schema, uri)
-        else:  # "the alphabetically last file is used"; the others are read by Avro schema resolution
-            schema = max(files, key=lambda f: f[0])[1]
-            for uri, derived, _ in files:
-                _same_column_types(derived, schema, uri)
-        rows = [_project_row(r, schema, uri) for uri, _, records in files for r in records]
+            rows = []
+            for uri, writer, data in files:
+                _same_column_types(avro_table_schema(writer, logical, targets), schema, uri)
+                rows += [_project_row(r, schema, uri) for r in self._read(uri, data)[1]]
+        else:
+            # The reader schema: the reference file's, else "the alphabetically last file is used"; every
+            # file is read through it by Avro schema resolution.
+            if "referenceFileSchemaUri" in load:
+                uri = load["referenceFileSchemaUri"]
+                reader = self._read(uri, self._object(uri))[0]
+            else:
+                reader = max(files, key=lambda f: f[0])[1]
+            schema = avro_table_schema(reader, logical, targets)
+            rows = []
+            for uri, writer, data in files:
+                try:
+                    _resolve(writer, reader, _named(writer), _named(reader), "", set())
+                except _Mismatch as exc:
+                    raise JobFailed("invalid", f"Error while reading data, error message: The Apache Avro library "
+                                               f"failed to resolve the schema of {uri} to the reader schema: {exc}") \
+                        from None
+                rows += [_project_row(r, schema, uri) for r in self._read(uri, data, reader)[1]]
 
         table = self.tables.get((p, d, name))
         partitioning = load.get("timePartitioning")
@@ -816,11 +1007,15 @@ class FakeBigQuery:
         _check_fields(body, "query", "queryRequest")
         if body.get("useLegacySql", True) is not False:
             raise ApiError(501, "bigquery_fake answers GoogleSQL only (useLegacySql must be false)")
+        _check_fields(body.get("formatOptions", {}), "formatOptions", "queryRequest.formatOptions")
+        alter = ALTER_COLUMN.match(body.get("query", ""))
+        if alter is not None:
+            return self._alter_column(p, body, alter)
         m = PARTITIONS_QUERY.match(body.get("query", ""))
         if m is None:
             raise ApiError(501, "bigquery_fake answers only `SELECT total_rows FROM `p.d.INFORMATION_SCHEMA.PARTITIONS` "
-                                f"WHERE table_name = @t AND partition_id = @p`, not: {body.get('query')!r}")
-        _check_fields(body.get("formatOptions", {}), "formatOptions", "queryRequest.formatOptions")
+                                "WHERE table_name = @t AND partition_id = @p` and `ALTER TABLE `p.d.t` ALTER COLUMN c "
+                                f"SET DATA TYPE T`, not: {body.get('query')!r}")
         if body.get("parameterMode") != "NAMED":
             raise ApiError(400, "Query parameters must be NAMED for a query using @names")
         values = {}
@@ -851,4 +1046,48 @@ class FakeBigQuery:
                      "totalRows": str(len(result)), "rows": result, "totalBytesProcessed": "0"}
 
 
-__all__ = ["ApiError", "FakeBigQuery", "JobFailed", "PARTITIONS_QUERY", "avro_table_schema"]
+    # --- the one DDL statement: ALTER COLUMN SET DATA TYPE, a coercion of a top-level column -----
+
+    def _alter_column(self, p, body, m):
+        if body.get("queryParameters"):
+            raise ApiError(400, "Query parameters cannot be used in a DDL statement")
+        proj, d, t = m["project"], m["dataset"], m["table"]
+        ds = self.datasets.get((proj, d))
+        location = body.get("location") or (ds or {}).get("location") or self.default_location
+        if ds is None or ds["location"].lower() != location.lower():
+            raise ApiError(404, f"Not found: Dataset {proj}:{d} was not found in location {location}")
+        table = self._table(proj, d, t)
+        name, sql_type = m["column"].strip("`"), m["type"].strip().upper()
+        if "." in name:
+            raise ApiError(400, f"ALTER TABLE ALTER COLUMN SET DATA TYPE cannot change the nested column {name}: "
+                                "only top-level columns")
+        if not re.fullmatch(r"[A-Z0-9_]+", sql_type):
+            raise ApiError(501, f"bigquery_fake does not implement parameterized or complex types ({m['type']})")
+        if sql_type not in _SQL_TYPES:
+            raise ApiError(400, f"Type not found: {sql_type}")
+        col = next((c for c in table["schema"] if c["name"].lower() == name.lower()), None)
+        if col is None:
+            raise ApiError(400, f"Column {name} not found in table {proj}:{d}.{t}")
+        old, new = col["type"], _SQL_TYPES[sql_type]
+        old_sql = _SQL_NAMES.get(old, old)
+        if col.get("mode") == "REPEATED":
+            old_sql = f"ARRAY<{old_sql}>"
+        if col.get("mode") == "REPEATED" or (old != new and (old, new) not in _COERCIONS):
+            raise ApiError(400, f"ALTER TABLE ALTER COLUMN SET DATA TYPE requires that the existing column type "
+                                f"({old_sql}) is assignable to the new type ({sql_type})")
+        if old != new:
+            convert = float if new == "FLOAT" else (lambda v: Decimal(v)) if old == "INTEGER" else (lambda v: v)
+            for rows in table["partitions"].values():
+                for row in rows:
+                    key = next((k for k in row if k.lower() == name.lower()), None)
+                    if key is not None and row[key] is not None:
+                        row[key] = convert(row[key])
+            col["type"] = new
+            table["resource"]["lastModifiedTime"] = _ms(time.time())
+        self.ddl.append(body["query"])
+        return 200, {"kind": "bigquery#queryResponse", "jobComplete": True, "cacheHit": False,
+                     "jobReference": {"projectId": p, "jobId": f"job_{uuid.uuid4().hex}", "location": location},
+                     "totalBytesProcessed": "0"}
+
+
+__all__ = ["ALTER_COLUMN", "ApiError", "FakeBigQuery", "JobFailed", "PARTITIONS_QUERY", "avro_table_schema"]

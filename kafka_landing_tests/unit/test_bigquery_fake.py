@@ -4,6 +4,7 @@ google-cloud-bigquery client over HTTP: no stack, Avro files in memory."""
 from __future__ import annotations
 
 import io
+from decimal import Decimal
 
 import fastavro
 import pytest
@@ -290,3 +291,123 @@ def test_a_denied_permission_answers_403_naming_it(client, fake, objects):
     objects["gs://b/1.avro"] = avro([A_LONG], [{"a": 1}])
     with pytest.raises(gexc.Forbidden, match="bigquery.jobs.create"):
         client.load_table_from_uri(["gs://b/1.avro"], f"{P}.ds.t${HOUR_A}", job_config=config())
+
+
+# --- column widening by DDL, and reader schemas (referenceFileSchemaUri) -------------------------
+
+def alter(client, column: str, sql_type: str, table: str = "t"):
+    return list(client.query_and_wait(f"ALTER TABLE `{P}.ds.{table}` ALTER COLUMN {column} SET DATA TYPE {sql_type}"))
+
+
+def test_alter_column_widens_a_top_level_column_and_the_rows_it_holds(client, fake, objects):
+    dec = {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}
+    objects["gs://b/1.avro"] = avro([A_LONG, {"name": "n", "type": dec}, {"name": "i", "type": "long"}],
+                                    [{"a": 1, "n": Decimal("1.25"), "i": 7}])
+    load(client, ["gs://b/1.avro"], decimal_target_types=["NUMERIC", "BIGNUMERIC"])
+    assert alter(client, "a", "FLOAT64") == [] and alter(client, "`n`", "BIGNUMERIC") == []
+    alter(client, "i", "NUMERIC")
+    alter(client, "a", "FLOAT64")  # the same type again: nothing to do, no error
+    assert [(f["name"], f["type"], f["mode"]) for f in fake.schema(P, "ds", "t")] == \
+        [("a", "FLOAT", "REQUIRED"), ("n", "BIGNUMERIC", "REQUIRED"), ("i", "NUMERIC", "REQUIRED")]
+    [row] = fake.partition_rows(P, "ds", "t", HOUR_A)
+    assert (type(row["a"]), row["a"], row["n"], type(row["i"]), row["i"]) == (float, 1.0, Decimal("1.25"), Decimal, 7)
+    assert fake.ddl == [f"ALTER TABLE `{P}.ds.t` ALTER COLUMN a SET DATA TYPE FLOAT64",
+                        f"ALTER TABLE `{P}.ds.t` ALTER COLUMN `n` SET DATA TYPE BIGNUMERIC",
+                        f"ALTER TABLE `{P}.ds.t` ALTER COLUMN i SET DATA TYPE NUMERIC",
+                        f"ALTER TABLE `{P}.ds.t` ALTER COLUMN a SET DATA TYPE FLOAT64"]
+
+
+def test_alter_column_refuses_what_is_not_a_coercion_of_a_top_level_column(client, fake, objects):
+    nested = {"name": "r", "type": {"type": "record", "name": "R", "fields": [{"name": "q", "type": "long"}]}}
+    objects["gs://b/1.avro"] = avro([A_LONG, {"name": "s", "type": "string"}, {"name": "f", "type": "double"},
+                                     {"name": "l", "type": {"type": "array", "items": "long"}}, nested],
+                                    [{"a": 1, "s": "x", "f": 1.5, "l": [1], "r": {"q": 1}}])
+    load(client, ["gs://b/1.avro"])
+    with pytest.raises(gexc.BadRequest, match=r"existing column type \(STRING\) is assignable to the new type "
+                                              r"\(FLOAT64\)"):
+        alter(client, "s", "FLOAT64")
+    with pytest.raises(gexc.BadRequest, match=r"\(FLOAT64\) is assignable to the new type \(INT64\)"):
+        alter(client, "f", "INT64")
+    with pytest.raises(gexc.BadRequest, match=r"\(ARRAY<INT64>\) is assignable to the new type \(FLOAT64\)"):
+        alter(client, "l", "FLOAT64")
+    with pytest.raises(gexc.BadRequest, match="nested"):
+        alter(client, "r.q", "FLOAT64")
+    with pytest.raises(gexc.BadRequest, match="Column nope not found"):
+        alter(client, "nope", "FLOAT64")
+    with pytest.raises(gexc.NotFound, match="Table proj:ds.other"):
+        alter(client, "a", "FLOAT64", table="other")
+    with pytest.raises(gexc.MethodNotImplemented):
+        alter(client, "a", "NUMERIC(20, 2)")
+    with pytest.raises(gexc.MethodNotImplemented):
+        client.query_and_wait(f"ALTER TABLE `{P}.ds.t` DROP COLUMN s")
+    assert fake.schema(P, "ds", "t")[0] == {"name": "a", "type": "INTEGER", "mode": "REQUIRED"} and fake.ddl == []
+
+
+def test_a_long_file_does_not_load_into_a_widened_column_without_a_reader_schema(client, fake, objects):
+    objects["gs://b/1.avro"] = avro([A_LONG], [{"a": 1}])
+    load(client, ["gs://b/1.avro"])
+    alter(client, "a", "FLOAT64")
+    job = load(client, ["gs://b/1.avro"], HOUR_B)
+    assert "Field a has changed type from FLOAT to INTEGER" in job.error_result["message"]
+
+
+def test_a_reference_file_gives_the_reader_schema_of_every_file(client, fake, objects):
+    reader = [{"name": "a", "type": "double"}, {"name": "b", "type": ["null", "string"], "default": None},
+              {"name": "n", "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 40, "scale": 2}],
+               "default": None}]
+    objects["gs://b/_reader.avro"] = avro(reader, [{"a": 99.0, "b": "never loaded", "n": None}])
+    objects["gs://b/1.avro"] = avro([A_LONG, {"name": "n", "type": {"type": "bytes", "logicalType": "decimal",
+                                                                     "precision": 10, "scale": 2}}],
+                                    [{"a": 1, "n": Decimal("1.25")}])
+    objects["gs://b/2.avro"] = avro([{"name": "a", "type": "int"}, {"name": "b", "type": "string"}], [{"a": 2, "b": "x"}])
+    job = load(client, ["gs://b/1.avro", "gs://b/2.avro"], reference_file_schema_uri="gs://b/_reader.avro",
+               decimal_target_types=["NUMERIC", "BIGNUMERIC"])
+    assert job.error_result is None and job.output_rows == 2
+    assert fake.schema(P, "ds", "t") == [{"name": "a", "type": "FLOAT", "mode": "REQUIRED"},
+                                         {"name": "b", "type": "STRING", "mode": "NULLABLE"},
+                                         {"name": "n", "type": "BIGNUMERIC", "mode": "NULLABLE"}]
+    rows = fake.partition_rows(P, "ds", "t", HOUR_A)
+    assert rows == [{"a": 1.0, "b": None, "n": Decimal("1.25")}, {"a": 2.0, "b": "x", "n": None}]
+    assert all(type(r["a"]) is float for r in rows)
+
+
+@pytest.mark.parametrize("writer, reader, words", [
+    ([A_LONG], [{"name": "a", "type": "string"}], "long cannot be read as string"),
+    ([{"name": "a", "type": ["null", "long"]}], [A_LONG], "null cannot be read as long"),
+    ([A_LONG], [A_LONG, {"name": "b", "type": "string"}], "field b has no default"),
+    ([{"name": "a", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}}],
+     [{"name": "a", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 4}}], "scale"),
+    ([{"name": "a", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}}],
+     [{"name": "a", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}}], "precision"),
+    ([{"name": "a", "type": {"type": "long", "logicalType": "timestamp-millis"}}],
+     [{"name": "a", "type": {"type": "long", "logicalType": "timestamp-micros"}}], "timestamp-millis"),
+    ([{"name": "a", "type": {"type": "record", "name": "R", "fields": [A_LONG]}}],
+     [{"name": "a", "type": {"type": "record", "name": "S", "fields": [A_LONG]}}], "names R and S differ"),
+], ids=["type", "null", "no-default", "decimal-scale", "decimal-narrower", "logical", "record-name"])
+def test_a_reference_schema_must_resolve_each_file_as_avro_does(client, fake, objects, writer, reader, words):
+    objects["gs://b/_reader.avro"] = avro(reader, [])
+    objects["gs://b/1.avro"] = avro(writer, [])
+    job = load(client, ["gs://b/1.avro"], reference_file_schema_uri="gs://b/_reader.avro")
+    assert job.error_result["reason"] == "invalid" and words in job.error_result["message"]
+    assert "gs://b/1.avro" in job.error_result["message"] and fake.table_state(P, "ds", "t") is None
+
+
+def test_a_reference_file_is_a_plain_object_and_excludes_an_explicit_schema(client, fake, objects):
+    objects["gs://b/1.avro"] = avro([A_LONG], [{"a": 1}])
+    assert load(client, ["gs://b/1.avro"], reference_file_schema_uri="gs://b/missing.avro").error_result == \
+        {"reason": "notFound", "message": "Not found: URI gs://b/missing.avro"}
+    with pytest.raises(gexc.BadRequest, match="wildcard"):
+        client.load_table_from_uri(["gs://b/1.avro"], f"{P}.ds.t${HOUR_A}",
+                                   job_config=config(reference_file_schema_uri="gs://b/*.avro"))
+    with pytest.raises(gexc.MethodNotImplemented, match="referenceFileSchemaUri together with schema"):
+        client.load_table_from_uri(["gs://b/1.avro"], f"{P}.ds.t${HOUR_A}", job_config=config(
+            reference_file_schema_uri="gs://b/1.avro", schema=[bigquery.SchemaField("a", "INTEGER")]))
+
+
+def test_a_required_field_added_inside_an_existing_record_is_refused(client, fake, objects):
+    rec = lambda *f: {"name": "r", "type": {"type": "record", "name": "R", "fields": list(f)}}  # noqa: E731
+    objects["gs://b/1.avro"] = avro([rec(A_LONG)], [{"r": {"a": 1}}])
+    objects["gs://b/2.avro"] = avro([rec(A_LONG, {"name": "c", "type": "long"})], [{"r": {"a": 1, "c": 2}}])
+    load(client, ["gs://b/1.avro"])
+    job = load(client, ["gs://b/2.avro"], HOUR_B)
+    assert "Cannot add required fields to an existing schema. (field: r.c)" in job.error_result["message"]
