@@ -88,6 +88,15 @@ def table_hour_dir(dataset: str, table: str, hour: datetime) -> str:
     return f"tables/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}/hour={hour_tag(hour)}"
 
 
+def reader_schema_path(dataset: str, table: str, sha256: str) -> str:
+    """A zero-record Avro file holding a BigQuery load's reader schema, named by the schema's hash
+    (written once, never changed; `_` keeps it out of the table's hour folders)."""
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise NameError_(f"{sha256!r} is not a sha256 hex digest")
+    folder = f"tables/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}"
+    return f"{folder}/_reader_schemas/{sha256}.avro"
+
+
 def done_file_path(dataset: str, table: str, hour: datetime) -> str:
     return f"{table_hour_dir(dataset, table, hour)}/_DONE.json"
 

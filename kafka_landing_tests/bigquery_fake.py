@@ -1013,8 +1013,8 @@ class FakeBigQuery:
             return self._alter_column(p, body, alter)
         m = PARTITIONS_QUERY.match(body.get("query", ""))
         if m is None:
-            raise ApiError(501, "bigquery_fake answers only `SELECT total_rows FROM `p.d.INFORMATION_SCHEMA.PARTITIONS` "
-                                "WHERE table_name = @t AND partition_id = @p` and `ALTER TABLE `p.d.t` ALTER COLUMN c "
+            raise ApiError(501, "bigquery_fake answers only `SELECT total_rows FROM "
+                                "`p.d.INFORMATION_SCHEMA.PARTITIONS` WHERE table_name = @t AND partition_id = @p` and `ALTER TABLE `p.d.t` ALTER COLUMN c "
                                 f"SET DATA TYPE T`, not: {body.get('query')!r}")
         if body.get("parameterMode") != "NAMED":
             raise ApiError(400, "Query parameters must be NAMED for a query using @names")

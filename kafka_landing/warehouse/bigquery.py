@@ -10,10 +10,8 @@ Loading hour H is one load job: source format Avro with logical types, from
 exactly the gs:// files H's done file lists (never a wildcard, which could pick
 up a file of another attempt), into the decorator `table$YYYYMMDDHH` with
 WRITE_TRUNCATE, which replaces that partition only and atomically: a reader
-sees the old hour or the new one. New optional fields are added and required
-ones relaxed (ALLOW_FIELD_ADDITION, ALLOW_FIELD_RELAXATION); anything else fails
-the job, and a failed job changes nothing. The dataset is created when missing,
-the table by the first load (schema from its files, HOUR ingestion-time
+sees the old hour or the new one. A failed job changes nothing. The dataset is
+created when missing, the table by the first load (HOUR ingestion-time
 partitioning).
 
 Idempotence comes from the job id, derived from the done file's content:
@@ -29,12 +27,40 @@ job), each recorded in the ledger under "earlier_jobs" with the reason:
   load of the hour since (the hour holds other content now). If a process died
   between a job's end and its ledger record, this reloads once more: harmless.
 
-Why an explicit schema when an hour mixes schema ids: BigQuery takes the schema
-of a multi-file Avro load from "the alphabetically last file" and reads the
-others by Avro schema resolution, which drops the fields that file lacks. Such
-hours are loaded with the table's schema plus every file's fields, so no column
-of any file is lost. An hour of one schema id gives no schema: BigQuery derives
-it (and applies its own update rules), as documented.
+Schema changes, with no person involved and in any order of hours
+(`bigquery_schema.plan_load` decides, from the table's columns and the writer
+schema of each schema id of the hour). What the design relies on, and where
+BigQuery documents it:
+- "Load Avro data from Cloud Storage": the schema of a multi-file Avro load is
+  the alphabetically last file's, "all schemas must be compatible with Avro's
+  schema resolution"; and jobs.insert `referenceFileSchemaUri`: "a reference
+  file with the reader schema ... enabled for AVRO". So when the hour's files
+  do not give exactly the columns wanted, the load names a reader schema: a
+  zero-record Avro file written once under the landing root,
+  tables/<dataset>/<table>/_reader_schemas/<sha256 of the schema>.avro (never
+  a source URI, so never loaded). Every file is then read by Avro's resolution,
+  which promotes int -> long -> float -> double, fills a field a file lacks
+  with the reader's default (null) and reads a [null, T] union of the file's T.
+  An explicit `schema` is never sent: whether a load converts a file's long into
+  a FLOAT column is not documented, and is not relied on.
+- "Modifying table schemas": ALLOW_FIELD_ADDITION adds NULLABLE (or REPEATED)
+  columns only, nested ones too; ALLOW_FIELD_RELAXATION makes REQUIRED columns
+  NULLABLE; a REQUIRED column absent from the load's schema fails the load
+  ("Field x is missing in new schema"). So a field new to an existing table or
+  record, and a REQUIRED column the hour lacks, are nullable in the reader.
+- The DDL reference (ALTER COLUMN SET DATA TYPE: a coercion to a less restrictive
+  type, of a top-level column; DDL is free) and "Troubleshoot schema errors" ("has
+  changed type": INT64 -> NUMERIC, INT64 -> FLOAT64, NUMERIC -> BIGNUMERIC by
+  ALTER COLUMN). So int/long -> float/double widens the column to FLOAT64 and a
+  decimal outgrowing NUMERIC widens it to BIGNUMERIC, by a query before the load;
+  older hours of narrower files are then promoted by the reader schema.
+- Not documented, assumed (Avro Java's resolution does it): a decimal is read
+  into a decimal of the same scale and a larger precision (the same unscaled
+  value); that is how a NUMERIC-sized file loads into a BIGNUMERIC column.
+Refused before any job (IncompatibleSchemaError, terminal, naming the field, the
+schema ids and what to do): STRING <-> BYTES, a type change of a nested or
+repeated column, what Avro cannot resolve, and, within one hour, two scales of a
+decimal or two units of a timestamp.
 
 After the job, its output_rows must equal the done file's rows; the conservation
 check reads the partition back from BigQuery (INFORMATION_SCHEMA.PARTITIONS).
@@ -61,9 +87,11 @@ import fastavro
 from google.api_core import exceptions as api_exceptions
 from google.cloud import bigquery
 
+from kafka_landing.errors import TRANSIENT_HTTP, KafkaLandingError, is_transient
 from kafka_landing.manifests import DoneFile
-from kafka_landing.naming import check_identifier, hour_from_tag
+from kafka_landing.naming import check_identifier, hour_from_tag, reader_schema_path
 from kafka_landing.store.base import LandingStore
+from kafka_landing.warehouse.bigquery_schema import FileSchema, LoadSchema, avro_columns, plan_load
 from kafka_landing.warehouse.load import (
     LoadError,
     LoadResult,
@@ -84,6 +112,22 @@ _SCHEMA_REFUSED = re.compile(r"Provided Schema does not match|Invalid schema upd
 _PROJECT = re.compile(r"^(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")  # with a domain, or not
 _ROLES = ("BigQuery Data Editor (roles/bigquery.dataEditor) on the dataset or project, and BigQuery Job User "
           "(roles/bigquery.jobUser) on the project")
+# BigQuery's error reasons that mean "not now" (its troubleshooting guide says to retry these).
+_TRANSIENT_REASONS = frozenset({"backendError", "internalError", "rateLimitExceeded", "jobBackendError",
+                                "jobInternalError"})
+
+
+def _reason(exc: BaseException) -> str | None:
+    errors = getattr(exc, "errors", None) or []
+    return errors[0].get("reason") if errors and isinstance(errors[0], dict) else None
+
+
+def transient_failure(code: int | None = None, reason: str | None = None) -> bool:
+    """Whether a BigQuery failure may pass if tried again later: an HTTP answer of TRANSIENT_HTTP
+    (5xx, 408, 429), or an error reason of _TRANSIENT_REASONS (BigQuery sends rateLimitExceeded as
+    403). Everything else (a refusal: 400, 403 accessDenied, 404, quotaExceeded) is terminal. The
+    one decision for API answers and job errorResults."""
+    return (code is not None and code in TRANSIENT_HTTP) or reason in _TRANSIENT_REASONS
 
 
 def _said(exc: api_exceptions.GoogleAPICallError) -> str:
@@ -111,109 +155,6 @@ def job_id(dataset: str, table: str, hour: str, sha256: str, attempt: int = 0) -
 def done_sha(done: DoneFile) -> str:
     """The content hash of a DoneFile handed over without its bytes."""
     return hashlib.sha256(json.dumps(done.to_dict(), sort_keys=True).encode()).hexdigest()
-
-
-# --- Avro -> BigQuery columns, for hours that mix schema ids (BigQuery's documented conversions) ----
-
-_PRIMITIVES = {"boolean": "BOOLEAN", "int": "INTEGER", "long": "INTEGER", "float": "FLOAT", "double": "FLOAT",
-               "bytes": "BYTES", "string": "STRING"}
-_LOGICAL = {"date": "DATE", "time-millis": "TIME", "time-micros": "TIME", "timestamp-millis": "TIMESTAMP",
-            "timestamp-micros": "TIMESTAMP", "local-timestamp-millis": "DATETIME",
-            "local-timestamp-micros": "DATETIME"}
-
-
-def avro_columns(writer_schema: dict) -> list[dict]:
-    """BigQuery fields (API form) for a record's fields with use_avro_logical_types and decimals
-    as NUMERIC or BIGNUMERIC. Raises LoadError for what BigQuery cannot take."""
-    named: dict[str, dict] = {}
-
-    def resolve(t):
-        if isinstance(t, str) and t not in _PRIMITIVES and t != "null":
-            return named[t]
-        if isinstance(t, dict) and t.get("type") in ("record", "enum", "fixed"):
-            full = t["name"] if "." in t["name"] or not t.get("namespace") else f"{t['namespace']}.{t['name']}"
-            named.setdefault(full, t)
-            named.setdefault(t["name"], t)
-        return t
-
-    def column(name: str, t) -> dict | None:
-        mode = "REQUIRED"
-        if isinstance(t, list):
-            branches = [b for b in t if b != "null"]
-            if len(branches) > 1:
-                raise LoadError(f"field {name!r} is a union of several types, which kafka_landing does not load "
-                                "into BigQuery")
-            if not branches:
-                return None
-            mode, t = ("NULLABLE" if "null" in t else "REQUIRED"), branches[0]
-        if t == "null":
-            return None  # BigQuery ignores null-only fields
-        t = resolve(t)
-        kind = t if isinstance(t, str) else t.get("type")
-        if kind == "array":
-            inner = column(name, resolve(t["items"]))
-            return None if inner is None else {**inner, "mode": "REPEATED"}
-        if kind == "map":
-            value = column("value", t["values"])
-            return {"name": name, "type": "RECORD", "mode": "REPEATED",
-                    "fields": [{"name": "key", "type": "STRING", "mode": "REQUIRED"}] + ([value] if value else [])}
-        if kind == "record":
-            return {"name": name, "type": "RECORD", "mode": mode, "fields": fields(t)}
-        logical = None if isinstance(t, str) else t.get("logicalType")
-        if logical == "decimal" and kind in ("bytes", "fixed"):
-            precision, scale = int(t["precision"]), int(t.get("scale", 0))
-            bq = "NUMERIC" if precision - scale <= 29 and scale <= 9 else "BIGNUMERIC"
-        elif kind in ("enum",):
-            bq = "STRING"
-        elif kind == "fixed":
-            bq = "BYTES"
-        elif logical in _LOGICAL:
-            bq = _LOGICAL[logical]
-        else:
-            bq = _PRIMITIVES[kind]
-        return {"name": name, "type": bq, "mode": mode}
-
-    def fields(record: dict) -> list[dict]:
-        return [c for c in (column(f["name"], f["type"]) for f in record["fields"]) if c is not None]
-
-    return fields(writer_schema)
-
-
-def _union(table: list[dict] | None, files: list[tuple[str, list[dict]]], where: str) -> list[dict]:
-    """The table's columns plus every file's, so a multi-file load drops none. Existing columns keep
-    the table's definition (relaxed where a file has them optional); a new column is REQUIRED only
-    if every file requires it (BigQuery then decides whether it may be added)."""
-
-    def merge(base: list[dict] | None, sources: list[tuple[str, list[dict]]], path: str) -> list[dict]:
-        out = {f["name"].lower(): dict(f) for f in base or []}
-        existing = set(out)
-        for src, cols in sources:
-            for c in cols:
-                key, full = c["name"].lower(), f"{path}{c['name']}"
-                have = out.get(key)
-                if have is None:
-                    out[key] = dict(c)
-                    continue
-                if have["type"] != c["type"] or (have.get("mode") == "REPEATED") != (c["mode"] == "REPEATED"):
-                    raise IncompatibleSchemaError(
-                        f"{where}: column {full} is {have.get('mode', 'NULLABLE')} {have['type']} in "
-                        f"{'the table' if key in existing else 'another file'} but {c['mode']} {c['type']} in {src}")
-                if c["mode"] == "NULLABLE" and have.get("mode") == "REQUIRED":
-                    have["mode"] = "NULLABLE"
-        for key, col in out.items():
-            missing = [src for src, cols in sources if key not in {c["name"].lower() for c in cols}]
-            if missing and col.get("mode") == "REQUIRED":
-                if key in existing:
-                    raise IncompatibleSchemaError(f"{where}: required column {path}{col['name']} of the table is "
-                                                  f"missing from {missing[0]}")
-                col["mode"] = "NULLABLE"
-            if col["type"] == "RECORD":
-                subs = [(src, next((c.get("fields", []) for c in cols if c["name"].lower() == key), []))
-                        for src, cols in sources if key in {c["name"].lower() for c in cols}]
-                col["fields"] = merge(col.get("fields") if key in existing else None, subs, f"{path}{col['name']}.")
-        return list(out.values())
-
-    return merge(table, files, "")
 
 
 class BigQueryWarehouse(Warehouse):
@@ -255,18 +196,32 @@ class BigQueryWarehouse(Warehouse):
 
     @contextlib.contextmanager
     def _api(self, what: str) -> Iterator[None]:
-        """BigQuery's refusals as LoadErrors that say what to do; a 403 names the missing role."""
+        """BigQuery's answers as LoadErrors that say what to do, transient or terminal by
+        `transient_failure`; a 403 that is no rate limit names the missing role."""
         try:
             yield
-        except api_exceptions.Forbidden as exc:
-            said = _said(exc)
-            role = ("BigQuery Job User (roles/bigquery.jobUser) on project " + self.project
-                    if "jobs.create" in said else
-                    "BigQuery Data Editor (roles/bigquery.dataEditor) on the dataset or project " + self.project)
-            raise LoadError(f"BigQuery denied {what} ({said}): grant the identity running kafka_landing {role} "
-                            f"(loads need {_ROLES})") from None
+        except KafkaLandingError:
+            raise
         except api_exceptions.GoogleAPICallError as exc:
+            if transient_failure(exc.code, _reason(exc)):
+                raise LoadError(f"BigQuery answered {what} with {exc.code} {_said(exc)}: not now, try again later",
+                                transient=True) from None
+            if isinstance(exc, api_exceptions.Forbidden) and _reason(exc) in (None, "accessDenied"):
+                said = _said(exc)
+                role = ("BigQuery Job User (roles/bigquery.jobUser) on project " + self.project
+                        if "jobs.create" in said else
+                        "BigQuery Data Editor (roles/bigquery.dataEditor) on the dataset or project " + self.project)
+                raise LoadError(f"BigQuery denied {what} ({said}): grant the identity running kafka_landing {role} "
+                                f"(loads need {_ROLES})") from None
             raise LoadError(f"BigQuery refused {what}: {exc.code} {_said(exc)}") from None
+        except api_exceptions.RetryError as exc:  # the client retried a transient failure until its deadline
+            raise LoadError(f"BigQuery did not answer {what} in time ({exc}): try again later",
+                            transient=True) from None
+        except Exception as exc:
+            if not is_transient(exc):  # a bug, not BigQuery's answer: as it is
+                raise
+            raise LoadError(f"BigQuery could not be reached for {what} ({type(exc).__name__}: {exc}): try again "
+                            "later", transient=True) from None
 
     # --- what was loaded --------------------------------------------------------------------------
 
@@ -359,30 +314,48 @@ class BigQueryWarehouse(Warehouse):
                                 "a load names exactly the done file's objects, never a pattern")
         return uris
 
-    def _hour_schema(self, store: LandingStore, done: DoneFile, table: bigquery.Table | None,
-                     where: str) -> list[bigquery.SchemaField] | None:
-        """None for an hour of one schema id; else the table's columns plus every file's (see module doc)."""
-        ids = {f.schema_id for f in done.files}
-        if len(ids) <= 1:
-            return None
+    def _plan(self, store: LandingStore, done: DoneFile, table: bigquery.Table | None, where: str) -> LoadSchema:
+        """The widenings and the reader schema the hour's files need (see the module doc): the writer
+        schema of each schema id, from its smallest file."""
         files = []
-        for sid in sorted(ids, key=lambda s: (s is None, s)):
+        for sid in sorted({f.schema_id for f in done.files}, key=lambda s: (s is None, s)):
             smallest = min((f for f in done.files if f.schema_id == sid), key=lambda f: f.bytes)
             header = fastavro.reader(io.BytesIO(store.read_bytes(smallest.path)))
-            try:
-                files.append((f"{store.location(smallest.path)} (schema id {sid})", avro_columns(header.writer_schema)))
-            except LoadError as exc:
-                raise IncompatibleSchemaError(f"{where}: {exc}. Nothing was loaded") from None
+            files.append(FileSchema(sid, store.location(smallest.path), header.writer_schema))
         current = [f.to_api_repr() for f in table.schema] if table is not None else None
-        try:
-            merged = _union(current, files, where)
-        except IncompatibleSchemaError as exc:
-            raise IncompatibleSchemaError(
-                f"{exc}. Nothing was loaded: the table and the landing files are as they were; make the producer's "
-                "change compatible (new optional fields only) or migrate the table, then reload the hour") from None
-        return [bigquery.SchemaField.from_api_repr(c) for c in merged]
+        return plan_load(current, files, where)
 
-    def _job_config(self, schema: list[bigquery.SchemaField] | None, create: bool) -> bigquery.LoadJobConfig:
+    def _widen(self, plan: LoadSchema, dataset: str, table: str, where: str) -> None:
+        """Apply the plan's column widenings (free DDL queries) before the load; each is idempotent."""
+        table_id = self.table_id(dataset, table)
+        for widening in plan.widenings:
+            sql = widening.statement(table_id)
+            try:
+                with self._api(f"widening column {widening.column} of {table_id} ({sql})"):
+                    try:
+                        self.client.query_and_wait(sql, location=self.location, project=self.project)
+                    except api_exceptions.BadRequest as exc:
+                        raise IncompatibleSchemaError(
+                            f"{where}: BigQuery refused to widen column {widening.column} from {widening.old} to "
+                            f"{widening.new} ({_said(exc)}). Nothing was loaded; the landing files are untouched. "
+                            "To go on: look at the column in BigQuery (was it changed by hand?), then load the hour "
+                            "again") from None
+            except IncompatibleSchemaError:
+                raise
+            except LoadError as exc:
+                raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
+
+    def _reader_uri(self, store: LandingStore, done: DoneFile, plan: LoadSchema) -> str | None:
+        """The gs:// URI of the plan's reader schema file, written once (content-addressed), or None."""
+        if plan.reader is None:
+            return None
+        sha, data = plan.reader_file()
+        rel = reader_schema_path(done.dataset, done.table, sha)
+        if not store.exists(rel):
+            store.create_exclusive(rel, data)  # False: another load wrote the same schema first
+        return store.location(rel)
+
+    def _job_config(self, reference: str | None, create: bool) -> bigquery.LoadJobConfig:
         config = bigquery.LoadJobConfig(
             source_format=bigquery.SourceFormat.AVRO,
             use_avro_logical_types=True,
@@ -395,8 +368,8 @@ class BigQueryWarehouse(Warehouse):
         )
         if create:  # only for the first load: an existing table keeps its own partitioning settings
             config.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.HOUR)
-        if schema is not None:
-            config.schema = schema
+        if reference is not None:
+            config.reference_file_schema_uri = reference
         return config
 
     def _wait(self, job: bigquery.LoadJob, where: str) -> dict | None:
@@ -405,18 +378,25 @@ class BigQueryWarehouse(Warehouse):
             job.result(timeout=self.job_timeout_seconds)
         except concurrent.futures.TimeoutError:
             raise LoadError(f"{where}: load job {job.job_id} is still running after {self.job_timeout_seconds:.0f}s; "
-                            "it finishes on its own: run the load again to wait for it (same job id)") from None
-        except api_exceptions.GoogleAPIError as exc:
-            if job.state != "DONE":  # not the job's failure: asking about it failed
+                            "it finishes on its own: run the load again to wait for it (same job id)",
+                            transient=True) from None
+        except (api_exceptions.GoogleAPIError, OSError) as exc:
+            if job.state != "DONE":  # not the job's failure: asking about it failed; only a denial is for good
+                denied = isinstance(exc, api_exceptions.Forbidden) and not transient_failure(exc.code, _reason(exc))
                 raise LoadError(f"{where}: waiting for load job {job.job_id} failed ({exc}); the job may still run: "
-                                "run the load again to wait for it (same job id)") from None
+                                "run the load again to wait for it (same job id)", transient=not denied) from None
         return job.error_result  # a job that ran and failed says why here
 
     def _failure(self, job_id_: str, error: dict, where: str, location: str, earlier: list[dict]) -> Exception:
+        """A failed job's errorResult as an error: transient by `transient_failure`, a schema refusal
+        as IncompatibleSchemaError, anything else a terminal LoadError."""
         message = error.get("message", "?")
         before = "".join(f"; earlier job {e['job_id']}: {e['why']}" for e in earlier)
         text = (f"{where}: BigQuery load job {job_id_} failed: {message} (reason {error.get('reason')}){before}. "
                 f"Nothing was replaced: {location} holds what it held before, and the landing files are untouched.")
+        if transient_failure(None, error.get("reason")):
+            return LoadError(text + " BigQuery was briefly unable to run it: the load is tried again (next job id)",
+                             transient=True)
         if _SCHEMA_REFUSED.search(message):
             return IncompatibleSchemaError(
                 text + " The landing files' schema cannot be applied to the table: only new optional fields and "
@@ -443,7 +423,7 @@ class BigQueryWarehouse(Warehouse):
                         fresh = False  # this content was loaded, or is loading, under this id already
                         job = self.client.get_job(jid, project=self.project, location=self.location)
             except LoadError as exc:
-                raise LoadError(f"{where}: {exc}") from None
+                raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
             finished_before = not fresh and job.state == "DONE"
             error = self._wait(job, where)
             if error is not None:
@@ -479,8 +459,21 @@ class BigQueryWarehouse(Warehouse):
                                   done_file, sha, None)
             self._ensure_dataset(dataset)
             before = self._existing_table(dataset, table)
-            config = self._job_config(self._hour_schema(store, done, before, where), create=before is None)
-            job, earlier = self._run_load(uris, location, config, done, sha, where, location)
+            plan = self._plan(store, done, before, where)
+            if plan.widenings:
+                self._widen(plan, dataset, table, where)
+                before = self._existing_table(dataset, table)
+            config = self._job_config(self._reader_uri(store, done, plan), create=before is None)
+            try:
+                job, earlier = self._run_load(uris, location, config, done, sha, where, location)
+            except IncompatibleSchemaError:
+                now = self._existing_table(dataset, table)
+                if [f.to_api_repr() for f in (now.schema if now else [])] != \
+                        [f.to_api_repr() for f in (before.schema if before else [])]:
+                    raise LoadError(f"{where}: the table's schema changed while this load ran (another hour's load "
+                                    "widened or extended it), so BigQuery refused the schema planned before: loading "
+                                    "the hour again plans against the table as it is now", transient=True) from None
+                raise
             if job.output_rows != done.rows:
                 raise LoadError(
                     f"{where}: load job {job.job_id} wrote {job.output_rows} rows, the done file lists {done.rows}. "
@@ -495,4 +488,4 @@ class BigQueryWarehouse(Warehouse):
                           location, done_file, sha, job.job_id)
 
 
-__all__ = ["BigQueryWarehouse", "avro_columns", "done_sha", "job_id", "partition_id"]
+__all__ = ["BigQueryWarehouse", "avro_columns", "done_sha", "job_id", "partition_id", "transient_failure"]

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
+from decimal import Decimal
 
 import fastavro
 import pytest
@@ -31,6 +32,7 @@ from kafka_landing.naming import (
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse, job_id, partition_id
 from kafka_landing.warehouse.load import LoadError, load_done_file
+from kafka_landing.warehouse.load_queue import mark_pending, parse_done_path, read_marker, refusal
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.bigquery_fake import FakeBigQuery
 
@@ -278,20 +280,35 @@ def test_an_incompatible_schema_fails_clearly_and_changes_nothing(warehouse, sto
     load_done_file(warehouse, store, land(store, dataset, H1, [(0, 1, V1, orders(2))]), NO_SPARK)
     schema_before = fake.schema(PROJECT, dataset, "orders")
     bad_rel = land(store, dataset, H2, [(0, 3, V_BAD, [{"order_id": "x", "amount": "a lot"}])])
-    jid = job_id(dataset, "orders", H2, content_sha(store.read_bytes(bad_rel)))
 
     with pytest.raises(IncompatibleSchemaError) as failed:
         load_done_file(warehouse, store, bad_rel, NO_SPARK)
 
     message = str(failed.value)
-    assert f"{PROJECT}.{dataset}.orders hour {H2}" in message and jid in message
-    assert "Field amount has changed type from INTEGER to STRING" in message
+    assert f"{PROJECT}.{dataset}.orders hour {H2}: field amount: the table's column is INTEGER and schema id 3" \
+        in message and "has STRING" in message and "Nothing was loaded" in message
+    assert len(fake.jobs) == 1  # refused before any job: a load job that would fail still counts against quotas
     assert fake.schema(PROJECT, dataset, "orders") == schema_before and len(rows_of(fake, dataset, H1)) == 2
     assert rows_of(fake, dataset, H2) == [] and warehouse.loaded(dataset, "orders", H2) is None
     assert store.exists(bad_rel)  # the landing files stay for a fixed reload
 
-    with pytest.raises(IncompatibleSchemaError, match=f"{jid}_r1 failed.*earlier job {jid}: failed"):
-        load_done_file(warehouse, store, bad_rel, NO_SPARK)  # a retry really runs, under the next id
+
+def test_a_failed_job_is_run_again_under_the_next_id(warehouse, store, fake, dataset):
+    done_rel = land(store, dataset, H1, [(0, 1, V1, orders(2))])
+    [listed] = json.loads(store.read_bytes(done_rel))["files"]
+    jid = job_id(dataset, "orders", H1, content_sha(store.read_bytes(done_rel)))
+    read = fake.read_object
+    fake.read_object = lambda uri: (_ for _ in ()).throw(FileNotFoundError(uri)) \
+        if uri == store.location(listed["path"]) else read(uri)  # BigQuery cannot read it (a moment)
+
+    with pytest.raises(LoadError, match=f"{jid} failed: Not found: URI") as failed:
+        load_done_file(warehouse, store, done_rel, NO_SPARK)
+    assert failed.value.transient is False and rows_of(fake, dataset, H1) == []
+
+    fake.read_object = read
+    result = load_done_file(warehouse, store, done_rel, NO_SPARK)  # a retry really runs, under the next id
+    assert result.job_id == f"{jid}_r1" and len(rows_of(fake, dataset, H1)) == 2
+    assert warehouse.loaded(dataset, "orders", H1)["earlier_jobs"][0]["job_id"] == jid
 
 
 def test_output_rows_other_than_the_done_files_are_caught(warehouse, store, fake, dataset):
@@ -379,3 +396,137 @@ def test_a_dataset_in_another_location_is_refused(fake, store, dataset):
     warehouse = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", datasets=[dataset])
     with pytest.raises(LoadError, match=f"dataset {PROJECT}.{dataset} is in EU"):
         warehouse.check_writable()
+
+
+# --- every registry-compatible change, in any order of hours --------------------------------------
+
+def _addr(*extra):
+    return {"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}, *extra]}
+
+
+def _status(*symbols):
+    return {"type": "enum", "name": "Status", "symbols": list(symbols)}
+
+
+def _dec(precision):
+    return {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": 2}
+
+
+ZIP = {"name": "zip", "type": ["null", "string"], "default": None}
+COUNTRY = {"name": "country", "type": "string", "default": "DE"}  # non-null, with a default
+SHIPPING = {"name": "shipping", "type": ["null", {"type": "record", "name": "Shipping", "fields": [
+    {"name": "carrier", "type": "string"}]}], "default": None}
+EV1 = [{"name": "order_id", "type": "string"}, {"name": "amount", "type": "long"}, {"name": "qty", "type": "int"},
+       {"name": "ratio", "type": "float"}, {"name": "price", "type": _dec(10)},
+       {"name": "status", "type": _status("NEW", "PAID")}, {"name": "addr", "type": _addr()},
+       {"name": "tags", "type": {"type": "array", "items": "int"}},
+       {"name": "attrs", "type": {"type": "map", "values": "int"}},
+       {"name": "legacy", "type": "long", "default": 0}]
+# v2: long -> double, int -> long, float -> double, decimal(10,2) -> decimal(40,2) (NUMERIC -> BIGNUMERIC), an
+# enum symbol, an optional field inside a record, array items and map values int -> long, `legacy` removed, a
+# non-null field with a default added, a new optional record
+EV2 = [{"name": "order_id", "type": "string"}, {"name": "amount", "type": "double"}, {"name": "qty", "type": "long"},
+       {"name": "ratio", "type": "double"}, {"name": "price", "type": _dec(40)},
+       {"name": "status", "type": _status("NEW", "PAID", "REFUNDED")}, {"name": "addr", "type": _addr(ZIP)},
+       {"name": "tags", "type": {"type": "array", "items": "long"}},
+       {"name": "attrs", "type": {"type": "map", "values": "long"}},
+       {"name": "currency", "type": "string", "default": "EUR"}, SHIPPING]
+# v3: `currency` removed again, qty becomes a union with null, a non-null field with a default inside addr
+EV3 = [f for f in EV2 if f["name"] not in ("currency", "qty", "addr")] + [
+    {"name": "qty", "type": ["null", "long"], "default": None}, {"name": "addr", "type": _addr(ZIP, COUNTRY)}]
+BIG = Decimal("12345678901234567890123456789012345.50")
+
+
+def ev1(i):
+    return {"order_id": f"v1-{i}", "amount": 10 + i, "qty": 1, "ratio": 0.5, "price": Decimal("1.25"),
+            "status": "PAID", "addr": {"city": "Oslo"}, "tags": [1, 2], "attrs": {"k": 1}, "legacy": 7}
+
+
+def ev2(i):
+    return {"order_id": f"v2-{i}", "amount": 2.5, "qty": 2 ** 40, "ratio": 0.1, "price": BIG, "status": "REFUNDED",
+            "addr": {"city": "Rome", "zip": "00100"}, "tags": [2 ** 40], "attrs": {"k": 2 ** 40}, "currency": "EUR",
+            "shipping": {"carrier": "DHL"}}
+
+
+def ev3(i):
+    return {"order_id": f"v3-{i}", "amount": 3.75, "qty": None, "ratio": 0.25, "price": Decimal("2.50"),
+            "status": "NEW", "addr": {"city": "Lyon", "zip": None, "country": "FR"}, "tags": [], "attrs": {},
+            "shipping": None}
+
+
+def read_back(record: dict) -> dict:
+    """A produced record as BigQuery gives it back from the evolved table: every column, integers
+    of a widened column as floats, maps as key/value records, absent fields null."""
+    addr = {"zip": None, "country": None, **record["addr"]}
+    return {"order_id": record["order_id"], "amount": float(record["amount"]), "qty": record["qty"],
+            "ratio": record["ratio"], "price": record["price"], "status": record["status"], "addr": addr,
+            "tags": record["tags"], "attrs": [{"key": k, "value": v} for k, v in record["attrs"].items()],
+            "legacy": record.get("legacy"), "currency": record.get("currency"), "shipping": record.get("shipping")}
+
+
+def exactly(a, b) -> bool:
+    """Equal and of the same types (1 and 1.0 differ), recursively."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(exactly(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(exactly(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def shape(fields: list[dict]) -> dict:
+    return {f["name"]: (f["type"], f.get("mode", "NULLABLE"), shape(f.get("fields", []))) for f in fields}
+
+
+def test_every_registry_compatible_change_loads_oldest_or_newest_hour_first(store, fake):
+    H3, H4 = "2026-01-31T15", "2026-01-31T16"
+    hours = {H1: [(0, 1, EV1, [ev1(0), ev1(1)])], H2: [(0, 2, EV2, [ev2(0)])], H3: [(0, 3, EV3, [ev3(0)])],
+             H4: [(0, 3, EV3, [ev3(1)]), (1, 1, EV1, [ev1(2)])]}  # mixed: the v1 file sorts last
+    produced = {H1: [ev1(0), ev1(1)], H2: [ev2(0)], H3: [ev3(0)], H4: [ev3(1), ev1(2)]}
+    shapes = {}
+    for order in ((H1, H2, H3, H4), (H4, H3, H2, H1)):
+        dataset = f"evo_{uuid.uuid4().hex[:8]}"
+        warehouse = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US")
+        ddl_before = len(fake.ddl)
+        for hour in order:
+            result = load_done_file(warehouse, store, land(store, dataset, hour, hours[hour]), NO_SPARK)
+            assert result.rows == len(produced[hour])
+        for hour, records in produced.items():
+            got = sorted(({k: v for k, v in r.items() if not k.startswith("_kafka")}
+                          for r in rows_of(fake, dataset, hour)), key=lambda r: r["order_id"])
+            want = sorted((read_back(r) for r in records), key=lambda r: r["order_id"])
+            assert exactly(got, want), (order, hour, got, want)
+        schema = shape(fake.schema(PROJECT, dataset, "orders"))
+        assert {k: schema[k][:2] for k in ("amount", "qty", "ratio", "price", "legacy", "currency", "shipping")} == {
+            "amount": ("FLOAT", "REQUIRED"), "qty": ("INTEGER", "NULLABLE"), "ratio": ("FLOAT", "REQUIRED"),
+            "price": ("BIGNUMERIC", "REQUIRED"), "legacy": ("INTEGER", "NULLABLE"),
+            "currency": ("STRING", "NULLABLE"), "shipping": ("RECORD", "NULLABLE")}
+        assert schema["addr"][2]["country"] == ("STRING", "NULLABLE", {})
+        shapes[order[0]] = schema
+        ddl = fake.ddl[ddl_before:]
+        if order[0] == H1:  # the widenings, once each, before v2's load
+            table_id = f"{PROJECT}.{dataset}.orders"
+            assert sorted(ddl) == [f"ALTER TABLE `{table_id}` ALTER COLUMN `amount` SET DATA TYPE FLOAT64",
+                                   f"ALTER TABLE `{table_id}` ALTER COLUMN `price` SET DATA TYPE BIGNUMERIC"]
+        else:  # the newest hour created the table as wide as it gets
+            assert ddl == []
+    assert shapes[H1] == shapes[H4]
+
+
+def test_a_change_bigquery_cannot_make_fails_once_naming_the_field(warehouse, store, fake, dataset):
+    load_done_file(warehouse, store, land(store, dataset, H1, [(0, 1, V1, orders(2))]), NO_SPARK)
+    as_bytes = [{"name": "order_id", "type": "bytes"}, {"name": "amount", "type": "long"}]
+    bad_rel = land(store, dataset, H2, [(0, 4, as_bytes, [{"order_id": b"x", "amount": 1}])])
+    content = store.read_bytes(bad_rel)
+    mark_pending(store, bad_rel, content)
+    jobs_before, schema_before = len(fake.jobs), fake.schema(PROJECT, dataset, "orders")
+
+    with pytest.raises(IncompatibleSchemaError) as failed:
+        load_done_file(warehouse, store, bad_rel, NO_SPARK)
+
+    message = str(failed.value)
+    assert failed.value.transient is False
+    assert f"{PROJECT}.{dataset}.orders hour {H2}" in message and "order_id" in message and "schema id 4" in message
+    assert "STRING" in message and "BYTES" in message and "Nothing was loaded" in message
+    assert len(fake.jobs) == jobs_before and fake.ddl == []  # no load job spent on what cannot load
+    assert fake.schema(PROJECT, dataset, "orders") == schema_before and rows_of(fake, dataset, H2) == []
+    assert refusal(read_marker(store, parse_done_path(bad_rel)), content_sha(content)) == message

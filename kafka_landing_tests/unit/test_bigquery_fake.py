@@ -359,7 +359,8 @@ def test_a_reference_file_gives_the_reader_schema_of_every_file(client, fake, ob
     objects["gs://b/1.avro"] = avro([A_LONG, {"name": "n", "type": {"type": "bytes", "logicalType": "decimal",
                                                                      "precision": 10, "scale": 2}}],
                                     [{"a": 1, "n": Decimal("1.25")}])
-    objects["gs://b/2.avro"] = avro([{"name": "a", "type": "int"}, {"name": "b", "type": "string"}], [{"a": 2, "b": "x"}])
+    objects["gs://b/2.avro"] = avro([{"name": "a", "type": "int"}, {"name": "b", "type": "string"}],
+                                    [{"a": 2, "b": "x"}])
     job = load(client, ["gs://b/1.avro", "gs://b/2.avro"], reference_file_schema_uri="gs://b/_reader.avro",
                decimal_target_types=["NUMERIC", "BIGNUMERIC"])
     assert job.error_result is None and job.output_rows == 2
