@@ -88,18 +88,21 @@ class Warehouse(ABC):
 
 
 def verify_files(store: LandingStore, done: DoneFile) -> None:
-    """Every listed file exists and holds the rows the manifest promises."""
+    """Every listed file exists and holds the rows the manifest promises. Transient when not:
+    a tool that copies a done file before its data (or a copy still under way) completes the
+    files later without changing the done file, so a later attempt can load it."""
     for f in done.files:
         if not store.exists(f.path):
-            raise LoadError(f"{done.dataset}.{done.table} {done.hour}: listed file {store.location(f.path)} does not exist")
+            raise LoadError(f"{done.dataset}.{done.table} {done.hour}: listed file {store.location(f.path)} does not "
+                            "exist (yet?)", transient=True)
         try:
             n = store.avro_rows(f.path)
         except AvroFileError as exc:
             raise LoadError(f"{done.dataset}.{done.table} {done.hour}: {store.location(f.path)} is not a whole "
-                            f"Avro file: {exc}") from None
+                            f"Avro file: {exc}", transient=True) from None
         if n != f.rows:
             raise LoadError(f"{done.dataset}.{done.table} {done.hour}: {store.location(f.path)} holds {n} rows, "
-                            f"the done file says {f.rows}")
+                            f"the done file says {f.rows}", transient=True)
 
 
 def load_done_file(warehouse: Warehouse, store: LandingStore, done_file: str, spark: SparkFactory) -> LoadResult:
