@@ -1,8 +1,11 @@
 """The BigQuery warehouse against real BigQuery and real GCS: opt-in, because it needs a
 project, a bucket and credentials. It checks what the fake can only take from the
 documentation: decorator loads into an ingestion-time HOUR table, 409 on a repeated
-job id, the explicit schema of an hour mixing schema ids, INFORMATION_SCHEMA.PARTITIONS
-and deleting a partition by its decorator.
+job id, the reader schema of an hour mixing schema ids, INFORMATION_SCHEMA.PARTITIONS
+and deleting a partition by its decorator; and schema evolution in both orders of
+hours: ALTER COLUMN SET DATA TYPE before a load, older files read through a reader
+schema (referenceFileSchemaUri) into FLOAT64 and BIGNUMERIC columns (a NUMERIC-sized
+decimal into a decimal of the same scale: the one behaviour BigQuery does not document).
 
     KAFKA_LANDING_BIGQUERY_LIVE_PROJECT=my-project \\
     KAFKA_LANDING_BIGQUERY_LIVE_BUCKET=my-bucket \\
@@ -26,13 +29,20 @@ import pytest
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse
 from kafka_landing.warehouse.load import load_done_file
 from kafka_landing_tests.integration.test_bigquery_warehouse import (
+    EV1,
+    EV2,
+    EV3,
     H1,
     H2,
     NO_SPARK,
     V1,
     V2,
+    ev1,
+    ev2,
+    ev3,
     land,
     orders,
+    read_back,
 )
 
 PROJECT = os.environ.get("KAFKA_LANDING_BIGQUERY_LIVE_PROJECT")
@@ -94,7 +104,7 @@ def test_one_small_hour_in_real_bigquery(monkeypatch):
         again = load_done_file(warehouse, store, first_rel, NO_SPARK)  # 409, awaited: no second job
         assert again.job_id == first.job_id and again.rows == 3
 
-        # An hour mixing schema ids, the old schema's file sorting last: loaded with an explicit schema.
+        # An hour mixing schema ids, the old schema's file sorting last: loaded through a reader schema.
         mixed = load_done_file(warehouse, store, land(store, dataset, H2, [
             (0, 2, V2, orders(2, 10, coupon="C")), (1, 1, V1, orders(1, 20))]), NO_SPARK)
         assert mixed.rows == 3 and mixed.added_columns == ("coupon",)
@@ -107,6 +117,22 @@ def test_one_small_hour_in_real_bigquery(monkeypatch):
         assert empty.rows == 0
         assert _eventually(lambda: warehouse.hour_rows(dataset, "orders", H1), None) is None
         assert _eventually(lambda: warehouse.hour_rows(dataset, "orders", H2), 3) == 3
+
+        # Evolution, oldest hour first (widened by ALTER COLUMN, then v1 read through the reader schema) and
+        # newest hour first (the table as wide as it gets at once, older files promoted).
+        h3, h4 = "2026-01-31T15", "2026-01-31T16"
+        hours = {H1: [(0, 1, EV1, [ev1(0)])], H2: [(0, 2, EV2, [ev2(0)])], h3: [(0, 3, EV3, [ev3(0)])],
+                 h4: [(0, 3, EV3, [ev3(1)]), (1, 1, EV1, [ev1(1)])]}
+        want = sorted((read_back(r) for r in (ev1(0), ev2(0), ev3(0), ev3(1), ev1(1))), key=lambda r: r["order_id"])
+        for table, order in (("evolved_oldest_first", (H1, H2, h3, h4)), ("evolved_newest_first", (h4, h3, H2, H1))):
+            for hour in order:
+                load_done_file(warehouse, store, land(store, dataset, hour, hours[hour], table=table), NO_SPARK)
+            columns = {f.name: (f.field_type, f.mode) for f in client.get_table(f"{PROJECT}.{dataset}.{table}").schema}
+            assert columns["amount"] == ("FLOAT", "REQUIRED") and columns["price"] == ("BIGNUMERIC", "REQUIRED")
+            got = [dict(r) for r in client.query_and_wait(
+                "SELECT order_id, amount, qty, ratio, price, status, legacy, currency "
+                f"FROM `{PROJECT}.{dataset}.{table}` ORDER BY order_id")]
+            assert got == [{k: r[k] for k in got[0]} for r in want], table
     finally:
         client.delete_dataset(f"{PROJECT}.{dataset}", delete_contents=True, not_found_ok=True)
         for blob in gcs.list_blobs(BUCKET, prefix=f"{prefix}/"):
