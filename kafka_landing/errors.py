@@ -60,8 +60,8 @@ def is_transient(exc: BaseException) -> bool:
         return True
     code = getattr(exc, "code", None)  # google.api_core's GoogleAPICallError carries the HTTP status
     module = type(exc).__module__ or ""
-    if module.startswith("google.api_core") and isinstance(code, int):
-        return code in TRANSIENT_HTTP
+    if module.startswith("google.api_core"):  # RetryError: the client's own retries ran out of time
+        return code in TRANSIENT_HTTP if isinstance(code, int) else type(exc).__name__ == "RetryError"
     if module.startswith(("httpx", "httpcore", "requests.exceptions", "urllib3", "google.auth")):  # httpx2 too
         return type(exc).__name__ in _TRANSPORT_ERRORS
     return False
