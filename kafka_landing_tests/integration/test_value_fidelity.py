@@ -184,7 +184,7 @@ def schema_and_records(draw):
     fields += [draw(any_type(names, 3)) for _ in range(draw(st.integers(3, 6)))]
     schema = record_schema("Fid", [{"name": f"f{i}", "type": t} for i, (t, _) in enumerate(fields)])
     row = st.fixed_dictionaries({f"f{i}": v for i, (_, v) in enumerate(fields)})
-    return schema, draw(st.lists(row, min_size=8, max_size=16))
+    return schema, draw(st.lists(row, min_size=10, max_size=24))
 
 
 # --- the wire: raw types under the logical ones, decimals as two's complement ---------------------
@@ -332,7 +332,7 @@ def type_name(t) -> str:
 # --- the property ---------------------------------------------------------------------------------
 
 # No shrinking: each example is a Spark landing; the failure message names field, type and value.
-@settings(max_examples=5, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+@settings(max_examples=4, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
 @given(case=schema_and_records())
