@@ -10,7 +10,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka.schema_registry.common._httpx_compat import httpx  # the client the registry uses
 from dagster import AssetKey, DagsterInstance, Failure, build_sensor_context, materialize
 from google.api_core import exceptions as gexc
@@ -46,6 +45,7 @@ from kafka_landing.warehouse.done_checks import DoneFileMismatch
 from kafka_landing.warehouse.load import LoadError, LoadResult, Warehouse, load_done_file
 from kafka_landing.warehouse.load_queue import mark_pending, read_marker, refusal
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
+from kafka_landing_tests.unit.test_load_groups_sensor import DATASET, TABLE, landing  # noqa: F401 - a fixture
 
 TERMINAL = [LandingError, DeadLetterLimitExceeded, LoadError, IncompatibleSchemaError, DoneFileMismatch,
             TopicConfigError, SchemaError, FramingError, AvroFileError, NameError_, NothingWritten, PlanningError,
@@ -141,7 +141,6 @@ def test_a_transient_package_error_is_tried_again_in_the_step():
 
 # --- the sensor: a refused load waits for new content ----------------------------------------
 
-DATASET, TABLE = "ux", "events"
 
 
 class _Refusing(Warehouse):
@@ -169,17 +168,6 @@ class _Refusing(Warehouse):
 
     def check_writable(self):
         pass
-
-
-@pytest.fixture
-def landing(tmp_path, monkeypatch):
-    (tmp_path / "topics.yaml").write_text(yaml.safe_dump(
-        {"defaults": {"grace_minutes": 5}, "topics": {"unit.events": {"dataset": DATASET, "table": TABLE}}}))
-    monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(tmp_path / "topics.yaml"))
-    monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")
-    return LocalStore(tmp_path / "landing")
 
 
 def _publish(store: LocalStore, hour: datetime, attempt: str) -> str:
