@@ -232,3 +232,49 @@ def test_backfill_of_a_range_runs_as_one_run(env, instance, make_topic, send, sp
     for i in range(4):
         manifest = json.loads((tmp_path / "landing" / "dead_letters" / topic / f"hour={hour_tag(h + ONE_HOUR * i)}" / "_MANIFEST.json").read_text())
         assert manifest["rows"] == 2 and manifest["by_reason"] == {"bad magic byte": 2}
+
+
+def test_every_change_the_registry_accepts_lands_loads_and_reads_back_whole(env, instance, make_topic, send, registry,
+                                                                           spark, tmp_path):
+    """v1 -> v2 -> v3 registered under BACKWARD (the registry's own check accepts each), an hour of
+    each and one hour mixing v1 and v2 in one partition, landed and loaded through Dagster as the
+    sensor asks; every README reader gets every row with the widened types."""
+    import duckdb
+    import pyarrow.parquet as pq
+    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from kafka_landing_tests.integration import test_parquet_evolution as evo
+
+    topic = make_topic(partitions=1)
+    env({topic: {"dataset": "evo", "table": "pays"}})
+    client, subject = registry.client(), f"{topic}-value"
+    client.set_compatibility(subject_name=subject, level="BACKWARD")
+    ids = {id(v): client.register_schema(subject, Schema(json.dumps(v), "AVRO")) for v in (evo.V1, evo.V2, evo.V3)}
+    bad = json.loads(json.dumps(evo.V3))
+    bad["fields"][4] = {"name": "note", "type": "long"}
+    with pytest.raises(SchemaRegistryError):  # the registry's check is on: a real narrowing is refused
+        client.register_schema(subject, Schema(json.dumps(bad), "AVRO"))
+
+    h = floor_hour(utcnow()) - ONE_HOUR * 6
+    records = []
+    for i, (tag, rids) in enumerate(sorted(evo.HOURS.items())):
+        for j, rid in enumerate(rids):
+            schema, rec = evo.ROWS[rid]
+            records.append((topic, 0, to_millis(h + ONE_HOUR * i + timedelta(minutes=1 + j)), None,
+                            frame(ids[id(schema)], encode(schema, rec))))
+    send(records)
+    defs = build_definitions()
+    for i in range(len(evo.HOURS)):
+        assert land(defs, instance, hour_key(h + ONE_HOUR * i)).success
+    run_requests(defs, instance, tick(defs, instance).run_requests)
+
+    tdir = tmp_path / "warehouse" / "evo" / "pays"
+    evo._check_rows(pq.read_table(tdir).to_pylist())
+    df = pd.read_parquet(tdir)
+    assert sorted(df["id"]) == [1, 2, 3, 4, 5] and df["amount"].dtype == "float64"
+    assert sorted(df.columns.intersection(["region", "legacy", "qty", "hour"])) == ["hour", "legacy", "qty", "region"]
+    assert read_table(tmp_path / "warehouse", "evo", "pays").set_index("id").loc[2, "amount"] == float(2**40)
+    got = spark.read.option("mergeSchema", "true").parquet(str(tdir))
+    assert got.count() == 5 and dict(got.dtypes)["price"] == "decimal(12,3)"
+    assert duckdb.sql(f"select count(*) from read_parquet('{tdir}/*/*.parquet', union_by_name=true)").fetchall() == [(5,)]
