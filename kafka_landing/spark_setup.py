@@ -2,7 +2,7 @@
 Avro and GCS connector jars from `make jvm` (minus any jar pyspark already ships,
 so there is one Scala library and one Snappy on the class path), gs:// paths on
 real Cloud Storage or, under STORAGE_EMULATOR_HOST, on the local emulator, UTC,
-and sane local defaults."""
+Parquet timestamps every reader reads back exactly, and sane local defaults."""
 
 from __future__ import annotations
 
@@ -86,6 +86,9 @@ def spark_config(master: str | None = None, driver_memory: str | None = None) ->
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": os.environ.get("SPARK_SHUFFLE_PARTITIONS", "8"),
         "spark.sql.avro.compression.codec": "snappy",  # BigQuery load jobs accept snappy and deflate
+        # Parquet timestamps as INT64 microseconds, not Spark's legacy INT96, which pandas and pyarrow
+        # read as nanoseconds: years 1 and 9999 came back as 1754 and 1816.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.log.level": os.environ.get("SPARK_LOG_LEVEL", "ERROR"),
         "spark.ui.enabled": os.environ.get("SPARK_UI_ENABLED", "false"),
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",

@@ -177,6 +177,119 @@ def logical_types(t) -> list[str]:
     return found
 
 
+# Spark keeps a decimal of at most this many digits in a long, and builds it from the low 64 bits
+# of the unscaled value (AvroDeserializer.createDecimal): a wider value would wrap, silently.
+SPARK_MAX_LONG_DIGITS = 18
+
+
+def fixed_decimal_max_precision(size: int) -> int:
+    """The most digits a decimal in a fixed of `size` bytes can declare (Avro's rule:
+    floor(log10(2**(8*size - 1) - 1)))."""
+    return len(str(2 ** (8 * size - 1) - 1)) - 1 if size > 0 else 0
+
+
+def _widened_precision(t: dict) -> int | None:
+    """The precision a valid decimal of precision <= 18 is read with so that no value wraps, or
+    None when it needs none (not such a decimal, or a fixed too small to hold a wider value).
+    Invalid decimals (Avro reads them as their raw type) are left alone."""
+    p, s = t.get("precision"), t.get("scale", 0)
+    if t.get("logicalType") != "decimal" or type(p) is not int or type(s) is not int:
+        return None
+    if not (1 <= p <= SPARK_MAX_LONG_DIGITS and 0 <= s <= p):
+        return None
+    if t.get("type") == "bytes":
+        return SPARK_MAX_DECIMAL_PRECISION
+    if t.get("type") == "fixed" and type(t.get("size")) is int and p <= fixed_decimal_max_precision(t["size"]):
+        widest = min(SPARK_MAX_DECIMAL_PRECISION, fixed_decimal_max_precision(t["size"]))
+        return widest if widest > SPARK_MAX_LONG_DIGITS else None
+    return None
+
+
+def widened_decimals(t):
+    """The same Avro type with every decimal of precision <= 18 declared as wide as its bytes allow
+    (bytes: 38 digits; fixed(n): what n bytes hold, at most 38), so that Spark keeps every bit of
+    the unscaled value instead of its low 64 (2**64 + 5 as decimal(18,2) would read as 0.05).
+    Avro schema resolution ignores logical types: the result reads bodies written with `t`.
+    Equal to `t` when no decimal inside can wrap."""
+    if isinstance(t, list):
+        return [widened_decimals(b) for b in t]
+    if not isinstance(t, dict):
+        return t
+    out = dict(t)
+    wider = _widened_precision(t)
+    if wider is not None:
+        out["precision"] = wider
+    kind = out.get("type")
+    if kind in ("record", "error") and isinstance(out.get("fields"), list):
+        out["fields"] = [{**f, "type": widened_decimals(f["type"])} if isinstance(f, dict) and "type" in f else f
+                         for f in out["fields"]]
+    elif kind in ("array", "map"):
+        key = "items" if kind == "array" else "values"
+        if key in out:
+            out[key] = widened_decimals(out[key])
+    elif isinstance(kind, (dict, list)):
+        out["type"] = widened_decimals(kind)
+    return out
+
+
+def named_types(t, namespace: str | None = None, out: dict | None = None) -> dict[str, dict]:
+    """{name: definition} of the records, enums and fixed defined inside an Avro type, by full and
+    short name, so that a reference (a field whose type is a defined type's name) can be followed."""
+    out = {} if out is None else out
+    if isinstance(t, list):
+        for b in t:
+            named_types(b, namespace, out)
+        return out
+    if not isinstance(t, dict):
+        return out
+    kind = t.get("type")
+    if kind in ("record", "error", "enum", "fixed") and isinstance(t.get("name"), str):
+        name = t["name"]
+        namespace = name.rsplit(".", 1)[0] if "." in name else t.get("namespace", namespace)
+        full = name if "." in name or not namespace else f"{namespace}.{name}"
+        out.setdefault(full, t)
+        out.setdefault(full.rsplit(".", 1)[-1], t)
+    if kind in ("record", "error"):
+        for f in t.get("fields") or []:
+            if isinstance(f, dict):
+                named_types(f.get("type"), namespace, out)
+    elif kind == "array":
+        named_types(t.get("items"), namespace, out)
+    elif kind == "map":
+        named_types(t.get("values"), namespace, out)
+    elif isinstance(kind, (dict, list)):
+        named_types(kind, namespace, out)
+    return out
+
+
+def field_logical_types(writer: dict, name: str) -> list[str]:
+    """The logical types inside a top-level field, in order and once each, those of the named types
+    it refers to by name included (a second field of an already defined fixed decimal)."""
+    named = named_types(writer)
+
+    def resolved(t, seen: frozenset):
+        if isinstance(t, str) and t in named and t not in seen:
+            return resolved(named[t], seen | {t})
+        if isinstance(t, list):
+            return [resolved(b, seen) for b in t]
+        if not isinstance(t, dict):
+            return t
+        out = dict(t)
+        if isinstance(t.get("name"), str):
+            seen = seen | {t["name"]}
+        kind = t.get("type")
+        if kind in ("record", "error"):
+            out["fields"] = [{**f, "type": resolved(f.get("type"), seen)} for f in t.get("fields") or []]
+        elif kind in ("array", "map"):
+            key = "items" if kind == "array" else "values"
+            out[key] = resolved(t.get(key), seen)
+        elif isinstance(kind, (dict, list)):
+            out["type"] = resolved(kind, seen)
+        return out
+
+    return list(dict.fromkeys(logical_types(resolved(field_type(writer, name), frozenset()))))
+
+
 def field_type(writer: dict, name: str):
     """The Avro type of a top-level field, or None."""
     return next((f["type"] for f in writer["fields"] if f["name"] == name), None)

@@ -6,11 +6,15 @@ hour before anything is written."""
 from __future__ import annotations
 
 import json
+import operator
+from decimal import Decimal
+from functools import reduce
 from typing import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
+from pyspark.sql.types import ArrayType, DataType, DecimalType, MapType, StructType
 
 from kafka_landing.avro_landing import avro_schemas, registry_answers
 from kafka_landing.errors import LandingError
@@ -52,36 +56,106 @@ def decoded_once(column: F.Column) -> F.Column:
     return F.when(F.rand(0) >= 0, column)
 
 
+def _wider_than_declared(col: F.Column, wide: DataType, declared: DataType) -> F.Column | None:
+    """True (never null) when a decimal anywhere inside `col` (records, arrays, map values, union
+    members), read with the widened type `wide`, holds more digits than its declared type in
+    `declared` allows (|x| >= 10^(p-s)); None when no decimal inside was widened. In the JVM."""
+    no = F.lit(False)
+    if isinstance(wide, DecimalType):
+        if wide == declared:
+            return None
+        limit = F.lit(Decimal(10) ** (declared.precision - declared.scale)).cast(wide)
+        return F.coalesce(F.abs(col) >= limit, no)
+
+    def in_array(array: F.Column, wide_el: DataType, declared_el: DataType) -> F.Column | None:
+        if _wider_than_declared(F.lit(None), wide_el, declared_el) is None:  # nothing widened inside
+            return None
+        return F.coalesce(F.exists(array, lambda x: _wider_than_declared(x, wide_el, declared_el)), no)
+
+    if isinstance(wide, StructType):
+        parts = [_wider_than_declared(col.getField(w.name), w.dataType, d.dataType)
+                 for w, d in zip(wide.fields, declared.fields)]
+    elif isinstance(wide, ArrayType):
+        parts = [in_array(col, wide.elementType, declared.elementType)]
+    elif isinstance(wide, MapType):  # Avro map keys are strings
+        parts = [in_array(F.map_values(col), wide.valueType, declared.valueType)]
+    else:
+        parts = []
+    parts = [p for p in parts if p is not None]
+    return reduce(operator.or_, parts) if parts else None
+
+
+def _once(value: F.Column, f: Callable[[F.Column], F.Column]) -> F.Column:
+    """f(value), with `value` evaluated once however often f uses it: a lambda binds it. Spark
+    would otherwise decode once per use (no common subexpression inside CASE and AND branches),
+    and storing the value as a column of its own costs a copy of every record."""
+    return F.transform(F.array(value), f)[0]
+
+
 def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
     """Records of one schema id with the decoded struct `_rec` (null when it cannot be decoded)
     and `_reason`, why not. A body that decodes once one field's logical types are dropped is
     valid Avro holding a value Spark cannot represent (timestamp-millis past year 294247, a
-    decimal wider than its precision): its reason names that field instead of a corrupt body."""
+    decimal wider than its precision): its reason names that field instead of a corrupt body.
+
+    Spark builds a decimal of precision <= 18 from the low 64 bits of the unscaled value (2**64 + 5
+    as decimal(18,2) would be 0.05): such decimals are decoded wider (avro_schemas.widened_decimals),
+    checked against their declared precision and narrowed back, in the JVM. `_rec` has the
+    declared types; a value wider than its declaration is a dead letter naming the field."""
     writer_json = json.dumps(writer)
 
     def decoded_as(reader: dict) -> F.Column:
         marked = json.dumps(avro_schemas.marked_reader_schema(reader))
         return from_avro(F.col("_body"), writer_json, {"mode": "PERMISSIVE", "avroSchema": marked})
 
-    rows = framed.where(F.col("_reason").isNull() & (F.col("_schema_id") == F.lit(schema_id)))
-    rows = rows.withColumn("_rec", decoded_once(decoded_as(writer)))
-    rows = rows.withColumn(
-        "_rec", F.when(F.col("_rec").getField(avro_schemas.OK_MARKER).isNotNull(), F.col("_rec"))
-    )
+    def decoded(rec: F.Column) -> F.Column:
+        return rec.getField(avro_schemas.OK_MARKER).isNotNull()
+
+    def out_of_range_in(name: str) -> F.Column:
+        kinds = avro_schemas.field_logical_types(writer, name)
+        return F.lit(f"field {name!r} ({', '.join(kinds)}) is out of range for schema id {schema_id}")
+
+    logical = [f["name"] for f in writer["fields"] if avro_schemas.field_logical_types(writer, f["name"])]
+    two_or_more = F.lit(f"values out of range in two or more of the fields {', '.join(repr(n) for n in logical)} "
+                        f"for schema id {schema_id}")
     # Evaluated only for records that did not decode (a CASE branch), so good hours pay nothing.
-    out_of_range, logical = [], []
-    for f in writer["fields"]:
-        kinds = list(dict.fromkeys(avro_schemas.logical_types(f["type"])))
-        if kinds:
-            logical.append(f["name"])
-            raw = decoded_as(avro_schemas.with_field_stripped(writer, f["name"]))
-            out_of_range.append(F.when(raw.getField(avro_schemas.OK_MARKER).isNotNull(), F.lit(
-                f"field {f['name']!r} ({', '.join(kinds)}) is out of range for schema id {schema_id}")))
+    out_of_range = []
+
+    rows = framed.where(F.col("_reason").isNull() & (F.col("_schema_id") == F.lit(schema_id)))
+    wide = avro_schemas.widened_decimals(writer)
+    if wide == writer:  # no decimal that could wrap
+        rows = rows.withColumn("_rec", decoded_once(decoded_as(writer)))
+        rows = rows.withColumn("_rec", F.when(decoded(F.col("_rec")), F.col("_rec")))
+    else:
+        declared = rows.select(decoded_as(writer).alias("r")).schema["r"].dataType  # analysis only
+        wide_type = rows.select(decoded_as(wide).alias("r")).schema["r"].dataType
+
+        def too_wide(rec: F.Column) -> list[tuple[str, F.Column]]:
+            """(field, whether a decimal inside it holds more digits than declared), for the fields
+            that hold a widened decimal."""
+            return [(w.name, c) for w, d in zip(wide_type.fields, declared.fields)
+                    if (c := _wider_than_declared(rec.getField(w.name), w.dataType, d.dataType)) is not None]
+
+        def narrowed(rec: F.Column) -> F.Column:
+            # The cast cannot overflow: only records whose values fit reach it.
+            fits = reduce(operator.and_, [decoded(rec), *[~c for _, c in too_wide(rec)]])
+            return F.when(fits, rec.cast(declared))
+
+        def why_too_wide(rec: F.Column) -> F.Column:
+            checks = too_wide(rec)
+            named = [F.when(c, out_of_range_in(name)) for name, c in checks]
+            if len(checks) > 1:
+                n = reduce(operator.add, [F.when(c, 1).otherwise(0) for _, c in checks])
+                named.insert(0, F.when(n > 1, two_or_more))
+            return F.coalesce(*named, F.lit(None).cast("string"))
+
+        rows = rows.withColumn("_rec", decoded_once(_once(decoded_as(wide), narrowed)))
+        out_of_range.append(_once(decoded_as(wide), why_too_wide))
+    for name in logical:
+        raw = decoded_as(avro_schemas.with_field_stripped(writer, name))
+        out_of_range.append(F.when(decoded(raw), out_of_range_in(name)))
     if len(logical) > 1:
-        raw = decoded_as(avro_schemas.strip_logical_types(writer))
-        names = ", ".join(repr(n) for n in logical)
-        out_of_range.append(F.when(raw.getField(avro_schemas.OK_MARKER).isNotNull(), F.lit(
-            f"values out of range in two or more of the fields {names} for schema id {schema_id}")))
+        out_of_range.append(F.when(decoded(decoded_as(avro_schemas.strip_logical_types(writer))), two_or_more))
     corrupt = F.lit(f"corrupt body for schema id {schema_id}")
     return rows.withColumn("_reason", F.when(F.col("_rec").isNull(), F.coalesce(*out_of_range, corrupt)))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import fastavro
@@ -117,3 +118,52 @@ def test_a_value_out_of_range_decodes_with_the_field_stripped():
     with pytest.raises(OverflowError):  # as a timestamp the same bytes cannot be read
         fastavro.schemaless_reader(io.BytesIO(buf.getvalue()), fastavro.parse_schema(schema))
     assert avro_schemas.logical_types(schema) == ["timestamp-millis", "decimal(4,2)"]
+
+
+def fixed_dec(name, size, precision, scale=2):
+    return {"type": "fixed", "name": name, "size": size, "logicalType": "decimal", "precision": precision, "scale": scale}
+
+
+def test_decimals_that_spark_would_wrap_are_read_wider():
+    """Spark keeps a decimal of precision <= 18 in the low 64 bits of its unscaled value: such decimals
+    are read as wide as their bytes allow, wherever they are; nothing else changes."""
+    schema = rec([
+        {"name": "a", "type": dec(18)}, {"name": "tiny", "type": dec(1, 0)}, {"name": "wide", "type": dec(30)},
+        {"name": "f12", "type": fixed_dec("F12", 12, 10)}, {"name": "f8", "type": fixed_dec("F8", 8, 18)},
+        {"name": "f9", "type": fixed_dec("F9", 9, 5)}, {"name": "f20", "type": fixed_dec("F20", 20, 18)},
+        {"name": "again", "type": "F12"},  # a reference: widened where the fixed is defined
+        {"name": "bad_scale", "type": dec(2, 5)},  # not a valid decimal: Avro reads plain bytes, left so
+        {"name": "bad_fixed", "type": fixed_dec("F4", 4, 18)},  # 4 bytes cannot declare 18 digits: left so
+        {"name": "in", "type": rec([{"name": "d", "type": dec(9)}], name="In")},
+        {"name": "arr", "type": {"type": "array", "items": dec(12)}},
+        {"name": "map", "type": {"type": "map", "values": fixed_dec("F16", 16, 18, 6)}},
+        {"name": "u", "type": ["null", "string", dec(7)]},
+        {"name": "t", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ])
+    wide = avro_schemas.widened_decimals(schema)
+    types = {f["name"]: f["type"] for f in wide["fields"]}
+    assert types["a"] == dec(38) and types["tiny"] == dec(38, 0) and types["wide"] == dec(30)
+    assert types["f12"] == fixed_dec("F12", 12, 28) and types["f8"] == fixed_dec("F8", 8, 18)
+    assert types["f9"] == fixed_dec("F9", 9, 21) and types["f20"] == fixed_dec("F20", 20, 38)
+    assert types["again"] == "F12" and types["bad_scale"] == dec(2, 5) and types["bad_fixed"] == fixed_dec("F4", 4, 18)
+    assert types["in"]["fields"][0]["type"] == dec(38) and types["arr"]["items"] == dec(38)
+    assert types["map"]["values"] == fixed_dec("F16", 16, 38, 6) and types["u"] == ["null", "string", dec(38, 2)]
+    assert types["t"] == schema["fields"][-1]["type"]
+    assert avro_schemas.strip_logical_types(wide) == avro_schemas.strip_logical_types(schema), "the same wire format"
+    assert avro_schemas.widened_decimals(wide) == wide
+    assert schema["fields"][0]["type"] == dec(18), "the writer schema is not changed"
+    plain = rec([{"name": "n", "type": "long"}, {"name": "f8", "type": fixed_dec("F8", 8, 18)}, {"name": "w", "type": dec(20)}])
+    assert avro_schemas.widened_decimals(plain) == plain, "nothing can wrap: decoded as declared"
+    # A dead letter names a field's logical types, those of the named types it refers to included.
+    assert avro_schemas.field_logical_types(schema, "again") == ["decimal(10,2)"]
+    assert avro_schemas.field_logical_types(schema, "u") == ["decimal(7,2)"]
+    node = rec([{"name": "v", "type": dec(4)}, {"name": "next", "type": ["null", "Node"]}], name="Node")
+    assert avro_schemas.field_logical_types(rec([{"name": "n", "type": node}, {"name": "m", "type": "Node"}]), "m") == [
+        "decimal(4,2)"]
+
+
+def test_the_digits_a_fixed_holds():
+    """Avro's rule, floor(log10(2**(8n - 1) - 1)), as Avro Java computes it."""
+    assert [avro_schemas.fixed_decimal_max_precision(n) for n in range(1, 18)] == [
+        math.floor(math.log10(2) * (8 * n - 1)) for n in range(1, 18)] == [
+        2, 4, 6, 9, 11, 14, 16, 18, 21, 23, 26, 28, 31, 33, 35, 38, 40]
