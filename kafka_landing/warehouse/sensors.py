@@ -163,11 +163,12 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
             if examined >= MAX_EXAMINED_PER_TICK:
                 break
             examined += 1
+            seen = marker_sha(store, th)  # before the done file: a marker written after it is newer
             try:
                 content = store.read_bytes(th.done_file)
             except FileNotFoundError:
                 log.warning(f"pending load of {th.done_file}: the done file is gone, nothing to load; marker removed")
-                clear_pending(store, th.done_file, marker_sha(store, th))
+                clear_pending(store, th.done_file, seen)
                 continue
             sha = content_sha(content)
             try:
@@ -180,7 +181,9 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
                             + ". Re-land the hour or fix the tool that wrote the done file.")
                 continue
             if backend.loaded_sha(th.dataset, th.table, th.hour) == sha:
-                clear_pending(store, th.done_file, marker_sha(store, th))  # loaded; the marker outlived it
+                # Loaded; the marker outlived it. Only the marker seen before the read goes: a re-land
+                # since then wrote a marker of newer content, which stays pending (compare-and-delete).
+                clear_pending(store, th.done_file, seen)
                 continue
             why = refusal(read_marker(store, th), sha)
             if why is not None:

@@ -5,6 +5,7 @@ single-run partition range, a lone hour its partition, and the per-tick cap coun
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime, timezone
 
 import pytest
@@ -90,3 +91,33 @@ def test_the_cap_per_tick_counts_runs_not_hours(landing, monkeypatch):
     assert [r.tags["dagster/asset_partition_range_start"] for r in requests] == [
         hour_key(now - ONE_HOUR * 30), hour_key(now - ONE_HOUR * 20)]
     assert all(sum(k.startswith(MEMBER_TAG_PREFIX) for k in r.tags) == 5 for r in requests)
+
+
+def test_a_reland_between_the_sensors_reads_keeps_its_marker(landing, monkeypatch):
+    """The sensor reads a done file whose content is loaded and clears its marker; a re-land that
+    writes new content and its marker right after that read must stay pending (review N6)."""
+    from kafka_landing.definitions import build_definitions
+    from kafka_landing.warehouse.load_queue import content_sha, list_pending, marker_sha
+    from kafka_landing.warehouse.parquet import ParquetWarehouse
+
+    hour = floor_hour(datetime.now(timezone.utc)) - 3 * ONE_HOUR
+    rel = publish(landing, hour)
+    loaded = content_sha(landing.read_bytes(rel))
+    monkeypatch.setattr(ParquetWarehouse, "loaded_sha", lambda self, d, t, h: loaded)
+    newer = landing.read_bytes(rel).replace(b'"attempt": "a1"', b'"attempt": "a2"')
+    real_read, relanded = LocalStore.read_bytes, []
+
+    def read_then_reland(self, path):
+        got = real_read(self, path)
+        by_sensor = sys._getframe(1).f_code.co_name == "done_file_sensor"  # not the reconciliation's read
+        if path == rel and by_sensor and not relanded:  # publish() of a re-land, just after the sensor's read
+            relanded.append(True)
+            self.write_atomic(rel, newer)
+            mark_pending(self, rel, newer)
+        return got
+
+    monkeypatch.setattr(LocalStore, "read_bytes", read_then_reland)
+    evaluate(build_definitions())
+    assert relanded
+    (th,) = list_pending(landing)
+    assert marker_sha(landing, th) == content_sha(newer), "the re-land's marker was removed"
