@@ -48,7 +48,8 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
     for hour in hours:
         result = land(defs, instance, hour_key(hour))
         assert result.success
-        assert all(ev.passed for ev in result.get_asset_check_evaluations() if ev.check_name == "conservation")
+        conserved = [ev.passed for ev in result.get_asset_check_evaluations() if ev.check_name == "conservation"]
+        assert conserved and all(conserved), conserved
 
     names = [b.name for b in storage.Client().list_blobs(gcs_bucket)]
     assert not [n for n in names if n.startswith("landing/staging/")], "an attempt's staging was left behind"
