@@ -89,7 +89,7 @@ def test_a_schema_with_references_lands_every_field_and_no_dead_letter(
     assert result.done["t"].schema_ids == (sid,)
     fields = [f["name"] for f in CUSTOMER["fields"]]
     assert [{k: landed[o][k] for k in fields} for o in sorted(landed)] == rows
-    assert all(landed[o]["_kafka_topic"] == topic for o in landed)
+    assert landed and all(landed[o]["_kafka_topic"] == topic for o in landed)
 
 
 class ReferencingRegistry:

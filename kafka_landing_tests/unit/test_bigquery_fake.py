@@ -369,7 +369,7 @@ def test_a_reference_file_gives_the_reader_schema_of_every_file(client, fake, ob
                                          {"name": "n", "type": "BIGNUMERIC", "mode": "NULLABLE"}]
     rows = fake.partition_rows(P, "ds", "t", HOUR_A)
     assert rows == [{"a": 1.0, "b": None, "n": Decimal("1.25")}, {"a": 2.0, "b": "x", "n": None}]
-    assert all(type(r["a"]) is float for r in rows)
+    assert rows and all(type(r["a"]) is float for r in rows)
 
 
 @pytest.mark.parametrize("writer, reader, words", [
