@@ -43,6 +43,7 @@ from kafka_landing_tests.integration.test_decode import (  # noqa: F401 - sr is 
     sr,
     topic_cfg,
 )
+from kafka_landing_tests.integration.test_decode_fidelity import raw_type
 
 Y1_US, YEAR_10000_US = Y1_MS * 1000, YEAR_10000_MS * 1000
 Y1_DAY, LAST_DAY = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31 in days since 1970-01-01
@@ -188,21 +189,6 @@ def schema_and_records(draw):
 
 
 # --- the wire: raw types under the logical ones, decimals as two's complement ---------------------
-
-def raw_type(t):
-    if isinstance(t, list):
-        return [raw_type(b) for b in t]
-    if isinstance(t, str):
-        return t
-    out = {k: v for k, v in t.items() if k not in ("logicalType", "precision", "scale")}
-    if out["type"] == "record":
-        out["fields"] = [{**f, "type": raw_type(f["type"])} for f in out["fields"]]
-    elif out["type"] == "array":
-        out["items"] = raw_type(out["items"])
-    elif out["type"] == "map":
-        out["values"] = raw_type(out["values"])
-    return out if len(out) > 1 else out["type"]
-
 
 def raw_value(t, v):
     """The wire value of `v` (decimals: their unscaled integer) for the raw type."""
