@@ -16,6 +16,10 @@ from __future__ import annotations
 
 # HTTP answers that say "not now" rather than "no": a timeout, too many requests, a server error.
 TRANSIENT_HTTP = frozenset({408, 429, 500, 502, 503, 504})
+# Google API error reasons that say "not now" (BigQuery's troubleshooting guide says to retry them;
+# it sends rateLimitExceeded as a 403, so the status alone would call it a refusal).
+TRANSIENT_REASONS = frozenset({"backendError", "internalError", "rateLimitExceeded", "jobBackendError",
+                               "jobInternalError"})
 
 
 class KafkaLandingError(Exception):
@@ -50,6 +54,17 @@ def transient_status(http_status: int | None) -> bool:
     return http_status is None or http_status in TRANSIENT_HTTP
 
 
+def transient_reason(reason: str | None) -> bool:
+    """A Google API error reason (an API answer's, or a failed BigQuery job's errorResult) worth trying again."""
+    return reason in TRANSIENT_REASONS
+
+
+def error_reason(exc: BaseException) -> str | None:
+    """The reason of a Google API error's first error (`rateLimitExceeded`, `accessDenied`...), if any."""
+    errors = getattr(exc, "errors", None) or []
+    return errors[0].get("reason") if errors and isinstance(errors[0], dict) else None
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether trying the same thing again later can help. The package's own errors say so
     themselves; of the rest, only a client library's "no answer" or "not now" is transient,
@@ -61,7 +76,8 @@ def is_transient(exc: BaseException) -> bool:
     code = getattr(exc, "code", None)  # google.api_core's GoogleAPICallError carries the HTTP status
     module = type(exc).__module__ or ""
     if module.startswith("google.api_core"):  # RetryError: the client's own retries ran out of time
-        return code in TRANSIENT_HTTP if isinstance(code, int) else type(exc).__name__ == "RetryError"
+        return (isinstance(code, int) and code in TRANSIENT_HTTP) or transient_reason(error_reason(exc)) \
+            or type(exc).__name__ == "RetryError"
     if module.startswith(("httpx", "httpcore", "requests.exceptions", "urllib3", "google.auth")):  # httpx2 too
         return type(exc).__name__ in _TRANSPORT_ERRORS
     return False

@@ -88,7 +88,9 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
                 result = load_done_file(backend, store, rel, lambda: pyspark.spark_session)
             except DoneFileMismatch as exc:
                 raise failure(exc) from None
-            except (LoadError, IncompatibleSchemaError) as exc:
+            except (LoadError, IncompatibleSchemaError) as exc:  # a load that fails changes nothing
+                if "Nothing was loaded" in str(exc):  # the backend said so, with what to do next
+                    raise failure(exc) from None
                 raise failure(type(exc)(f"{exc}. Nothing was loaded; the landing files are untouched.",
                                         transient=exc.transient)) from None
             if result.added_columns:

@@ -87,7 +87,7 @@ import fastavro
 from google.api_core import exceptions as api_exceptions
 from google.cloud import bigquery
 
-from kafka_landing.errors import TRANSIENT_HTTP, KafkaLandingError, is_transient
+from kafka_landing.errors import KafkaLandingError, error_reason, is_transient, transient_reason
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import check_identifier, hour_from_tag, reader_schema_path
 from kafka_landing.store.base import LandingStore
@@ -112,24 +112,6 @@ _SCHEMA_REFUSED = re.compile(r"Provided Schema does not match|Invalid schema upd
 _PROJECT = re.compile(r"^(?:[a-z][a-z0-9.-]*[a-z0-9]:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")  # with a domain, or not
 _ROLES = ("BigQuery Data Editor (roles/bigquery.dataEditor) on the dataset or project, and BigQuery Job User "
           "(roles/bigquery.jobUser) on the project")
-# BigQuery's error reasons that mean "not now" (its troubleshooting guide says to retry these).
-_TRANSIENT_REASONS = frozenset({"backendError", "internalError", "rateLimitExceeded", "jobBackendError",
-                                "jobInternalError"})
-
-
-def _reason(exc: BaseException) -> str | None:
-    errors = getattr(exc, "errors", None) or []
-    return errors[0].get("reason") if errors and isinstance(errors[0], dict) else None
-
-
-def transient_failure(code: int | None = None, reason: str | None = None) -> bool:
-    """Whether a BigQuery failure may pass if tried again later: an HTTP answer of TRANSIENT_HTTP
-    (5xx, 408, 429), or an error reason of _TRANSIENT_REASONS (BigQuery sends rateLimitExceeded as
-    403). Everything else (a refusal: 400, 403 accessDenied, 404, quotaExceeded) is terminal. The
-    one decision for API answers and job errorResults."""
-    return (code is not None and code in TRANSIENT_HTTP) or reason in _TRANSIENT_REASONS
-
-
 def _said(exc: api_exceptions.GoogleAPICallError) -> str:
     """BigQuery's own words, without the request line the client puts before them."""
     errors = getattr(exc, "errors", None) or []
@@ -197,16 +179,16 @@ class BigQueryWarehouse(Warehouse):
     @contextlib.contextmanager
     def _api(self, what: str) -> Iterator[None]:
         """BigQuery's answers as LoadErrors that say what to do, transient or terminal by
-        `transient_failure`; a 403 that is no rate limit names the missing role."""
+        `errors.is_transient`; a 403 that is no rate limit names the missing role."""
         try:
             yield
         except KafkaLandingError:
             raise
         except api_exceptions.GoogleAPICallError as exc:
-            if transient_failure(exc.code, _reason(exc)):
+            if is_transient(exc):
                 raise LoadError(f"BigQuery answered {what} with {exc.code} {_said(exc)}: not now, try again later",
                                 transient=True) from None
-            if isinstance(exc, api_exceptions.Forbidden) and _reason(exc) in (None, "accessDenied"):
+            if isinstance(exc, api_exceptions.Forbidden) and error_reason(exc) in (None, "accessDenied"):
                 said = _said(exc)
                 role = ("BigQuery Job User (roles/bigquery.jobUser) on project " + self.project
                         if "jobs.create" in said else
@@ -214,14 +196,12 @@ class BigQueryWarehouse(Warehouse):
                 raise LoadError(f"BigQuery denied {what} ({said}): grant the identity running kafka_landing {role} "
                                 f"(loads need {_ROLES})") from None
             raise LoadError(f"BigQuery refused {what}: {exc.code} {_said(exc)}") from None
-        except api_exceptions.RetryError as exc:  # the client retried a transient failure until its deadline
-            raise LoadError(f"BigQuery did not answer {what} in time ({exc}): try again later",
-                            transient=True) from None
         except Exception as exc:
             if not is_transient(exc):  # a bug, not BigQuery's answer: as it is
                 raise
-            raise LoadError(f"BigQuery could not be reached for {what} ({type(exc).__name__}: {exc}): try again "
-                            "later", transient=True) from None
+            # no answer, or the client's own retries ran out of time (RetryError)
+            raise LoadError(f"BigQuery did not answer {what} ({type(exc).__name__}: {exc}): try again later",
+                            transient=True) from None
 
     # --- what was loaded --------------------------------------------------------------------------
 
@@ -382,19 +362,19 @@ class BigQueryWarehouse(Warehouse):
                             transient=True) from None
         except (api_exceptions.GoogleAPIError, OSError) as exc:
             if job.state != "DONE":  # not the job's failure: asking about it failed; only a denial is for good
-                denied = isinstance(exc, api_exceptions.Forbidden) and not transient_failure(exc.code, _reason(exc))
+                denied = isinstance(exc, api_exceptions.Forbidden) and not is_transient(exc)
                 raise LoadError(f"{where}: waiting for load job {job.job_id} failed ({exc}); the job may still run: "
                                 "run the load again to wait for it (same job id)", transient=not denied) from None
         return job.error_result  # a job that ran and failed says why here
 
     def _failure(self, job_id_: str, error: dict, where: str, location: str, earlier: list[dict]) -> Exception:
-        """A failed job's errorResult as an error: transient by `transient_failure`, a schema refusal
+        """A failed job's errorResult as an error: transient by `errors.transient_reason`, a schema refusal
         as IncompatibleSchemaError, anything else a terminal LoadError."""
         message = error.get("message", "?")
         before = "".join(f"; earlier job {e['job_id']}: {e['why']}" for e in earlier)
         text = (f"{where}: BigQuery load job {job_id_} failed: {message} (reason {error.get('reason')}){before}. "
                 f"Nothing was replaced: {location} holds what it held before, and the landing files are untouched.")
-        if transient_failure(None, error.get("reason")):
+        if transient_reason(error.get("reason")):
             return LoadError(text + " BigQuery was briefly unable to run it: the load is tried again (next job id)",
                              transient=True)
         if _SCHEMA_REFUSED.search(message):
@@ -488,4 +468,4 @@ class BigQueryWarehouse(Warehouse):
                           location, done_file, sha, job.job_id)
 
 
-__all__ = ["BigQueryWarehouse", "avro_columns", "done_sha", "job_id", "partition_id", "transient_failure"]
+__all__ = ["BigQueryWarehouse", "avro_columns", "done_sha", "job_id", "partition_id"]

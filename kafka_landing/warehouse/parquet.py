@@ -1,7 +1,8 @@
 """The embedded warehouse: one Parquet table per destination, one file per hour.
 
     <root>/<dataset>/<table>/hour=2026-01-31T13/data.parquet
-    <root>/<dataset>/<table>/_schema.json          the table's schema so far
+    <root>/<dataset>/<table>/_schema.json          the table's schema so far, the widest (schema_evolution)
+    <root>/<dataset>/<table>/_rewrite.json         while older hours are rewritten under a widened schema
     <root>/<dataset>/<table>/_loads/hour=2026-01-31T13.json
                                                    what was loaded: the done file's content hash
 
@@ -173,7 +174,8 @@ class ParquetWarehouse(Warehouse):
         then `schema` made the table's: every file of a table has one schema, so every reader
         (pandas included, which takes the first file's schema) gets every row with the widened
         types. One Spark job for the whole table, under the table's lock; each hour swapped
-        atomically. Killed half way, the next load of the table finishes it (`REWRITE_FILE`)."""
+        atomically. Killed half way, the next load of the table finishes it (`REWRITE_FILE`).
+        A table with no hour yet (its first load) only gets `schema` as its own."""
         marker = tdir / REWRITE_FILE
         tmp = tdir / f".{REWRITE_FILE}.{uuid.uuid4().hex}"
         tmp.write_text(json.dumps(schema))

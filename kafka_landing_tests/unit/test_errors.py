@@ -81,7 +81,9 @@ def test_registry_answers_are_transient_only_when_they_say_not_now(status, trans
 
 @pytest.mark.parametrize("exc,transient", [
     (gexc.ServiceUnavailable("down"), True), (gexc.InternalServerError("oops"), True),
-    (gexc.TooManyRequests("slow down"), True), (gexc.RetryError("deadline", None), True), (gexc.BadRequest("invalid"), False), (gexc.Forbidden("no"), False),
+    (gexc.TooManyRequests("slow down"), True), (gexc.RetryError("deadline", None), True),
+    (gexc.Forbidden("slow down", errors=[{"reason": "rateLimitExceeded"}]), True),
+    (gexc.Forbidden("quota", errors=[{"reason": "quotaExceeded"}]), False), (gexc.BadRequest("invalid"), False), (gexc.Forbidden("no"), False),
     (httpx.ConnectError("refused"), True), (ConnectionRefusedError(), True), (TimeoutError(), True),
     (ValueError("a bug"), False), (KeyError("a bug"), False),
 ], ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v))
