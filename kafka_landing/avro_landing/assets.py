@@ -20,7 +20,7 @@ from kafka_landing.hours import failure, history, run_hours, single_run, topic_h
 from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.kafka_slices.freeze import frozen_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
-from kafka_landing.kafka_slices.plan import SlicePlan
+from kafka_landing.kafka_slices.plan import LogRewoundError, SlicePlan, check_same_topic
 from kafka_landing.naming import (
     ONE_HOUR,
     asset_safe,
@@ -48,6 +48,11 @@ def check_still_in_kafka(log, plan: SlicePlan, marks: dict[int, tuple[int, int]]
     frozen are a clear error before Spark starts, not a short read. `log`: a KafkaLogView, one
     for every hour of the run; `marks`: the watermarks already asked for, per partition."""
     marks = {} if marks is None else marks
+    try:
+        check_same_topic(plan.topic, log.topic_id(plan.topic), [plan], "Nothing was landed; the landed files of "
+                         "this hour, if any, are untouched.")
+    except LogRewoundError as exc:
+        raise LandingError(str(exc)) from None
     for p in plan.partitions:
         if p.records == 0:
             continue

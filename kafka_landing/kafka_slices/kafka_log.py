@@ -11,6 +11,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -37,6 +38,7 @@ class KafkaLogView:
         self._consumer = Consumer(conf)
         self._admin = AdminClient(client_config)
         self._reader: Consumer | None = None  # for the rare boundary that needs records read
+        self._topic_ids: dict[str, str | None] = {}  # a view lives for one run: the id cannot change under it
         self._conf = conf
 
     def close(self) -> None:
@@ -57,6 +59,22 @@ class KafkaLogView:
         if t is None or t.error is not None or not t.partitions:
             return None
         return sorted(t.partitions)
+
+    def topic_id(self, topic: str) -> str | None:
+        if topic not in self._topic_ids:
+            def ask():
+                futures = self._admin.describe_topics(TopicCollection([topic]), request_timeout=self._timeout)
+                try:
+                    return futures[topic].result().topic_id
+                except KafkaException as exc:
+                    if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        return None  # partitions() says so, with its own error
+                    raise
+
+            uuid = self._retry(f"describing topic {topic!r}", ask)
+            # a broker older than 2.8 has no topic ids: all zeros, nothing to compare
+            self._topic_ids[topic] = None if uuid is None or str(uuid) == "AAAAAAAAAAAAAAAAAAAAAA" else str(uuid)
+        return self._topic_ids[topic]
 
     def _retry(self, what: str, call):
         # A partition just created or moving leader answers NOT_LEADER for a moment: retry retriable errors.

@@ -63,6 +63,9 @@ class LogView(Protocol):
     def partitions(self, topic: str) -> list[int] | None:
         """Partition ids, or None when the topic does not exist."""
 
+    def topic_id(self, topic: str) -> str | None:
+        """The topic's id (KIP-516), new whenever the topic is re-created; None if the cluster has none."""
+
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, log end offset)."""
 
@@ -111,6 +114,7 @@ class SlicePlan:
     tasks: tuple[SliceTask, ...]
     skipped: tuple[dict, ...] = ()  # offsets lost to retention, skipped on request
     future_records: tuple[dict, ...] = ()  # far-future records landed where they sit, by policy
+    topic_id: str | None = None  # the Kafka topic id when planned: offsets alone cannot tell a re-created topic
     version: int = MANIFEST_VERSION
 
     @property
@@ -131,7 +135,7 @@ class SlicePlan:
             partitions=tuple(PartitionSlice(**p) for p in d["partitions"]),
             tasks=tuple(SliceTask(**t) for t in d["tasks"]),
             skipped=tuple(d.get("skipped", ())), future_records=tuple(d.get("future_records", ())),
-            version=d.get("version", MANIFEST_VERSION),
+            topic_id=d.get("topic_id"), version=d.get("version", MANIFEST_VERSION),
         )
 
 
@@ -327,6 +331,8 @@ def plan_slice(
     if partitions is None:
         raise UnknownTopicError(f"topic {topic!r} does not exist on the Kafka cluster")
     partitions = sorted(partitions)
+    topic_id = log.topic_id(topic)
+    check_same_topic(topic, topic_id, frozen.values(), f"Nothing was planned for hour {hour_tag(hour)}.")
     # A partition no frozen hour below knows was added after those hours were planned.
     known_below = {ps.partition for h, plan in frozen.items() if h < hour for ps in plan.partitions}
 
@@ -357,7 +363,8 @@ def plan_slice(
         if lo_adj:
             start, start_from = lo, "chained"
         elif known_below and p not in known_below:
-            start, start_from = _clamp(log_start, None, hi), "log_start"  # a partition added later
+            # A partition is created empty, at offset 0: what retention took since is a gap like any other.
+            start, start_from = _clamp(0, None, hi), "added_later"
         else:
             start, start_from = search(lo, hi).boundary(to_millis(hour), at_start.get(p))
         if hi_adj:
@@ -384,4 +391,20 @@ def plan_slice(
         topic=topic, hour=hour_tag(hour), planned_at=now.isoformat(timespec="seconds"),
         grace_minutes=grace_minutes, rows_per_task=rows_per_task, partitions=tuple(slices),
         tasks=split_tasks(slices, rows_per_task), skipped=tuple(skipped), future_records=tuple(future),
+        topic_id=topic_id,
     )
+
+
+def check_same_topic(topic: str, topic_id: str | None, plans: Iterable[SlicePlan], then: str) -> None:
+    """A topic deleted and re-created under its name has a new id, whatever its offsets: a new log
+    that already passed the frozen boundaries would otherwise chain on and never land its head."""
+    if topic_id is None:
+        return
+    for plan in plans:
+        if plan.topic_id is not None and plan.topic_id != topic_id:
+            raise LogRewoundError(
+                f"topic {topic!r} was deleted and re-created: its topic id is now {topic_id}, but hour {plan.hour} "
+                f"was frozen from topic id {plan.topic_id}. {then} The frozen slices under slices/{topic}/ describe "
+                "the old topic: land the new one under another name, or move that folder aside to start the "
+                "topic's landing history anew."
+            )

@@ -12,8 +12,10 @@ from confluent_kafka.admin import NewPartitions, NewTopic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kafka_landing.avro_landing.assets import check_still_in_kafka
 from kafka_landing.config import TopicConfig
-from kafka_landing.kafka_slices.freeze import freeze_slice, load_frozen
+from kafka_landing.errors import LandingError
+from kafka_landing.kafka_slices.freeze import freeze_slice, frozen_slice, load_frozen
 from kafka_landing.kafka_slices.plan import (
     FutureTimestampError,
     HourNotClosedError,
@@ -21,7 +23,7 @@ from kafka_landing.kafka_slices.plan import (
     RetentionGapError,
     UnknownTopicError,
 )
-from kafka_landing.naming import ONE_HOUR, floor_hour, to_millis
+from kafka_landing.naming import ONE_HOUR, floor_hour, slice_manifest_path, to_millis
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.conftest import utcnow
 
@@ -220,7 +222,7 @@ def test_partitions_added_later_land_their_early_records(make_topic, send, kafka
         plan2, _ = freeze_slice(store, log, cfg, h0 + 2 * ONE_HOUR, utcnow())
     for p in (1, 2):
         s = plan1.partition(p)
-        assert (s.start, s.end, s.start_from) == (0, 3, "log_start"), s
+        assert (s.start, s.end, s.start_from) == (0, 3, "added_later"), s
         assert plan2.partition(p).start == 3
     assert (plan1.partition(0).start, plan1.partition(0).end) == (1, 2)
 
@@ -240,7 +242,12 @@ def test_a_re_created_topic_fails_clearly(make_topic, send, kafka, admin, store)
             break
         except Exception:
             time.sleep(0.5)
-    send([(topic, 0, to_millis(h0 + ONE_HOUR + timedelta(minutes=m)), None, b"y") for m in (10, 20)])
+    # More records than the frozen hour reached: the offsets alone would chain on at 10 and lose [0, 10).
+    send([(topic, 0, to_millis(h0 + ONE_HOUR + timedelta(minutes=m)), None, b"y") for m in range(10, 55, 3)])
     with kafka.log_view() as log, pytest.raises(LogRewoundError) as failed:
         freeze_slice(store, log, cfg, h0 + ONE_HOUR, utcnow())
-    assert f"topic {topic!r} partition 0" in str(failed.value) and "re-created" in str(failed.value)
+    assert f"topic {topic!r} was deleted and re-created: its topic id is now" in str(failed.value)
+    assert not store.exists(slice_manifest_path(topic, h0 + ONE_HOUR))
+    # Landing the hour frozen from the old topic fails too, before anything is read.
+    with kafka.log_view() as log, pytest.raises(LandingError, match="was deleted and re-created"):
+        check_still_in_kafka(log, frozen_slice(store, topic, h0))

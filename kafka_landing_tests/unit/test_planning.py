@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kafka_landing.kafka_slices.plan import (
     FutureTimestampError,
     LogRewoundError,
+    RetentionGapError,
     plan_slice,
 )
 from kafka_landing.naming import ONE_HOUR, to_millis
@@ -25,16 +26,34 @@ NOW = BASE + ONE_HOUR * 30
 HOURS = 6
 
 
+class Parts(dict):
+    """partition -> records. Giving a partition that exists a new list is a re-created topic:
+    Kafka gives it a new topic id (appending records keeps it, adding a partition keeps it)."""
+
+    def __init__(self, parts, log):
+        super().__init__(parts)
+        self._log = log
+
+    def __setitem__(self, p, records):
+        if p in self:
+            self._log.topic_ids += 1
+        super().__setitem__(p, records)
+
+
 class MemLog:
     """partition -> [(timestamp ms, kind)]; the offset is the index."""
 
     def __init__(self, parts: dict[int, list[tuple[int, str]]], log_start: dict[int, int] | None = None):
-        self.parts = parts
+        self.topic_ids = 1
+        self.parts = Parts(parts, self)
         self.log_start = log_start or {}
         self.reads = 0
 
     def partitions(self, topic):
         return sorted(self.parts) or None
+
+    def topic_id(self, topic):
+        return f"topic-id-{self.topic_ids}"
 
     def watermarks(self, topic, p):
         return self.log_start.get(p, 0), len(self.parts[p])
@@ -184,15 +203,43 @@ def test_a_partition_added_later_starts_at_its_log_start():
     hour = BASE + ONE_HOUR
     frozen[hour] = plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=10)
     s = frozen[hour].partition(1)
-    assert (s.start, s.end, s.start_from) == (0, 3, "log_start")
+    assert (s.start, s.end, s.start_from) == (0, 3, "added_later")
 
 
-def test_a_re_created_topic_is_a_clear_error():
+def test_a_partition_added_later_whose_head_retention_deleted_is_a_retention_gap():
+    """A partition is created empty at offset 0: offsets retention (or DeleteRecords) removed before
+    the first planning that sees it are lost like any other, an error unless skipping is asked for."""
+    log = MemLog({0: [(at(0, 10), DATA), (at(1, 10), DATA), (at(2, 10), DATA)]})
+    frozen = plan_all(log, [0])
+    log.parts[1] = [(at(0, 50), DATA), (at(0, 55), DATA), (at(1, 5), DATA), (at(1, 20), DATA)]
+    log.log_start[1] = 2
+    hour = BASE + ONE_HOUR
+    with pytest.raises(RetentionGapError, match=r"partition 1: offsets \[0, 2\) of hour 2026-03-01T01"):
+        plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=10)
+    plan = plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=10, skip_retention_gaps=True)
+    assert plan.skipped == ({"partition": 1, "start": 0, "end": 2, "reason": "deleted by retention"},)
+    assert (plan.partition(1).start, plan.partition(1).end) == (2, 4)
+
+
+def test_a_log_that_ends_below_the_frozen_boundary_is_a_clear_error():
+    """A broker without topic ids (before 2.8) still has the offsets to tell by, when the new log is shorter."""
     log = MemLog({0: [(at(0, m), DATA) for m in range(10)]})
     frozen = plan_all(log, [0, 1])
+    log.topic_id = lambda topic: None
     log.parts[0] = [(at(2, 1), DATA)]  # deleted and re-created: the log ends below the frozen boundary
     with pytest.raises(LogRewoundError, match=r"topic 't' partition 0: frozen hours of this topic reach offset 10"):
         plan_slice("t", BASE + ONE_HOUR * 2, NOW, log, frozen, grace_minutes=0, rows_per_task=10)
+
+
+def test_a_re_created_topic_that_passed_the_frozen_boundary_is_a_clear_error():
+    """Offsets cannot tell a re-created topic whose new log already passed the frozen boundary:
+    its topic id (KIP-516) does. Without it, hour 2 would chain at offset 10 and [0, 10) never land."""
+    log = MemLog({0: [(at(0, m), DATA) for m in range(10)]})
+    frozen = plan_all(log, [0, 1])
+    assert {p.topic_id for p in frozen.values()} == {"topic-id-1"}
+    log.parts[0] = [(at(2, m), DATA) for m in range(25)]
+    with pytest.raises(LogRewoundError, match=r"topic 't' was deleted and re-created: its topic id is now topic-id-2"):
+        plan_slice("t", BASE + ONE_HOUR * 2, NOW, log, frozen, grace_minutes=0, rows_per_task=100)
 
 
 def test_plain_hours_read_no_record():
