@@ -46,6 +46,7 @@ class DoneFile:
     offset_gaps: int  # offsets of the slice Kafka returned no record for (control records, compaction)
     attempt: str
     landed_at: str
+    retired: str | None = None  # why the hour no longer feeds this table (its rows are 0): the routing changed
     version: int = DONE_VERSION
 
     def to_dict(self) -> dict:

@@ -86,6 +86,13 @@ def check_landed_hour(store: LandingStore, cfg: TopicConfig, plan: SlicePlan) ->
     if manifest is None:
         out.problems.append(f"no dead-letter manifest under {dead_letter_dir(plan.topic, hour)}")
     else:
+        # Tables a routing change retired must list nothing more of the hour: their rows would count twice.
+        for dataset, table in manifest.get("retired", ()):
+            raw = store.read_json(done_file_path(dataset, table, hour))
+            for f in DoneFile.from_dict(raw).files if raw else ():
+                out.landed_rows += _count(store, f.path, f.rows, out)
+                out.problems.append(f"{f.path} of {dataset}.{table}, a table the hour no longer feeds, still lists "
+                                    "rows of the hour: re-land the hour to retire it")
         for f in manifest["files"]:
             out.dead_letters += _count(store, f["path"], f["rows"], out)
         if sum(manifest["by_reason"].values()) != manifest["rows"]:

@@ -55,12 +55,15 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
     leaves either the previous complete hour or the new one readable through the done files."""
     hour = hour_from_tag(plan.hour)
     tables = {t: sorted((s for s in good if s.table == t), key=lambda s: s.rel) for t in cfg.tables}
+    feeds = [(cfg.dataset, t) for t in cfg.tables]
     with store.lock(f"locks/{plan.topic}/hour={plan.hour}.lock"):
         for s in [*dead, *(s for mine in tables.values() for s in mine)]:
             store.move(s.src, s.rel)  # same name, same rows as a previous attempt's file
         crash_point("landing:files_moved")
-        store.write_json_atomic(dead_letter_manifest_path(plan.topic, hour),
-                                {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **asdict(dl)})
+        manifest_rel = dead_letter_manifest_path(plan.topic, hour)
+        retired = _retired(store.read_json(manifest_rel), feeds)
+        store.write_json_atomic(manifest_rel, {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **asdict(dl),
+                                               "tables": [list(t) for t in feeds], "retired": [list(t) for t in retired]})
         landed_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         slice_info = {
             "manifest": slice_manifest_path(plan.topic, hour), "records": plan.records,
@@ -81,9 +84,44 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
             store.write_atomic(rel, content)
             mark_pending(store, rel, content)  # the bytes just written: no second read of the bucket
             crash_point("landing:done_written")
+        for dataset, table in retired:
+            _retire(store, plan, dataset, table, attempt, done)
         crash_point("landing:published")
         # Only now that every new done file is in place: remove what none of them lists.
         for table, d in done.items():
             _remove_unlisted(store, table_hour_dir(cfg.dataset, table, hour), {f.path for f in d.files})
+        for dataset, table in retired:
+            _remove_unlisted(store, table_hour_dir(dataset, table, hour), set())
         _remove_unlisted(store, dead_letter_dir(plan.topic, hour), {f.path for f in dl.files})
     return done
+
+
+def _retired(before: dict | None, feeds: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The tables an earlier landing of the hour fed (or retired) that the topic's routing no
+    longer feeds: their done files must stop listing the hour's records, or they count twice."""
+    if before is None:
+        return []
+    earlier = {tuple(t) for t in [*before.get("tables", ()), *before.get("retired", ())]}
+    return sorted(earlier - set(feeds))
+
+
+def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, attempt: str,
+            fed: dict[str, DoneFile]) -> None:
+    """An empty done file in place of the old one: a loader of the table replaces the hour with
+    nothing, and the landing conservation check counts it. Written once, not on every re-land.
+    No load is marked pending: no asset of this topic loads the table any more (see the README)."""
+    rel = done_file_path(dataset, table, hour_from_tag(plan.hour))
+    raw = store.read_json(rel)
+    if raw is None or raw.get("retired"):
+        return
+    old = DoneFile.from_dict(raw)
+    new = next(iter(fed.values()), None)
+    why = (f"routing changed: re-landed by attempt {attempt}, hour {plan.hour} of topic {plan.topic} now feeds "
+           f"{', '.join(f'{d.dataset}.{d.table}' for d in fed.values()) or 'no table'}")
+    content = DoneFile(
+        topic=old.topic, dataset=dataset, table=table, hour=plan.hour, rows=0, schema_ids=(), files=(),
+        dead_letters=new.dead_letters if new else old.dead_letters, slice=old.slice,
+        topic_records_read=old.topic_records_read, offset_gaps=old.offset_gaps, attempt=attempt,
+        landed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), retired=why,
+    )
+    store.write_atomic(rel, json.dumps(content.to_dict(), indent=2, sort_keys=True).encode())
