@@ -49,7 +49,7 @@ from kafka_landing.avro_landing.write import (
 )
 from kafka_landing.config import TopicConfig
 from kafka_landing.crash_points import crash_point
-from kafka_landing.errors import DeadLetterLimitExceeded, LandingError
+from kafka_landing.errors import DeadLetterLimitExceeded, LandingError, is_transient
 from kafka_landing.kafka_slices.plan import SlicePlan, hour_tasks
 from kafka_landing.manifests import DeadLetters, DoneFile
 
@@ -219,7 +219,11 @@ def land_hours(
         crash_point("landing:staged")
         return _publish_each(store, cfg, plans, good, dead, by_reason, seen, failed, attempt, t0, warnings)
     finally:
-        store.delete(staging)
+        try:
+            store.delete(staging)
+        except Exception as exc:  # noqa: BLE001 - the hours are published or failed already; debris is swept
+            log(f"{cfg.topic}: could not remove the staging folder {staging} ({type(exc).__name__}: {exc}); "
+                "it is swept after a day by the next landing of the topic")
 
 
 def _first_landable(fetch_schema: Callable[[int], object], likely_ids: tuple[int, ...], counted: DataFrame,
@@ -310,7 +314,14 @@ def _publish_each(store, cfg: TopicConfig, plans: list[SlicePlan], good: list[St
         except LandingError as exc:
             out[h] = exc
             continue
-        done = publish(store, cfg, plan, mine, mine_dead, dl, read, attempt)
+        try:
+            done = publish(store, cfg, plan, mine, mine_dead, dl, read, attempt)
+        except Exception as exc:  # noqa: BLE001 - the hours published before this one stay published
+            out[h] = LandingError(
+                f"{cfg.topic} {h}: publishing the hour failed ({type(exc).__name__}: {exc}). Its done files are "
+                "the previous complete hour's or this attempt's, never a mix; land the hour again.",
+                transient=is_transient(exc))
+            continue
         out[h] = LandingResult(done=done, dead_letters=dl, records_read=read, seconds=time.monotonic() - t0,
                                warnings=list(warnings))
     return out
