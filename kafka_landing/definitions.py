@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 from datetime import datetime, timezone
+from urllib.parse import urlsplit
 
 # Dagster flags the parts of its API this project relies on as beta (single-run
 # backfill policies) or preview (partitioned asset checks), once per asset, on
@@ -68,6 +69,13 @@ def _secret(name: str):
     return EnvVar(name) if os.environ.get(name) else None
 
 
+def _registry_url():
+    """A URL carrying `user:password@` is a secret: the UI then shows only the variable's name
+    (better still, put the credentials in SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO)."""
+    url = os.environ.get("SCHEMA_REGISTRY_URL", devstack.REGISTRY_URL)
+    return EnvVar("SCHEMA_REGISTRY_URL") if urlsplit(url).password is not None else url
+
+
 WAREHOUSES = ("parquet", "bigquery")
 
 
@@ -104,7 +112,7 @@ def build_resources() -> dict:
             ssl_ca_location=os.environ.get("KAFKA_SSL_CA_LOCATION"),
         ),
         "registry": SchemaRegistryResource(
-            url=os.environ.get("SCHEMA_REGISTRY_URL", devstack.REGISTRY_URL),
+            url=_registry_url(),
             basic_auth_user_info=_secret("SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO"),
         ),
         "landing": LandingResource(

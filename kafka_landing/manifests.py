@@ -47,6 +47,7 @@ class DoneFile:
     attempt: str
     landed_at: str
     retired: str | None = None  # why the hour no longer feeds this table (its rows are 0): the routing changed
+    skipped: tuple[dict, ...] = ()  # offset ranges of the slice retention deleted before landing, skipped on request
     version: int = DONE_VERSION
 
     def to_dict(self) -> dict:
@@ -57,7 +58,8 @@ class DoneFile:
         d = dict(d)
         dl = d.pop("dead_letters")
         return cls(
-            **{k: v for k, v in d.items() if k not in ("files", "schema_ids")},
+            **{k: v for k, v in d.items() if k not in ("files", "schema_ids", "skipped")},
+            skipped=tuple(d.get("skipped", ())),
             files=tuple(LandedFile(**f) for f in d["files"]),
             schema_ids=tuple(d["schema_ids"]),
             dead_letters=DeadLetters(rows=dl["rows"], by_reason=dict(dl["by_reason"]),

@@ -6,6 +6,7 @@ import uuid
 from dagster import (
     AssetExecutionContext,
     AssetKey,
+    Config,
     MetadataValue,
     RetryPolicy,
     asset,
@@ -20,7 +21,13 @@ from kafka_landing.hours import failure, history, run_hours, single_run, topic_h
 from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.kafka_slices.freeze import frozen_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
-from kafka_landing.kafka_slices.plan import LogRewoundError, SlicePlan, check_same_topic
+from kafka_landing.kafka_slices.plan import (
+    RETENTION_AFTER_FREEZING,
+    LogRewoundError,
+    SlicePlan,
+    check_same_topic,
+    without_deleted,
+)
 from kafka_landing.naming import (
     ONE_HOUR,
     asset_safe,
@@ -43,28 +50,34 @@ def landing_key(topic: str) -> AssetKey:
     return AssetKey([GROUP, asset_safe(topic)])
 
 
-def check_still_in_kafka(log, plan: SlicePlan, marks: dict[int, tuple[int, int]] | None = None) -> None:
-    """Offsets retention deleted, or a log re-created below the slice, since the slice was
-    frozen are a clear error before Spark starts, not a short read. `log`: a KafkaLogView, one
-    for every hour of the run; `marks`: the watermarks already asked for, per partition."""
+def check_still_in_kafka(log, plan: SlicePlan, marks: dict[int, tuple[int, int]] | None = None,
+                         skip_retention_gaps: bool = False) -> SlicePlan:
+    """The slice to land: offsets retention deleted, or a log re-created below the slice, since the
+    slice was frozen are a clear error before Spark starts, not a short read; with
+    `skip_retention_gaps` the deleted ranges are left out and recorded instead. `log`: a
+    KafkaLogView, one for every hour of the run; `marks`: the watermarks already asked for."""
     marks = {} if marks is None else marks
     try:
         check_same_topic(plan.topic, log.topic_id(plan.topic), [plan], "Nothing was landed; the landed files of "
                          "this hour, if any, are untouched.")
     except LogRewoundError as exc:
         raise LandingError(str(exc)) from None
+    log_starts = {}
     for p in plan.partitions:
         if p.records == 0:
             continue
         if p.partition not in marks:
             marks[p.partition] = log.watermarks(plan.topic, p.partition)
         log_start, log_end = marks[p.partition]
-        if p.start < log_start:
+        if p.start < log_start and not skip_retention_gaps:
             raise LandingError(
                 f"topic {plan.topic!r} partition {p.partition}: offsets [{p.start}, {min(log_start, p.end)}) "
                 f"of hour {plan.hour} were deleted by retention after the slice was frozen "
-                f"(the log now starts at {log_start}). The hour cannot be re-landed from Kafka."
+                f"(the log now starts at {log_start}). Nothing was landed. To land what Kafka still holds and "
+                "record the loss in the done files, materialise the hour with skip_retention_gaps: true in the "
+                "landing run config."
             )
+        log_starts[p.partition] = log_start
         if log_end < p.end:
             raise LandingError(
                 f"topic {plan.topic!r} partition {p.partition}: the slice of hour {plan.hour} holds offsets "
@@ -72,6 +85,14 @@ def check_still_in_kafka(log, plan: SlicePlan, marks: dict[int, tuple[int, int]]
                 "re-created (or the partition truncated) after the slice was frozen. Nothing was landed; "
                 "the landed files of this hour, if any, are untouched."
             )
+    return without_deleted(plan, log_starts)
+
+
+class LandingRunConfig(Config):
+    skip_retention_gaps: bool = False
+    """Land what Kafka still holds of an hour whose offsets retention deleted after its slice was
+    frozen; the deleted ranges are listed under `skipped` in the done files and counted by the
+    conservation check."""
 
 
 def preflight(store, registry: SchemaRegistryResource) -> None:
@@ -204,6 +225,8 @@ def landing_metadata(result: LandingResult, store, cfg: TopicConfig, plan: Slice
         "records_read": result.records_read,
         # Offsets of the slice Kafka returned no record for: transaction markers, aborted records, compaction.
         "offsets_without_record": plan.records - result.records_read,
+        # Deleted by retention after freezing, skipped on request (`skip_retention_gaps`): listed in the done files.
+        "skipped_offsets": sum(s["end"] - s["start"] for s in plan.skipped if s["reason"] == RETENTION_AFTER_FREEZING),
         "rows_by_table": MetadataValue.json({t: d.rows for t, d in sorted(result.done.items())}),
         "dead_letters": result.dead_letters.rows,
         "dead_letters_by_reason": MetadataValue.json(result.dead_letters.by_reason),
@@ -247,6 +270,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
         registry: SchemaRegistryResource,
         landing: LandingResource,
         pyspark: LazyPySparkResource,
+        config: LandingRunConfig,
     ):
         store = landing.store()
         fetch = schema_fetcher(registry)  # one registry cache for every hour of the run
@@ -258,7 +282,8 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
             except LandingError as exc:  # a registry briefly away is tried again (run_hours), a bad root never
                 return {k: failure(exc) for k in partition_keys}
             out: dict = {}
-            plans: dict[str, SlicePlan] = {}
+            plans: dict[str, SlicePlan] = {}  # as frozen: what the checks count against
+            to_land: dict[str, SlicePlan] = {}  # less what retention deleted, when skipping it was asked for
             for k in partition_keys:
                 plan = frozen_slice(store, cfg.topic, hour_from_key(k))
                 if plan is None:
@@ -271,7 +296,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
                     marks: dict[int, tuple[int, int]] = {}
                     for k, plan in list(plans.items()):
                         try:
-                            check_still_in_kafka(log, plan, marks)
+                            to_land[k] = check_still_in_kafka(log, plan, marks, config.skip_retention_gaps)
                         except LandingError as exc:
                             out[k] = failure(exc)
                             del plans[k]
@@ -285,7 +310,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
             first = min(hour_from_tag(p.hour) for p in plans.values())
             try:
                 landed = land_hours(lambda: pyspark.spark_session, store, fetch, kafka.spark_options(), cfg,
-                                    list(plans.values()), attempt, likely_ids=likely_schema_ids(store, registry, cfg, first),
+                                    [to_land[k] for k in plans], attempt, likely_ids=likely_schema_ids(store, registry, cfg, first),
                                     log=context.log.info)
             except LandingError as exc:  # it concerns every hour of the pass
                 return {**out, **{k: failure(exc) for k in plans}}
@@ -298,7 +323,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
                     context.log.warning(w)
                 context.log.info(f"{cfg.topic} {plan.hour}: read {result.records_read}, landed {result.rows}, "
                                  f"dead letters {result.dead_letters.rows}")
-                out[k] = (landing_metadata(result, store, cfg, plan), landing_checks(result, store, cfg, plan))
+                out[k] = (landing_metadata(result, store, cfg, to_land[k]), landing_checks(result, store, cfg, plan))
             return out
 
         return run_hours(context, key, all_hours=all_hours)

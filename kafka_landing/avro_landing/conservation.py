@@ -4,9 +4,10 @@ The slice manifest says how many offsets hour H holds. The files the done files 
 the dead-letter manifest list say, through their Avro block headers (no record
 decoded), how many rows were written. The done file says how many offsets Kafka
 returned no record for (markers, aborted records, compaction). The hour is conserved
-when files + dead letters + those offsets = the slice, every listed file exists, holds
-what its manifest says and lies inside the slice. Deleting, truncating or dropping any
-file breaks it. Pure: no Dagster, no Spark.
+when files + dead letters + those offsets (+ any range retention deleted before landing
+that the done files list as skipped, on request) = the slice, every listed file exists,
+holds what its manifest says and lies inside the slice. Deleting, truncating or dropping
+any file breaks it. Pure: no Dagster, no Spark.
 """
 
 from __future__ import annotations
@@ -32,18 +33,20 @@ class Conservation:
     landed_rows: int = 0
     dead_letters: int = 0
     offsets_without_record: int = 0
+    skipped: int = 0  # deleted by retention after freezing, skipped on request and listed in the done files
     problems: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return not self.problems and (
-            self.landed_rows + self.dead_letters + self.offsets_without_record == self.slice_records
+            self.landed_rows + self.dead_letters + self.offsets_without_record + self.skipped == self.slice_records
         )
 
     def metadata(self) -> dict:
         return {
             "slice_records": self.slice_records, "landed_rows": self.landed_rows,
             "dead_letters": self.dead_letters, "offsets_without_record": self.offsets_without_record,
+            "skipped": self.skipped,
             "problems": self.problems[:20],
         }
 
@@ -67,7 +70,7 @@ def check_landed_hour(store: LandingStore, cfg: TopicConfig, plan: SlicePlan) ->
     hour = hour_from_tag(plan.hour)
     out = Conservation(slice_records=plan.records)
     ranges = {p.partition: (p.start, p.end) for p in plan.partitions}
-    gaps = set()
+    gaps, skips = set(), set()
     for table in cfg.tables:
         rel = done_file_path(cfg.dataset, table, hour)
         raw = store.read_json(rel)
@@ -76,6 +79,7 @@ def check_landed_hour(store: LandingStore, cfg: TopicConfig, plan: SlicePlan) ->
             continue
         done = DoneFile.from_dict(raw)
         gaps.add(done.offset_gaps)
+        skips.add(tuple(sorted((d["partition"], d["start"], d["end"]) for d in done.skipped)))
         for f in done.files:
             out.landed_rows += _count(store, f.path, f.rows, out)
             start, end = ranges.get(f.partition, (0, 0))
@@ -100,6 +104,14 @@ def check_landed_hour(store: LandingStore, cfg: TopicConfig, plan: SlicePlan) ->
     if len(gaps) > 1:
         out.problems.append(f"the done files of the hour disagree on the offsets without a record: {sorted(gaps)}")
     out.offsets_without_record = gaps.pop() if gaps else 0
+    if len(skips) > 1:
+        out.problems.append(f"the done files of the hour disagree on the offsets skipped: {sorted(skips)}")
+    for partition, start, end in skips.pop() if skips else ():
+        first, last = ranges.get(partition, (0, 0))
+        if not first <= start <= end <= last:
+            out.problems.append(f"skipped offsets [{start}, {end}) are not inside the slice [{first}, {last}) "
+                                f"of partition {partition}")
+        out.skipped += end - start
     if out.offsets_without_record < 0:
         out.problems.append(f"negative offsets without a record ({out.offsets_without_record}): more rows than offsets")
     return out

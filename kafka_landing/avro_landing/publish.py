@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import TopicConfig
 from kafka_landing.crash_points import crash_point
-from kafka_landing.kafka_slices.plan import SlicePlan
+from kafka_landing.kafka_slices.plan import RETENTION_AFTER_FREEZING, SlicePlan
 from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import (
     dead_letter_dir,
@@ -77,6 +77,7 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
                 rows=sum(f.rows for f in files), schema_ids=tuple(sorted({f.schema_id for f in files})),
                 files=files, dead_letters=dl, slice=slice_info, topic_records_read=records_read,
                 offset_gaps=plan.records - records_read, attempt=attempt, landed_at=landed_at,
+                skipped=tuple(s for s in plan.skipped if s["reason"] == RETENTION_AFTER_FREEZING),
             )
             # Written last, atomically: the hour of this table is now complete.
             rel = done_file_path(cfg.dataset, table, hour)

@@ -16,7 +16,7 @@ Pure: no Dagster, no Spark, no Kafka client. The log is read through `LogView`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Mapping, Protocol
 
@@ -137,6 +137,29 @@ class SlicePlan:
             skipped=tuple(d.get("skipped", ())), future_records=tuple(d.get("future_records", ())),
             topic_id=d.get("topic_id"), version=d.get("version", MANIFEST_VERSION),
         )
+
+
+RETENTION_AFTER_FREEZING = "deleted by retention after freezing"
+
+
+def without_deleted(plan: SlicePlan, log_starts: Mapping[int, int]) -> SlicePlan:
+    """The frozen slice less the offsets retention deleted since it was frozen, each range listed
+    under `skipped`: what landing can still read, and the loss it records when asked to skip it."""
+    def cut(partition: int, start: int, end: int) -> int:
+        return min(max(start, log_starts.get(partition, 0)), end)
+
+    skipped = list(plan.skipped)
+    for p in plan.partitions:
+        if cut(p.partition, p.start, p.end) > p.start:
+            skipped.append({"partition": p.partition, "start": p.start, "end": cut(p.partition, p.start, p.end),
+                            "reason": RETENTION_AFTER_FREEZING})
+    return replace(
+        plan,
+        partitions=tuple(replace(p, start=cut(p.partition, p.start, p.end)) for p in plan.partitions),
+        tasks=tuple(replace(t, start=cut(t.partition, t.start, t.end)) for t in plan.tasks
+                    if cut(t.partition, t.start, t.end) < t.end),
+        skipped=tuple(skipped),
+    )
 
 
 def check_closed(hour: datetime, now: datetime, grace_minutes: int) -> None:

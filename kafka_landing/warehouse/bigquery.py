@@ -4,7 +4,8 @@ landing files in the gs:// landing root.
     project.dataset.table                 partitioned by ingestion time per HOUR
     project.dataset.table$2026013113      landing hour 2026-01-31T13, whatever the records' timestamps
     <ledger>/warehouse_loads/bigquery/<dataset>/<table>/hour=2026-01-31T13.json
-                                          what was loaded: the done file's content hash and the job
+                                          what was loaded: the done file's content hash and the job;
+                                          while a job may run, also "running_job" (its id and content hash)
 
 Loading hour H is one load job: source format Avro with logical types, from
 exactly the gs:// files H's done file lists (never a wildcard, which could pick
@@ -67,8 +68,13 @@ check reads the partition back from BigQuery (INFORMATION_SCHEMA.PARTITIONS).
 An empty hour cannot be a load job (a load needs a source file): its partition
 is deleted through `tables.delete` on the decorator, BigQuery's documented way.
 
-Loads of one (table, hour) are serialised by a lock in the ledger store, so an
-older content can never finish after a newer one. Pure of Dagster and Spark;
+Loads of one (table, hour) are serialised by a lock in the ledger store. A job
+outlives a loader that timed out or was killed, and of two jobs into one
+partition the one that commits last holds it; so each job is recorded in the
+hour's ledger ("running_job") before it is started and waited for, and a load of
+other content first waits until the recorded job is DONE (a wait that runs out
+is a transient error naming the job). So an older content never finishes after
+a newer one. Pure of Dagster and Spark;
 the Dagster resource builds this from `BigQueryResource.get_client()`.
 """
 
@@ -104,6 +110,7 @@ from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 LEDGER_DIR = "warehouse_loads/bigquery"
 JOB_PREFIX = "kafka_landing"
 PARTITION_FORMAT = "%Y%m%d%H"
+RUNNING = "running_job"  # the ledger's key for the job started last, while it may still run
 PARTITIONS_SQL = ("SELECT total_rows FROM `{project}.{dataset}.INFORMATION_SCHEMA.PARTITIONS` "
                   "WHERE table_name = @table_name AND partition_id = @partition_id")
 # BigQuery's words for a schema it will not apply to the table (job errorResult messages).
@@ -207,11 +214,16 @@ class BigQueryWarehouse(Warehouse):
 
     def loaded(self, dataset: str, table: str, hour: str) -> dict | None:
         try:
-            return self.ledger.read_json(self._ledger_path(dataset, table, hour))
+            record = self.ledger.read_json(self._ledger_path(dataset, table, hour))
         except ValueError:
             return {}  # unreadable: loaded, content unknown (a reload rewrites it)
+        if record is not None and set(record) == {RUNNING}:
+            return None  # a first job started, no load recorded yet
+        return record
 
     def loaded_hours(self, dataset: str, table: str) -> set[str]:
+        """One listing, not a read per hour: an hour whose first job was started and may still run (see
+        `_mark_running`) is listed too."""
         folder = f"{LEDGER_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}"
         names = (rel.rsplit("/", 1)[-1] for rel in self.ledger.list(folder, "hour=*.json"))
         return {n[5:-5] for n in names}
@@ -223,6 +235,24 @@ class BigQueryWarehouse(Warehouse):
             "location": self.hour_location(done.dataset, done.table, done.hour), "earlier_jobs": earlier,
             "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra,
         })
+
+    def _mark_running(self, done: DoneFile, previous: dict | None, jid: str, sha: str) -> None:
+        """Record the job before it is started and waited for: a loader that times out or is killed
+        leaves it running, and the next load of the hour must find it (`_await_running`)."""
+        base = previous if previous else {} if previous is None else {"sha256": None}  # unreadable stays "loaded"
+        self.ledger.write_json_atomic(self._ledger_path(done.dataset, done.table, done.hour), {
+            **base, RUNNING: {"job_id": jid, "sha256": sha,
+                                          "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}})
+
+    def _clear_running(self, done: DoneFile) -> None:
+        """The job ended without a recorded load (it failed, or was refused): the ledger says again
+        what it said before, so a failed first load leaves the hour unloaded."""
+        path = self._ledger_path(done.dataset, done.table, done.hour)
+        record = self.loaded(done.dataset, done.table, done.hour)
+        if record is None:
+            self.ledger.delete(path)
+        elif RUNNING in record:
+            self.ledger.write_json_atomic(path, {k: v for k, v in record.items() if k != RUNNING})
 
     # --- reading back -----------------------------------------------------------------------------
 
@@ -352,20 +382,51 @@ class BigQueryWarehouse(Warehouse):
             config.reference_file_schema_uri = reference
         return config
 
-    def _wait(self, job: bigquery.LoadJob, where: str) -> dict | None:
-        """The job's errorResult once it is DONE (None if it succeeded)."""
+    def _wait(self, job: bigquery.LoadJob, where: str, then: str | None = None) -> dict | None:
+        """The job's errorResult once it is DONE (None if it succeeded); `then`: what to do if it is not."""
+        again = then or "run the load again to wait for it (same job id)"
         try:
             job.result(timeout=self.job_timeout_seconds)
         except concurrent.futures.TimeoutError:
             raise LoadError(f"{where}: load job {job.job_id} is still running after {self.job_timeout_seconds:.0f}s; "
-                            "it finishes on its own: run the load again to wait for it (same job id)",
-                            transient=True) from None
+                            + (then or f"it finishes on its own: {again}"), transient=True) from None
         except (api_exceptions.GoogleAPIError, OSError) as exc:
             if job.state != "DONE":  # not the job's failure: asking about it failed; only a denial is for good
                 denied = isinstance(exc, api_exceptions.Forbidden) and not is_transient(exc)
                 raise LoadError(f"{where}: waiting for load job {job.job_id} failed ({exc}); the job may still run: "
-                                "run the load again to wait for it (same job id)", transient=not denied) from None
+                                f"{again}", transient=not denied) from None
         return job.error_result  # a job that ran and failed says why here
+
+    def _await_running(self, dataset: str, table: str, hour: str, sha: str, where: str) -> None:
+        """Before a job of other content (or an empty hour's partition delete): wait until the job the
+        ledger records as started last is DONE, whatever its result. Why: the lock serialises loaders,
+        not jobs; a job outlives a loader that timed out or was killed, and of two jobs into one
+        partition the one that commits last holds it. Why wait rather than cancel: jobs.cancel is best
+        effort (the job may still commit), so it must be waited for until DONE all the same; a load job
+        is free and the next job replaces the partition whole; and waiting needs only jobs.get, which
+        loads use anyway. The same content needs nothing here: its job id meets the job (409)."""
+        try:
+            running = (self.ledger.read_json(self._ledger_path(dataset, table, hour)) or {}).get(RUNNING)
+        except ValueError:
+            return  # unreadable: no job to know of
+        if not running or not running.get("job_id") or running.get("sha256") == sha:
+            return
+        jid = running["job_id"]
+        try:
+            with self._api(f"reading load job {jid}"):
+                try:
+                    job = self.client.get_job(jid, project=self.project, location=self.location)
+                except api_exceptions.NotFound:
+                    return  # never created (its loader died before jobs.insert answered), or long gone
+        except LoadError as exc:
+            raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
+        if job.state == "DONE":
+            return
+        cancel = f"bq {f'--location={self.location} ' if self.location else ''}cancel {self.project}:{jid}"
+        self._wait(job, where, then=(
+            "it loads an earlier content of the hour (a loader gave up on it), and a job of other content must not "
+            "run beside it: whichever ends last would hold the hour. This load changed nothing: run it again later "
+            f"(it waits for that job again), or cancel that job ({cancel}) and then run the load again"))
 
     def _failure(self, job_id_: str, error: dict, where: str, location: str, earlier: list[dict]) -> Exception:
         """A failed job's errorResult as an error: transient by `errors.transient_reason`, a schema refusal
@@ -390,9 +451,10 @@ class BigQueryWarehouse(Warehouse):
     def _run_load(self, uris: list[str], destination: str, config: bigquery.LoadJobConfig, done: DoneFile, sha: str,
                   where: str, location: str) -> tuple[bigquery.LoadJob, list[dict]]:
         earlier: list[dict] = []
-        recorded = (self.loaded(done.dataset, done.table, done.hour) or {})
+        recorded = self.loaded(done.dataset, done.table, done.hour)
         for attempt in range(self.max_job_attempts):
             jid = job_id(done.dataset, done.table, done.hour, sha, attempt)
+            self._mark_running(done, recorded, jid, sha)
             fresh = True
             try:
                 with self._api(f"starting load job {jid} into {destination}"):
@@ -403,11 +465,14 @@ class BigQueryWarehouse(Warehouse):
                         fresh = False  # this content was loaded, or is loading, under this id already
                         job = self.client.get_job(jid, project=self.project, location=self.location)
             except LoadError as exc:
+                if fresh and not exc.transient:  # jobs.insert refused: no job was created
+                    self._clear_running(done)
                 raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
             finished_before = not fresh and job.state == "DONE"
             error = self._wait(job, where)
             if error is not None:
                 if fresh:
+                    self._clear_running(done)
                     raise self._failure(jid, error, where, location, earlier)
                 earlier.append({"job_id": jid, "why": f"failed: {error.get('message')}"})
                 continue
@@ -416,6 +481,7 @@ class BigQueryWarehouse(Warehouse):
                                                       f"({recorded.get('job_id') or 'an empty hour'})"})
                 continue
             return job, earlier
+        self._clear_running(done)
         raise LoadError(f"{where}: {self.max_job_attempts} job ids of this content are used up "
                         f"({', '.join(e['job_id'] for e in earlier[-3:])} ...): look at these jobs in BigQuery")
 
@@ -430,6 +496,7 @@ class BigQueryWarehouse(Warehouse):
         sha = done_sha256 or done_sha(done)
         name = f"{dataset}.{table}"
         with self.ledger.lock(self._lock_path(dataset, table, done.hour)):  # one load of an hour at a time
+            self._await_running(dataset, table, done.hour, sha, where)
             if done.rows == 0:
                 # A load job needs a source; deleting the partition by its decorator empties the hour.
                 with self._api(f"deleting partition {location} (the hour is empty)"):
@@ -455,6 +522,7 @@ class BigQueryWarehouse(Warehouse):
                                     "the hour again plans against the table as it is now", transient=True) from None
                 raise
             if job.output_rows != done.rows:
+                self._clear_running(done)
                 raise LoadError(
                     f"{where}: load job {job.job_id} wrote {job.output_rows} rows, the done file lists {done.rows}. "
                     f"{location} now holds what the job loaded and is not recorded as loaded: check the files "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -97,3 +98,61 @@ def test_broker_down_fails_naming_the_bootstrap_servers(topic_config):
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     message = failure.event_specific_data.error.message
     assert "Kafka brokers localhost:9" in message and "KAFKA_BOOTSTRAP_SERVERS" in message, message
+
+
+def test_offsets_deleted_after_freezing_are_skipped_only_on_request_and_counted(
+        topic_config, make_topic, send, admin, registry, spark):
+    """#12: retention deleting part of a frozen hour fails landing, naming the range and the remedy; with
+    `skip_retention_gaps` the rest lands, the done file records the range and conservation counts it."""
+    from confluent_kafka import TopicPartition
+
+    from kafka_landing.avro_landing.assets import landing_key
+    from kafka_landing.avro_landing.conservation import check_landed_hour
+    from kafka_landing.avro_landing.framing import frame
+    from kafka_landing.config import TopicConfig
+    from kafka_landing.kafka_slices.freeze import frozen_slice
+    from kafka_landing.manifests import DoneFile
+    from kafka_landing.naming import done_file_path
+    from kafka_landing.store.local import LocalStore
+    from kafka_landing_tests.integration.test_landing import SIMPLE, encode, register
+
+    topic = make_topic(partitions=1)
+    topic_config({topic: {"dataset": "d", "table": "t"}})
+    sid = register(registry.client(), f"{topic}-value", SIMPLE)
+    hour = floor_hour(utcnow()) - ONE_HOUR * 2
+    send([(topic, 0, to_millis(hour + timedelta(minutes=m)), None, frame(sid, encode(SIMPLE, {"n": m})))
+          for m in range(5)])
+    defs = build_definitions()
+    slices = [defs.get_assets_def(k) for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] == "kafka_slices"]
+    materialize(slices, partition_key=hour_key(hour), resources=build_resources(), instance=DagsterInstance.ephemeral())
+    admin.delete_records([TopicPartition(topic, 0, 3)])[TopicPartition(topic, 0, 3)].result(timeout=30)
+
+    landing = defs.get_assets_def(landing_key(topic))
+
+    def land(**config):
+        return materialize([landing], partition_key=hour_key(hour), resources=build_resources(),
+                           instance=DagsterInstance.ephemeral(), raise_on_error=False,
+                           run_config={"ops": {landing.op.name: {"config": config}}} if config else None)
+
+    refused = land()
+    assert not refused.success
+    message = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE").event_specific_data.error.message
+    assert "partition 0: offsets [0, 3)" in message and "skip_retention_gaps" in message
+
+    landed = land(skip_retention_gaps=True)
+    assert landed.success
+    store = LocalStore(Path(os.environ["KAFKA_LANDING_ROOT"]))
+    done = DoneFile.from_dict(store.read_json(done_file_path("d", "t", hour)))
+    assert done.rows == 2 and done.skipped == ({"partition": 0, "start": 0, "end": 3,
+                                                "reason": "deleted by retention after freezing"},)
+    md = landed.get_asset_materialization_events()[0].materialization.metadata
+    assert md["skipped_offsets"].value == 3 and md["offsets_without_record"].value == 0
+    checks = {c.check_name: c.passed for c in landed.get_asset_check_evaluations()}
+    assert checks["conservation"] is True
+    cfg, plan = TopicConfig(topic=topic, dataset="d", table="t"), frozen_slice(store, topic, hour)
+    assert plan.records == 5
+    conserved = check_landed_hour(store, cfg, plan)
+    assert (conserved.passed, conserved.skipped) == (True, 3)
+    # The check counts the recorded range: without it the hour no longer adds up.
+    store.write_json_atomic(done_file_path("d", "t", hour), {**done.to_dict(), "skipped": []})
+    assert not check_landed_hour(store, cfg, plan).passed

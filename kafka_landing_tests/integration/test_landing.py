@@ -296,7 +296,7 @@ def test_relanding_and_crashes_give_the_same_files(demo, kafka, registry, spark,
         real_move(self, src, rel)
 
     monkeypatch.setattr(LocalStore, "move", crashing_move)
-    with pytest.raises(OSError, match="simulated crash"):
+    with pytest.raises(LandingError, match=r"publishing the hour failed \(OSError: simulated crash\)"):
         land(spark, store, registry, kafka, cfg, hour)
     monkeypatch.setattr(LocalStore, "move", real_move)
     assert done_files(store, cfg, hour)["orders"] == before, "the old done file still describes the hour"

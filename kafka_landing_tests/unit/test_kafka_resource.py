@@ -27,3 +27,19 @@ def test_a_password_reads_back_as_written_from_the_jaas_line(password):
 
 def test_backslashes_are_escaped_before_quotes():
     assert jaas_quote('a\\"b') == 'a\\\\\\"b'
+
+
+def test_a_registry_url_with_credentials_reaches_the_resource_only_through_an_env_var(monkeypatch):
+    """The Dagster UI shows a resource's plain fields; an EnvVar field shows the variable's name only."""
+    from dagster import EnvVar
+
+    from kafka_landing.definitions import build_resources, ready_resources
+
+    monkeypatch.setenv("SCHEMA_REGISTRY_URL", "https://ci-user:s3cret@registry.example.com:8081")
+    registry = build_resources()["registry"]
+    assert isinstance(registry.url, EnvVar) and "s3cret" not in repr(registry)
+    (ready,) = ready_resources("registry", resources={"registry": registry})
+    assert ready.url == "https://ci-user:s3cret@registry.example.com:8081"  # the run still gets the value
+
+    monkeypatch.setenv("SCHEMA_REGISTRY_URL", "http://registry.example.com:8081")
+    assert build_resources()["registry"].url == "http://registry.example.com:8081"  # nothing to hide: shown

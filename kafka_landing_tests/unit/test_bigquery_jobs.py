@@ -1,0 +1,226 @@
+"""Load jobs of one hour never overlap, even when a loader gave up on its job (a timeout, a kill) and
+left it running: BigQuery needs no client to finish a job, and whichever job of a partition commits
+last holds it. Through the real BigQueryWarehouse and the strict BigQuery fake over HTTP (no stack:
+landing files in a local folder that calls itself gs://)."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import fastavro
+import pytest
+
+from kafka_landing.errors import is_transient
+from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
+from kafka_landing.naming import done_file_path, hour_from_tag, landing_file_name, table_hour_dir
+from kafka_landing.store.local import LocalStore
+from kafka_landing.warehouse.bigquery import BigQueryWarehouse, job_id, partition_id
+from kafka_landing.warehouse.load import LoadError, content_sha, load_done_file
+from kafka_landing_tests.bigquery_fake import FakeBigQuery
+
+PROJECT = "kl-bq-jobs"
+DATASET, TABLE, H1 = "shop", "t", "2026-01-31T13"
+LEDGER = f"warehouse_loads/bigquery/{DATASET}/{TABLE}/hour={H1}.json"
+FIELDS = [{"name": "order_id", "type": "string"}, {"name": "amount", "type": "long"}]
+NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
+FOREVER = 10**6  # jobs.get polls a job answers RUNNING: longer than any wait here
+
+
+class GsLikeStore(LocalStore):
+    """A local landing root that names its files gs://unit/...: what BigQuery loads from."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.root = "gs://unit"
+
+    def location(self, rel: str) -> str:
+        return f"gs://unit/{self.check_rel(rel)}"
+
+
+@pytest.fixture
+def env(tmp_path):
+    store = GsLikeStore(tmp_path)
+
+    def read_object(uri: str) -> bytes:
+        path = Path(tmp_path) / uri[len("gs://unit/"):]
+        if not path.is_file():
+            raise FileNotFoundError(uri)
+        return path.read_bytes()
+
+    fake = FakeBigQuery(read_object)
+    fake.start()
+    yield store, fake
+    fake.stop()
+
+
+def warehouse(fake, store, timeout: float = 30.0) -> BigQueryWarehouse:
+    return BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", job_timeout_seconds=timeout)
+
+
+def land(store, partition: int, ids: list[str]) -> str:
+    """One landing file of Kafka partition `partition` (its own file name: a re-land on another partition
+    leaves the older file in place, as a re-land killed before its cleanup does) and the hour's done file."""
+    files = []
+    if ids:
+        rel = (f"{table_hour_dir(DATASET, TABLE, hour_from_tag(H1))}/"
+               f"{landing_file_name('topic', partition, DATASET, TABLE, 1, 1000, 999 + len(ids))}")
+        buf = io.BytesIO()
+        fastavro.writer(buf, fastavro.parse_schema({"type": "record", "name": "Order", "fields": FIELDS}),
+                        [{"order_id": i, "amount": n} for n, i in enumerate(ids)])
+        store.write_atomic(rel, buf.getvalue())
+        files.append(LandedFile(rel, len(ids), len(buf.getvalue()), partition, 1000, 999 + len(ids), 1))
+    done = DoneFile(topic="topic", dataset=DATASET, table=TABLE, hour=H1, rows=len(ids),
+                    schema_ids=(1,) if ids else (), files=tuple(files), dead_letters=DeadLetters(0, {}, ()),
+                    slice={"manifest": "m", "records": 0, "partitions": []}, topic_records_read=len(ids),
+                    offset_gaps=0, attempt=uuid.uuid4().hex, landed_at=datetime.now(timezone.utc).isoformat())
+    rel = done_file_path(DATASET, TABLE, hour_from_tag(H1))
+    store.write_json_atomic(rel, done.to_dict())
+    return rel
+
+
+def sha_of(store, done_rel: str) -> str:
+    return content_sha(store.read_bytes(done_rel))
+
+
+def leave_running(fake, store, done_rel: str) -> str:
+    """Load the hour with a loader that gives up on its job (its wait times out): the job keeps running."""
+    fake.running_polls = FOREVER
+    with pytest.raises(LoadError, match="still running"):
+        load_done_file(warehouse(fake, store, timeout=0.2), store, done_rel, NO_SPARK)
+    fake.running_polls = 0
+    [(_, jid)] = list(fake.jobs)
+    assert fake.jobs[(PROJECT, jid)]["resource"]["status"]["state"] == "RUNNING"
+    return jid
+
+
+def ends_after(fake, jid: str, polls: int) -> None:
+    """The job ends at the `polls`-th jobs.get from now."""
+    fake.jobs[(PROJECT, jid)]["polls_left"] = polls
+
+
+def finish_every_job(fake) -> None:
+    """BigQuery finishes every job whether or not a client asks about it."""
+    client = fake.client(PROJECT)
+    for (_, jid), job in list(fake.jobs.items()):
+        if job["resource"]["status"]["state"] != "DONE":
+            job["polls_left"] = 1
+            client.get_job(jid, location="US")
+
+
+def order_ids(fake) -> list[str]:
+    return sorted(r["order_id"] for r in fake.partition_rows(PROJECT, DATASET, TABLE, partition_id(H1)))
+
+
+def test_the_job_is_in_the_ledger_before_it_is_waited_for(env):
+    store, fake = env
+    x = land(store, 0, ["o0", "o1", "o2"])
+    jid = leave_running(fake, store, x)
+
+    record = store.read_json(LEDGER)
+    assert record["running_job"]["job_id"] == jid == job_id(DATASET, TABLE, H1, sha_of(store, x))
+    assert record["running_job"]["sha256"] == sha_of(store, x)
+    wh = warehouse(fake, store)
+    assert wh.loaded(DATASET, TABLE, H1) is None and wh.loaded_sha(DATASET, TABLE, H1) is None  # nothing loaded yet
+
+
+def test_a_newer_content_waits_for_the_older_job_left_running(env):
+    store, fake = env
+    x_job = leave_running(fake, store, land(store, 0, ["o0", "o1", "o2"]))
+    ends_after(fake, x_job, 3)  # it ends while the next load waits
+    y = land(store, 1, ["o50", "o51", "o52"])  # a re-land: other files; X's file is still there
+
+    result = load_done_file(warehouse(fake, store), store, y, NO_SPARK)
+    finish_every_job(fake)
+
+    assert order_ids(fake) == ["o50", "o51", "o52"]  # not X's rows, committed after Y's
+    assert fake.overlaps == [] and len(fake.jobs) == 2
+    wh = warehouse(fake, store)
+    assert result.job_id == wh.loaded(DATASET, TABLE, H1)["job_id"] != x_job
+    assert wh.loaded_sha(DATASET, TABLE, H1) == sha_of(store, y) and wh.hour_rows(DATASET, TABLE, H1) == 3
+    assert "running_job" not in store.read_json(LEDGER)
+
+
+def test_an_older_job_that_outlasts_the_wait_stops_the_newer_load_as_transient(env):
+    store, fake = env
+    x_job = leave_running(fake, store, land(store, 0, ["o0", "o1", "o2"]))
+    y = land(store, 1, ["o50", "o51"])
+
+    with pytest.raises(LoadError) as stopped:
+        load_done_file(warehouse(fake, store, timeout=0.2), store, y, NO_SPARK)
+
+    message = str(stopped.value)
+    assert is_transient(stopped.value)
+    assert f"{PROJECT}.{DATASET}.{TABLE} hour {H1}" in message and x_job in message
+    assert "run it again later" in message and f"cancel {PROJECT}:{x_job}" in message
+    assert list(fake.jobs) == [(PROJECT, x_job)] and fake.overlaps == []  # no job beside it
+    assert store.read_json(LEDGER)["running_job"]["job_id"] == x_job  # still the one to wait for
+
+    ends_after(fake, x_job, 2)  # it ends while the retry waits
+    result = load_done_file(warehouse(fake, store), store, y, NO_SPARK)
+    finish_every_job(fake)
+    assert order_ids(fake) == ["o50", "o51"] and result.rows == 2 and fake.overlaps == []
+
+
+def test_an_empty_hour_waits_for_the_older_job_before_deleting_the_partition(env):
+    store, fake = env
+    x_job = leave_running(fake, store, land(store, 0, ["o0", "o1"]))
+    ends_after(fake, x_job, 2)
+    empty = land(store, 1, [])
+
+    load_done_file(warehouse(fake, store), store, empty, NO_SPARK)
+    finish_every_job(fake)
+
+    assert order_ids(fake) == []
+    assert warehouse(fake, store).loaded(DATASET, TABLE, H1)["rows"] == 0
+
+
+def test_the_same_content_meets_its_own_running_job(env):
+    store, fake = env
+    x = land(store, 0, ["o0", "o1"])
+    x_job = leave_running(fake, store, x)
+    ends_after(fake, x_job, 2)
+
+    result = load_done_file(warehouse(fake, store), store, x, NO_SPARK)
+
+    assert result.job_id == x_job and list(fake.jobs) == [(PROJECT, x_job)]  # waited for, not repeated
+    assert fake.calls_of("jobs.insert") == 2  # the second answered 409
+    assert order_ids(fake) == ["o0", "o1"] and "running_job" not in store.read_json(LEDGER)
+
+
+def test_a_recorded_job_bigquery_does_not_know_is_not_waited_for(env):
+    store, fake = env
+    store.write_json_atomic(LEDGER, {"running_job": {"job_id": "kafka_landing_never_started", "sha256": "0" * 64}})
+
+    result = load_done_file(warehouse(fake, store), store, land(store, 0, ["o0"]), NO_SPARK)
+
+    assert result.rows == 1 and order_ids(fake) == ["o0"]
+
+
+def test_a_failed_job_leaves_the_hour_unloaded(env):
+    store, fake = env
+    x = land(store, 0, ["o0"])
+    read = fake.read_object
+    fake.read_object = lambda uri: (_ for _ in ()).throw(FileNotFoundError(uri))  # BigQuery cannot read it
+
+    with pytest.raises(LoadError, match="failed: Not found: URI"):
+        load_done_file(warehouse(fake, store), store, x, NO_SPARK)
+
+    wh = warehouse(fake, store)
+    assert wh.loaded(DATASET, TABLE, H1) is None and wh.loaded_hours(DATASET, TABLE) == set()
+    fake.read_object = read
+    assert load_done_file(wh, store, x, NO_SPARK).rows == 1
+
+
+def test_an_unreadable_record_still_says_loaded_after_a_failed_job(env):
+    store, fake = env
+    store.write_atomic(LEDGER, b"{not json")  # loaded once, content unknown
+    fake.read_object = lambda uri: (_ for _ in ()).throw(FileNotFoundError(uri))
+
+    with pytest.raises(LoadError, match="failed: Not found: URI"):
+        load_done_file(warehouse(fake, store), store, land(store, 0, ["o0"]), NO_SPARK)
+
+    wh = warehouse(fake, store)
+    assert wh.loaded(DATASET, TABLE, H1) is not None and wh.loaded_sha(DATASET, TABLE, H1) is None
