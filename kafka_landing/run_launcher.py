@@ -13,13 +13,14 @@ from dagster._core.launcher import (
 )
 from dagster._core.launcher.default_run_launcher import GRPC_INFO_TAG
 
-from kafka_landing.run_worker import is_local_host, process_alive
+from kafka_landing.run_worker import in_another_pid_namespace, is_local_host, process_alive
 
 
 class ProcessCheckingRunLauncher(DefaultRunLauncher):
     """Launches like DefaultRunLauncher; reports a run worker FAILED only when it ran on this
-    machine and its process is gone. A worker elsewhere, or one that has not said its pid
-    yet, is UNKNOWN: run monitoring leaves such runs alone."""
+    machine, in this PID namespace, and its process is gone. A worker it cannot check (elsewhere,
+    or that has not said its pid yet) is reported RUNNING, "not checked": Dagster's run monitoring
+    fails a run on any other status, UNKNOWN included, and still applies max_runtime."""
 
     @property
     def supports_check_run_worker_health(self) -> bool:
@@ -28,11 +29,13 @@ class ProcessCheckingRunLauncher(DefaultRunLauncher):
     def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
         grpc = json.loads(run.tags.get(GRPC_INFO_TAG) or "{}")
         if not is_local_host(grpc.get("host"), bool(grpc.get("socket"))):
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN,
-                                        f"run {run.run_id}: its worker is not on this machine (code server {grpc or 'unknown'})")
+            return _unchecked(run, f"its worker is not on this machine (code server {grpc or 'unknown'})")
+        if in_another_pid_namespace(grpc):
+            return _unchecked(run, f"its code server ({grpc}) answers from another PID namespace (e.g. a sidecar "
+                                   "container), where its worker pids mean nothing here")
         found = self._worker_pid(run.run_id)
         if found is None:
-            return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"run {run.run_id}: its worker has not reported its pid yet")
+            return _unchecked(run, "its worker has not reported its pid yet")
         pid, reported_at = found
         if process_alive(pid, started_before=reported_at):
             return CheckRunHealthResult(WorkerStatus.RUNNING, f"run worker pid {pid} is alive", run_worker_id=str(pid))
@@ -55,3 +58,8 @@ class ProcessCheckingRunLauncher(DefaultRunLauncher):
             if pid is not None and message.startswith("Started process for"):
                 return int(getattr(pid, "value", pid)), entry.timestamp
         return None
+
+
+def _unchecked(run: DagsterRun, why: str) -> CheckRunHealthResult:
+    return CheckRunHealthResult(WorkerStatus.RUNNING, f"run {run.run_id}: not checked: {why}; a run that hangs is "
+                                "failed by run monitoring's max_runtime_seconds")

@@ -68,3 +68,68 @@ def process_alive(pid: int, started_before: float | None = None, proc_root: str 
         if started_at > started_before + 2:  # tick rounding and clock granularity
             return False
     return True
+
+
+def _listening_inodes(grpc: dict, proc_root: str) -> set[str]:
+    """Inodes of the sockets listening where the code server is reached: its TCP port (any
+    local address, IPv4 or 6) or its unix socket path. /proc/net is this network namespace's."""
+    found: set[str] = set()
+    if grpc.get("port"):
+        for name in ("tcp", "tcp6"):
+            try:
+                with open(os.path.join(proc_root, "net", name)) as f:
+                    next(f, None)
+                    for line in f:
+                        cols = line.split()
+                        if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == int(grpc["port"]):
+                            found.add(cols[9])
+            except OSError:
+                continue
+    elif grpc.get("socket"):
+        try:
+            with open(os.path.join(proc_root, "net", "unix")) as f:
+                next(f, None)
+                for line in f:
+                    cols = line.split()
+                    if len(cols) > 7 and cols[7] == grpc["socket"]:
+                        found.add(cols[6])
+        except OSError:
+            pass
+    return found
+
+
+def _peer_pid(path: str) -> int | None:
+    """The pid of the process listening on a unix socket, as this PID namespace numbers it (the
+    kernel answers 0 for a process of another namespace); None when nobody answers."""
+    import struct
+
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(2)
+            s.connect(path)
+            pid, _uid, _gid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                struct.calcsize("3i")))
+            return pid
+    except OSError:
+        return None
+
+
+def in_another_pid_namespace(grpc: dict, proc_root: str = "/proc") -> bool:
+    """Whether the code server answers from a PID namespace other than ours: a sidecar container
+    sharing the network or a socket volume, not the pids. The worker pids it reports then name
+    nothing here (or another process) and must not be judged by os.kill. Only positive evidence
+    counts: a code server that answers nowhere died (with its workers, as a restart does)."""
+    if grpc.get("socket") and proc_root == "/proc":
+        return _peer_pid(grpc["socket"]) == 0
+    inodes = {f"socket:[{i}]" for i in _listening_inodes(grpc, proc_root)}
+    if not inodes:
+        return False
+    for pid in filter(str.isdigit, os.listdir(proc_root)):
+        fd_dir = os.path.join(proc_root, pid, "fd")
+        try:
+            for fd in os.listdir(fd_dir):
+                if os.readlink(os.path.join(fd_dir, fd)) in inodes:
+                    return False
+        except OSError:
+            continue  # gone meanwhile, or another user's process we may not inspect
+    return True

@@ -61,10 +61,22 @@ def _started_run(instance: DagsterInstance, pid: int, grpc: dict) -> DagsterRun:
     return run
 
 
-def test_a_killed_run_worker_is_failed_and_a_live_one_is_running(instance):
+@pytest.fixture
+def code_server():
+    """Something of this PID namespace listening where the run's code server is said to be."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield {"host": "localhost", "port": server.getsockname()[1]}
+    server.close()
+
+
+def test_a_killed_run_worker_is_failed_and_a_live_one_is_running(instance, code_server):
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        run = _started_run(instance, worker.pid, {"host": "localhost", "port": 4000})
+        run = _started_run(instance, worker.pid, code_server)
         health = instance.run_launcher.check_run_worker_health(run)
         assert health.status == WorkerStatus.RUNNING, health
         worker.kill()
@@ -79,14 +91,36 @@ def test_a_killed_run_worker_is_failed_and_a_live_one_is_running(instance):
         worker.wait()
 
 
-def test_a_run_worker_on_another_host_or_without_a_pid_is_unknown_never_failed(instance):
+def test_a_run_worker_that_cannot_be_checked_is_never_failed_by_run_monitoring(instance, code_server, monkeypatch):
+    """Dagster's run monitoring fails a run on any status but RUNNING or SUCCESS, UNKNOWN included: a
+    worker on another host, in another PID namespace (a sidecar code server sharing the network: N16)
+    or that has not said its pid yet must stay STARTED, left to max_runtime."""
+    import logging
+
+    from dagster._daemon.monitoring.run_monitoring import monitor_started_run
+
+    import kafka_landing.run_launcher as launcher
+
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    elsewhere = _started_run(instance, dead.pid, {"host": "code-server.example", "port": 4000})
-    assert instance.run_launcher.check_run_worker_health(elsewhere).status == WorkerStatus.UNKNOWN
-    no_pid = instance.add_run(DagsterRun(job_name="j", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
-                                         tags={GRPC_INFO_TAG: json.dumps({"host": "localhost", "port": 4000})}))
-    assert instance.run_launcher.check_run_worker_health(no_pid).status == WorkerStatus.UNKNOWN
+    sidecar = {"host": "localhost", "port": 4999}  # a code server whose listener no pid of ours holds
+    monkeypatch.setattr(launcher, "in_another_pid_namespace", lambda grpc: grpc == sidecar)
+    runs = {
+        "another host": _started_run(instance, dead.pid, {"host": "code-server.example", "port": 4000}),
+        "another PID namespace": _started_run(instance, dead.pid, sidecar),
+        "no pid yet": instance.add_run(DagsterRun(job_name="j", run_id=str(uuid.uuid4()),
+                                                  status=DagsterRunStatus.STARTED,
+                                                  tags={GRPC_INFO_TAG: json.dumps(code_server)})),
+    }
+    for why, run in runs.items():
+        health = instance.run_launcher.check_run_worker_health(run)
+        assert health.status == WorkerStatus.RUNNING and "not checked" in health.msg, (why, health)
+        monitor_started_run(instance, None, instance.get_run_record_by_id(run.run_id), logging.getLogger("t"))
+        assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.STARTED, why
+    # The same dead pid, with a code server this daemon can see, is failed: the check can fail.
+    seen = _started_run(instance, dead.pid, code_server)
+    monitor_started_run(instance, None, instance.get_run_record_by_id(seen.run_id), logging.getLogger("t"))
+    assert instance.get_run_by_id(seen.run_id).status == DagsterRunStatus.FAILURE
 
 
 def _slice_run(topic: str, kafka: KafkaResource, tmp_path, policy: RetryPolicy = QUICK):
