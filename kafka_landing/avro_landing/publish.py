@@ -21,13 +21,14 @@ from kafka_landing.naming import (
     slice_manifest_path,
     table_hour_dir,
 )
-from kafka_landing.store.base import LandingStore
+from kafka_landing.store.base import HeldLock, LandingStore
 from kafka_landing.warehouse.load_queue import mark_pending
 
 
-def _remove_unlisted(store: LandingStore, rel_dir: str, listed: set[str]) -> None:
+def _remove_unlisted(store: LandingStore, rel_dir: str, listed: set[str], held: HeldLock) -> None:
     for rel in store.list(rel_dir, "*.avro"):
         if rel not in listed:
+            held.fence()
             store.delete(rel)
 
 
@@ -56,12 +57,14 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
     hour = hour_from_tag(plan.hour)
     tables = {t: sorted((s for s in good if s.table == t), key=lambda s: s.rel) for t in cfg.tables}
     feeds = [(cfg.dataset, t) for t in cfg.tables]
-    with store.lock(f"locks/{plan.topic}/hour={plan.hour}.lock"):
+    with store.lock(f"locks/{plan.topic}/hour={plan.hour}.lock") as held:
         for s in [*dead, *(s for mine in tables.values() for s in mine)]:
+            held.fence()  # before each commit: a holder that lost the lock meanwhile stops here (N9)
             store.move(s.src, s.rel)  # same name, same rows as a previous attempt's file
         crash_point("landing:files_moved")
         manifest_rel = dead_letter_manifest_path(plan.topic, hour)
         retired = _retired(store.read_json(manifest_rel), feeds)
+        held.fence()
         store.write_json_atomic(manifest_rel, {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **asdict(dl),
                                                "tables": [list(t) for t in feeds], "retired": [list(t) for t in retired]})
         landed_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -82,18 +85,19 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
             # Written last, atomically: the hour of this table is now complete.
             rel = done_file_path(cfg.dataset, table, hour)
             content = json.dumps(done[table].to_dict(), indent=2, sort_keys=True).encode()
+            held.fence()
             store.write_atomic(rel, content)
             mark_pending(store, rel, content)  # the bytes just written: no second read of the bucket
             crash_point("landing:done_written")
         for dataset, table in retired:
-            _retire(store, plan, dataset, table, attempt, done)
+            _retire(store, plan, dataset, table, attempt, done, held)
         crash_point("landing:published")
         # Only now that every new done file is in place: remove what none of them lists.
         for table, d in done.items():
-            _remove_unlisted(store, table_hour_dir(cfg.dataset, table, hour), {f.path for f in d.files})
+            _remove_unlisted(store, table_hour_dir(cfg.dataset, table, hour), {f.path for f in d.files}, held)
         for dataset, table in retired:
-            _remove_unlisted(store, table_hour_dir(dataset, table, hour), set())
-        _remove_unlisted(store, dead_letter_dir(plan.topic, hour), {f.path for f in dl.files})
+            _remove_unlisted(store, table_hour_dir(dataset, table, hour), set(), held)
+        _remove_unlisted(store, dead_letter_dir(plan.topic, hour), {f.path for f in dl.files}, held)
     return done
 
 
@@ -107,7 +111,7 @@ def _retired(before: dict | None, feeds: list[tuple[str, str]]) -> list[tuple[st
 
 
 def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, attempt: str,
-            fed: dict[str, DoneFile]) -> None:
+            fed: dict[str, DoneFile], held: HeldLock) -> None:
     """An empty done file in place of the old one: a loader of the table replaces the hour with
     nothing, and the landing conservation check counts it. Written once, not on every re-land.
     No load is marked pending: no asset of this topic loads the table any more (see the README)."""
@@ -125,4 +129,5 @@ def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, atte
         topic_records_read=old.topic_records_read, offset_gaps=old.offset_gaps, attempt=attempt,
         landed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), retired=why,
     )
+    held.fence()
     store.write_atomic(rel, json.dumps(content.to_dict(), indent=2, sort_keys=True).encode())

@@ -62,7 +62,7 @@ def freeze_slice(
     if existing:
         return existing, False
     # One planner per topic: two neighbours planned at once must agree on their boundary.
-    with store.lock(f"{slice_dir(cfg.topic)}/.plan.lock"):
+    with store.lock(f"{slice_dir(cfg.topic)}/.plan.lock") as held:
         existing = frozen_slice(store, cfg.topic, hour)
         if existing:
             return existing, False
@@ -74,6 +74,7 @@ def freeze_slice(
         )
         crash_point("slices:before_manifest")
         data = json.dumps(plan.to_dict(), indent=2, sort_keys=True).encode()
+        held.fence()  # planned against what was frozen when we read it: only if no other planner ran since
         if not store.create_exclusive(slice_manifest_path(cfg.topic, hour), data):
             return frozen_slice(store, cfg.topic, hour), False  # type: ignore[return-value]
         return plan, True

@@ -9,7 +9,10 @@ The contracts each backend keeps (see `local.py`, `gcs.py`):
 - `write_atomic`: a reader sees the old content or the new, never half of it.
 - `create_exclusive`: first writer wins (freezing slice manifests).
 - `lock`: one holder at a time; a holder that dies loses it (a flock dies with
-  its process, a bucket lock object has a lease).
+  its process, a bucket lock object has a lease). The block gets a `HeldLock`:
+  call its `fence()` right before each create, replace or delete the lock
+  protects, so a holder that lost the lock meanwhile (a lease lapsed while it
+  stalled, and someone took it over) raises `LockLost` instead of committing.
 - `move`: a finished file put in place under its final name, replacing one of
   the same name; the source is gone afterwards.
 Pure: no Dagster, no Spark.
@@ -22,6 +25,22 @@ import fnmatch
 import json
 from abc import ABC, abstractmethod
 from typing import Iterator
+
+from kafka_landing.errors import ServiceUnavailable
+
+
+class LockLost(ServiceUnavailable, RuntimeError):
+    """The lock is no longer ours (a lease lapsed while held and someone else took it over, or
+    the lock object or file was removed): the block did not run alone. Raised by a fence before
+    the commit it guards, or when the block ends. Retrying the whole operation is safe."""
+
+
+class HeldLock:
+    """What `LandingStore.lock` gives the block. Its `fence()` costs at most one metadata read:
+    call it at the commit points only, right before each change the lock protects."""
+
+    def fence(self) -> None:
+        """Raise `LockLost` unless the lock is still held by this holder."""
 
 
 class LandingStore(ABC):
@@ -133,5 +152,6 @@ class LandingStore(ABC):
 
     @abstractmethod
     @contextlib.contextmanager
-    def lock(self, rel: str) -> Iterator[None]:
-        """Hold the lock `rel` for the block; a crashed holder cannot keep it forever."""
+    def lock(self, rel: str) -> Iterator[HeldLock]:
+        """Hold the lock `rel` for the block; a crashed holder cannot keep it forever. The block
+        calls `fence()` on what it gets right before each commit the lock protects."""

@@ -12,7 +12,11 @@ A bucket has no rename, no hard link and no flock, so each contract of
   after a crash copies the same bytes again.
 A lock is an object holding its holder and a lease, renewed by a daemon thread
 while held, so a holder that dies (SIGKILL, a lost machine) loses it one lease
-after its last renewal. Pure: no Dagster, no Spark.
+after its last renewal. A holder that merely stalled past its lease (the bucket
+unreachable for its renewals, a paused process) may find the lock taken over:
+its `fence()`, called right before each commit the lock protects, reads the lock
+object (one metadata GET) and raises `LockLost` unless it is still this holder's
+and its lease has not run out. Pure: no Dagster, no Spark.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 
 from kafka_landing.avro_files import count_records_in, offset_range_in
 from kafka_landing.errors import ServiceUnavailable
-from kafka_landing.store.base import LandingStore
+from kafka_landing.store.base import HeldLock, LandingStore, LockLost
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +57,6 @@ _AVRO_READ_CHUNK = 8 * 1024 * 1024
 
 class LockTimeout(ServiceUnavailable, TimeoutError):
     """Waited the whole timeout for a lock a live holder keeps renewing."""
-
-
-class LockLost(ServiceUnavailable, RuntimeError):
-    """The lease lapsed while held (renewals failed) and someone else took the lock over:
-    the block did not run alone. Retrying the whole operation is safe."""
 
 
 def _parse_root(root: str) -> tuple[str, str]:
@@ -266,6 +265,27 @@ class GcsStore(LandingStore):
                 out.append(self._rel(blob.name))
         return sorted(out)
 
+    def glob(self, pattern: str) -> list[str]:
+        """What the base definition finds (same depth, hidden files never), listing only the objects
+        under the pattern's literal prefix (up to its first wildcard, not just its fixed folders) and
+        asking the bucket to match the glob itself (`matchGlob`: GCS's `*` and `?` stay within a
+        folder, as the fixed depth makes fnmatch's do; a pattern with `[`, `{` or a backslash, which
+        GCS may read otherwise, gets the prefix only). What comes back is filtered here in any case,
+        so the bucket's glob only saves listing (the emulator ignores it)."""
+        pattern = self.check_rel(pattern)
+        literal = pattern[:min((i for i in map(pattern.find, "*?[") if i >= 0), default=len(pattern))]
+        prefix = "/".join(p for p in (self.prefix, literal) if p) + ("/" if self.prefix and not literal else "")
+        full = "/".join(p for p in (self.prefix, pattern) if p)
+        depth = pattern.count("/")
+        server_glob = None if any(c in full for c in "[]{}\\") else full
+        out = []
+        for blob in self.client.list_blobs(self.bucket, prefix=prefix, match_glob=server_glob):
+            rel = self._rel(blob.name)
+            base = rel.rsplit("/", 1)[-1]
+            if base and not base.startswith(".") and rel.count("/") == depth and fnmatch.fnmatchcase(rel, pattern):
+                out.append(rel)
+        return sorted(out)
+
     # --- write ---------------------------------------------------------------
 
     @staticmethod
@@ -364,9 +384,9 @@ class GcsStore(LandingStore):
         return _Lease(holder=meta.get("holder", "an unknown holder (no holder metadata)"),
                       generation=int(blob.generation), renewed=blob.updated, lease_seconds=lease)
 
-    def _write_lock(self, name: str, holder: str, if_generation_match: int) -> int | None:
+    def _write_lock(self, name: str, holder: str, if_generation_match: int, **request) -> int | None:
         """Write the lock object only over the version named; its new generation, or None if
-        another version is there (or, for 0, any)."""
+        another version is there (or, for 0, any). `request`: the upload's timeout and retry."""
         blob = self.bucket.blob(name)
         blob.metadata = {"holder": holder, "lease_seconds": str(self.lease_seconds)}
         body = {"holder": holder, "lease_seconds": self.lease_seconds,
@@ -375,7 +395,7 @@ class GcsStore(LandingStore):
                 "what": "a kafka_landing lock; its holder renews it. Delete it only if the holder is stuck."}
         try:
             blob.upload_from_string(json.dumps(body).encode(), content_type="application/json",
-                                    if_generation_match=if_generation_match)
+                                    if_generation_match=if_generation_match, **request)
         except gexc.PreconditionFailed:
             return None
         return int(blob.generation)
@@ -418,13 +438,13 @@ class GcsStore(LandingStore):
             delay = min(delay * 2, max_delay)
 
     @contextlib.contextmanager
-    def lock(self, rel: str) -> Iterator[None]:
+    def lock(self, rel: str) -> Iterator[HeldLock]:
         name = self._name(rel)
         holder = f"{socket.gethostname()}:pid={os.getpid()}:{uuid.uuid4().hex[:12]}"
         held = _HeldLock(self, name, holder, self._acquire(name, holder))
         held.start()
         try:
-            yield
+            yield held
         except BaseException:
             held.release()
             raise
@@ -434,9 +454,10 @@ class GcsStore(LandingStore):
                            f"Another holder may have run at the same time; retry the operation.")
 
 
-class _HeldLock:
+class _HeldLock(HeldLock):
     """A lock while held: a daemon thread renews its lease with `ifGenerationMatch` on its
-    own version, so it notices (and stops) when anyone else has taken it over."""
+    own version, so it notices (and stops) when anyone else has taken it over; `fence()`
+    checks the same right before a commit, since the thread only notices at its next renewal."""
 
     def __init__(self, store: GcsStore, name: str, holder: str, generation: int):
         self.store, self.name, self.holder, self.generation = store, name, holder, generation
@@ -448,11 +469,33 @@ class _HeldLock:
     def start(self) -> None:
         self._thread.start()
 
+    def fence(self) -> None:
+        """LockLost unless the lock object is still ours (our generation, or a later one our own
+        renewal wrote: the holder id is unique to this acquisition) and its lease has not run out
+        by the time the read returns. One metadata GET."""
+        if self.lost is None:
+            blob = self.store.bucket.get_blob(self.name)
+            cur = None if blob is None else self.store._lease(blob)
+            if cur is None or (cur.generation != self.generation and cur.holder != self.holder):
+                self.lost = (f"taken over by {cur.holder}" if cur else "deleted by someone else") + " while held"
+                log.error("lock %s lost while held by %s: %s", self.uri, self.holder, self.lost)
+            elif cur.expired():
+                # Still ours, but anyone may take it over now: do not commit on it.
+                raise LockLost(f"lock {self.uri} held by {self.holder}: its lease ran out at "
+                               f"{cur.expires.isoformat(timespec='seconds')} (not renewed since "
+                               f"{cur.renewed.isoformat(timespec='seconds')}), so another holder may take it over "
+                               "at any moment. Nothing was committed past this point; retry the operation.")
+        if self.lost:
+            raise LockLost(f"lock {self.uri} was lost while held by {self.holder}: {self.lost}. Another holder may "
+                           "be running; nothing was committed past this point. Retry the operation.")
+
     def _renew_loop(self) -> None:
         wait = self.store.renew_seconds
         while not self._stop.wait(wait):
             try:
-                gen = self.store._write_lock(self.name, self.holder, self.generation)
+                # A hung request must not eat the lease: bounded, and retried by this loop.
+                gen = self.store._write_lock(self.name, self.holder, self.generation,
+                                             timeout=max(1.0, self.store.renew_seconds), retry=None)
                 if gen is None:
                     cur = self.store._current_lease(self.name)
                     if cur is not None and cur.holder == self.holder:

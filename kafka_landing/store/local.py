@@ -2,7 +2,8 @@
 
 Atomicity from the file system: `write_atomic` renames a fsynced temporary file
 over the target, `create_exclusive` hard-links (which fails if the target
-exists), `lock` is a flock that dies with its process. Pure: no Dagster, no Spark.
+exists), `lock` is a flock that dies with its process; its fence checks that the lock file is
+still the one locked (removed and created again, it is someone else's). Pure: no Dagster, no Spark.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from kafka_landing.avro_files import count_records, offset_range_in
-from kafka_landing.store.base import LandingStore
+from kafka_landing.store.base import HeldLock, LandingStore, LockLost
 
 
 class LocalStore(LandingStore):
@@ -143,12 +144,31 @@ class LocalStore(LandingStore):
         return removed
 
     @contextlib.contextmanager
-    def lock(self, rel: str) -> Iterator[None]:
+    def lock(self, rel: str) -> Iterator[HeldLock]:
         p = self._path(rel)
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
-                yield
+                yield _HeldFlock(p, f.fileno())
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class _HeldFlock(HeldLock):
+    """A flock holds while its process lives, but only on the file it locked: once that file is
+    removed (by hand, a sweep), the next locker creates and locks a new one beside us."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self.fd = path, fd
+
+    def fence(self) -> None:
+        mine = os.fstat(self.fd)
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
+            raise LockLost(f"lock {self.path} was {'removed' if now is None else 'removed and created again'} "
+                           "while held: another process may hold it now. Nothing was committed past this point; "
+                           "retry the operation.")

@@ -219,6 +219,77 @@ def test_list_subdirs_walk_glob(store):
     assert store.first("d", "*.csv") is None and store.first("d/absent") is None
 
 
+GLOB_TREE = ["tables/d/t/hour=2026-11-20T13/_DONE.json", "tables/d/t/hour=2026-11-20T13/a.avro",
+             "tables/d/t/hour=2026-11-20T13/.a.avro.tmp", "tables/d/t/hour=2026-11-20T14/_DONE.json",
+             "tables/d/t/hour=2026-11-20T14/sub/_DONE.json", "tables/d/t/hours.json", "tables/d/t/_x/_DONE.json",
+             "tables/d/t2/hour=2026-11-20T13/_DONE.json", "tables/d/.h/hour=1/_DONE.json", "tables/e/t/hour=1/_DONE.json",
+             "pending_loads/d/t/hour=2026-11-20T13.json", "top.json", "tables/d/t/hour=x?/_DONE.json"]
+GLOB_PATTERNS = ["tables/d/t/hour=*/_DONE.json", "tables/d/t/hour=2026-11-20T1?/*", "tables/d/t*/hour=*/_DONE.json",
+                 "tables/*/t/hour=*/_DONE.json", "tables/d/*/hour=1/*", "tables/d/t/hour=*/*/_DONE.json",
+                 "tables/d/t/hour=2026-11-20T1[3]/_DONE.json", "tables/d/t/hour=2026-11-20T1[!3]/_DONE.json",
+                 "tables/d/t/hours.json", "tables/d/t/hour=*", "*.json", "*", "*/*/*/*/*", "tables/d/t/hour=x[?]/*",
+                 "tables/d/t/hour=2026-11-20T13/.*", "nothing/*", "tables/d/t/hour=2026-11-20T13/"]
+
+
+def test_glob_is_the_base_definition_on_both_backends(store):
+    """Whatever listing a backend's glob does, it finds what the base definition (walk the fixed
+    folders, filter) finds: the same depth, hidden files never, hidden folders yes."""
+    from kafka_landing.store.base import LandingStore
+
+    for rel in GLOB_TREE:
+        store.write_atomic(rel, b"x")
+    for pattern in GLOB_PATTERNS:
+        assert store.glob(pattern) == LandingStore.glob(store, pattern), pattern
+    assert store.glob("tables/d/t/hour=*/_DONE.json") == ["tables/d/t/hour=2026-11-20T13/_DONE.json",
+                                                          "tables/d/t/hour=2026-11-20T14/_DONE.json",
+                                                          "tables/d/t/hour=x?/_DONE.json"]
+    assert store.glob("tables/d/*/hour=1/*") == ["tables/d/.h/hour=1/_DONE.json"]
+    assert store.glob("tables/d/t/hour=2026-11-20T13/.*") == []
+    with pytest.raises(ValueError, match="escapes the landing root"):
+        store.glob("../*")
+
+
+def test_gcs_glob_lists_only_the_literal_prefix(gcs_store_factory):
+    """N12: globbing a table's done files lists by the pattern's literal prefix (up to the first
+    wildcard) and asks the bucket to match the glob itself (`matchGlob`; real GCS then returns only
+    the done files, the emulator ignores it and the store filters), not every object of the table."""
+    store = gcs_store_factory()
+    hours = [f"2026-11-20T{h:02d}" for h in range(6)]
+    for h in hours:
+        store.write_atomic(f"tables/d/t/hour={h}/_DONE.json", b"{}")
+        for i in range(4):
+            store.write_atomic(f"tables/d/t/hour={h}/part-{i}.avro", b"x")
+    for i in range(30):  # a table's other objects, and other tables
+        store.write_atomic(f"tables/d/t/_schemas/s{i}.json", b"{}")
+        store.write_atomic(f"tables/d/u/hour=2026-11-20T{i % 24:02d}/_DONE.json", b"{}")
+    real = store.client
+
+    class Counting:
+        def __init__(self):
+            self.calls, self.listed = [], 0
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def list_blobs(self, *args, **kwargs):
+            self.calls.append(kwargs)
+            for blob in real.list_blobs(*args, **kwargs):
+                self.listed += 1
+                yield blob
+
+    store.client = counting = Counting()
+    assert store.glob("tables/d/t/hour=*/_DONE.json") == [f"tables/d/t/hour={h}/_DONE.json" for h in hours]
+    assert [(c.get("prefix"), c.get("match_glob")) for c in counting.calls] == [
+        ("landing/tables/d/t/hour=", "landing/tables/d/t/hour=*/_DONE.json")]
+    assert counting.listed <= 6 * 5  # under the prefix only (6 on GCS itself); not the 30 schemas nor table u
+    counting.calls.clear()
+    assert store.glob("tables/d/t/hour=2026-11-20T0[0-1]/_DONE.json") == [f"tables/d/t/hour={h}/_DONE.json"
+                                                                         for h in hours[:2]]
+    # A bracket or brace may mean something else to the bucket: the prefix only, the store filters.
+    assert [(c.get("prefix"), c.get("match_glob")) for c in counting.calls] == [
+        ("landing/tables/d/t/hour=2026-11-20T0", None)]
+
+
 def test_first_frozen_hour_is_the_earliest_slice_by_hour(store):
     """Slice names sort as their hours do; temporary files, locks and other files are ignored."""
     for rel in ["slices/t/.plan.lock", "slices/t/.hour=2026-01-01T00.json.tmp", "slices/t/hour=2026-11-20T13.json",
@@ -341,9 +412,10 @@ def test_a_live_holder_keeps_the_lock_beyond_its_lease(gcs_store_factory):
 
     def hold():
         try:
-            with holder.lock("locks/z.lock"):  # raises LockLost at exit if it was taken meanwhile
+            with holder.lock("locks/z.lock") as held:  # raises LockLost at exit if it was taken meanwhile
                 in_block.set()
                 time.sleep(3.2)  # over two leases
+                held.fence()  # renewed all along: still ours
                 released_at.append(time.monotonic())
         except Exception as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
@@ -371,6 +443,91 @@ def test_a_holder_whose_lock_was_taken_over_says_so_and_leaves_the_new_lock(gcs_
             blob.upload_from_string(b"{}", if_generation_match=blob.generation)
             time.sleep(1.2)  # a few renewals: the first one finds the intruder
     assert _lock_blob(gcs_client, gcs_bucket, "locks/w.lock").metadata["holder"] == "intruder"
+
+
+def test_a_holder_that_lost_its_lock_is_fenced_before_it_commits(make_store):
+    """N9: a holder whose lock went to someone else while it worked (on a bucket: its lease lapsed,
+    renewals failing or the process paused, and a waiter took it over; on a local folder: the lock
+    file was removed and a new holder locked the new one) gets LockLost at its next fence, before
+    the commit it fences, and the new holder's lock is left alone."""
+    from kafka_landing.store.gcs import LockLost
+
+    holder = make_store(lease_seconds=1.0, renew_seconds=0.25)
+    taker = make_store(wait_timeout_seconds=20)
+    taken, finish, errors = threading.Event(), threading.Event(), []
+
+    def take() -> None:
+        try:
+            if isinstance(taker, LocalStore):
+                taker.delete("locks/f.lock")  # by hand, or a sweep: the next locker gets a new file
+            with taker.lock("locks/f.lock") as theirs:
+                taken.set()
+                finish.wait(20)
+                theirs.fence()  # still theirs: the holder that lost it neither renewed nor released it
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    with pytest.raises(LockLost, match="locks/f.lock"):
+        with holder.lock("locks/f.lock") as held:
+            held.fence()  # a live holder passes
+            assert holder.create_exclusive("out/fresh.json", b"fenced, while held")
+            if not isinstance(holder, LocalStore):
+                def unreachable(*_a, **_kw):
+                    raise ConnectionError("the bucket is unreachable from the holder")
+
+                holder._write_lock = unreachable  # renewals fail from now on: the lease lapses
+            t = threading.Thread(target=take)
+            t.start()
+            try:
+                assert taken.wait(20), errors
+                held.fence()
+                holder.create_exclusive("out/stale.json", b"written without the lock")  # never reached
+            finally:
+                finish.set()
+                t.join()
+    assert not errors, errors
+    assert not holder.exists("out/stale.json")
+    assert holder.read_bytes("out/fresh.json") == b"fenced, while held"
+
+
+def test_a_planner_stalled_past_its_lease_freezes_nothing(gcs_store_factory):
+    """N9 end to end: a planner stalls inside the plan lock (a slow Kafka, a paused VM) while
+    its renewals fail; another planner takes the lapsed lock over. The stalled one must not freeze
+    its plan afterwards (it could leave a gap or an overlap with what the other froze)."""
+    from kafka_landing.config import TopicConfig
+    from kafka_landing.kafka_slices.freeze import freeze_slice
+    from kafka_landing.naming import ONE_HOUR, slice_dir, slice_manifest_path
+    from kafka_landing.store.gcs import LockLost
+    from kafka_landing_tests.unit.test_planning import BASE, DATA, NOW, MemLog, at
+
+    planner = gcs_store_factory(lease_seconds=1.0, renew_seconds=0.25)
+    other = gcs_store_factory(**LEASE, wait_timeout_seconds=20)
+    cfg = TopicConfig("web", "w", table="events", grace_minutes=0, rows_per_task=10)
+    lock = f"{slice_dir(cfg.topic)}/.plan.lock"
+    taken, finish = threading.Event(), threading.Event()
+
+    def take_over() -> None:
+        with other.lock(lock):
+            taken.set()
+            finish.wait(20)
+
+    class StalledLog(MemLog):
+        def partitions(self, topic):
+            def unreachable(*_a, **_kw):
+                raise ConnectionError("the bucket is unreachable from the planner")
+
+            planner._write_lock = unreachable
+            threading.Thread(target=take_over, daemon=True).start()
+            assert taken.wait(20)
+            return super().partitions(topic)
+
+    log = StalledLog({0: [(at(h, 5), DATA) for h in range(4)]})
+    try:
+        with pytest.raises(LockLost):
+            freeze_slice(planner, log, cfg, BASE + ONE_HOUR, NOW)
+        assert not planner.exists(slice_manifest_path(cfg.topic, BASE + ONE_HOUR))
+    finally:
+        finish.set()
 
 
 HOLDER_SCRIPT = """
