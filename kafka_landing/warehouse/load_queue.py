@@ -20,15 +20,25 @@ every tick grows without bound. So:
 - The sensor lists the markers, not the done files, and asks the Dagster
   instance which loads ran (`decide`): none -> request; one in flight -> wait;
   all finished and the content still not loaded -> request again under a new
-  run key, at most `MAX_ATTEMPTS` times, then warn on every tick.
+  run key, at most `MAX_ATTEMPTS` times, then give up (below).
 - What is ready is grouped (`plan_loads`): one run per table covers a run of
   consecutive ready hours at the same attempt (at most `MAX_HOURS_PER_RUN`),
   so a backfill costs a few runs, not one per hour. Each run names the loads
   it covers in its tags (`member_tag`), one tag per hour, so the sensor finds
   every run that covered a load with one indexed tag query per hour of the
   week, however the loads were grouped then (`covering_runs`).
-- Done files written by other tools (no marker) are found by a rolling
-  reconciliation (`reconcile`), a bounded number of done files per tick.
+- A load nobody will ask for again (its attempts used up, refused for good,
+  or a done file contradicting its path) is moved aside (`give_up_pending`) to
+
+      pending_loads/_given_up/<dataset>/<table>/hour=<H>.json   (the marker, and why)
+
+  so it no longer takes a place among the markers examined per tick. A re-land
+  (`mark_pending`) or a load of the hour (`clear_pending`: a person
+  materialising it) removes it.
+- Done files written by other tools (no marker) are found by a reconciliation
+  (`reconcile`) that remembers which hours it checked, so a tick reads only
+  done files of hours it has not checked yet, and checks everything again once
+  a day (what changed in place without a marker).
 
 Pure: no Dagster, no Spark.
 """
@@ -38,8 +48,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from kafka_landing.naming import (
@@ -54,6 +65,7 @@ from kafka_landing.naming import (
 from kafka_landing.store.base import LandingStore
 
 PENDING_DIR = "pending_loads"
+GIVEN_UP_DIR = f"{PENDING_DIR}/_given_up"  # list_pending skips folders starting with "_"
 MAX_ATTEMPTS = 3
 # Run statuses (Dagster's names) after which a run will not change anything any more.
 FINISHED = frozenset({"SUCCESS", "FAILURE", "CANCELED"})
@@ -72,6 +84,10 @@ class TableHour:
     @property
     def marker(self) -> str:
         return f"{PENDING_DIR}/{self.dataset}/{self.table}/hour={self.hour}.json"
+
+    @property
+    def given_up_marker(self) -> str:
+        return f"{GIVEN_UP_DIR}/{self.dataset}/{self.table}/hour={self.hour}.json"
 
     @property
     def name(self) -> str:
@@ -101,16 +117,18 @@ def mark_pending(store: LandingStore, done_file_rel_path: str, content_bytes: by
                        "marked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}).encode()
     with store.lock(_lock(th.dataset, th.table)):
         store.write_atomic(th.marker, body)
+        if store.exists(th.given_up_marker):  # new content: what was given up on is not the hour's any more
+            store.delete(th.given_up_marker)
     return th.marker
 
 
 _MISSING = object()
 
 
-def _marker_sha(store: LandingStore, th: TableHour):
+def _marker_sha(store: LandingStore, th: TableHour, rel: str | None = None):
     """The hash a marker names; None if unreadable (it still means "look here"); _MISSING if absent."""
     try:
-        raw = store.read_bytes(th.marker)
+        raw = store.read_bytes(rel or th.marker)
     except FileNotFoundError:
         return _MISSING
     try:
@@ -126,10 +144,11 @@ def marker_sha(store: LandingStore, th: TableHour) -> str | None:
     return None if sha is _MISSING else sha
 
 
-def read_marker(store: LandingStore, th: TableHour) -> dict | None:
-    """The marker of (table, hour) as written ({} if unreadable), None if there is none."""
+def read_marker(store: LandingStore, th: TableHour, given_up: bool = False) -> dict | None:
+    """The marker of (table, hour) as written ({} if unreadable), None if there is none
+    (`given_up`: the one moved aside by `give_up_pending`)."""
     try:
-        raw = json.loads(store.read_bytes(th.marker))
+        raw = json.loads(store.read_bytes(th.given_up_marker if given_up else th.marker))
     except FileNotFoundError:
         return None
     except ValueError:
@@ -149,41 +168,76 @@ def refuse_pending(store: LandingStore, done_file_rel_path: str, sha: str, why: 
     """Record on the marker that content `sha` failed terminally (what the data or the warehouse
     says, not a service briefly away), so the sensor does not ask for it again: only new content
     (a re-land writes a new marker) or a person re-materialising the hour loads it. True if
-    recorded; False if the marker is absent or names other content."""
+    recorded; False if the marker is absent or names other content. A load given up on and
+    tried again by hand that fails for good says so on the marker moved aside."""
     th = parse_done_path(done_file_rel_path)
     with store.lock(_lock(th.dataset, th.table)):
+        for given_up in (False, True):
+            marker = read_marker(store, th, given_up)
+            if marker and marker.get("sha256") == sha:
+                marker["refused"] = {"sha256": sha, "why": why[:4000],
+                                     "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                store.write_atomic(th.given_up_marker if given_up else th.marker, json.dumps(marker).encode())
+                return True
+        return False
+
+
+def give_up_pending(store: LandingStore, th: TableHour, seen: str | None, sha: str, why: str,
+                    runs: Sequence[str] = ()) -> bool:
+    """Move the marker of (table, hour) aside, saying why, if it still names `seen` (the hash
+    read before the done file, None: unreadable): the sensor will not ask for content `sha`
+    again, so it must not take a place among the markers it examines each tick. A re-land
+    (new marker) or a load of the hour (`clear_pending`) removes it. True if moved."""
+    with store.lock(_lock(th.dataset, th.table)):
         marker = read_marker(store, th)
-        if not marker or marker.get("sha256") != sha:
+        if marker is None or (marker.get("sha256") if isinstance(marker.get("sha256"), str) else None) != seen:
             return False
-        marker["refused"] = {"sha256": sha, "why": why[:4000],
-                             "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        store.write_atomic(th.marker, json.dumps(marker).encode())
+        moved = {**marker, "done_file": th.done_file, "sha256": sha,
+                 "given_up": {"why": why[:4000], "runs": list(runs),
+                              "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}}
+        store.write_atomic(th.given_up_marker, json.dumps(moved).encode())
+        store.delete(th.marker)
         return True
+
+
+def given_up_why(marker: dict | None) -> str:
+    """What `give_up_pending` recorded on a marker moved aside."""
+    given_up = (marker or {}).get("given_up")
+    return str(given_up.get("why") or "given up") if isinstance(given_up, dict) else "given up"
 
 
 def clear_pending(store: LandingStore, done_file_rel_path: str, sha: str | None) -> bool:
-    """Remove the marker only if it still names content `sha` (None: an unreadable marker).
-    True if removed; False if absent or naming newer content, which then stays pending."""
+    """Remove the marker only if it still names content `sha` (None: an unreadable marker):
+    False if absent or naming newer content, which then stays pending. Called once the
+    hour's done file holds content that is loaded (or is gone), which also settles a load
+    given up on (`give_up_pending`), whatever content it named (a person fixed the done file
+    and materialised the hour): that goes too. True if a marker was removed."""
     th = parse_done_path(done_file_rel_path)
+    removed = False
     with store.lock(_lock(th.dataset, th.table)):
         current = _marker_sha(store, th)
-        if current is _MISSING or current != sha:
-            return False
-        store.delete(th.marker)
-        return True
+        if current is not _MISSING and current == sha:
+            store.delete(th.marker)
+            removed = True
+        if store.exists(th.given_up_marker):
+            store.delete(th.given_up_marker)
+            removed = True
+    return removed
 
 
 def _subdirs(store: LandingStore, rel_dir: str) -> list[str]:
     return [n for n in store.subdirs(rel_dir) if not n.startswith("_")]
 
 
-def list_pending(store: LandingStore, only_dataset: str | None = None, only_table: str | None = None
-                 ) -> list[TableHour]:
-    """Every (table, hour) with a marker (of one table if given), oldest hour first. Costs O(markers)."""
+def list_pending(store: LandingStore, only_dataset: str | None = None, only_table: str | None = None,
+                 given_up: bool = False) -> list[TableHour]:
+    """Every (table, hour) with a marker (of one table if given), oldest hour first. Costs O(markers).
+    `given_up`: the markers moved aside instead (`give_up_pending`)."""
+    base = GIVEN_UP_DIR if given_up else PENDING_DIR
     out = []
-    for dataset in [only_dataset] if only_dataset else _subdirs(store, PENDING_DIR):
-        for table in [only_table] if only_table else _subdirs(store, f"{PENDING_DIR}/{dataset}"):
-            for rel in store.list(f"{PENDING_DIR}/{dataset}/{table}", "hour=*.json"):
+    for dataset in [only_dataset] if only_dataset else _subdirs(store, base):
+        for table in [only_table] if only_table else _subdirs(store, f"{base}/{dataset}"):
+            for rel in store.list(f"{base}/{dataset}/{table}", "hour=*.json"):
                 n = rel.rsplit("/", 1)[-1]
                 if DONE_FILE_RE.match(f"tables/{dataset}/{table}/{n[:-5]}/_DONE.json"):
                     out.append(TableHour(n[5:-5], dataset, table))
@@ -243,11 +297,89 @@ def decide(done_file: str, sha: str, statuses: Mapping[str, Sequence[str]], max_
 
 
 # --- reconciliation: done files nobody marked -----------------------------------------
+#
+# A bucket tells a done file's name for the price of a listing (a page of names per call)
+# but its content, or even its mtime (which copies may set back anyway), only for one call
+# per object. So what reconciliation remembers is names: per table, the hours whose done
+# file it has checked. Each call lists each table's hour folders and first reads the hours
+# never checked (a new hour, or one whose folder had gone and came back, put there by
+# another tool with whatever mtime). What changes in place without a marker (a copy over an
+# existing hour, a publish that crashed between the done file and its marker, a warehouse
+# that forgot its loads) has no cheaper sign: a table whose hours were all checked
+# `RECONCILE_AGAIN_AFTER` ago has them read again, oldest first, with what budget the hours
+# never checked leave.
+
+RECONCILE_AGAIN_AFTER = 24 * 3600  # seconds
+
+
+def _hour_number(tag: str) -> int:
+    return int(hour_from_tag(tag).timestamp()) // 3600
+
+
+def _runs(numbers: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """Sorted inclusive runs of consecutive numbers: a table's hours are one run or a few."""
+    out: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return tuple((a, b) for a, b in out)
+
+
+@dataclass(frozen=True)
+class TableScan:
+    since: float  # when the hours checked were last all read (seconds since the epoch)
+    hours: tuple[tuple[int, int], ...] = ()  # runs of hour numbers (hours since the epoch) checked
+    again: tuple[float, int] | None = None  # a reading again under way: (when it began, last hour read)
+
+    def checked(self) -> set[int]:
+        return {n for a, b in self.hours for n in range(a, b + 1)}
+
 
 @dataclass(frozen=True)
 class ScanPosition:
-    table: str | None = None  # "dataset.table" being scanned; None: start a pass at the first table
-    after: str | None = None  # the last hour tag scanned in it
+    """Where reconciliation stands (the sensor keeps it in its cursor): per "dataset.table",
+    what was checked; and the table the next call starts with, so that tables take turns
+    when a call runs out of budget."""
+
+    table: str | None = None
+    tables: Mapping[str, TableScan] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"next": self.table,
+                "tables": {k: {"since": int(v.since), "hours": [list(r) for r in v.hours],
+                               **({"again": [int(v.again[0]), v.again[1]]} if v.again else {})}
+                           for k, v in sorted(self.tables.items())}}
+
+    @classmethod
+    def from_json(cls, raw: object) -> ScanPosition:
+        """Anything unreadable (an older cursor) starts again: every done file is read once."""
+        try:
+            tables = {}
+            for k, v in raw["tables"].items():
+                again = (float(v["again"][0]), int(v["again"][1])) if v.get("again") else None
+                tables[str(k)] = TableScan(float(v["since"]), tuple((int(a), int(b)) for a, b in v["hours"]), again)
+            return cls(raw.get("next"), tables)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return cls()
+
+
+def _reconcile_one(store: LandingStore, th: TableHour, loaded_sha: Callable[[str, str, str], str | None]
+                   ) -> bool | None:
+    """Mark the done file of `th` pending if its content is not loaded, not pending and not
+    given up on. True if marked; None if there is no done file (yet)."""
+    try:
+        content = store.read_bytes(th.done_file)
+    except FileNotFoundError:
+        return None
+    sha = content_sha(content)
+    if loaded_sha(th.dataset, th.table, th.hour) == sha or _marker_sha(store, th) is not _MISSING:
+        return False
+    if _marker_sha(store, th, th.given_up_marker) == sha:
+        return False
+    mark_pending(store, th.done_file, content)
+    return True
 
 
 def reconcile(
@@ -256,39 +388,69 @@ def reconcile(
     loaded_sha: Callable[[str, str, str], str | None],
     position: ScanPosition,
     budget: int,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.time,
+    again_after: float = RECONCILE_AGAIN_AFTER,
 ) -> tuple[ScanPosition, list[TableHour], int]:
-    """Scan up to `budget` done files of the configured `tables`, from `position` on, and
-    mark every one whose content is not the content loaded (`loaded_sha(dataset, table,
-    hour)`) and that has no marker yet. A pass ends at the last table; the next call starts
-    the next pass. Returns (where to go on, hours marked, done files scanned)."""
+    """Read the done files of the configured `tables` that `position` says were never
+    checked, then those due to be read again, at most `budget` of them and until `clock()`
+    passes `deadline`; mark every one whose content is not the content loaded
+    (`loaded_sha(dataset, table, hour)`) and that has no marker (pending, or given up on for
+    that content). Returns (the new position, hours marked, done files read)."""
     tables = sorted(tables)
     names = [f"{d}.{t}" for d, t in tables]
     if not names:
         return ScanPosition(), [], 0
-    i = names.index(position.table) if position.table in names else 0
-    after = position.after if position.table in names else None
+    start = names.index(position.table) if position.table in names else 0
+    now = clock()
+    scans = {k: v for k, v in position.tables.items() if k in names}
+    listed: dict[str, dict[int, str]] = {}
     marked, scanned = [], 0
-    while i < len(names):
-        dataset, table = tables[i]
-        for h in _hour_tags(store, dataset, table):
-            if after is not None and h <= after:
-                continue
-            if scanned >= budget:
-                return ScanPosition(names[i], after), marked, scanned
-            scanned += 1
-            after = h
-            try:
-                content = store.read_bytes(f"tables/{dataset}/{table}/hour={h}/_DONE.json")
-            except FileNotFoundError:
-                continue
-            th = TableHour(h, dataset, table)
-            sha = content_sha(content)
-            if loaded_sha(dataset, table, h) == sha or _marker_sha(store, th) is not _MISSING:
-                continue
-            mark_pending(store, th.done_file, content)
+
+    def out_of_budget() -> bool:
+        return scanned >= budget or (deadline is not None and clock() >= deadline)
+
+    def read(th: TableHour) -> bool:
+        nonlocal scanned
+        scanned += 1
+        found = _reconcile_one(store, th, loaded_sha)
+        if found:
             marked.append(th)
-        i, after = i + 1, None
-    return ScanPosition(), marked, scanned
+        return found is not None
+
+    # Hours never checked, each table in turn from where the last call ran out.
+    for i in [*range(start, len(names)), *range(start)]:
+        name, (dataset, table) = names[i], tables[i]
+        if out_of_budget():
+            return ScanPosition(name, scans), marked, scanned
+        scan = scans.get(name) or TableScan(now)
+        listed[name] = {_hour_number(h): h for h in _hour_tags(store, dataset, table)}
+        checked = scan.checked() & listed[name].keys()  # a folder gone and back is new again
+        stopped = False
+        for n in sorted(listed[name].keys() - checked):
+            if stopped := out_of_budget():
+                break
+            if read(TableHour(listed[name][n], dataset, table)):
+                checked.add(n)  # a folder without its done file (yet) is looked at again
+        scans[name] = TableScan(scan.since, _runs(checked), scan.again)
+        if stopped:
+            return ScanPosition(name, scans), marked, scanned
+
+    # Everything checked: a table whose hours were all read long enough ago has them read again.
+    for name, (dataset, table) in zip(names, tables):
+        scan = scans[name]
+        if scan.again is None and now - scan.since < again_after:
+            continue
+        began, last = scan.again or (now, -1)
+        checked = scan.checked()
+        for n in sorted(k for k in listed[name] if k > last and k in checked):
+            if out_of_budget():
+                scans[name] = TableScan(scan.since, scan.hours, (began, last))
+                return ScanPosition(None, scans), marked, scanned
+            read(TableHour(listed[name][n], dataset, table))
+            last = n
+        scans[name] = TableScan(began, scan.hours)
+    return ScanPosition(None, scans), marked, scanned
 
 
 # --- hours behind ----------------------------------------------------------------

@@ -5,30 +5,37 @@ is loaded in few runs: one per table and run of consecutive hours, not one per
 hour, so a backfill of a day starts a handful of runs (and Spark JVMs), not
 one per (table, hour).
 
-Each tick:
-1. Reconciles up to `RECONCILE_PER_TICK` done files of the configured tables,
-   going on where the last tick stopped (the cursor): a done file whose content
-   is not the content the warehouse loaded and that has no pending marker (one
-   written by another tool, or before markers existed) gets a marker. A full
-   pass over 8,760 hours x 20 tables takes 18 ticks (about 9 minutes at the
-   30-second interval); a small landing root is reconciled whole on every tick,
-   the first one included.
-2. Lists the pending markers (oldest hour first, at most
-   `MAX_EXAMINED_PER_TICK`), reads each one's done file and
-   - skips it with a warning if its contents contradict its path (`done_checks`);
-   - clears the marker if the warehouse already loaded that content;
-   - skips it with a warning if a load of that content failed terminally (the marker
-     says so, `load_queue.refuse_pending`): retrying cannot help until the hour is
-     re-landed (new content, new marker) or a person materialises it;
+A tick must end within Dagster's sensor timeout (60 s) on a bucket answering in
+tens of milliseconds per call, whatever the history, so each step has a share of
+the tick's time (`RECONCILE_SECONDS`, `EXAMINE_SECONDS`, `TICK_SECONDS`) and what
+does not fit goes on at the next tick. Each tick:
+1. Reconciles (`load_queue.reconcile`): lists each configured table's hours and
+   reads the done files of hours it has not checked yet (the cursor says which;
+   at most `RECONCILE_PER_TICK`): one whose content is not the content the
+   warehouse loaded and that has no marker (written by another tool, whatever
+   its mtime, or before markers existed) gets a marker. Hours already checked
+   are not read again until their table's round is a day old.
+2. Lists the pending markers; a marker of an hour that is not a partition of its
+   table is left alone (told once per table). The others are examined, tables
+   taking turns (each table's oldest hour first, at most `MAX_EXAMINED_PER_TICK`
+   in all): each one's done file is read and
+   - its marker is moved aside (`load_queue.give_up_pending`) if its contents
+     contradict its path (`done_checks`), or a load of that content failed
+     terminally (`load_queue.refuse_pending`): asking again cannot help;
+   - the marker is cleared if the warehouse already loaded that content;
    - otherwise it is a load to make (`<done file>@<hash>`, a "member").
 3. Asks the instance for the runs that covered those members (their member tags,
    one query per hour of the week; run keys of earlier versions) and plans
    (`load_queue.plan_loads`): a member with a run in flight waits; one whose
-   `MAX_ATTEMPTS` runs all finished without loading it is warned about on every
-   tick, naming the done file and the runs, until it loads (materialise it from
-   the UI once the cause is fixed) or is re-landed; the others are ready, and
-   each table's consecutive ready hours at the same attempt become one run (a
-   partition range of at most `MAX_HOURS_PER_RUN` hours; a last attempt alone).
+   `MAX_ATTEMPTS` runs all finished without loading it is moved aside too; the
+   others are ready, and each table's consecutive ready hours at the same attempt
+   become one run (a partition range of at most `MAX_HOURS_PER_RUN` hours; a
+   last attempt alone).
+4. Warns once per table about its loads moved aside (`pending_loads/_given_up/`,
+   each saying why), with their count and one of them, on every tick until they
+   load: a person materialises those hours once the cause is fixed, or re-lands
+   them; either removes them. So the markers examined are only those that can
+   still lead to a request, and loads given up on never hide another table's.
 At most `MAX_REQUESTS_PER_TICK` runs are requested per tick. Each run carries
 `kafka_landing/redo_done_hours=true`, so it loads every hour of its range even
 when the instance holds no newer upstream materialisation (done files written by
@@ -40,7 +47,8 @@ marker) requests a reload of that hour.
 """
 
 import json
-from itertools import islice
+import time
+from itertools import islice, zip_longest
 
 from dagster import (
     AssetKey,
@@ -60,18 +68,21 @@ from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.done_checks import done_file_problems
 from kafka_landing.warehouse.load_queue import (
     MAX_ATTEMPTS,
+    GIVEN_UP_DIR,
     RUN_KEY_TAG,
     LoadGroup,
     PendingLoad,
     ScanPosition,
     SeenRun,
+    TableHour,
     attempt_keys,
     clear_pending,
     content_sha,
     covering_runs,
+    give_up_pending,
+    given_up_why,
     list_pending,
     listed_tables,
-    marker_sha,
     plan_loads,
     read_marker,
     reconcile,
@@ -83,7 +94,11 @@ SENSOR_NAME = "done_file_sensor"
 MAX_REQUESTS_PER_TICK = 200  # runs (each covers up to MAX_HOURS_PER_RUN hours)
 MAX_EXAMINED_PER_TICK = 2000
 RECONCILE_PER_TICK = 10_000
-MAX_REFUSED_SHOWN = 20  # refused loads named one by one per tick
+# Seconds from the start of a tick until which each step may go on (Dagster gives a tick 60 s).
+RECONCILE_SECONDS = 15
+EXAMINE_SECONDS = 35
+TICK_SECONDS = 45  # moving loads aside stops there; what is left is moved on the next tick
+_clock = time.time  # the clock the budgets are read on (a test's store answers on a fake one)
 _QUERY_CHUNK = 300
 SPARK_TAG = "kafka_landing/spark"  # dagster.yaml caps how many runs with it run at once
 SPARK_BACKENDS = frozenset({"parquet"})  # backends whose loads start Spark
@@ -94,10 +109,19 @@ RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 def _position(cursor: str | None) -> ScanPosition:
     try:
-        scan = json.loads(cursor)["scan"] if cursor else {}
-        return ScanPosition(scan.get("table"), scan.get("after"))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return ScanPosition()  # an older cursor (newest mtime): start a reconciliation pass
+        return ScanPosition.from_json(json.loads(cursor)["reconcile"]) if cursor else ScanPosition()
+    except (ValueError, KeyError, TypeError):
+        return ScanPosition()  # an older cursor: start a reconciliation round
+
+
+def _taking_turns(pending: list[TableHour]) -> list[TableHour]:
+    """Each table's oldest first, one of each table in turn: a table with thousands of
+    pending hours leaves the others their share of the examined ones."""
+    by_table: dict[tuple[str, str], list[TableHour]] = {}
+    for th in pending:
+        by_table.setdefault((th.dataset, th.table), []).append(th)
+    turns = zip_longest(*(sorted(v) for _, v in sorted(by_table.items())))
+    return [th for turn in turns for th in turn if th is not None]
 
 
 def _seen_runs(instance, loads: list[PendingLoad]) -> list[SeenRun]:
@@ -130,7 +154,8 @@ def load_run_request(group: LoadGroup, key: AssetKey, spark: bool) -> RunRequest
 
 def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
                            hours: dict[tuple[str, str], PartitionsDefinition]):
-    """`tables`: every destination table's asset; `hours`: its partitions (its topic's hours)."""
+    """`tables`: every destination table's asset; `hours`: its partitions (its topic's hours, an
+    hourly definition: its keys sort as its hours do)."""
 
     @sensor(
         name=SENSOR_NAME,
@@ -141,6 +166,7 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
                     "in one run), and retries failed loads.",
     )
     def done_file_sensor(context: SensorEvaluationContext, landing: LandingResource, warehouse: WarehouseResource):
+        started = _clock()
         store = landing.store()
         backend = warehouse.backend(store)
         log = context.log
@@ -150,24 +176,45 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
             log.warning(f"done files for tables not in the topic config, not loaded: {unknown}")
 
         position, marked, scanned = reconcile(store, list(tables), backend.loaded_sha, _position(context.cursor),
-                                              RECONCILE_PER_TICK)
+                                              RECONCILE_PER_TICK, deadline=started + RECONCILE_SECONDS, clock=_clock)
         if marked:
             log.info(f"reconciliation found {len(marked)} done file(s) not loaded and not marked pending, e.g. "
                      f"{marked[0].done_file}: marked")
-        cursor = json.dumps({"v": 2, "scan": {"table": position.table, "after": position.after}})
+        cursor = json.dumps({"v": 3, "reconcile": position.to_json()})
 
-        loads, refused, invalid, examined = [], [], 0, 0
+        def asset(th: TableHour) -> str:
+            return tables[(th.dataset, th.table)].to_user_string()
+
+        # Which hours are partitions depends on the path alone: no read, no place among the examined.
+        not_partitions: dict[str, list[TableHour]] = {}
+        candidates = []
+        bounds: dict[tuple[str, str], tuple[str | None, str | None]] = {}
         for th in list_pending(store):
-            if (th.dataset, th.table) not in tables:
+            if (key := (th.dataset, th.table)) not in tables:
                 continue
-            if examined >= MAX_EXAMINED_PER_TICK:
+            if key not in bounds:  # hourly: a key is a partition if it lies within the first and last
+                bounds[key] = (hours[key].get_first_partition_key(), hours[key].get_last_partition_key())
+            first, last = bounds[key]
+            if first is not None and last is not None and first <= hour_key(hour_from_tag(th.hour)) <= last:
+                candidates.append(th)
+            else:
+                not_partitions.setdefault(th.name, []).append(th)
+
+        loads, seen_of, examined, gone = [], {}, 0, {}
+        aside: list[tuple[str, TableHour, str | None, str, str, list[str]]] = []  # (kind, th, seen, sha, why, runs)
+        for th in _taking_turns(candidates):
+            if examined >= MAX_EXAMINED_PER_TICK or _clock() >= started + EXAMINE_SECONDS:
+                log.info(f"{examined} of {len(candidates)} pending loads examined this tick; the rest on later ticks")
                 break
             examined += 1
-            seen = marker_sha(store, th)  # before the done file: a marker written after it is newer
+            marker = read_marker(store, th)  # before the done file: a marker written after it is newer
+            if marker is None:
+                continue  # loaded since the listing
+            seen = marker.get("sha256") if isinstance(marker.get("sha256"), str) else None
             try:
                 content = store.read_bytes(th.done_file)
             except FileNotFoundError:
-                log.warning(f"pending load of {th.done_file}: the done file is gone, nothing to load; marker removed")
+                gone.setdefault(th.name, []).append(th)
                 clear_pending(store, th.done_file, seen)
                 continue
             sha = content_sha(content)
@@ -176,41 +223,63 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
             except ValueError as exc:
                 problems = [f"done file {th.done_file}: is not JSON ({exc})"]
             if problems:
-                invalid += 1
-                log.warning("not loading: " + "; ".join(problems)
-                            + ". Re-land the hour or fix the tool that wrote the done file.")
+                aside.append(("invalid", th, seen, sha, "; ".join(problems) + "; re-land the hour or fix the tool "
+                              "that wrote the done file", []))
                 continue
             if backend.loaded_sha(th.dataset, th.table, th.hour) == sha:
                 # Loaded; the marker outlived it. Only the marker seen before the read goes: a re-land
                 # since then wrote a marker of newer content, which stays pending (compare-and-delete).
                 clear_pending(store, th.done_file, seen)
                 continue
-            why = refusal(read_marker(store, th), sha)
+            why = refusal(marker, sha)
             if why is not None:
-                refused.append((th, why))
+                aside.append(("refused", th, seen, sha, f"its last load failed for good ({why[:500]})", []))
                 continue
-            if not hours[(th.dataset, th.table)].has_partition_key(partition := hour_key(hour_from_tag(th.hour))):
-                log.warning(f"not loading {th.done_file}: hour {partition} is not a partition of "
-                            f"{tables[(th.dataset, th.table)].to_user_string()} (before its topic's first hour, "
-                            "or not ended yet)")
-                continue
-            loads.append(PendingLoad(th, sha))
+            ld = PendingLoad(th, sha)
+            seen_of[ld] = seen
+            loads.append(ld)
 
         plan = plan_loads(loads, covering_runs(loads, _seen_runs(context.instance, loads)))
         for ld, runs in plan.given_up:
-            th = ld.th
+            ids = [r.run_id for r in runs]
+            aside.append(("attempts", ld.th, seen_of[ld], ld.sha,
+                          f"finished {MAX_ATTEMPTS} times without loading it (runs {ids})", ids))
+        moved: dict[str, tuple[TableHour, str, str]] = {}  # the first moved aside per table, this tick
+        kinds = dict.fromkeys(("attempts", "refused", "invalid"), 0)
+        left = 0
+        for kind, th, seen, sha, why, runs in aside:
+            kinds[kind] += 1
+            if _clock() >= started + TICK_SECONDS:
+                left += 1
+            elif give_up_pending(store, th, seen, sha, why, runs):
+                moved.setdefault(th.name, (th, sha, why))
+        if left:
+            log.info(f"{left} load(s) not asked for again are moved aside on later ticks")
+
+        given_up: dict[str, list[TableHour]] = {}
+        for th in list_pending(store, given_up=True):
+            if (th.dataset, th.table) in tables:
+                given_up.setdefault(th.name, []).append(th)
+        for name, ths in sorted(given_up.items()):
+            if name in moved:
+                th, sha, why = moved[name]
+            else:
+                th = ths[0]
+                marker = read_marker(store, th, given_up=True) or {}
+                sha, why = str(marker.get("sha256", "")), given_up_why(marker)
             log.warning(
-                f"load of {th.done_file} (content {ld.sha[:16]}) into {th.name} hour {th.hour} finished "
-                f"{MAX_ATTEMPTS} times without loading it (runs {[r.run_id for r in runs]}); not requested again. "
-                f"Fix the cause (see those runs) and materialise {tables[(th.dataset, th.table)].to_user_string()} "
-                f"for {hour_key(hour_from_tag(th.hour))}, or re-land the hour: either clears this.")
-        for th, why in refused[:MAX_REFUSED_SHOWN]:
-            log.warning(f"not loading {th.done_file} into {th.name} hour {th.hour}: its last load failed for good "
-                        f"({why[:500]}). Fix the cause and materialise "
-                        f"{tables[(th.dataset, th.table)].to_user_string()} for {hour_key(hour_from_tag(th.hour))}, "
-                        "or re-land the hour: either clears this.")
-        if len(refused) > MAX_REFUSED_SHOWN:
-            log.warning(f"... and {len(refused) - MAX_REFUSED_SHOWN} more refused load(s)")
+                f"{name}: {len(ths)} hour(s) not loaded and not requested again ({ths[0].hour} to {ths[-1].hour}; "
+                f"why for each: {GIVEN_UP_DIR}/{th.dataset}/{th.table}/), e.g. {th.done_file} (content {sha[:16]}): "
+                f"{why[:1000]}. Fix the cause, then materialise {asset(th)} for those hours or re-land them: either "
+                "clears them.")
+        for name, ths in sorted(not_partitions.items()):
+            th = ths[0]
+            log.warning(f"{name}: {len(ths)} hour(s) pending but not loaded, e.g. {th.done_file}: hour "
+                        f"{hour_key(hour_from_tag(th.hour))} is not a partition of {asset(th)} (before its topic's "
+                        "first hour, or not ended yet)")
+        for name, ths in sorted(gone.items()):
+            log.warning(f"{name}: {len(ths)} pending load(s) whose done file is gone, e.g. {ths[0].done_file}: "
+                        "nothing to load; marker(s) removed")
         spark = backend.kind in SPARK_BACKENDS
         requests = [load_run_request(g, tables[(g.dataset, g.table)], spark)
                     for g in plan.groups[:MAX_REQUESTS_PER_TICK]]
@@ -220,10 +289,10 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
         if requests:
             return SensorResult(run_requests=requests, cursor=cursor)
         return SensorResult(cursor=cursor, skip_reason=SkipReason(
-            f"nothing to request: {len(plan.waiting)} load(s) in flight, {len(plan.given_up)} given up after "
-            f"{MAX_ATTEMPTS} attempts, {len(refused)} refused for good, {invalid} done file(s) contradicting their "
-            f"path; {scanned} done files "
-            "reconciled"))
+            f"nothing to request: {len(plan.waiting)} load(s) in flight; this tick {kinds['attempts']} given up after "
+            f"{MAX_ATTEMPTS} attempts, {kinds['refused']} refused for good, {kinds['invalid']} done file(s) "
+            f"contradicting their path; {sum(len(v) for v in given_up.values())} given up in all ({GIVEN_UP_DIR}/); "
+            f"{sum(len(v) for v in not_partitions.values())} not a partition; {scanned} done files reconciled"))
 
     return done_file_sensor
 

@@ -1,6 +1,6 @@
-"""The queue of warehouse loads: markers with compare-and-delete, run keys and the
-retry rule, the reconciliation that finds unmarked done files whatever their
-mtime, and hours behind."""
+"""The queue of warehouse loads: markers with compare-and-delete, loads given up on moved
+aside, run keys and the retry rule, the reconciliation that finds unmarked done files
+whatever their mtime without reading again what it checked, and hours behind."""
 
 from __future__ import annotations
 
@@ -19,17 +19,23 @@ from kafka_landing.warehouse.load_queue import (
     MAX_ATTEMPTS,
     ScanPosition,
     TableHour,
+    RECONCILE_AGAIN_AFTER,
     attempt_keys,
     clear_pending,
     content_sha,
     decide,
+    give_up_pending,
+    given_up_why,
     hours_behind,
     landed_hours,
     last_closed_hour,
     list_pending,
     mark_pending,
     marker_sha,
+    read_marker,
     reconcile,
+    refusal,
+    refuse_pending,
     run_key,
 )
 
@@ -82,6 +88,30 @@ def test_pending_lists_oldest_hour_first_and_by_table(tmp_path):
         ("2026-11-20T15", "web.clicks")]
     assert [p.hour for p in list_pending(store, "shop", "orders")] == ["2026-11-19T23", "2026-11-20T14"]
     assert list_pending(store, "shop", "nothing") == []
+
+
+def test_a_load_given_up_on_is_moved_aside_until_re_landed_or_loaded(tmp_path):
+    store = LocalStore(tmp_path)
+    mark_pending(store, DONE, b"A")
+    assert not give_up_pending(store, TH, content_sha(b"B"), content_sha(b"A"), "x"), "the marker names other content"
+    assert give_up_pending(store, TH, content_sha(b"A"), content_sha(b"A"), "finished 3 times", ["r1"])
+    assert list_pending(store) == [] and list_pending(store, given_up=True) == [TH]
+    aside = read_marker(store, TH, given_up=True)
+    assert aside["sha256"] == content_sha(b"A") and aside["given_up"]["runs"] == ["r1"]
+    assert given_up_why(aside) == "finished 3 times"
+    assert not give_up_pending(store, TH, content_sha(b"A"), content_sha(b"A"), "x"), "moved once"
+    # Tried again by hand and failed for good: said on the marker moved aside.
+    assert refuse_pending(store, DONE, content_sha(b"A"), "Cannot add required fields")
+    assert refusal(read_marker(store, TH, given_up=True), content_sha(b"A")) == "Cannot add required fields"
+    # Loaded by hand: gone, whatever content it named (the done file may have been fixed by hand).
+    assert clear_pending(store, DONE, content_sha(b"fixed"))
+    assert list_pending(store, given_up=True) == []
+    # Re-landed: the new content is pending, what was given up on is gone.
+    mark_pending(store, DONE, b"A")
+    assert give_up_pending(store, TH, content_sha(b"A"), content_sha(b"A"), "x")
+    mark_pending(store, DONE, b"B")
+    assert list_pending(store) == [TH] and list_pending(store, given_up=True) == []
+    assert marker_sha(store, TH) == content_sha(b"B")
 
 
 def test_mark_pending_refuses_a_path_off_the_layout(tmp_path):
@@ -144,11 +174,71 @@ def test_reconciliation_finds_unmarked_done_files_whatever_their_mtime(tmp_path)
     loaded[("shop", "orders", "2026-11-20T11")] = content_sha(b"loaded")
     write_done(store, "web", "other", "2026-11-20T11", b"not configured")
     pos, marked, scanned = reconcile(store, [("shop", "orders")], lambda *k: loaded.get(k), ScanPosition(), 100)
-    assert pos == ScanPosition() and scanned == 3
+    assert pos.table is None and scanned == 3
     assert sorted(m.done_file for m in marked) == sorted([rel_new, rel_old])
-    assert marker_sha(store, TableHour("2026-11-20T12", "shop", "orders")) == content_sha(b"copied with rsync -t")
-    # A second pass marks nothing new: each is marked once.
-    assert reconcile(store, [("shop", "orders")], lambda *k: loaded.get(k), ScanPosition(), 100)[1] == []
+    th_12, copied = TableHour("2026-11-20T12", "shop", "orders"), content_sha(b"copied with rsync -t")
+    assert marker_sha(store, th_12) == copied
+    # Each is marked once: starting afresh reads them again and marks nothing; going on reads nothing.
+    assert reconcile(store, [("shop", "orders")], lambda *k: loaded.get(k), ScanPosition(), 100)[1:] == ([], 3)
+    assert reconcile(store, [("shop", "orders")], lambda *k: loaded.get(k), pos, 100)[1:] == ([], 0)
+    # Content given up on is not marked again; new content of that hour is.
+    assert clear_pending(store, rel_new, content_sha(b"new"))
+    assert give_up_pending(store, th_12, copied, copied, "x")
+    assert reconcile(store, [("shop", "orders")], lambda *k: loaded.get(k), ScanPosition(), 100)[1] == [
+        TableHour("2026-11-20T13", "shop", "orders")]
+    write_done(store, "shop", "orders", "2026-11-20T12", b"fixed by hand")
+    assert reconcile(store, [("shop", "orders")], lambda *k: loaded.get(k), ScanPosition(), 100)[1] == [th_12]
+    assert list_pending(store, given_up=True) == []
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_reconciliation_reads_only_what_it_never_checked_until_a_day_later(tmp_path):
+    """Hours never checked (a new one, or an old one copied in later) are read on the next call,
+    and first; hours checked are read again only once their table's were all read a day ago,
+    which finds a done file rewritten in place with nothing to say so."""
+    store, clock = LocalStore(tmp_path), Clock()
+    tags = [hour_tag(datetime(2026, 1, 1, tzinfo=timezone.utc) + ONE_HOUR * h) for h in range(48)]
+    for t in tags[:5] + tags[6:]:  # hour 5 lands later
+        write_done(store, "shop", "orders", t, t.encode())
+    loaded = {("shop", "orders", t): content_sha(t.encode()) for t in tags}
+    tables = [("shop", "orders")]
+    reads = []
+    real = store.read_bytes
+    store.read_bytes = lambda rel: (reads.append(rel), real(rel))[1]
+
+    def call(pos, budget=1000):
+        reads.clear()
+        return reconcile(store, tables, lambda *k: loaded.get(k), pos, budget, clock=clock)
+
+    pos, marked, scanned = call(ScanPosition())
+    assert scanned == 47 and marked == []
+    assert call(pos)[1:] == ([], 0) and reads == []
+    clock.now += RECONCILE_AGAIN_AFTER - 1
+    assert call(pos)[1:] == ([], 0), "not a day yet"
+
+    old = datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp()
+    write_done(store, "shop", "orders", tags[20], b"rewritten in place", mtime=old)
+    clock.now += 1
+    pos, marked, scanned = call(pos, budget=10)  # a day: read again, oldest first, 10 at a time
+    assert scanned == 10 and marked == [] and pos.tables["shop.orders"].again is not None
+    rel_5 = write_done(store, "shop", "orders", tags[5], b"copied in later", mtime=old)
+    pos, marked, scanned = call(pos, budget=10)
+    assert reads[0] == rel_5, "the hour never checked first"
+    assert [m.hour for m in marked] == [tags[5]] and scanned == 10
+    pos, marked, scanned = call(pos, budget=10)
+    assert [m.hour for m in marked] == [tags[20]]
+    while scanned:
+        pos, marked, scanned = call(pos, budget=10)
+    assert pos.tables["shop.orders"].again is None and pos.tables["shop.orders"].since == clock.now
+    assert ScanPosition.from_json(json.loads(json.dumps(pos.to_json()))) == pos
+    assert ScanPosition.from_json({"table": "x", "after": "y"}) == ScanPosition(), "an older cursor starts again"
 
 
 @settings(max_examples=30, deadline=None)
@@ -168,15 +258,16 @@ def test_reconciliation_in_small_steps_covers_every_done_file(tmp_path_factory, 
             else:
                 expected.add(TableHour(tag, ds, t))
     pos, found, total = ScanPosition(), [], 0
-    for _ in range(n_tables * n_hours // budget + 2):  # one whole pass, in steps of `budget`
+    for _ in range(n_tables * n_hours // budget + 2):  # every done file once, in steps of `budget`
         pos, marked, scanned = reconcile(store, tables, lambda *k: loaded.get(k), pos, budget)
         assert scanned <= budget
         found += marked
         total += scanned
-        if pos == ScanPosition():
+        if scanned < budget:
             break
     assert set(found) == expected and len(found) == len(expected)
     assert total == n_tables * n_hours
+    assert reconcile(store, tables, lambda *k: loaded.get(k), pos, budget)[2] == 0, "nothing read twice"
 
 
 def test_landed_hours_are_the_hours_with_a_done_file(tmp_path):
