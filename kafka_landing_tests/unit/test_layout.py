@@ -3,6 +3,7 @@ Spark only where the heavy work runs, and every layer in the direction of the fl
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -58,3 +59,74 @@ def test_no_two_modules_define_a_public_function_of_the_same_name():
     # Each layer's assets.py builds its own assets under the same conventional names.
     twice = {n: sorted(ps) for n, ps in defs.items() if len(ps) > 1 and n != "main"}  # entry points
     assert twice == {}
+
+
+TESTS = Path(__file__).resolve().parents[1]
+_WRAPPERS = {"sorted", "list", "set", "tuple", "iter", "reversed"}
+_VIEWS = {"values", "items", "keys"}
+
+
+def _collection(node: ast.expr) -> ast.expr:
+    """`sorted(x.values())` -> `x`: the collection a comprehension walks."""
+    while True:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _WRAPPERS and node.args:
+            node = node.args[0]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _VIEWS:
+            node = node.func.value
+        else:
+            return node
+
+
+def _quantified(node: ast.Assert) -> ast.Call | None:
+    """The all(...) of `assert all(<comprehension>)`, or the any(...) of `assert not any(...)`."""
+    negated = isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
+    test = node.test.operand if negated else node.test
+    quantifier = "any" if negated else "all"
+    if (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == quantifier
+            and test.args and isinstance(test.args[0], (ast.GeneratorExp, ast.ListComp, ast.SetComp))):
+        return test
+    return None
+
+
+def vacuous_asserts(source: str, where: str) -> list[str]:
+    """`assert all(... for x in c)` and `assert not any(...)` pass when `c` is empty: each must follow,
+    in its function, an assert that mentions `c` (its length, its contents), unless `c` is a literal
+    or a range, or the line says `# empty is fine: <why>`. Cheap to satisfy, and it makes the writer say what the collection should hold."""
+    found, lines = [], source.splitlines()
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        asserts = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Assert)), key=lambda n: n.lineno)
+        for i, node in enumerate(asserts):
+            test = _quantified(node)
+            if test is None:
+                continue
+            walked = _collection(test.args[0].generators[0].iter)
+            if isinstance(walked, (ast.List, ast.Tuple, ast.Set)) and walked.elts:
+                continue
+            if isinstance(walked, ast.Call) and isinstance(walked.func, ast.Name) and walked.func.id == "range":
+                continue
+            name = ast.unparse(walked)
+            if "# empty is fine" in lines[node.lineno - 1]:  # said on purpose, with the reason
+                continue
+            if not any(name in ast.unparse(a.test) for a in asserts[:i] if _quantified(a) is None):
+                found.append(f"{where}:{node.lineno}: {ast.unparse(node)[:100]}")
+    return found
+
+
+def test_no_assert_over_a_collection_passes_because_it_is_empty():
+    found = [hit for p in sorted(TESTS.rglob("test_*.py"))
+             for hit in vacuous_asserts(p.read_text(), str(p.relative_to(TESTS)))]
+    assert not found, "assert that each collection holds what it should first:\n" + "\n".join(found)
+
+
+def test_the_vacuous_assert_check_can_fail():
+    body = "def test_x(runs):\n    {}\n    assert all(r.ok for r in runs.values())\n"
+    assert vacuous_asserts(body.format("pass"), "t") == ["t:3: assert all((r.ok for r in runs.values()))"]
+    assert vacuous_asserts(body.format("assert len(runs) == 3"), "t") == []
+    negated = vacuous_asserts("def test_y(xs):\n    assert not any(x for x in xs)\n", "t")
+    assert negated == ["t:2: assert not any((x for x in xs))"]
+    assert vacuous_asserts("def test_z():\n    assert all(x > 0 for x in (1, 2))\n", "t") == []
+    # one vacuous assert does not vouch for the next
+    twice = "def test_w(xs):\n    assert all(x for x in xs)\n    assert all(not x for x in xs)\n"
+    assert [hit.split(":")[1] for hit in vacuous_asserts(twice, "t")] == ["2", "3"]
