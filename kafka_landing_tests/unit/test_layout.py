@@ -91,7 +91,8 @@ def _quantified(node: ast.Assert) -> ast.Call | None:
 def vacuous_asserts(source: str, where: str) -> list[str]:
     """`assert all(... for x in c)` and `assert not any(...)` pass when `c` is empty: each must follow,
     in its function, an assert that mentions `c` (its length, its contents), unless `c` is a literal
-    or a range, or the line says `# empty is fine: <why>`. Cheap to satisfy, and it makes the writer say what the collection should hold."""
+    or a range, or the line says `# empty is fine: <why>`. Cheap to satisfy, and it makes the
+    writer say what the collection should hold."""
     found, lines = [], source.splitlines()
     for fn in ast.walk(ast.parse(source)):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
