@@ -96,7 +96,7 @@ from google.cloud import bigquery
 from kafka_landing.errors import KafkaLandingError, error_reason, is_transient, transient_reason
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import check_identifier, hour_from_tag, reader_schema_path
-from kafka_landing.store.base import LandingStore
+from kafka_landing.store.base import HeldLock, LandingStore
 from kafka_landing.warehouse.bigquery_schema import FileSchema, LoadSchema, avro_columns, plan_load
 from kafka_landing.warehouse.load import (
     LoadError,
@@ -228,30 +228,34 @@ class BigQueryWarehouse(Warehouse):
         names = (rel.rsplit("/", 1)[-1] for rel in self.ledger.list(folder, "hour=*.json"))
         return {n[5:-5] for n in names}
 
-    def _record(self, done: DoneFile, rows: int, done_file: str | None, sha: str, job: str | None,
+    def _record(self, held: HeldLock, done: DoneFile, rows: int, done_file: str | None, sha: str, job: str | None,
                 earlier: list[dict], **extra) -> None:
+        held.fence()
         self.ledger.write_json_atomic(self._ledger_path(done.dataset, done.table, done.hour), {
             "done_file": done_file, "sha256": sha, "rows": rows, "attempt": done.attempt, "job_id": job,
             "location": self.hour_location(done.dataset, done.table, done.hour), "earlier_jobs": earlier,
             "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra,
         })
 
-    def _mark_running(self, done: DoneFile, previous: dict | None, jid: str, sha: str) -> None:
+    def _mark_running(self, held: HeldLock, done: DoneFile, previous: dict | None, jid: str, sha: str) -> None:
         """Record the job before it is started and waited for: a loader that times out or is killed
         leaves it running, and the next load of the hour must find it (`_await_running`)."""
         base = previous if previous else {} if previous is None else {"sha256": None}  # unreadable stays "loaded"
+        held.fence()
         self.ledger.write_json_atomic(self._ledger_path(done.dataset, done.table, done.hour), {
             **base, RUNNING: {"job_id": jid, "sha256": sha,
                                           "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}})
 
-    def _clear_running(self, done: DoneFile) -> None:
+    def _clear_running(self, held: HeldLock, done: DoneFile) -> None:
         """The job ended without a recorded load (it failed, or was refused): the ledger says again
         what it said before, so a failed first load leaves the hour unloaded."""
         path = self._ledger_path(done.dataset, done.table, done.hour)
         record = self.loaded(done.dataset, done.table, done.hour)
         if record is None:
+            held.fence()
             self.ledger.delete(path)
         elif RUNNING in record:
+            held.fence()
             self.ledger.write_json_atomic(path, {k: v for k, v in record.items() if k != RUNNING})
 
     # --- reading back -----------------------------------------------------------------------------
@@ -448,14 +452,15 @@ class BigQueryWarehouse(Warehouse):
                                     f"BigQuery's service agent) needs Storage Object Viewer on the bucket and {_ROLES}")
         return LoadError(text + " Fix the cause and run the load again: it uses the next job id")
 
-    def _run_load(self, uris: list[str], destination: str, config: bigquery.LoadJobConfig, done: DoneFile, sha: str,
-                  where: str, location: str) -> tuple[bigquery.LoadJob, list[dict]]:
+    def _run_load(self, held: HeldLock, uris: list[str], destination: str, config: bigquery.LoadJobConfig,
+                  done: DoneFile, sha: str, where: str, location: str) -> tuple[bigquery.LoadJob, list[dict]]:
         earlier: list[dict] = []
         recorded = self.loaded(done.dataset, done.table, done.hour)
         for attempt in range(self.max_job_attempts):
             jid = job_id(done.dataset, done.table, done.hour, sha, attempt)
-            self._mark_running(done, recorded, jid, sha)
+            self._mark_running(held, done, recorded, jid, sha)
             fresh = True
+            held.fence()  # the job replaces the partition: a commit too
             try:
                 with self._api(f"starting load job {jid} into {destination}"):
                     try:
@@ -466,13 +471,13 @@ class BigQueryWarehouse(Warehouse):
                         job = self.client.get_job(jid, project=self.project, location=self.location)
             except LoadError as exc:
                 if fresh and not exc.transient:  # jobs.insert refused: no job was created
-                    self._clear_running(done)
+                    self._clear_running(held, done)
                 raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
             finished_before = not fresh and job.state == "DONE"
             error = self._wait(job, where)
             if error is not None:
                 if fresh:
-                    self._clear_running(done)
+                    self._clear_running(held, done)
                     raise self._failure(jid, error, where, location, earlier)
                 earlier.append({"job_id": jid, "why": f"failed: {error.get('message')}"})
                 continue
@@ -481,7 +486,7 @@ class BigQueryWarehouse(Warehouse):
                                                       f"({recorded.get('job_id') or 'an empty hour'})"})
                 continue
             return job, earlier
-        self._clear_running(done)
+        self._clear_running(held, done)
         raise LoadError(f"{where}: {self.max_job_attempts} job ids of this content are used up "
                         f"({', '.join(e['job_id'] for e in earlier[-3:])} ...): look at these jobs in BigQuery")
 
@@ -495,13 +500,14 @@ class BigQueryWarehouse(Warehouse):
         verify_files(store, done)
         sha = done_sha256 or done_sha(done)
         name = f"{dataset}.{table}"
-        with self.ledger.lock(self._lock_path(dataset, table, done.hour)):  # one load of an hour at a time
+        with self.ledger.lock(self._lock_path(dataset, table, done.hour)) as held:  # one load of an hour at a time
             self._await_running(dataset, table, done.hour, sha, where)
             if done.rows == 0:
                 # A load job needs a source; deleting the partition by its decorator empties the hour.
+                held.fence()
                 with self._api(f"deleting partition {location} (the hour is empty)"):
                     self.client.delete_table(location, not_found_ok=True)
-                self._record(done, 0, done_file, sha, None, [], deleted_partition=True)
+                self._record(held, done, 0, done_file, sha, None, [], deleted_partition=True)
                 return LoadResult(name, done.hour, 0, len(done.files), tuple(done.schema_ids), (), location,
                                   done_file, sha, None)
             self._ensure_dataset(dataset)
@@ -512,7 +518,7 @@ class BigQueryWarehouse(Warehouse):
                 before = self._existing_table(dataset, table)
             config = self._job_config(self._reader_uri(store, done, plan), create=before is None)
             try:
-                job, earlier = self._run_load(uris, location, config, done, sha, where, location)
+                job, earlier = self._run_load(held, uris, location, config, done, sha, where, location)
             except IncompatibleSchemaError:
                 now = self._existing_table(dataset, table)
                 if [f.to_api_repr() for f in (now.schema if now else [])] != \
@@ -522,7 +528,7 @@ class BigQueryWarehouse(Warehouse):
                                     "the hour again plans against the table as it is now", transient=True) from None
                 raise
             if job.output_rows != done.rows:
-                self._clear_running(done)
+                self._clear_running(held, done)
                 raise LoadError(
                     f"{where}: load job {job.job_id} wrote {job.output_rows} rows, the done file lists {done.rows}. "
                     f"{location} now holds what the job loaded and is not recorded as loaded: check the files "
@@ -531,7 +537,7 @@ class BigQueryWarehouse(Warehouse):
                 after = self.client.get_table(self.table_id(dataset, table))
             old = {f.name.lower() for f in before.schema} if before is not None else set()
             added = tuple(f.name for f in after.schema if f.name.lower() not in old) if before is not None else ()
-            self._record(done, job.output_rows, done_file, sha, job.job_id, earlier)
+            self._record(held, done, job.output_rows, done_file, sha, job.job_id, earlier)
         return LoadResult(name, done.hour, job.output_rows, len(done.files), tuple(done.schema_ids), added,
                           location, done_file, sha, job.job_id)
 

@@ -115,9 +115,11 @@ def mark_pending(store: LandingStore, done_file_rel_path: str, content_bytes: by
     th = parse_done_path(done_file_rel_path)
     body = json.dumps({"done_file": th.done_file, "sha256": content_sha(content_bytes),
                        "marked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}).encode()
-    with store.lock(_lock(th.dataset, th.table)):
+    with store.lock(_lock(th.dataset, th.table)) as held:
+        held.fence()
         store.write_atomic(th.marker, body)
         if store.exists(th.given_up_marker):  # new content: what was given up on is not the hour's any more
+            held.fence()
             store.delete(th.given_up_marker)
     return th.marker
 
@@ -171,12 +173,13 @@ def refuse_pending(store: LandingStore, done_file_rel_path: str, sha: str, why: 
     recorded; False if the marker is absent or names other content. A load given up on and
     tried again by hand that fails for good says so on the marker moved aside."""
     th = parse_done_path(done_file_rel_path)
-    with store.lock(_lock(th.dataset, th.table)):
+    with store.lock(_lock(th.dataset, th.table)) as held:
         for given_up in (False, True):
             marker = read_marker(store, th, given_up)
             if marker and marker.get("sha256") == sha:
                 marker["refused"] = {"sha256": sha, "why": why[:4000],
                                      "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                held.fence()
                 store.write_atomic(th.given_up_marker if given_up else th.marker, json.dumps(marker).encode())
                 return True
         return False
@@ -188,14 +191,16 @@ def give_up_pending(store: LandingStore, th: TableHour, seen: str | None, sha: s
     read before the done file, None: unreadable): the sensor will not ask for content `sha`
     again, so it must not take a place among the markers it examines each tick. A re-land
     (new marker) or a load of the hour (`clear_pending`) removes it. True if moved."""
-    with store.lock(_lock(th.dataset, th.table)):
+    with store.lock(_lock(th.dataset, th.table)) as held:
         marker = read_marker(store, th)
         if marker is None or (marker.get("sha256") if isinstance(marker.get("sha256"), str) else None) != seen:
             return False
         moved = {**marker, "done_file": th.done_file, "sha256": sha,
                  "given_up": {"why": why[:4000], "runs": list(runs),
                               "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}}
+        held.fence()
         store.write_atomic(th.given_up_marker, json.dumps(moved).encode())
+        held.fence()
         store.delete(th.marker)
         return True
 
@@ -214,12 +219,14 @@ def clear_pending(store: LandingStore, done_file_rel_path: str, sha: str | None)
     and materialised the hour): that goes too. True if a marker was removed."""
     th = parse_done_path(done_file_rel_path)
     removed = False
-    with store.lock(_lock(th.dataset, th.table)):
+    with store.lock(_lock(th.dataset, th.table)) as held:
         current = _marker_sha(store, th)
         if current is not _MISSING and current == sha:
+            held.fence()
             store.delete(th.marker)
             removed = True
         if store.exists(th.given_up_marker):
+            held.fence()
             store.delete(th.given_up_marker)
             removed = True
     return removed

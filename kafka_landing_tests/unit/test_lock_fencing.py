@@ -141,3 +141,171 @@ def test_freezing_a_slice_is_fenced(tmp_path):
     with pytest.raises(LockLost):
         freeze_slice(store, log, cfg, BASE + ONE_HOUR * 2, NOW)
     assert store.list("slices/t") == [f"slices/t/hour={(BASE + ONE_HOUR).strftime('%Y-%m-%dT%H')}.json"]
+
+
+# --- the load queue and the BigQuery ledger ----------------------------------------------------
+
+def test_every_commit_of_the_load_queue_is_fenced(tmp_path):
+    """mark_pending (also what publish calls under the hour lock: the table lock is the innermost),
+    refuse_pending, give_up_pending and clear_pending fence each marker write and delete."""
+    from kafka_landing.warehouse.load_queue import (
+        TableHour, clear_pending, content_sha, give_up_pending, mark_pending, refuse_pending)
+
+    store = Recording(tmp_path)
+    done, th = "tables/shop/orders/hour=2026-11-20T13/_DONE.json", TableHour("2026-11-20T13", "shop", "orders")
+    mark_pending(store, done, b"A")
+    assert give_up_pending(store, th, content_sha(b"A"), content_sha(b"A"), "tried enough")
+    assert refuse_pending(store, done, content_sha(b"A"), "bad data")  # on the marker moved aside
+    mark_pending(store, done, b"B")  # new content: the marker given up on goes
+    assert refuse_pending(store, done, content_sha(b"B"), "bad data")
+    assert give_up_pending(store, th, content_sha(b"B"), content_sha(b"B"), "tried enough")
+    mark_pending(store, done, b"C")
+    assert give_up_pending(store, th, content_sha(b"C"), content_sha(b"C"), "tried enough")
+    mark_pending(store, done, b"D")
+    store.write_atomic(th.given_up_marker, b"{}")  # outside the lock: a marker given up on beside the pending one
+    assert clear_pending(store, done, content_sha(b"D"))  # removes both
+
+    commits = [e for e in store.events if e[0] == "commit"]
+    kinds = {(op, rel) for _, op, rel in commits}
+    assert {("write", th.marker), ("write", th.given_up_marker), ("delete", th.marker),
+            ("delete", th.given_up_marker)} <= kinds, kinds
+    assert not unfenced(store.events, "locks/pending_loads/"), store.events
+    assert not store.exists(th.marker) and not store.exists(th.given_up_marker)
+
+
+def test_a_publish_fences_its_pending_marker_under_the_table_lock(tmp_path):
+    store = Recording(tmp_path)
+    _land_then_reland(store)
+    assert ("enter", "locks/pending_loads/w/events.lock") in store.events
+    assert not unfenced(store.events, "locks/"), store.events
+
+
+@pytest.mark.parametrize("lost_at", ["clear", "mark"])
+def test_a_marker_change_whose_lock_was_lost_stops_before_it_commits(tmp_path, lost_at):
+    """The flock's file is removed while clear_pending (mark_pending) holds it, as a sweep or a
+    person would: someone else may lock the new file now, so the marker is neither deleted nor
+    replaced (nor the marker given up on deleted)."""
+    from kafka_landing.warehouse.load_queue import TableHour, clear_pending, content_sha, mark_pending
+
+    done, th = "tables/shop/orders/hour=2026-11-20T13/_DONE.json", TableHour("2026-11-20T13", "shop", "orders")
+
+    class LosesItsLock(LocalStore):
+        armed = False
+
+        def exists(self, rel):  # mark_pending and clear_pending both read before (or between) commits
+            if self.armed:
+                (tmp_path / "locks/pending_loads/shop/orders.lock").unlink()
+                self.armed = False
+            return super().exists(rel)
+
+        def read_bytes(self, rel):
+            if self.armed:
+                (tmp_path / "locks/pending_loads/shop/orders.lock").unlink()
+                self.armed = False
+            return super().read_bytes(rel)
+
+    store = LosesItsLock(tmp_path)
+    mark_pending(store, done, b"A")
+    store.write_atomic(th.given_up_marker, b'{"sha256": "old"}')
+    before = {rel: store.read_bytes(rel) for rel in (th.marker, th.given_up_marker)}
+    store.armed = True
+    with pytest.raises(LockLost, match="orders.lock was removed"):
+        if lost_at == "clear":
+            clear_pending(store, done, content_sha(b"A"))
+        else:
+            mark_pending(store, done, b"B")
+    assert not store.armed, "the lock was never lost: the test tests nothing"
+    after = {rel: store.read_bytes(rel) for rel in (th.marker, th.given_up_marker)}
+    if lost_at == "mark":  # lost after the marker was written (its fence passed), before the delete
+        assert after[th.marker] != before[th.marker] and after[th.given_up_marker] == before[th.given_up_marker]
+    else:
+        assert after == before
+
+
+class _GsRecording(Recording):
+    """A recording local folder that calls itself gs://unit (what BigQuery loads from)."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.root = "gs://unit"
+
+    def location(self, rel):
+        return f"gs://unit/{self.check_rel(rel)}"
+
+
+@pytest.fixture
+def bq(tmp_path):
+    from kafka_landing_tests.bigquery_fake import FakeBigQuery
+
+    store, broken = _GsRecording(tmp_path), set()
+
+    def read_object(uri):
+        path = tmp_path / uri[len("gs://unit/"):]
+        if uri in broken or not path.is_file():
+            raise FileNotFoundError(uri)
+        return path.read_bytes()
+
+    fake = FakeBigQuery(read_object)
+    fake.start()
+    yield store, fake, broken
+    fake.stop()
+
+
+def _recording_warehouse(store, fake):
+    """The warehouse, its BigQuery side effects (a load job started, a partition deleted) recorded as commits."""
+    from kafka_landing.warehouse.bigquery import BigQueryWarehouse
+    from kafka_landing_tests.unit.test_bigquery_jobs import PROJECT
+
+    wh = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", job_timeout_seconds=30)
+    client = wh.client
+    load, delete = client.load_table_from_uri, client.delete_table
+
+    def load_table_from_uri(uris, destination, **kw):
+        store._commit("bq-load", str(destination))
+        return load(uris, destination, **kw)
+
+    def delete_table(table, **kw):
+        store._commit("bq-delete", str(table))
+        return delete(table, **kw)
+
+    client.load_table_from_uri, client.delete_table = load_table_from_uri, delete_table
+    return wh
+
+
+def test_every_commit_of_a_bigquery_load_is_fenced(bq):
+    """Under the hour's ledger lock: the ledger's running job, the load job, the ledger's record, a
+    failed job's running entry removed, an empty hour's partition delete: each right after a fence."""
+    from kafka_landing.warehouse.load import LoadError, load_done_file
+    from kafka_landing_tests.unit.test_bigquery_jobs import LEDGER, NO_SPARK, land
+
+    store, fake, broken = bq
+    wh = _recording_warehouse(store, fake)
+    first = land(store, 0, ["o0", "o1"])
+    broken.add(store.location(store.read_json(first)["files"][0]["path"]))
+    with pytest.raises(LoadError, match="failed"):
+        load_done_file(wh, store, first, NO_SPARK)  # the job fails: the ledger's running entry goes again
+    assert not store.exists(LEDGER)
+    broken.clear()
+    load_done_file(wh, store, land(store, 1, ["o2", "o3"]), NO_SPARK)
+    load_done_file(wh, store, land(store, 2, []), NO_SPARK)  # an empty re-land: the partition is deleted
+
+    commits = [e for e in store.events if e[0] == "commit"]
+    kinds = {(op, rel) for _, op, rel in commits}
+    assert {("write", LEDGER), ("delete", LEDGER)} <= kinds, kinds
+    assert {op for op, _ in kinds} >= {"bq-load", "bq-delete"}, kinds
+    assert not unfenced(store.events, "locks/warehouse_loads/"), store.events
+    assert store.read_json(LEDGER)["deleted_partition"]
+
+
+def test_a_loader_that_lost_its_ledger_lock_starts_no_job(bq):
+    from kafka_landing.warehouse.load import load_done_file
+    from kafka_landing_tests.unit.test_bigquery_jobs import LEDGER, NO_SPARK, land
+
+    store, fake, _ = bq
+    wh = _recording_warehouse(store, fake)
+    done = land(store, 0, ["o0", "o1"])
+    store.lose_after_fences = 1  # the running job is recorded, then the lock is lost
+    with pytest.raises(LockLost):
+        load_done_file(wh, store, done, NO_SPARK)
+    assert fake.jobs == {} and not any(e[1].startswith("bq-") for e in store.events if e[0] == "commit")
+    assert "running_job" in store.read_json(LEDGER)  # what the next loader waits for: harmless, no such job
