@@ -13,8 +13,8 @@ from kafka_landing.config import (
     with_first_hours,
 )
 from kafka_landing.crash_points import crash_point
-from kafka_landing.kafka_slices.plan import LogView, SlicePlan, plan_slice
-from kafka_landing.naming import hour_from_tag, slice_dir, slice_manifest_path
+from kafka_landing.kafka_slices.plan import LogView, SlicePlan, check_closed, frozen_for_planning, plan_slice
+from kafka_landing.naming import floor_hour, hour_from_tag, slice_dir, slice_manifest_path
 from kafka_landing.store.base import LandingStore
 
 
@@ -25,6 +25,34 @@ def load_frozen(store: LandingStore, topic: str) -> dict[datetime, SlicePlan]:
         if d is not None:
             plans[hour_from_tag(d["hour"])] = SlicePlan.from_dict(d)
     return plans
+
+
+def frozen_hours(store: LandingStore, topic: str) -> list[datetime]:
+    """The topic's frozen hours, oldest first, from the manifest names: one listing, no reads."""
+    names = store.list(slice_dir(topic), "hour=*.json")
+    return [hour_from_tag(rel.rsplit("hour=", 1)[1][: -len(".json")]) for rel in names]
+
+
+class _OnceLog:
+    """The log as one planning sees it: its partitions and topic id asked once, so choosing which
+    frozen hours to read and planning against them agree on both."""
+
+    def __init__(self, log: LogView):
+        self._log, self._asked = log, {}
+
+    def _once(self, what: str, topic: str):
+        if (what, topic) not in self._asked:
+            self._asked[(what, topic)] = getattr(self._log, what)(topic)
+        return self._asked[(what, topic)]
+
+    def partitions(self, topic: str):
+        return self._once("partitions", topic)
+
+    def topic_id(self, topic: str):
+        return self._once("topic_id", topic)
+
+    def __getattr__(self, name: str):
+        return getattr(self._log, name)
 
 
 def first_frozen_hour(store: LandingStore, topic: str) -> datetime | None:
@@ -66,8 +94,18 @@ def freeze_slice(
         existing = frozen_slice(store, cfg.topic, hour)
         if existing:
             return existing, False
+        # Only the frozen hours planning uses (usually the nearest below and above), found by
+        # name: the cost of freezing an hour does not grow with the topic's history.
+        if hour == floor_hour(hour):
+            check_closed(hour, now, cfg.grace_minutes)  # as plan_slice does: an open hour asks Kafka nothing
+        log = _OnceLog(log)
+        partitions = log.partitions(cfg.topic)  # None: plan_slice says the topic is missing, reading nothing
+        frozen = frozen_for_planning(
+            frozen_hours(store, cfg.topic), hour, partitions or [], log.topic_id(cfg.topic) if partitions else None,
+            lambda h: frozen_slice(store, cfg.topic, h),
+        ) if partitions else {}
         plan = plan_slice(
-            cfg.topic, hour, now, log, load_frozen(store, cfg.topic),
+            cfg.topic, hour, now, log, frozen,
             grace_minutes=cfg.grace_minutes, rows_per_task=cfg.rows_per_task,
             skip_retention_gaps=skip_retention_gaps, max_future_minutes=cfg.max_future_minutes,
             on_future_timestamp=cfg.on_future_timestamp,

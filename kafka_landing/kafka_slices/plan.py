@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Mapping, Protocol
 
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_tag, to_millis
@@ -233,6 +233,38 @@ def _neighbours(frozen: Mapping[datetime, SlicePlan], hour: datetime, partition:
     lo_adjacent = bool(below) and max(below) == hour - ONE_HOUR
     hi_adjacent = bool(above) and min(above) == hour + ONE_HOUR
     return (lo.end if lo else None), (hi.start if hi else None), lo_adjacent, hi_adjacent
+
+
+def frozen_for_planning(
+    hours: Iterable[datetime], hour: datetime, partitions: Iterable[int], topic_id: str | None,
+    read: Callable[[datetime], SlicePlan | None],
+) -> dict[datetime, SlicePlan]:
+    """Of the frozen `hours` (known by name only), read just the ones `plan_slice` needs to plan
+    `hour`, so that planning against them gives the plan planning against all of them gives.
+
+    From the hour outward, on each side, until every current partition was found on that side
+    (the nearest frozen hour holding it is all `_neighbours` uses; every hour read on the way
+    below joins `known_below`, and a partition found nowhere means the whole side was read) and,
+    when the topic has an id, some read hour carries one (every frozen hour that has an id has
+    the same one, as `check_same_topic` let no other in). The nearest hour alone is NOT always
+    enough: an older hour frozen after a partition was added knows more partitions than a newer
+    hour frozen before. Usually one hour is read on each side that has one."""
+    wanted = set(partitions)
+    below = sorted((h for h in hours if h < hour), reverse=True)
+    above = sorted(h for h in hours if h > hour)
+    plans: dict[datetime, SlicePlan] = {}
+    for side in (below, above):
+        missing = set(wanted)
+        for h in side:
+            id_known = topic_id is None or any(p.topic_id is not None for p in plans.values())
+            if not missing and id_known:
+                break
+            plan = read(h)
+            if plan is None:
+                continue
+            plans[h] = plan
+            missing -= {ps.partition for ps in plan.partitions}
+    return {h: plans[h] for h in sorted(plans)}
 
 
 def _clamp(value: int, lo: int | None, hi: int | None) -> int:
