@@ -86,6 +86,15 @@ class LandingStore(ABC):
     def avro_rows(self, rel: str) -> int:
         """Rows of an Avro container file, from its block headers (AvroFileError if not whole)."""
 
+    def avro_schema(self, rel: str) -> dict:
+        """The writer schema in an Avro container file's header. Stores override it to read the
+        header only: a whole download per schema id for one schema was the cost (N12)."""
+        import io
+
+        import fastavro
+
+        return fastavro.reader(io.BytesIO(self.read_bytes(rel))).writer_schema
+
     @abstractmethod
     def avro_offsets(self, rel: str, field: str = "_kafka_offset") -> tuple[int, int | None, int | None]:
         """(rows, `field` of the first record, of the last record) of a landing file, decoding

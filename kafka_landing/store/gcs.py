@@ -53,6 +53,7 @@ WRITER_ROLE = "roles/storage.objectAdmin"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # Enough for an Avro block header plus the next blocks; bounds the memory of counting rows.
 _AVRO_READ_CHUNK = 8 * 1024 * 1024
+_AVRO_HEADER_CHUNK = 256 * 1024  # ranged reads are 256 KiB-aligned; a schema longer than that reads on
 
 
 class LockTimeout(ServiceUnavailable, TimeoutError):
@@ -227,6 +228,13 @@ class GcsStore(LandingStore):
         # so a concurrent replacement cannot splice two versions together.
         with self._get(rel).open("rb", chunk_size=_AVRO_READ_CHUNK) as f:
             return count_records_in(f, self.location(rel))
+
+    def avro_schema(self, rel: str) -> dict:
+        import fastavro
+
+        # A ranged read of the header's first chunk (more only if the schema is longer), not the file.
+        with self._get(rel).open("rb", chunk_size=_AVRO_HEADER_CHUNK) as f:
+            return fastavro.reader(f).writer_schema
 
     def avro_offsets(self, rel: str, field: str = "_kafka_offset") -> tuple[int, int | None, int | None]:
         with self._get(rel).open("rb", chunk_size=_AVRO_READ_CHUNK) as f:

@@ -50,6 +50,12 @@ class LocalStore(LandingStore):
     def avro_rows(self, rel: str) -> int:
         return count_records(str(self._path(rel)))
 
+    def avro_schema(self, rel: str) -> dict:
+        import fastavro
+
+        with open(self._path(rel), "rb") as f:
+            return fastavro.reader(f).writer_schema  # reads the header, not the blocks
+
     def avro_offsets(self, rel: str, field: str = "_kafka_offset") -> tuple[int, int | None, int | None]:
         with open(self._path(rel), "rb") as f:
             return offset_range_in(f, str(self._path(rel)), field)

@@ -83,13 +83,11 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hashlib
-import io
 import json
 import re
 from datetime import datetime, timezone
 from typing import Iterable, Iterator
 
-import fastavro
 from google.api_core import exceptions as api_exceptions
 from google.cloud import bigquery
 
@@ -334,8 +332,7 @@ class BigQueryWarehouse(Warehouse):
         files = []
         for sid in sorted({f.schema_id for f in done.files}, key=lambda s: (s is None, s)):
             smallest = min((f for f in done.files if f.schema_id == sid), key=lambda f: f.bytes)
-            header = fastavro.reader(io.BytesIO(store.read_bytes(smallest.path)))
-            files.append(FileSchema(sid, store.location(smallest.path), header.writer_schema))
+            files.append(FileSchema(sid, store.location(smallest.path), store.avro_schema(smallest.path)))
         current = [f.to_api_repr() for f in table.schema] if table is not None else None
         return plan_load(current, files, where)
 

@@ -155,6 +155,32 @@ def test_avro_rows_from_block_headers(store, monkeypatch):
         store.avro_rows("t/no.avro")
 
 
+def test_avro_schema_reads_the_header_only(store, monkeypatch):
+    """The schema comes from the first ranged read: the rest of a big file is never fetched."""
+    import kafka_landing.store.gcs as gcs
+    from google.cloud.storage.blob import Blob
+
+    monkeypatch.setattr(gcs, "_AVRO_HEADER_CHUNK", 1024)
+    data = _avro(20_000)
+    assert len(data) > 100 * 1024
+    store.write_atomic("t/big.avro", data)
+    fetched: list[int] = []
+    download = Blob.download_as_bytes
+
+    def counting(self, *args, **kwargs):
+        out = download(self, *args, **kwargs)
+        fetched.append(len(out))
+        return out
+
+    monkeypatch.setattr(Blob, "download_as_bytes", counting)
+    schema = store.avro_schema("t/big.avro")
+    assert [f["name"] for f in schema["fields"]] == ["id", "s"]
+    if isinstance(store, gcs.GcsStore):
+        assert fetched and sum(fetched) <= 4 * 1024, fetched
+    with pytest.raises(FileNotFoundError):
+        store.avro_schema("t/none.avro")
+
+
 def test_create_exclusive_first_writer_wins(store):
     assert store.create_exclusive("m/h.json", b"first")
     assert not store.create_exclusive("m/h.json", b"second")

@@ -312,3 +312,27 @@ def test_a_job_still_running_or_a_wait_that_failed_is_transient(env, raises):
     with pytest.raises(LoadError) as raised:
         BigQueryWarehouse(fake.client(PROJECT), store, PROJECT)._wait(_Job(raises), "where")
     assert raised.value.transient is True and "same job id" in str(raised.value)
+
+
+def test_a_load_reads_only_the_header_of_a_landing_file(env):
+    """N12: the writer schema of each schema id comes from its file's header, never a whole download
+    by the Dagster worker (BigQuery reads the files itself)."""
+    store, fake = env
+
+    class HeaderOnly(GsLikeStore):
+        downloaded: list[str] = []
+
+        def read_bytes(self, rel: str) -> bytes:
+            if rel.endswith(".avro"):
+                self.downloaded.append(rel)
+            return super().read_bytes(rel)
+
+    only = HeaderOnly(store._root)
+    dataset = f"hdr_{uuid.uuid4().hex[:6]}"
+    rel = land(only, dataset, H1, [(0, 1, [F("a", "long")], [{"a": n} for n in range(50)])])
+    warehouse = BigQueryWarehouse(fake.client(PROJECT), only, PROJECT, location="US")
+    result = load_done_file(warehouse, only, rel, NO_SPARK)
+    assert result.rows == 50
+    assert HeaderOnly.downloaded == []
+    schema = only.avro_schema(DoneFile.from_dict(only.read_json(rel)).files[0].path)
+    assert [f["name"] for f in schema["fields"]] == ["a"]
