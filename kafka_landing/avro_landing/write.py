@@ -109,7 +109,8 @@ def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: 
         name = landing_file_name(cfg.topic, part, cfg.dataset, table, schema_id, first, last,
                                  hour_from_tag(eh) if eh else None)
         rel = f"{table_hour_dir(cfg.dataset, table, hour_from_tag(hour))}/{name}"
-        staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last, schema_id, eh),
+        staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last, schema_id, eh,
+                                                      crc32c=store.crc32c(src)),
                              hour, table))
     return staged
 
@@ -143,6 +144,7 @@ def write_dead_letters(dead: DataFrame, topic: str, store: LandingStore,
     for (hour, _t, _table, part, _e), src in sorted(files.items()):
         rows, first, last = _written(store, src, "offset")
         rel = f"{dead_letter_dir(topic, hour_from_tag(hour))}/{dead_letter_file_name(topic, part, first, last)}"
-        staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last), hour))
+        staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last,
+                                                      crc32c=store.crc32c(src)), hour))
     return staged, by_reason
 

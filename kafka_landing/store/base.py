@@ -83,8 +83,14 @@ class LandingStore(ABC):
         """Last modification (a bucket object's `updated`)."""
 
     @abstractmethod
-    def avro_rows(self, rel: str) -> int:
-        """Rows of an Avro container file, from its block headers (AvroFileError if not whole)."""
+    def avro_rows(self, rel: str, counted: tuple[int, str] | None = None) -> int:
+        """Rows of an Avro container file, from its block headers (AvroFileError if not whole).
+        `counted`: (rows, CRC32C) recorded when the file was written; a store that keeps each
+        object's CRC32C returns those rows while the object still has it, without a download."""
+
+    def crc32c(self, rel: str) -> str | None:
+        """The object's CRC32C (base64, as GCS gives it), or None where a store keeps none."""
+        return None
 
     def avro_schema(self, rel: str) -> dict:
         """The writer schema in an Avro container file's header. Stores override it to read the

@@ -223,11 +223,17 @@ class GcsStore(LandingStore):
     def mtime_ns(self, rel: str) -> int:
         return (self._get(rel).updated - _EPOCH) // timedelta(microseconds=1) * 1000
 
-    def avro_rows(self, rel: str) -> int:
+    def avro_rows(self, rel: str, counted: tuple[int, str] | None = None) -> int:
+        blob = self._get(rel)
+        if counted is not None and counted[1] and blob.crc32c == counted[1]:
+            return counted[0]  # the very bytes whose block headers were counted when written
         # Ranged reads of the version just looked at (a fetched blob carries its generation),
         # so a concurrent replacement cannot splice two versions together.
-        with self._get(rel).open("rb", chunk_size=_AVRO_READ_CHUNK) as f:
+        with blob.open("rb", chunk_size=_AVRO_READ_CHUNK) as f:
             return count_records_in(f, self.location(rel))
+
+    def crc32c(self, rel: str) -> str | None:
+        return self._get(rel).crc32c
 
     def avro_schema(self, rel: str) -> dict:
         import fastavro

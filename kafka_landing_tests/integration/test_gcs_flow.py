@@ -28,6 +28,50 @@ from kafka_landing_tests.integration.test_end_to_end import (  # noqa: F401
 HOURS = 2
 
 
+def assert_checks_download_no_landing_file(bucket: str, topic: str, dataset: str, hour, monkeypatch) -> None:
+    """N12: the landing check, the loader's verification and the warehouse check read each landed
+    file's CRC32C, recorded when it was written, not its bytes; a cut file still fails them."""
+    from google.cloud.storage.blob import Blob
+
+    from kafka_landing.avro_landing.conservation import check_landed_hour
+    from kafka_landing.config import TopicConfig
+    from kafka_landing.errors import KafkaLandingError
+    from kafka_landing.kafka_slices.freeze import frozen_slice
+    from kafka_landing.manifests import DoneFile
+    from kafka_landing.naming import done_file_path
+    from kafka_landing.store import open_store
+    from kafka_landing.warehouse.load import verify_files
+
+    store = open_store(f"gs://{bucket}/landing")
+    cfg, plan = TopicConfig(topic=topic, dataset=dataset, table="orders"), frozen_slice(store, topic, hour)
+    done = DoneFile.from_dict(store.read_json(done_file_path(dataset, "orders", hour)))
+    assert done.files and all(f.crc32c for f in done.files), "every landed file records its CRC32C"
+    fetched: list[str] = []
+    download = Blob.download_as_bytes
+
+    def counting(self, *args, **kwargs):
+        fetched.append(self.name)
+        return download(self, *args, **kwargs)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(Blob, "download_as_bytes", counting)
+        assert check_landed_hour(store, cfg, plan).passed
+        verify_files(store, done)
+        assert not [n for n in fetched if n.endswith(".avro")], fetched
+    cut = done.files[0].path
+    whole = store.read_bytes(cut)
+    store.write_atomic(cut, whole[:-9])
+    try:
+        assert not check_landed_hour(store, cfg, plan).passed
+        try:
+            verify_files(store, done)
+            raise AssertionError("a cut file passed the loader's verification")
+        except KafkaLandingError as exc:
+            assert "not a whole Avro file" in str(exc)
+    finally:
+        store.write_atomic(cut, whole)
+
+
 def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, bootstrap, registry_url, spark,  # noqa: F811
                                          tmp_path, monkeypatch):
     suffix = uuid.uuid4().hex[:6]
@@ -60,6 +104,7 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
     assert all(covered_hours(r) == [hour_key(h) for h in hours] for r in first.run_requests)
     run_requests(defs, instance, first.run_requests)
     assert not tick(defs, instance, cursor=first.cursor).run_requests
+    assert_checks_download_no_landing_file(gcs_bucket, topics[ORDERS], f"gshop_{suffix}", hours[0], monkeypatch)
 
     rows = pd.concat([read_table(tmp_path / "warehouse", f"gshop_{suffix}", "orders"),
                       read_table(tmp_path / "warehouse", f"gweb_{suffix}", "page_views"),

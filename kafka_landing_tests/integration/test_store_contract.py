@@ -155,6 +155,32 @@ def test_avro_rows_from_block_headers(store, monkeypatch):
         store.avro_rows("t/no.avro")
 
 
+def test_rows_of_an_object_unchanged_since_they_were_counted_cost_no_download(store, monkeypatch):
+    """N12: on a bucket the rows counted when a file was written stand while the object keeps the
+    CRC32C recorded then (one metadata read); other bytes are walked again and a cut is found."""
+    import kafka_landing.store.gcs as gcs
+    from google.cloud.storage.blob import Blob
+
+    data = _avro(400)
+    store.write_atomic("t/c.avro", data)
+    crc = store.crc32c("t/c.avro")
+    assert (crc is not None) == isinstance(store, gcs.GcsStore)
+    fetched: list[str] = []
+    download = Blob.download_as_bytes
+
+    def counting(self, *args, **kwargs):
+        fetched.append(self.name)
+        return download(self, *args, **kwargs)
+
+    monkeypatch.setattr(Blob, "download_as_bytes", counting)
+    assert store.avro_rows("t/c.avro", counted=(400, crc)) == 400
+    if isinstance(store, gcs.GcsStore):
+        assert fetched == [], "an unchanged object was downloaded to count its rows"
+    store.write_atomic("t/c.avro", data[:-7])  # replaced by a cut copy: another CRC32C
+    with pytest.raises(AvroFileError, match="c.avro"):
+        store.avro_rows("t/c.avro", counted=(400, crc))
+
+
 def test_avro_schema_reads_the_header_only(store, monkeypatch):
     """The schema comes from the first ranged read: the rest of a big file is never fetched."""
     import kafka_landing.store.gcs as gcs
