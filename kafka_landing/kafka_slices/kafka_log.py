@@ -71,19 +71,20 @@ class KafkaLogView:
                         return None  # partitions() says so, with its own error
                     raise
 
-            uuid = self._retry(f"describing topic {topic!r}", ask)
+            # Asked once the brokers answered (partitions, watermarks): two attempts, not ten timeouts.
+            uuid = self._retry(f"describing topic {topic!r}", ask, attempts=2)
             # a broker older than 2.8 has no topic ids: all zeros, nothing to compare
             self._topic_ids[topic] = None if uuid is None or str(uuid) == "AAAAAAAAAAAAAAAAAAAAAA" else str(uuid)
         return self._topic_ids[topic]
 
-    def _retry(self, what: str, call):
+    def _retry(self, what: str, call, attempts: int = 10):
         # A partition just created or moving leader answers NOT_LEADER for a moment: retry retriable errors.
-        for attempt in range(10):
+        for attempt in range(attempts):
             try:
                 return call()
             except KafkaException as exc:
                 err = exc.args[0]
-                if attempt == 9 or not (err.retriable() or err.code() in _TRANSIENT):
+                if attempt == attempts - 1 or not (err.retriable() or err.code() in _TRANSIENT):
                     raise KafkaUnavailable(
                         f"Kafka brokers {self._servers}: {what} failed: {err.str()}. Check that the brokers are up "
                         "and reachable from here, and the bootstrap servers and security settings "
