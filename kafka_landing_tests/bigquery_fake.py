@@ -1091,3 +1091,18 @@ class FakeBigQuery:
 
 
 __all__ = ["ALTER_COLUMN", "ApiError", "FakeBigQuery", "JobFailed", "PARTITIONS_QUERY", "avro_table_schema"]
+
+
+def serving_folder(folder) -> "FakeBigQuery":
+    """A started fake whose load jobs read gs://unit/<rel> from a local folder (see GsLikeStore)."""
+    from pathlib import Path
+
+    def read_object(uri: str) -> bytes:
+        path = Path(folder) / uri[len("gs://unit/"):]
+        if not path.is_file():
+            raise FileNotFoundError(uri)
+        return path.read_bytes()
+
+    fake = FakeBigQuery(read_object)
+    fake.start()
+    return fake

@@ -67,8 +67,8 @@ from kafka_landing.naming import hour_from_tag, hour_key
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.done_checks import done_file_problems
 from kafka_landing.warehouse.load_queue import (
-    MAX_ATTEMPTS,
     GIVEN_UP_DIR,
+    MAX_ATTEMPTS,
     RUN_KEY_TAG,
     LoadGroup,
     PendingLoad,

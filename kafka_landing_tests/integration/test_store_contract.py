@@ -158,8 +158,9 @@ def test_avro_rows_from_block_headers(store, monkeypatch):
 def test_rows_of_an_object_unchanged_since_they_were_counted_cost_no_download(store, monkeypatch):
     """N12: on a bucket the rows counted when a file was written stand while the object keeps the
     CRC32C recorded then (one metadata read); other bytes are walked again and a cut is found."""
-    import kafka_landing.store.gcs as gcs
     from google.cloud.storage.blob import Blob
+
+    import kafka_landing.store.gcs as gcs
 
     data = _avro(400)
     store.write_atomic("t/c.avro", data)
@@ -183,8 +184,9 @@ def test_rows_of_an_object_unchanged_since_they_were_counted_cost_no_download(st
 
 def test_avro_schema_reads_the_header_only(store, monkeypatch):
     """The schema comes from the first ranged read: the rest of a big file is never fetched."""
-    import kafka_landing.store.gcs as gcs
     from google.cloud.storage.blob import Blob
+
+    import kafka_landing.store.gcs as gcs
 
     monkeypatch.setattr(gcs, "_AVRO_HEADER_CHUNK", 1024)
     data = _avro(20_000)

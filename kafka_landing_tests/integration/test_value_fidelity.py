@@ -21,7 +21,6 @@ import struct
 import uuid
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Context, Decimal
-from pathlib import Path
 
 import fastavro
 import pyarrow.parquet as pq

@@ -14,7 +14,6 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from pathlib import Path
 
 import fastavro
 import pytest
@@ -27,7 +26,7 @@ from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse, partition_id
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
-from kafka_landing_tests.bigquery_fake import FakeBigQuery
+from kafka_landing_tests.bigquery_fake import serving_folder
 
 PROJECT = "kl-bq-unit"
 H1, H2, H3 = "2026-01-31T13", "2026-01-31T14", "2026-01-31T15"  # v1 only, v2 only, v2 and v1 mixed
@@ -49,17 +48,8 @@ class GsLikeStore(LocalStore):
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     folder = tmp_path_factory.mktemp("landing")
-    store = GsLikeStore(folder)
-
-    def read_object(uri: str) -> bytes:
-        path = Path(folder) / uri[len("gs://unit/"):]
-        if not path.is_file():
-            raise FileNotFoundError(uri)
-        return path.read_bytes()
-
-    fake = FakeBigQuery(read_object)
-    fake.start()
-    yield store, fake
+    fake = serving_folder(folder)
+    yield GsLikeStore(folder), fake
     fake.stop()
 
 

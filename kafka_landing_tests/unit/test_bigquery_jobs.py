@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 
 import fastavro
 import pytest
@@ -16,10 +15,10 @@ import pytest
 from kafka_landing.errors import is_transient
 from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import done_file_path, hour_from_tag, landing_file_name, table_hour_dir
-from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse, job_id, partition_id
 from kafka_landing.warehouse.load import LoadError, content_sha, load_done_file
-from kafka_landing_tests.bigquery_fake import FakeBigQuery
+from kafka_landing_tests.bigquery_fake import serving_folder
+from kafka_landing_tests.unit.test_bigquery_evolution import GsLikeStore
 
 PROJECT = "kl-bq-jobs"
 DATASET, TABLE, H1 = "shop", "t", "2026-01-31T13"
@@ -29,30 +28,10 @@ NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # n
 FOREVER = 10**6  # jobs.get polls a job answers RUNNING: longer than any wait here
 
 
-class GsLikeStore(LocalStore):
-    """A local landing root that names its files gs://unit/...: what BigQuery loads from."""
-
-    def __init__(self, root):
-        super().__init__(root)
-        self.root = "gs://unit"
-
-    def location(self, rel: str) -> str:
-        return f"gs://unit/{self.check_rel(rel)}"
-
-
 @pytest.fixture
 def env(tmp_path):
-    store = GsLikeStore(tmp_path)
-
-    def read_object(uri: str) -> bytes:
-        path = Path(tmp_path) / uri[len("gs://unit/"):]
-        if not path.is_file():
-            raise FileNotFoundError(uri)
-        return path.read_bytes()
-
-    fake = FakeBigQuery(read_object)
-    fake.start()
-    yield store, fake
+    fake = serving_folder(tmp_path)
+    yield GsLikeStore(tmp_path), fake
     fake.stop()
 
 

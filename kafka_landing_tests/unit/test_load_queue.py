@@ -17,9 +17,9 @@ from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.load_queue import (
     FINISHED,
     MAX_ATTEMPTS,
+    RECONCILE_AGAIN_AFTER,
     ScanPosition,
     TableHour,
-    RECONCILE_AGAIN_AFTER,
     attempt_keys,
     clear_pending,
     content_sha,

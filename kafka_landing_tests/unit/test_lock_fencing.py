@@ -149,7 +149,13 @@ def test_every_commit_of_the_load_queue_is_fenced(tmp_path):
     """mark_pending (also what publish calls under the hour lock: the table lock is the innermost),
     refuse_pending, give_up_pending and clear_pending fence each marker write and delete."""
     from kafka_landing.warehouse.load_queue import (
-        TableHour, clear_pending, content_sha, give_up_pending, mark_pending, refuse_pending)
+        TableHour,
+        clear_pending,
+        content_sha,
+        give_up_pending,
+        mark_pending,
+        refuse_pending,
+    )
 
     store = Recording(tmp_path)
     done, th = "tables/shop/orders/hour=2026-11-20T13/_DONE.json", TableHour("2026-11-20T13", "shop", "orders")
