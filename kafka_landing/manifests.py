@@ -24,6 +24,11 @@ class LandedFile:
     event_hour: str | None = None
     crc32c: str | None = None  # on a bucket, the object's when its rows were counted: checks compare it
 
+    @property
+    def counted(self) -> tuple[int, str] | None:
+        """(rows, CRC32C) as counted when written, for `LandingStore.avro_rows`; None where unknown."""
+        return (self.rows, self.crc32c) if self.crc32c else None
+
 
 @dataclass(frozen=True)
 class DeadLetters:

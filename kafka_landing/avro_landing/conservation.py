@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
 from kafka_landing.kafka_slices.plan import SlicePlan
-from kafka_landing.manifests import DoneFile
+from kafka_landing.manifests import DoneFile, LandedFile
 from kafka_landing.naming import (
     dead_letter_dir,
     dead_letter_manifest_path,
@@ -51,12 +51,13 @@ class Conservation:
         }
 
 
-def _count(store: LandingStore, rel: str, listed_rows: int, out: Conservation, crc32c: str | None = None) -> int:
+def _count(store: LandingStore, f: LandedFile, out: Conservation) -> int:
+    rel, listed_rows = f.path, f.rows
     if not store.exists(rel):
         out.problems.append(f"listed file {rel} does not exist")
         return 0
     try:
-        n = store.avro_rows(rel, counted=(listed_rows, crc32c) if crc32c else None)
+        n = store.avro_rows(rel, counted=f.counted)
     except AvroFileError as exc:
         out.problems.append(f"{rel} is not a whole Avro file: {exc}")
         return 0
@@ -81,7 +82,7 @@ def check_landed_hour(store: LandingStore, cfg: TopicConfig, plan: SlicePlan) ->
         gaps.add(done.offset_gaps)
         skips.add(tuple(sorted((d["partition"], d["start"], d["end"]) for d in done.skipped)))
         for f in done.files:
-            out.landed_rows += _count(store, f.path, f.rows, out, f.crc32c)
+            out.landed_rows += _count(store, f, out)
             start, end = ranges.get(f.partition, (0, 0))
             if not start <= f.first_offset <= f.last_offset < end:
                 out.problems.append(f"{f.path}: offsets [{f.first_offset}, {f.last_offset}] are not inside the slice "
@@ -94,11 +95,11 @@ def check_landed_hour(store: LandingStore, cfg: TopicConfig, plan: SlicePlan) ->
         for dataset, table in manifest.get("retired", ()):
             raw = store.read_json(done_file_path(dataset, table, hour))
             for f in DoneFile.from_dict(raw).files if raw else ():
-                out.landed_rows += _count(store, f.path, f.rows, out, f.crc32c)
+                out.landed_rows += _count(store, f, out)
                 out.problems.append(f"{f.path} of {dataset}.{table}, a table the hour no longer feeds, still lists "
                                     "rows of the hour: re-land the hour to retire it")
         for f in manifest["files"]:
-            out.dead_letters += _count(store, f["path"], f["rows"], out, f.get("crc32c"))
+            out.dead_letters += _count(store, LandedFile(**f), out)
         if sum(manifest["by_reason"].values()) != manifest["rows"]:
             out.problems.append("the dead-letter manifest's reasons do not add up to its rows")
     if len(gaps) > 1:

@@ -66,7 +66,7 @@ def hour_conservation(store: LandingStore, warehouse: Warehouse, dataset: str, t
     landed = 0
     for f in done.files:
         try:
-            landed += store.avro_rows(f.path, counted=(f.rows, f.crc32c) if f.crc32c else None)
+            landed += store.avro_rows(f.path, counted=f.counted)
         except FileNotFoundError:
             return False, f"{where}: listed file {f.path} is missing: re-land the hour", {"done_file": rel}
         except AvroFileError as exc:

@@ -96,7 +96,7 @@ def verify_files(store: LandingStore, done: DoneFile) -> None:
             raise LoadError(f"{done.dataset}.{done.table} {done.hour}: listed file {store.location(f.path)} does not "
                             "exist (yet?)", transient=True)
         try:
-            n = store.avro_rows(f.path, counted=(f.rows, f.crc32c) if f.crc32c else None)
+            n = store.avro_rows(f.path, counted=f.counted)
         except AvroFileError as exc:
             raise LoadError(f"{done.dataset}.{done.table} {done.hour}: {store.location(f.path)} is not a whole "
                             f"Avro file: {exc}", transient=True) from None
