@@ -59,7 +59,8 @@ from kafka_landing.warehouse.resources import (
     ParquetWarehouseResource,
     WarehouseResource,
 )
-from kafka_landing.warehouse.sensors import build_done_file_sensor
+from kafka_landing.warehouse.jobs import retire_hours
+from kafka_landing.warehouse.sensors import build_done_file_sensor, build_retired_hours_sensor
 
 LOCAL = devstack.ROOT / ".local"
 
@@ -197,9 +198,9 @@ def build_definitions() -> Definitions:
     return Definitions(
         assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config, warehouse_kind()),
                 *build_warehouse_checks(config)],
-        jobs=[*jobs.values(), plan_backfill],
+        jobs=[*jobs.values(), plan_backfill, retire_hours],
         schedules=[build_schedule(config.topics[name], job) for name, job in jobs.items()],
-        sensors=[build_done_file_sensor(tables, hours)],
+        sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables)],
         resources=resources,
     )
 

@@ -112,9 +112,11 @@ def _retired(before: dict | None, feeds: list[tuple[str, str]]) -> list[tuple[st
 
 def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, attempt: str,
             fed: dict[str, DoneFile], held: HeldLock) -> None:
-    """An empty done file in place of the old one: a loader of the table replaces the hour with
-    nothing, and the landing conservation check counts it. Written once, not on every re-land.
-    No load is marked pending: no asset of this topic loads the table any more (see the README)."""
+    """An empty done file in place of the old one, marked pending: the table is in no topic's
+    config now, so no asset loads it; the retired-hours sensor asks `retire_hours` to load the
+    empty hour, which drops its rows from the warehouse. The landing conservation check counts
+    it. Written once, not on every re-land; the marker goes first, so a crash between the two
+    leaves the old done file, retired again by the next re-land."""
     rel = done_file_path(dataset, table, hour_from_tag(plan.hour))
     raw = store.read_json(rel)
     if raw is None or raw.get("retired"):
@@ -129,5 +131,8 @@ def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, atte
         topic_records_read=old.topic_records_read, offset_gaps=old.offset_gaps, attempt=attempt,
         landed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), retired=why,
     )
+    body = json.dumps(content.to_dict(), indent=2, sort_keys=True).encode()
     held.fence()
-    store.write_atomic(rel, json.dumps(content.to_dict(), indent=2, sort_keys=True).encode())
+    mark_pending(store, rel, body)
+    held.fence()
+    store.write_atomic(rel, body)

@@ -48,6 +48,7 @@ marker) requests a reload of that hour.
 
 import json
 import time
+from collections.abc import Iterable
 from itertools import islice, zip_longest
 
 from dagster import (
@@ -66,6 +67,7 @@ from kafka_landing.hours import REDO_DONE_HOURS_TAG
 from kafka_landing.naming import hour_from_tag, hour_key
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.done_checks import done_file_problems
+from kafka_landing.warehouse.jobs import RETIRE_JOB, retire_hours
 from kafka_landing.warehouse.load_queue import (
     GIVEN_UP_DIR,
     MAX_ATTEMPTS,
@@ -91,6 +93,7 @@ from kafka_landing.warehouse.load_queue import (
 from kafka_landing.warehouse.resources import WarehouseResource
 
 SENSOR_NAME = "done_file_sensor"
+RETIRED_SENSOR_NAME = "retired_hours_sensor"
 MAX_REQUESTS_PER_TICK = 200  # runs (each covers up to MAX_HOURS_PER_RUN hours)
 MAX_EXAMINED_PER_TICK = 2000
 RECONCILE_PER_TICK = 10_000
@@ -173,7 +176,8 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
 
         unknown = sorted(f"{d}.{t}" for d, t in listed_tables(store) if (d, t) not in tables)
         if unknown:
-            log.warning(f"done files for tables not in the topic config, not loaded: {unknown}")
+            log.warning(f"done files for tables not in the topic config, not loaded by any asset: {unknown} (hours a "
+                        f"routing change retired are emptied by {RETIRED_SENSOR_NAME})")
 
         position, marked, scanned = reconcile(store, list(tables), backend.loaded_sha, _position(context.cursor),
                                               RECONCILE_PER_TICK, deadline=started + RECONCILE_SECONDS, clock=_clock)
@@ -295,6 +299,80 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
             f"{sum(len(v) for v in not_partitions.values())} not a partition; {scanned} done files reconciled"))
 
     return done_file_sensor
+
+
+def build_retired_hours_sensor(tables: Iterable[tuple[str, str]]):
+    """Requests `retire_hours` for the retired done files of tables in no topic's config (a
+    routing change re-landed their hours elsewhere): the warehouse then drops those hours' rows.
+    Same queue as the done-file sensor (markers, attempts, run keys, moved aside when asking again
+    cannot help), over the markers of the tables that sensor does not load; a done file of such a
+    table that is not retired is left to its warning there."""
+    configured = set(tables)
+
+    @sensor(
+        name=RETIRED_SENSOR_NAME,
+        job=retire_hours,
+        minimum_interval_seconds=60,
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Empties the warehouse hours of tables a routing change retired (their re-landed hours now "
+                    "feed another table), so no record counts in two tables.",
+    )
+    def retired_hours_sensor(context: SensorEvaluationContext, landing: LandingResource,
+                             warehouse: WarehouseResource):
+        started = _clock()
+        store = landing.store()
+        backend = warehouse.backend(store)
+        loads, seen_of, examined = [], {}, 0
+        aside: list[tuple[TableHour, str | None, str, str, list[str]]] = []
+        for th in list_pending(store):
+            if (th.dataset, th.table) in configured:
+                continue
+            if examined >= MAX_EXAMINED_PER_TICK or _clock() >= started + EXAMINE_SECONDS:
+                break  # the rest on later ticks
+            examined += 1
+            marker = read_marker(store, th)
+            if marker is None:
+                continue
+            seen = marker.get("sha256") if isinstance(marker.get("sha256"), str) else None
+            try:
+                content = store.read_bytes(th.done_file)
+                raw = json.loads(content)
+            except FileNotFoundError:
+                clear_pending(store, th.done_file, seen)
+                continue
+            except ValueError:
+                continue  # not retired by publish: the done-file sensor names the table
+            if not isinstance(raw, dict) or not raw.get("retired"):
+                continue
+            sha = content_sha(content)
+            if backend.loaded_sha(th.dataset, th.table, th.hour) == sha:
+                clear_pending(store, th.done_file, seen)
+                continue
+            if (why := refusal(marker, sha)) is not None or (why := "; ".join(done_file_problems(th.done_file, raw))):
+                aside.append((th, seen, sha, f"retiring it failed for good: {why[:500]}", []))
+                continue
+            ld = PendingLoad(th, sha)
+            seen_of[ld] = seen
+            loads.append(ld)
+        plan = plan_loads(loads, covering_runs(loads, _seen_runs(context.instance, loads)))
+        aside += [(ld.th, seen_of[ld], ld.sha, f"{RETIRE_JOB} finished {MAX_ATTEMPTS} times without emptying it "
+                   f"(runs {[r.run_id for r in runs]})", [r.run_id for r in runs]) for ld, runs in plan.given_up]
+        for th, seen, sha, why, runs in aside:
+            if give_up_pending(store, th, seen, sha, why, runs):
+                context.log.warning(f"{th.name} {th.hour}: the retired hour is not emptied and not requested again: "
+                                    f"{why}. Fix the cause, then launch {RETIRE_JOB} with done file {th.done_file}, "
+                                    "or drop the hour by hand.")
+        spark = {SPARK_TAG: "true"} if backend.kind in SPARK_BACKENDS else {}
+        requests = [RunRequest(run_key=g.run_key, tags={**g.tags(), **spark}, run_config={"ops": {
+                        "retire_hours_op": {"config": {"done_files": [ld.th.done_file for ld in g.loads]}}}})
+                    for g in plan.groups[:MAX_REQUESTS_PER_TICK]]
+        if requests:
+            return SensorResult(run_requests=requests)
+        return SensorResult(skip_reason=SkipReason(
+            f"no retired hour to empty: {examined} pending load(s) of tables in no topic config examined, "
+            f"{len(plan.waiting)} in flight, {len(aside)} moved aside"))
+
+    return retired_hours_sensor
 
 
 def run_load_request(defs, request: RunRequest, instance, resources: dict | None = None, raise_on_error: bool = True):

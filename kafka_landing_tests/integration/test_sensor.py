@@ -18,7 +18,7 @@ from pathlib import Path
 import fastavro
 import pytest
 import yaml
-from dagster import DagsterInstance, build_sensor_context, materialize
+from dagster import DagsterInstance, RunRequest, build_sensor_context, materialize
 
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing.naming import (
@@ -30,7 +30,8 @@ from kafka_landing.naming import (
 )
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.load import load_done_file
-from kafka_landing.warehouse.sensors import SENSOR_NAME, run_load_request
+from kafka_landing.warehouse.jobs import RETIRE_JOB
+from kafka_landing.warehouse.sensors import RETIRED_SENSOR_NAME, SENSOR_NAME, run_load_request
 from kafka_landing_tests.conftest import defs_hours, utcnow
 
 TOPIC, DATASET, TABLE = "sensor.events", "sx", "events"
@@ -433,3 +434,57 @@ def test_a_tick_over_a_year_of_hours_of_20_tables_stays_cheap(roots, instance, f
         assert reconciled(result.cursor) == reconciled(cursor) + sensors.RECONCILE_PER_TICK, \
             "the reconciliation moves on, reading no done file twice"
         cursor = result.cursor
+
+
+def retired_tick(defs, instance, cursor=None):
+    res = build_resources()
+    with build_sensor_context(instance=instance, cursor=cursor,
+                              resources={"landing": res["landing"], "warehouse": res["warehouse"]}) as ctx:
+        return defs.resolve_sensor_def(RETIRED_SENSOR_NAME)(ctx)
+
+
+def run_retire(defs, instance, req):
+    """Run a retired-hours request as the daemon would: its job, config, tags and run key."""
+    from kafka_landing.warehouse.load_queue import RUN_KEY_TAG
+
+    return defs.resolve_job_def(req.job_name or RETIRE_JOB).execute_in_process(
+        run_config=req.run_config, instance=instance, raise_on_error=False,
+        tags={**req.tags, RUN_KEY_TAG: req.run_key, "dagster/sensor_name": RETIRED_SENSOR_NAME})
+
+
+def test_an_hour_a_routing_change_retired_is_emptied_in_the_warehouse(roots, instance, spark, tmp_path, warnings_logged):
+    """Review N8, the warehouse half: the topic now feeds another table, so re-landing the hour
+    retired the old table's done file (empty, `retired`, marked pending). The old table is in no
+    topic config, so no asset loads it: the retired-hours sensor requests `retire_hours`, which
+    empties the hour, once; a done file of an unconfigured table that is not retired is left alone."""
+    landing, warehouse = roots()
+    h, other = hours_ago(3), hours_ago(4)
+    defs = build_definitions()
+    publish(landing, h, done_body(h, [avro_file(landing, h, 0, 4)]))
+    publish(landing, other, done_body(other, [avro_file(landing, other, 10, 2)]))
+    for req in tick(defs, instance).run_requests:
+        assert run(defs, instance, req).success
+    assert table_ids(warehouse) == [0, 1, 2, 3, 10, 11]
+
+    # The routing changed and hour h was re-landed: publish retired the old table's hour.
+    (tmp_path / "topics.yaml").write_text(yaml.safe_dump(
+        {"defaults": {"grace_minutes": 5}, "topics": {TOPIC: {"dataset": DATASET, "table": "events_v2"}}}))
+    shutil.rmtree(landing / f"tables/{DATASET}/{TABLE}/hour={hour_tag(h)}")
+    rel = publish(landing, h, done_body(h, [], schema_ids=[], retired="routing changed: re-landed by attempt a2"))
+    defs = build_definitions()
+    assert not [r for r in tick(defs, instance).run_requests or [] if TABLE in r.run_key]
+
+    first = retired_tick(defs, instance)
+    assert [r.tags["kafka_landing/done_file"] for r in first.run_requests] == [rel]
+    assert run_retire(defs, instance, first.run_requests[0]).success
+    assert table_ids(warehouse) == [10, 11]  # the retired hour is gone, the hour never re-landed stays
+    again = retired_tick(defs, instance, cursor=first.cursor)
+    assert not again.run_requests
+    assert not (landing / "pending_loads" / DATASET / TABLE / f"hour={hour_tag(h)}.json").exists()
+
+    # A job run asked to retire a done file that is not retired refuses it, naming it.
+    other_rel = f"tables/{DATASET}/{TABLE}/hour={hour_tag(other)}/_DONE.json"
+    refused = run_retire(defs, instance, RunRequest(run_key="by-hand", job_name=RETIRE_JOB, run_config={
+        "ops": {"retire_hours_op": {"config": {"done_files": [other_rel]}}}}))
+    assert not refused.success and "is not retired" in failure_message(refused)
+    assert table_ids(warehouse) == [10, 11]

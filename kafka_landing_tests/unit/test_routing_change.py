@@ -18,6 +18,7 @@ from kafka_landing.naming import (
     table_hour_dir,
 )
 from kafka_landing.store.local import LocalStore
+from kafka_landing.warehouse.load_queue import clear_pending, content_sha, marker_sha, parse_done_path
 
 H = "2026-11-20T13"
 HOUR = hour_from_tag(H)
@@ -85,3 +86,15 @@ def test_a_new_dataset_retires_the_old_one_and_a_table_routed_back_is_fed_again(
     manifest = store.read_json(dead_letter_manifest_path("web", HOUR))
     assert (manifest["tables"], manifest["retired"]) == ([["w", "events"]], [["w2", "events"]])
     assert check_landed_hour(store, back, PLAN).passed
+
+
+def test_a_retired_hour_is_marked_pending_so_the_warehouse_empties_it(tmp_path):
+    """The retired done file is a load like any other (an empty hour): its marker names its
+    content, so the retired-hours sensor asks for it and the warehouse drops the hour's rows."""
+    store = LocalStore(str(tmp_path))
+    land(store, TopicConfig("web", "w", table="clicks"), "clicks", "a1")
+    rel = done_file_path("w", "clicks", HOUR)
+    clear_pending(store, rel, content_sha(store.read_bytes(rel)))  # the warehouse loaded the first landing
+    land(store, TopicConfig("web", "w", table="web_clicks"), "web_clicks", "a2")
+    assert marker_sha(store, parse_done_path(rel)) == content_sha(store.read_bytes(rel))
+    assert DoneFile.from_dict(store.read_json(rel)).retired
