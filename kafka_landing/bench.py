@@ -344,9 +344,10 @@ def contender_warehouse(args) -> int:
     from dagster import DagsterInstance, materialize
 
     from kafka_landing.definitions import build_definitions, build_resources
+    from kafka_landing.demo.loads import load_run_defs
     from kafka_landing.naming import hour_from_key, hour_tag
     from kafka_landing.store import open_store
-    from kafka_landing.warehouse.assets import load_run_defs, warehouse_key
+    from kafka_landing.warehouse.assets import warehouse_key
 
     defs = build_definitions()
     resources = build_resources()

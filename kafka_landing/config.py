@@ -44,7 +44,6 @@ from typing import Any
 import yaml
 
 from kafka_landing.errors import KafkaLandingError
-from kafka_landing.kafka_slices.plan import FUTURE_POLICIES
 from kafka_landing.naming import (
     HOUR_KEY_FORMAT,
     HOUR_TAG_FORMAT,
@@ -54,6 +53,11 @@ from kafka_landing.naming import (
     check_topic,
     hour_key,
 )
+
+# What planning does with a record stamped more than max_future_minutes past the
+# boundary it would define (and followed by records stamped well before it).
+FAIL, LAND = "fail", "land"
+FUTURE_POLICIES = (FAIL, LAND)
 
 ENV_VAR = "KAFKA_LANDING_TOPICS_CONFIG"
 FIRST_HOUR_ENV = "KAFKA_LANDING_FIRST_HOUR"

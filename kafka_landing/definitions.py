@@ -31,7 +31,7 @@ from dagster import build_resources as dagster_resources  # noqa: E402
 from dagster_gcp import BigQueryResource
 from dagster_pyspark import LazyPySparkResource
 
-from kafka_landing import devstack, hourly_schedule
+from kafka_landing import defaults, hourly_schedule
 from kafka_landing.avro_landing.assets import build_landing_assets, landing_key
 from kafka_landing.config import (
     LandingConfig,
@@ -54,15 +54,15 @@ from kafka_landing.resources import (
 from kafka_landing.spark_setup import spark_config
 from kafka_landing.warehouse.assets import build_warehouse_assets, warehouse_key
 from kafka_landing.warehouse.checks import build_warehouse_checks
+from kafka_landing.warehouse.jobs import retire_hours
 from kafka_landing.warehouse.resources import (
     BigQueryWarehouseResource,
     ParquetWarehouseResource,
     WarehouseResource,
 )
-from kafka_landing.warehouse.jobs import retire_hours
 from kafka_landing.warehouse.sensors import build_done_file_sensor, build_retired_hours_sensor
 
-LOCAL = devstack.ROOT / ".local"
+LOCAL = defaults.LOCAL
 
 
 def _secret(name: str):
@@ -73,7 +73,7 @@ def _secret(name: str):
 def _registry_url():
     """A URL carrying `user:password@` is a secret: the UI then shows only the variable's name
     (better still, put the credentials in SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO)."""
-    url = os.environ.get("SCHEMA_REGISTRY_URL", devstack.REGISTRY_URL)
+    url = os.environ.get("SCHEMA_REGISTRY_URL", defaults.REGISTRY_URL)
     return EnvVar("SCHEMA_REGISTRY_URL") if urlsplit(url).password is not None else url
 
 
@@ -105,7 +105,7 @@ def build_warehouse() -> WarehouseResource:
 def build_resources() -> dict:
     return {
         "kafka": KafkaResource(
-            bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", devstack.BOOTSTRAP),
+            bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", defaults.BOOTSTRAP),
             security_protocol=os.environ.get("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
             sasl_mechanism=os.environ.get("KAFKA_SASL_MECHANISM"),
             sasl_username=_secret("KAFKA_SASL_USERNAME"),

@@ -23,30 +23,20 @@ import sys
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
+from kafka_landing.defaults import (  # noqa: F401 - the stack's addresses, read by its users
+    BOOTSTRAP,
+    GCS_EMULATOR_URL,
+    JVM_DIR,
+    PORTS,
+    REGISTRY_URL,
+    ROOT,
+    StackPorts,
+)
 from kafka_landing.errors import KafkaLandingError
 
-ROOT = Path(__file__).resolve().parent.parent
-JVM_DIR = Path(os.environ.get("KAFKA_LANDING_JVM_DIR", ROOT / ".jvm"))
 STACK_DIR = Path(os.environ.get("KAFKA_LANDING_STACK_DIR", ROOT / ".local" / "stack"))
-
-
-@dataclass(frozen=True)
-class StackPorts:
-    kafka: int = int(os.environ.get("KAFKA_LANDING_STACK_KAFKA_PORT", "19092"))
-    controller: int = int(os.environ.get("KAFKA_LANDING_STACK_CONTROLLER_PORT", "19093"))
-    registry: int = int(os.environ.get("KAFKA_LANDING_STACK_REGISTRY_PORT", "18081"))
-    registry_management: int = int(os.environ.get("KAFKA_LANDING_STACK_REGISTRY_MGMT_PORT", "19081"))
-    gcs: int = int(os.environ.get("KAFKA_LANDING_STACK_GCS_PORT", "18082"))
-
-
-PORTS = StackPorts()
-BOOTSTRAP = f"localhost:{PORTS.kafka}"
-REGISTRY_URL = f"http://localhost:{PORTS.registry}/apis/ccompat/v7"
-#: what STORAGE_EMULATOR_HOST is set to for google-cloud-storage (and the GCS connector)
-GCS_EMULATOR_URL = f"http://127.0.0.1:{PORTS.gcs}"
 
 
 class StackError(KafkaLandingError, RuntimeError):

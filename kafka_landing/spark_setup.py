@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from kafka_landing.devstack import JVM_DIR
+from kafka_landing.defaults import JVM_DIR
 
 _VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.]*\.jar$")
 

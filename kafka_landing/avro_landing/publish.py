@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import TopicConfig
 from kafka_landing.crash_points import crash_point
+from kafka_landing.handoff import mark_pending
 from kafka_landing.kafka_slices.plan import RETENTION_AFTER_FREEZING, SlicePlan
 from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import (
@@ -22,7 +23,6 @@ from kafka_landing.naming import (
     table_hour_dir,
 )
 from kafka_landing.store.base import HeldLock, LandingStore
-from kafka_landing.warehouse.load_queue import mark_pending
 
 
 def _remove_unlisted(store: LandingStore, rel_dir: str, listed: set[str], held: HeldLock) -> None:

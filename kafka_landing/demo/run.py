@@ -29,7 +29,8 @@ from kafka_landing.definitions import (  # noqa: E402 - after the first hour abo
     build_resources,
     landing_job_name,
 )
-from kafka_landing.warehouse.sensors import SENSOR_NAME, run_load_request  # noqa: E402
+from kafka_landing.demo.loads import run_load_request  # noqa: E402
+from kafka_landing.warehouse.sensors import SENSOR_NAME  # noqa: E402
 
 
 def _demo_data_present(bootstrap: str, registry_url: str) -> bool:

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Callable, Mapping
 
 from kafka_landing.config import TopicConfig
+from kafka_landing.handoff import content_sha
 from kafka_landing.kafka_slices.plan import (
     HourNotClosedError,
     PlanningError,
@@ -35,7 +36,6 @@ from kafka_landing.naming import (
     hour_tag,
 )
 from kafka_landing.store.base import LandingStore
-from kafka_landing.warehouse.load_queue import content_sha
 
 FROZEN, PLANNED, OPEN, ERROR = "frozen", "would freeze", "open", "error"
 MAX_HOURS = 24 * 366  # a typo in a year should not plan a century

@@ -32,7 +32,6 @@ from kafka_landing.kafka_slices.dry_run import (
 from kafka_landing.kafka_slices.freeze import load_frozen, settled_first_hour
 from kafka_landing.naming import hour_from_key
 from kafka_landing.resources import KafkaResource, LandingResource
-from kafka_landing.warehouse.resources import WarehouseResource
 
 
 class PlanConfig(Config):
@@ -42,9 +41,14 @@ class PlanConfig(Config):
     skip_retention_gaps: bool = False
 
 
-@op(description="Dry-run plan of a backfill: per hour and partition, the offsets landing would read. Writes nothing.")
-def plan_backfill_op(context: OpExecutionContext, config: PlanConfig, kafka: KafkaResource,
-                     landing: LandingResource, warehouse: WarehouseResource) -> None:
+# Resources by key, not by type: the plan also shows which hours the warehouse loaded, but the
+# slices layer does not import the warehouse's layer (the flow runs the other way), and Dagster
+# takes an op's resources either all by key or all by type.
+@op(description="Dry-run plan of a backfill: per hour and partition, the offsets landing would read. Writes nothing.",
+    required_resource_keys={"kafka", "landing", "warehouse"})
+def plan_backfill_op(context: OpExecutionContext, config: PlanConfig) -> None:
+    kafka: KafkaResource = context.resources.kafka
+    landing: LandingResource = context.resources.landing
     try:
         first, last = hour_from_key(config.from_hour), hour_from_key(config.to_hour)
         hours_between(first, last)
@@ -55,7 +59,7 @@ def plan_backfill_op(context: OpExecutionContext, config: PlanConfig, kafka: Kaf
     store = landing.store()
     with kafka.log_view() as log:
         rows = dry_run(cfg, first, last, datetime.now(timezone.utc), log, store, load_frozen(store, cfg.topic),
-                       warehouse.backend(store).loaded, skip_retention_gaps=config.skip_retention_gaps,
+                       context.resources.warehouse.backend(store).loaded, skip_retention_gaps=config.skip_retention_gaps,
                        first_hour=settled_first_hour(store, topics, cfg.topic))
     context.log.info("Dry-run plan of %s, %s .. %s:\n%s", cfg.topic, config.from_hour, config.to_hour, format_table(rows))
     context.log_event(AssetObservation(

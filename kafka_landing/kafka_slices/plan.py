@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Mapping, Protocol
 
+from kafka_landing.config import FAIL, FUTURE_POLICIES, LAND
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_tag, to_millis
 
@@ -50,10 +51,6 @@ class FutureTimestampError(PlanningError):
     """A record stamped far in the future would hold back every later boundary of its partition."""
 
 
-# What planning does with a record stamped more than max_future_minutes past the
-# boundary it would define (and followed by records stamped well before it).
-FAIL, LAND = "fail", "land"
-FUTURE_POLICIES = (FAIL, LAND)
 
 
 class LogView(Protocol):

@@ -115,12 +115,3 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
 def build_warehouse_assets(config: LandingConfig, kind: str = "parquet") -> list:
     """Each table's asset (its checks are in checks.py)."""
     return [build_warehouse_asset(cfg, table, kind) for cfg in config.topics.values() for table in cfg.tables]
-
-
-def load_run_defs(defs, keys, checks: tuple[str, ...] = ("conservation",)) -> list:
-    """What `materialize()` needs to run a load as the sensor's run would: the tables'
-    assets and their named checks (checks are separate definitions)."""
-    keys = set(keys)
-    return [*(defs.get_assets_def(k) for k in sorted(keys)),
-            *(defs.get_asset_checks_def(ck) for ck in sorted(defs.resolve_asset_graph().asset_check_keys)
-              if ck.asset_key in keys and ck.name in checks)]

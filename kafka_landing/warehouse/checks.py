@@ -25,6 +25,7 @@ from dagster import (
 
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
+from kafka_landing.handoff import content_sha, landed_hours, list_pending
 from kafka_landing.hours import hour_check_events, topic_hours
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import done_file_path, hour_from_key, hour_from_tag, hour_tag
@@ -33,12 +34,7 @@ from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.assets import warehouse_key
 from kafka_landing.warehouse.done_checks import done_file_problems
 from kafka_landing.warehouse.load import Warehouse
-from kafka_landing.warehouse.load_queue import (
-    content_sha,
-    hours_behind,
-    landed_hours,
-    list_pending,
-)
+from kafka_landing.warehouse.load_queue import hours_behind
 from kafka_landing.warehouse.resources import WarehouseResource
 
 MISSING_SHOWN = 48  # missing hours listed in the check's metadata (the count is always whole)

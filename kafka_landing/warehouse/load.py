@@ -22,10 +22,10 @@ from typing import Callable
 
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.errors import KafkaLandingError
+from kafka_landing.handoff import clear_pending, content_sha, refuse_pending
 from kafka_landing.manifests import DoneFile
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.done_checks import DoneFileMismatch, check_done_file
-from kafka_landing.warehouse.load_queue import clear_pending, content_sha, refuse_pending
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 SparkFactory = Callable[[], object]  # () -> SparkSession, started only by a backend that needs it

@@ -5,18 +5,11 @@ Why: a done file's mtime says nothing about whether it was loaded (copies keep
 old mtimes), a load can fail, and globbing every done file ever written on
 every tick grows without bound. So:
 
-- When publish() writes a done file it leaves a small marker per (table, hour)
-  (`mark_pending`):
-
-      pending_loads/<dataset>/<table>/hour=<H>.json   {"done_file", "sha256", "marked_at"}
-
-  A re-land overwrites it with the new content's hash.
+- Landing leaves a marker per (table, hour) it published, naming the done
+  file's content hash; a load removes it only if it still names what was
+  loaded (`handoff`: markers, compare-and-delete, refusals, moving aside).
 - The warehouse records what it loaded per (table, hour): the done file's
   content hash (`Warehouse.loaded`, per backend).
-- A load, once its hour is in place and recorded, removes the marker only if the
-  marker still names the content it loaded (`clear_pending`, compare-and-delete
-  under the table's lock, the lock `mark_pending` takes too): a re-land during a
-  load stays pending.
 - The sensor lists the markers, not the done files, and asks the Dagster
   instance which loads ran (`decide`): none -> request; one in flight -> wait;
   all finished and the content still not loaded -> request again under a new
@@ -28,13 +21,9 @@ every tick grows without bound. So:
   every run that covered a load with one indexed tag query per hour of the
   week, however the loads were grouped then (`covering_runs`).
 - A load nobody will ask for again (its attempts used up, refused for good,
-  or a done file contradicting its path) is moved aside (`give_up_pending`) to
-
-      pending_loads/_given_up/<dataset>/<table>/hour=<H>.json   (the marker, and why)
-
-  so it no longer takes a place among the markers examined per tick. A re-land
-  (`mark_pending`) or a load of the hour (`clear_pending`: a person
-  materialising it) removes it.
+  or a done file contradicting its path) is moved aside
+  (`handoff.give_up_pending`), so it no longer takes a place among the
+  markers examined per tick.
 - Done files written by other tools (no marker) are found by a reconciliation
   (`reconcile`) that remembers which hours it checked, so a tick reads only
   done files of hours it has not checked yet, and checks everything again once
@@ -46,225 +35,32 @@ Pure: no Dagster, no Spark.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
+from kafka_landing.handoff import TableHour, content_sha, mark_pending, read_marker, subfolders
 from kafka_landing.naming import (
     DONE_FILE_RE,
     HOUR_TAG_FORMAT,
     ONE_HOUR,
-    done_file_path,
     floor_hour,
     hour_from_tag,
     hour_tag,
 )
 from kafka_landing.store.base import LandingStore
 
-PENDING_DIR = "pending_loads"
-GIVEN_UP_DIR = f"{PENDING_DIR}/_given_up"  # list_pending skips folders starting with "_"
 MAX_ATTEMPTS = 3
 # Run statuses (Dagster's names) after which a run will not change anything any more.
 FINISHED = frozenset({"SUCCESS", "FAILURE", "CANCELED"})
 
 
-@dataclass(frozen=True, order=True)
-class TableHour:
-    hour: str  # an hour tag, 2026-11-20T13 (first, so sorting is oldest first)
-    dataset: str
-    table: str
-
-    @property
-    def done_file(self) -> str:
-        return done_file_path(self.dataset, self.table, hour_from_tag(self.hour))
-
-    @property
-    def marker(self) -> str:
-        return f"{PENDING_DIR}/{self.dataset}/{self.table}/hour={self.hour}.json"
-
-    @property
-    def given_up_marker(self) -> str:
-        return f"{GIVEN_UP_DIR}/{self.dataset}/{self.table}/hour={self.hour}.json"
-
-    @property
-    def name(self) -> str:
-        return f"{self.dataset}.{self.table}"
-
-
-def parse_done_path(rel: str) -> TableHour:
-    m = DONE_FILE_RE.match(rel)
-    if not m:
-        raise ValueError(f"{rel!r} is not a done file path (tables/<dataset>/<table>/hour=<YYYY-MM-DDTHH>/_DONE.json)")
-    return TableHour(m["hour"], m["dataset"], m["table"])
-
-
-def content_sha(content: bytes) -> str:
-    return hashlib.sha256(content).hexdigest()
-
-
-def _lock(dataset: str, table: str) -> str:
-    return f"locks/{PENDING_DIR}/{dataset}/{table}.lock"
-
-
-def mark_pending(store: LandingStore, done_file_rel_path: str, content_bytes: bytes) -> str:
-    """Say that (table, hour) of this done file waits for a load of exactly this content.
-    Call it right after the done file is written. Returns the marker's path."""
-    th = parse_done_path(done_file_rel_path)
-    body = json.dumps({"done_file": th.done_file, "sha256": content_sha(content_bytes),
-                       "marked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}).encode()
-    with store.lock(_lock(th.dataset, th.table)) as held:
-        held.fence()
-        store.write_atomic(th.marker, body)
-        if store.exists(th.given_up_marker):  # new content: what was given up on is not the hour's any more
-            held.fence()
-            store.delete(th.given_up_marker)
-    return th.marker
-
-
-_MISSING = object()
-
-
-def _marker_sha(store: LandingStore, th: TableHour, rel: str | None = None):
-    """The hash a marker names; None if unreadable (it still means "look here"); _MISSING if absent."""
-    try:
-        raw = store.read_bytes(rel or th.marker)
-    except FileNotFoundError:
-        return _MISSING
-    try:
-        sha = json.loads(raw).get("sha256")
-        return sha if isinstance(sha, str) else None
-    except (ValueError, AttributeError):
-        return None
-
-
-def marker_sha(store: LandingStore, th: TableHour) -> str | None:
-    """The content hash the marker of (table, hour) names, None if there is none (or unreadable)."""
-    sha = _marker_sha(store, th)
-    return None if sha is _MISSING else sha
-
-
-def read_marker(store: LandingStore, th: TableHour, given_up: bool = False) -> dict | None:
-    """The marker of (table, hour) as written ({} if unreadable), None if there is none
-    (`given_up`: the one moved aside by `give_up_pending`)."""
-    try:
-        raw = json.loads(store.read_bytes(th.given_up_marker if given_up else th.marker))
-    except FileNotFoundError:
-        return None
-    except ValueError:
-        return {}
-    return raw if isinstance(raw, dict) else {}
-
-
-def refusal(marker: dict | None, sha: str) -> str | None:
-    """Why content `sha` was refused for good (`refuse_pending`), or None if it was not."""
-    refused = (marker or {}).get("refused")
-    if isinstance(refused, dict) and refused.get("sha256") == sha:
-        return str(refused.get("why") or "refused")
-    return None
-
-
-def refuse_pending(store: LandingStore, done_file_rel_path: str, sha: str, why: str) -> bool:
-    """Record on the marker that content `sha` failed terminally (what the data or the warehouse
-    says, not a service briefly away), so the sensor does not ask for it again: only new content
-    (a re-land writes a new marker) or a person re-materialising the hour loads it. True if
-    recorded; False if the marker is absent or names other content. A load given up on and
-    tried again by hand that fails for good says so on the marker moved aside."""
-    th = parse_done_path(done_file_rel_path)
-    with store.lock(_lock(th.dataset, th.table)) as held:
-        for given_up in (False, True):
-            marker = read_marker(store, th, given_up)
-            if marker and marker.get("sha256") == sha:
-                marker["refused"] = {"sha256": sha, "why": why[:4000],
-                                     "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-                held.fence()
-                store.write_atomic(th.given_up_marker if given_up else th.marker, json.dumps(marker).encode())
-                return True
-        return False
-
-
-def give_up_pending(store: LandingStore, th: TableHour, seen: str | None, sha: str, why: str,
-                    runs: Sequence[str] = ()) -> bool:
-    """Move the marker of (table, hour) aside, saying why, if it still names `seen` (the hash
-    read before the done file, None: unreadable): the sensor will not ask for content `sha`
-    again, so it must not take a place among the markers it examines each tick. A re-land
-    (new marker) or a load of the hour (`clear_pending`) removes it. True if moved."""
-    with store.lock(_lock(th.dataset, th.table)) as held:
-        marker = read_marker(store, th)
-        if marker is None or (marker.get("sha256") if isinstance(marker.get("sha256"), str) else None) != seen:
-            return False
-        moved = {**marker, "done_file": th.done_file, "sha256": sha,
-                 "given_up": {"why": why[:4000], "runs": list(runs),
-                              "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}}
-        held.fence()
-        store.write_atomic(th.given_up_marker, json.dumps(moved).encode())
-        held.fence()
-        store.delete(th.marker)
-        return True
-
-
-def given_up_why(marker: dict | None) -> str:
-    """What `give_up_pending` recorded on a marker moved aside."""
-    given_up = (marker or {}).get("given_up")
-    return str(given_up.get("why") or "given up") if isinstance(given_up, dict) else "given up"
-
-
-def clear_pending(store: LandingStore, done_file_rel_path: str, sha: str | None) -> bool:
-    """Remove the marker only if it still names content `sha` (None: an unreadable marker):
-    False if absent or naming newer content, which then stays pending. Called once the
-    hour's done file holds content that is loaded (or is gone), which also settles a load
-    given up on (`give_up_pending`), whatever content it named (a person fixed the done file
-    and materialised the hour): that goes too. True if a marker was removed."""
-    th = parse_done_path(done_file_rel_path)
-    removed = False
-    with store.lock(_lock(th.dataset, th.table)) as held:
-        current = _marker_sha(store, th)
-        if current is not _MISSING and current == sha:
-            held.fence()
-            store.delete(th.marker)
-            removed = True
-        if store.exists(th.given_up_marker):
-            held.fence()
-            store.delete(th.given_up_marker)
-            removed = True
-    return removed
-
-
-def _subdirs(store: LandingStore, rel_dir: str) -> list[str]:
-    return [n for n in store.subdirs(rel_dir) if not n.startswith("_")]
-
-
-def list_pending(store: LandingStore, only_dataset: str | None = None, only_table: str | None = None,
-                 given_up: bool = False) -> list[TableHour]:
-    """Every (table, hour) with a marker (of one table if given), oldest hour first. Costs O(markers).
-    `given_up`: the markers moved aside instead (`give_up_pending`)."""
-    base = GIVEN_UP_DIR if given_up else PENDING_DIR
-    out = []
-    for dataset in [only_dataset] if only_dataset else _subdirs(store, base):
-        for table in [only_table] if only_table else _subdirs(store, f"{base}/{dataset}"):
-            for rel in store.list(f"{base}/{dataset}/{table}", "hour=*.json"):
-                n = rel.rsplit("/", 1)[-1]
-                if DONE_FILE_RE.match(f"tables/{dataset}/{table}/{n[:-5]}/_DONE.json"):
-                    out.append(TableHour(n[5:-5], dataset, table))
-    return sorted(out)
-
-
 def _hour_tags(store: LandingStore, dataset: str, table: str) -> list[str]:
     """The hour tags of the table's hour=<H> folders, oldest first."""
-    return [n[5:] for n in _subdirs(store, f"tables/{dataset}/{table}")
+    return [n[5:] for n in subfolders(store, f"tables/{dataset}/{table}")
             if n.startswith("hour=") and DONE_FILE_RE.match(f"tables/{dataset}/{table}/{n}/_DONE.json")]
-
-
-def landed_hours(store: LandingStore, dataset: str, table: str) -> list[str]:
-    """Hour tags of (dataset, table) that have a done file, oldest first."""
-    return sorted(rel.rsplit("/", 2)[-2][5:] for rel in store.glob(f"tables/{dataset}/{table}/hour=*/_DONE.json"))
-
-
-def listed_tables(store: LandingStore) -> list[tuple[str, str]]:
-    """(dataset, table) folders under tables/: cheap, to warn about unconfigured ones."""
-    return [(d, t) for d in _subdirs(store, "tables") for t in _subdirs(store, f"tables/{d}")]
 
 
 # --- run keys and what to do with a pending load -----------------------------------
@@ -381,9 +177,9 @@ def _reconcile_one(store: LandingStore, th: TableHour, loaded_sha: Callable[[str
     except FileNotFoundError:
         return None
     sha = content_sha(content)
-    if loaded_sha(th.dataset, th.table, th.hour) == sha or _marker_sha(store, th) is not _MISSING:
+    if loaded_sha(th.dataset, th.table, th.hour) == sha or store.exists(th.marker):
         return False
-    if _marker_sha(store, th, th.given_up_marker) == sha:
+    if (read_marker(store, th, given_up=True) or {}).get("sha256") == sha:
         return False
     mark_pending(store, th.done_file, content)
     return True

@@ -19,9 +19,9 @@ does not fit goes on at the next tick. Each tick:
    table is left alone (told once per table). The others are examined, tables
    taking turns (each table's oldest hour first, at most `MAX_EXAMINED_PER_TICK`
    in all): each one's done file is read and
-   - its marker is moved aside (`load_queue.give_up_pending`) if its contents
+   - its marker is moved aside (`handoff.give_up_pending`) if its contents
      contradict its path (`done_checks`), or a load of that content failed
-     terminally (`load_queue.refuse_pending`): asking again cannot help;
+     terminally (`handoff.refuse_pending`): asking again cannot help;
    - the marker is cleared if the warehouse already loaded that content;
    - otherwise it is a load to make (`<done file>@<hash>`, a "member").
 3. Asks the instance for the runs that covered those members (their member tags,
@@ -63,32 +63,34 @@ from dagster import (
     sensor,
 )
 
+from kafka_landing.handoff import (
+    GIVEN_UP_DIR,
+    TableHour,
+    clear_pending,
+    content_sha,
+    give_up_pending,
+    given_up_why,
+    list_pending,
+    listed_tables,
+    read_marker,
+    refusal,
+)
 from kafka_landing.hours import REDO_DONE_HOURS_TAG
 from kafka_landing.naming import hour_from_tag, hour_key
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.done_checks import done_file_problems
 from kafka_landing.warehouse.jobs import RETIRE_JOB, retire_hours
 from kafka_landing.warehouse.load_queue import (
-    GIVEN_UP_DIR,
     MAX_ATTEMPTS,
     RUN_KEY_TAG,
     LoadGroup,
     PendingLoad,
     ScanPosition,
     SeenRun,
-    TableHour,
     attempt_keys,
-    clear_pending,
-    content_sha,
     covering_runs,
-    give_up_pending,
-    given_up_why,
-    list_pending,
-    listed_tables,
     plan_loads,
-    read_marker,
     reconcile,
-    refusal,
 )
 from kafka_landing.warehouse.resources import WarehouseResource
 
@@ -373,18 +375,3 @@ def build_retired_hours_sensor(tables: Iterable[tuple[str, str]]):
             f"{len(plan.waiting)} in flight, {len(aside)} moved aside"))
 
     return retired_hours_sensor
-
-
-def run_load_request(defs, request: RunRequest, instance, resources: dict | None = None, raise_on_error: bool = True):
-    """Run one of this sensor's requests in this process, as the daemon would launch it: the
-    table's asset and conservation check, its hour or hour range, its tags, run key and sensor
-    name (so the next tick sees the run). For tests, the demo and the benchmark."""
-    from dagster import materialize
-
-    from kafka_landing.definitions import build_resources
-    from kafka_landing.warehouse.assets import load_run_defs
-
-    return materialize(load_run_defs(defs, request.asset_selection), partition_key=request.partition_key,
-                       resources=resources if resources is not None else build_resources(), instance=instance,
-                       raise_on_error=raise_on_error,
-                       tags={**request.tags, RUN_KEY_TAG: request.run_key, "dagster/sensor_name": SENSOR_NAME})

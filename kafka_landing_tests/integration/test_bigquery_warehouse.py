@@ -22,6 +22,7 @@ from google.cloud import bigquery
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kafka_landing.handoff import mark_pending, parse_done_path, read_marker, refusal
 from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import (
     done_file_path,
@@ -32,7 +33,6 @@ from kafka_landing.naming import (
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse, job_id, partition_id
 from kafka_landing.warehouse.load import LoadError, load_done_file
-from kafka_landing.warehouse.load_queue import mark_pending, parse_done_path, read_marker, refusal
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.bigquery_fake import FakeBigQuery
 

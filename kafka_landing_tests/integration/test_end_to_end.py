@@ -27,8 +27,9 @@ from kafka_landing.demo.generate import (
     generate,
     register,
 )
+from kafka_landing.demo.loads import run_load_request
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
-from kafka_landing.warehouse.sensors import SENSOR_NAME, run_load_request
+from kafka_landing.warehouse.sensors import SENSOR_NAME
 from kafka_landing_tests.conftest import defs_hours, utcnow
 
 HOURS = 3

@@ -24,9 +24,10 @@ from kafka_landing.definitions import (
     landing_job_name,
 )
 from kafka_landing.demo.generate import encode, register
+from kafka_landing.handoff import content_sha
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
 from kafka_landing.warehouse.assets import warehouse_key
-from kafka_landing.warehouse.load_queue import MAX_ATTEMPTS, content_sha
+from kafka_landing.warehouse.load_queue import MAX_ATTEMPTS
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.integration.test_sensor import (  # noqa: F401 - fixtures
     DATASET,
@@ -206,7 +207,7 @@ import json, sys
 from dagster import AssetKey, DagsterInstance, RunRequest
 from dagster._core.instance.ref import InstanceRef
 from kafka_landing.definitions import build_definitions
-from kafka_landing.warehouse.sensors import run_load_request
+from kafka_landing.demo.loads import run_load_request
 
 req = json.loads(sys.argv[1])
 request = RunRequest(run_key=req["run_key"], partition_key=req["partition_key"], tags=req["tags"],
@@ -236,8 +237,8 @@ def run_as_a_run_worker(req, home: Path, event_logs: Path) -> dict:
 
 
 def test_a_bigquery_run_never_starts_spark_nor_takes_a_spark_slot(gcs_bucket, gcs_client, tmp_path, monkeypatch):
+    from kafka_landing.handoff import mark_pending
     from kafka_landing.store.gcs import GcsStore
-    from kafka_landing.warehouse.load_queue import mark_pending
     from kafka_landing_tests.bigquery_fake import FakeBigQuery
 
     fake = FakeBigQuery(lambda uri: gcs_client.bucket(uri[5:].split("/", 1)[0]).blob(uri[5:].split("/", 1)[1])

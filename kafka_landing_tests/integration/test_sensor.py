@@ -21,6 +21,7 @@ import yaml
 from dagster import DagsterInstance, RunRequest, build_sensor_context, materialize
 
 from kafka_landing.definitions import build_definitions, build_resources
+from kafka_landing.demo.loads import run_load_request
 from kafka_landing.naming import (
     ONE_HOUR,
     floor_hour,
@@ -29,9 +30,9 @@ from kafka_landing.naming import (
     landing_file_name,
 )
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.load import load_done_file
 from kafka_landing.warehouse.jobs import RETIRE_JOB
-from kafka_landing.warehouse.sensors import RETIRED_SENSOR_NAME, SENSOR_NAME, run_load_request
+from kafka_landing.warehouse.load import load_done_file
+from kafka_landing.warehouse.sensors import RETIRED_SENSOR_NAME, SENSOR_NAME
 from kafka_landing_tests.conftest import defs_hours, utcnow
 
 TOPIC, DATASET, TABLE = "sensor.events", "sx", "events"
@@ -127,7 +128,7 @@ def write_done(landing: Path, hour: datetime, body: dict, mtime: float | None = 
 
 def publish(landing: Path, hour: datetime, body: dict) -> str:
     """A done file as kafka_landing's publish() writes it: the done file, then its pending marker."""
-    from kafka_landing.warehouse.load_queue import mark_pending
+    from kafka_landing.handoff import mark_pending
 
     rel = write_done(landing, hour, body)
     mark_pending(LocalStore(landing), rel, (landing / rel).read_bytes())
@@ -262,7 +263,8 @@ def test_retries_are_bounded_and_the_give_up_is_visible_until_fixed(roots, insta
                    for m in warnings_logged.messages())
     # Fixed, then materialised by hand (no run key): the marker goes, the sensor is quiet.
     write_avro(landing / entry["path"], 0, 2)
-    from kafka_landing.warehouse.assets import load_run_defs, warehouse_key
+    from kafka_landing.demo.loads import load_run_defs
+    from kafka_landing.warehouse.assets import warehouse_key
 
     assert materialize(load_run_defs(defs, [warehouse_key(DATASET, TABLE)]), partition_key=hour_key(h),
                        resources=build_resources(), instance=instance).success
@@ -315,7 +317,7 @@ class RelandDuringLoad(LocalStore):
 
 
 def test_a_reland_during_a_load_stays_pending(roots, instance, spark):
-    from kafka_landing.warehouse.load_queue import content_sha
+    from kafka_landing.handoff import content_sha
 
     landing, warehouse = roots()
     defs = build_definitions()
@@ -353,7 +355,8 @@ def test_a_done_file_contradicting_its_path_is_never_requested(roots, instance, 
     assert not result.run_requests
     assert any(rel in m and field in m for m in warnings_logged.messages())
     # And a load asked for by hand refuses it, naming the done file and the field; nothing is loaded.
-    from kafka_landing.warehouse.assets import load_run_defs, warehouse_key
+    from kafka_landing.demo.loads import load_run_defs
+    from kafka_landing.warehouse.assets import warehouse_key
 
     failed = materialize(load_run_defs(defs, [warehouse_key(DATASET, TABLE)]), partition_key=hour_key(h),
                          resources=build_resources(), instance=instance, raise_on_error=False)
@@ -369,7 +372,7 @@ def build_history(landing: Path, warehouse: Path, tables: int, hours: list[datet
     """Done files for every (table, hour), plain os calls; the warehouse's load records for
     all but the last `unloaded` hours of each table, whose done files carry a pending marker
     (as publish leaves them). Returns the done files not loaded."""
-    from kafka_landing.warehouse.load_queue import content_sha, mark_pending
+    from kafka_landing.handoff import content_sha, mark_pending
 
     store, pending = LocalStore(landing), set()
     for i in range(tables):

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafka_landing.config import TopicConfig
+from kafka_landing.handoff import content_sha
 from kafka_landing.kafka_slices.dry_run import (
     ERROR,
     FROZEN,
@@ -22,7 +23,6 @@ from kafka_landing.kafka_slices.dry_run import (
 from kafka_landing.kafka_slices.plan import PlanningError, UnknownTopicError, plan_slice
 from kafka_landing.naming import ONE_HOUR, done_file_path, hour_tag
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.load_queue import content_sha
 from kafka_landing_tests.unit.test_planning import BASE, DATA, NOW, MemLog, at
 
 CFG = TopicConfig(topic="t", dataset="ds", table="tbl", grace_minutes=0, rows_per_task=10)

@@ -28,6 +28,7 @@ from kafka_landing.errors import (
     ServiceUnavailable,
     is_transient,
 )
+from kafka_landing.handoff import mark_pending, read_marker, refusal
 from kafka_landing.hours import failure, run_hours
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
 from kafka_landing.kafka_slices.plan import (
@@ -43,7 +44,6 @@ from kafka_landing.store.gcs import LockLost, LockTimeout
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.done_checks import DoneFileMismatch
 from kafka_landing.warehouse.load import LoadError, LoadResult, Warehouse, load_done_file
-from kafka_landing.warehouse.load_queue import mark_pending, read_marker, refusal
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.unit.test_load_groups_sensor import DATASET, TABLE, landing  # noqa: F401 - a fixture
 
@@ -224,7 +224,7 @@ def test_a_load_that_failed_on_a_service_briefly_away_stays_requested(landing):
 
 
 def _th(rel):
-    from kafka_landing.warehouse.load_queue import parse_done_path
+    from kafka_landing.handoff import parse_done_path
 
     return parse_done_path(rel)
 

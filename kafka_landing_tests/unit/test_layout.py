@@ -14,7 +14,8 @@ LAYERS = ("kafka_slices", "avro_landing", "warehouse", "store")
 DAGSTER_ROLES = {"assets.py", "checks.py", "sensors.py", "resources.py", "jobs.py"}
 # Outside the layers: the code location, hourly partitions and per-hour reporting, the run
 # launcher, and the tools that drive Dagster (the demo, the benchmark).
-DAGSTER_TOP = {"definitions.py", "hours.py", "resources.py", "run_launcher.py", "bench.py", "demo/run.py"}
+DAGSTER_TOP = {"definitions.py", "hours.py", "resources.py", "run_launcher.py", "bench.py", "demo/run.py",
+               "demo/loads.py"}
 SPARK_FILES = {"avro_landing/read.py", "avro_landing/decode.py", "avro_landing/route.py", "avro_landing/write.py",
                "avro_landing/job.py", "warehouse/parquet.py", "bench.py"}
 
@@ -39,6 +40,75 @@ def test_spark_only_where_the_heavy_work_runs():
     found = importers("pyspark")
     assert found, "no file imports pyspark: the pattern is broken"
     assert sorted(found - SPARK_FILES) == []
+
+
+# The flow: kafka_slices -> avro_landing -> warehouse. A module imports only what comes before
+# it (or beside it); the shared modules below every layer import no layer; nothing in the product
+# imports the code location or the tools that drive it.
+SHARED = {"config.py", "naming.py", "manifests.py", "handoff.py", "errors.py", "avro_files.py", "crash_points.py",
+          "hours.py", "hourly_schedule.py", "defaults.py", "spark_setup.py", "run_worker.py", "run_launcher.py"}
+TOOLS = {"devstack", "bench", "demo"}  # what develops, demonstrates and measures the product
+ENTRY_POINTS = {"definitions.py", "__main__.py"}
+
+
+def project_imports(source: str) -> set[str]:
+    """Every kafka_landing module a source imports, at any depth (imports inside functions too)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kafka_landing"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)  # `from kafka_landing import x`
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("kafka_landing"))
+    return found
+
+
+def backwards_imports(rel: str, imported: set[str]) -> list[str]:
+    """The imports of module `rel` (path inside the package) that break the flow's rules."""
+    parts = rel.split("/")
+    top = parts[0].removesuffix(".py")
+    tool = top in TOOLS
+
+    def never(why: str, *prefixes: str, but: tuple[str, ...] = ()) -> list[str]:
+        return [f"{rel} imports {m}: {why}" for m in sorted(imported)
+                if any(m == f"kafka_landing.{p}" or m.startswith(f"kafka_landing.{p}.") for p in prefixes)
+                and not any(m == f"kafka_landing.{b}" or m.startswith(f"kafka_landing.{b}.") for b in but)]
+
+    found = []
+    if not tool:
+        found += never("the product never imports the tools", *TOOLS)
+    if not tool and rel not in ENTRY_POINTS:
+        found += never("nothing imports the code location", "definitions")
+    if top == "kafka_slices":
+        found += never("planning comes before landing and loading", "avro_landing", "warehouse")
+    if top == "avro_landing":
+        found += never("landing comes before loading (the hand-off is kafka_landing.handoff)", "warehouse")
+    if top == "warehouse":
+        found += never("loading uses earlier layers only through their assets' keys", "avro_landing", "kafka_slices",
+                       but=("avro_landing.assets", "kafka_slices.assets"))
+    if top == "store" or rel in SHARED:
+        found += never("shared modules sit below every layer", "kafka_slices", "avro_landing", "warehouse",
+                       "resources")
+    return found
+
+
+def test_imports_follow_the_flow():
+    modules = {str(p.relative_to(PACKAGE)): project_imports(p.read_text()) for p in PACKAGE.rglob("*.py")}
+    assert len(modules) > 40 and any("kafka_landing.handoff" in m for m in modules.values())
+    assert [f for rel, imported in sorted(modules.items()) for f in backwards_imports(rel, imported)] == []
+
+
+def test_a_backwards_import_fails_the_flow_rule():
+    assert backwards_imports("avro_landing/publish.py", {"kafka_landing.warehouse.load_queue"}) != []
+    assert backwards_imports("kafka_slices/dry_run.py", {"kafka_landing.avro_landing.job"}) != []
+    assert backwards_imports("warehouse/sensors.py", {"kafka_landing.definitions"}) != []
+    assert backwards_imports("config.py", {"kafka_landing.kafka_slices.plan"}) != []
+    assert backwards_imports("spark_setup.py", {"kafka_landing.devstack"}) != []
+    assert backwards_imports("warehouse/checks.py", {"kafka_landing.avro_landing.conservation"}) != []
+    # and what the flow allows
+    assert backwards_imports("warehouse/assets.py", {"kafka_landing.avro_landing.assets"}) == []
+    assert backwards_imports("avro_landing/job.py", {"kafka_landing.kafka_slices.plan", "kafka_landing.handoff"}) == []
+    assert backwards_imports("demo/loads.py", {"kafka_landing.definitions"}) == []
 
 
 def test_every_layer_holds_its_steps():

@@ -13,6 +13,7 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafka_landing.handoff import TableHour, content_sha
 from kafka_landing.naming import ONE_HOUR, hour_from_tag, hour_tag
 from kafka_landing.warehouse.load_queue import (
     FINISHED,
@@ -22,8 +23,6 @@ from kafka_landing.warehouse.load_queue import (
     RUN_KEY_TAG,
     PendingLoad,
     SeenRun,
-    TableHour,
-    content_sha,
     covering_runs,
     member_tag,
     plan_loads,

@@ -12,9 +12,10 @@ import pytest
 import yaml
 from dagster import DagsterInstance, build_sensor_context
 
+from kafka_landing.handoff import mark_pending
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.load_queue import MEMBER_TAG_PREFIX, mark_pending
+from kafka_landing.warehouse.load_queue import MEMBER_TAG_PREFIX
 
 DATASET, TABLE = "ux", "events"
 
@@ -97,7 +98,7 @@ def test_a_reland_between_the_sensors_reads_keeps_its_marker(landing, monkeypatc
     """The sensor reads a done file whose content is loaded and clears its marker; a re-land that
     writes new content and its marker right after that read must stay pending (review N6)."""
     from kafka_landing.definitions import build_definitions
-    from kafka_landing.warehouse.load_queue import content_sha, list_pending, marker_sha
+    from kafka_landing.handoff import content_sha, list_pending, marker_sha
     from kafka_landing.warehouse.parquet import ParquetWarehouse
 
     hour = floor_hour(datetime.now(timezone.utc)) - 3 * ONE_HOUR

@@ -12,6 +12,20 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafka_landing.handoff import (
+    TableHour,
+    clear_pending,
+    content_sha,
+    give_up_pending,
+    given_up_why,
+    landed_hours,
+    list_pending,
+    mark_pending,
+    marker_sha,
+    read_marker,
+    refusal,
+    refuse_pending,
+)
 from kafka_landing.naming import ONE_HOUR, hour_tag
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.load_queue import (
@@ -19,23 +33,11 @@ from kafka_landing.warehouse.load_queue import (
     MAX_ATTEMPTS,
     RECONCILE_AGAIN_AFTER,
     ScanPosition,
-    TableHour,
     attempt_keys,
-    clear_pending,
-    content_sha,
     decide,
-    give_up_pending,
-    given_up_why,
     hours_behind,
-    landed_hours,
     last_closed_hour,
-    list_pending,
-    mark_pending,
-    marker_sha,
-    read_marker,
     reconcile,
-    refusal,
-    refuse_pending,
     run_key,
 )
 

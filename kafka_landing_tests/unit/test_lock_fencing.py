@@ -148,7 +148,7 @@ def test_freezing_a_slice_is_fenced(tmp_path):
 def test_every_commit_of_the_load_queue_is_fenced(tmp_path):
     """mark_pending (also what publish calls under the hour lock: the table lock is the innermost),
     refuse_pending, give_up_pending and clear_pending fence each marker write and delete."""
-    from kafka_landing.warehouse.load_queue import (
+    from kafka_landing.handoff import (
         TableHour,
         clear_pending,
         content_sha,
@@ -191,7 +191,7 @@ def test_a_marker_change_whose_lock_was_lost_stops_before_it_commits(tmp_path, l
     """The flock's file is removed while clear_pending (mark_pending) holds it, as a sweep or a
     person would: someone else may lock the new file now, so the marker is neither deleted nor
     replaced (nor the marker given up on deleted)."""
-    from kafka_landing.warehouse.load_queue import TableHour, clear_pending, content_sha, mark_pending
+    from kafka_landing.handoff import TableHour, clear_pending, content_sha, mark_pending
 
     done, th = "tables/shop/orders/hour=2026-11-20T13/_DONE.json", TableHour("2026-11-20T13", "shop", "orders")
 

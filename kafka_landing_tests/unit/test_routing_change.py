@@ -8,6 +8,7 @@ from kafka_landing.avro_landing.conservation import check_landed_hour
 from kafka_landing.avro_landing.publish import publish
 from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import Route, TopicConfig
+from kafka_landing.handoff import clear_pending, content_sha, marker_sha, parse_done_path
 from kafka_landing.kafka_slices.plan import PartitionSlice, SlicePlan, SliceTask
 from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import (
@@ -18,7 +19,6 @@ from kafka_landing.naming import (
     table_hour_dir,
 )
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.load_queue import clear_pending, content_sha, marker_sha, parse_done_path
 
 H = "2026-11-20T13"
 HOUR = hour_from_tag(H)

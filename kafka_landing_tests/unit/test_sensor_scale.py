@@ -22,20 +22,13 @@ from dagster import (
 )
 from dagster._core.utils import make_new_run_id
 
+from kafka_landing.handoff import clear_pending, content_sha, list_pending, mark_pending, refuse_pending
 from kafka_landing.naming import ONE_HOUR, done_file_path, floor_hour, hour_tag
 from kafka_landing.resources import LandingResource
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse import load_queue, sensors
 from kafka_landing.warehouse.assets import warehouse_key
-from kafka_landing.warehouse.load_queue import (
-    ATTEMPT_TAG,
-    clear_pending,
-    content_sha,
-    list_pending,
-    mark_pending,
-    member_tag,
-    refuse_pending,
-)
+from kafka_landing.warehouse.load_queue import ATTEMPT_TAG, member_tag
 from kafka_landing.warehouse.parquet import ParquetWarehouse
 from kafka_landing.warehouse.resources import ParquetWarehouseResource
 from kafka_landing.warehouse.sensors import build_done_file_sensor

@@ -1,0 +1,29 @@
+"""Run the done-file sensor's load requests in this process, as the daemon would launch them:
+for the demo, the benchmark and the tests (the product's runs are launched by the daemon)."""
+
+from __future__ import annotations
+
+from dagster import RunRequest, materialize
+
+from kafka_landing.definitions import build_resources
+from kafka_landing.warehouse.load_queue import RUN_KEY_TAG
+from kafka_landing.warehouse.sensors import SENSOR_NAME
+
+
+def load_run_defs(defs, keys, checks: tuple[str, ...] = ("conservation",)) -> list:
+    """What `materialize()` needs to run a load as the sensor's run would: the tables'
+    assets and their named checks (checks are separate definitions)."""
+    keys = set(keys)
+    return [*(defs.get_assets_def(k) for k in sorted(keys)),
+            *(defs.get_asset_checks_def(ck) for ck in sorted(defs.resolve_asset_graph().asset_check_keys)
+              if ck.asset_key in keys and ck.name in checks)]
+
+
+def run_load_request(defs, request: RunRequest, instance, resources: dict | None = None, raise_on_error: bool = True):
+    """Run one of this sensor's requests in this process, as the daemon would launch it: the
+    table's asset and conservation check, its hour or hour range, its tags, run key and sensor
+    name (so the next tick sees the run). For tests, the demo and the benchmark."""
+    return materialize(load_run_defs(defs, request.asset_selection), partition_key=request.partition_key,
+                       resources=resources if resources is not None else build_resources(), instance=instance,
+                       raise_on_error=raise_on_error,
+                       tags={**request.tags, RUN_KEY_TAG: request.run_key, "dagster/sensor_name": SENSOR_NAME})
