@@ -189,14 +189,17 @@ def build_schedule(cfg: TopicConfig, job):
     return land_last_closed_hour
 
 
-def build_definitions() -> Definitions:
-    resources = build_resources()
-    config = first_hours_from(resources["landing"], load_config())
+def build_definitions(config: LandingConfig | None = None, resources: dict | None = None) -> Definitions:
+    """The code location of a topic config with these resources; by default both come from the
+    environment, as `dagster dev` loads it (tests and tools pass their own)."""
+    resources = resources if resources is not None else build_resources()
+    config = first_hours_from(resources["landing"], config if config is not None else load_config())
+    kind = "bigquery" if isinstance(resources["warehouse"], BigQueryWarehouseResource) else "parquet"
     tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
     hours = {(ds, t): topic_hours(config.topic(topic)) for ds, t, topic in config.destinations()}
     jobs = {name: build_landing_job(cfg) for name, cfg in config.topics.items()}
     return Definitions(
-        assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config, warehouse_kind()),
+        assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config, kind),
                 *build_warehouse_checks(config)],
         jobs=[*jobs.values(), plan_backfill, retire_hours],
         schedules=[build_schedule(config.topics[name], job) for name, job in jobs.items()],

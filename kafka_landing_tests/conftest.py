@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import uuid
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
+import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 
 # Transient failures are retried with a backoff from 20 s in production; the tests that
@@ -76,6 +78,30 @@ def make_topic(admin):
         return name
 
     return _make
+
+
+def topics_yaml(topics: dict, **defaults) -> str:
+    """A topic config file's text: `topics` as the YAML's `topics:` (topic -> its fields), and
+    `defaults` over a 5-minute grace."""
+    return yaml.safe_dump({"defaults": {"grace_minutes": 5, **defaults}, "topics": topics})
+
+
+@pytest.fixture
+def code_location(tmp_path, monkeypatch):
+    """A code location of the test's own, as `dagster dev` would load it from the environment:
+    `code_location(topics, **defaults)` (re)writes the topic config and points the landing and
+    warehouse roots into the test's folder; `build_definitions()` then reads them. Returns the
+    landing and warehouse roots."""
+
+    def _configure(topics: dict, **defaults) -> tuple[Path, Path]:
+        path = tmp_path / "topics.yaml"
+        path.write_text(topics_yaml(topics, **defaults))
+        monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(path))
+        monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
+        monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
+        return tmp_path / "landing", tmp_path / "warehouse"
+
+    return _configure
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import yaml
 from dagster import DagsterInstance, materialize
 
 from kafka_landing.definitions import build_definitions, build_resources
@@ -16,14 +15,8 @@ from kafka_landing_tests.conftest import utcnow
 
 
 @pytest.fixture
-def topic_config(tmp_path, monkeypatch):
-    def _write(topics: dict) -> None:
-        path = tmp_path / "topics.yaml"
-        path.write_text(yaml.safe_dump({"defaults": {"grace_minutes": 0}, "topics": topics}))
-        monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(path))
-        monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
-
-    return _write
+def topic_config(code_location):
+    return lambda topics: code_location(topics, grace_minutes=0)
 
 
 def run_assets(partition: str, raise_on_error: bool = True):

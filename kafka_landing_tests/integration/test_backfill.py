@@ -9,7 +9,6 @@ import json
 from datetime import timedelta
 
 import pytest
-import yaml
 from dagster import (
     AssetCheckKey,
     AssetCheckResult,
@@ -55,19 +54,10 @@ def instance():
 
 
 @pytest.fixture
-def configure(tmp_path, monkeypatch):
+def configure(code_location):
     """(Re)write the topic config; build_definitions() reads it again."""
-
-    def _configure(topic: str, dead_letter_limit: float) -> None:
-        path = tmp_path / "topics.yaml"
-        path.write_text(yaml.safe_dump({"defaults": {"grace_minutes": 5},
-                                        "topics": {topic: {"dataset": "bf", "table": "rows",
-                                                           "dead_letter_limit": dead_letter_limit}}}))
-        monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(path))
-        monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
-        monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
-
-    return _configure
+    return lambda topic, dead_letter_limit: code_location(
+        {topic: {"dataset": "bf", "table": "rows", "dead_letter_limit": dead_letter_limit}})
 
 
 def run_range(instance, first, last, tags=None):

@@ -10,7 +10,6 @@ from decimal import Decimal
 
 import pandas as pd
 import pytest
-import yaml
 from dagster import DagsterInstance, build_sensor_context, materialize
 
 from kafka_landing.avro_landing.framing import frame
@@ -36,17 +35,9 @@ HOURS = 3
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
+def env(code_location):
     """A topic config, landing root and warehouse root of the test's own."""
-
-    def _configure(topics: dict) -> None:
-        path = tmp_path / "topics.yaml"
-        path.write_text(yaml.safe_dump({"defaults": {"grace_minutes": 5, "dead_letter_limit": 0.5}, "topics": topics}))
-        monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(path))
-        monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
-        monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
-
-    return _configure
+    return lambda topics: code_location(topics, dead_letter_limit=0.5)
 
 
 @pytest.fixture

@@ -30,14 +30,9 @@ ROW = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"
 
 
 @pytest.fixture
-def configure(tmp_path, monkeypatch):
+def configure(code_location, monkeypatch):
     def _configure(topic: str, first_hour: str | None) -> None:
-        path = tmp_path / "topics.yaml"
-        spec = {"dataset": "fh", "table": "rows", **({"first_hour": first_hour} if first_hour else {})}
-        path.write_text(yaml.safe_dump({"defaults": {"grace_minutes": 5}, "topics": {topic: spec}}))
-        monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(path))
-        monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
-        monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
+        code_location({topic: {"dataset": "fh", "table": "rows", **({"first_hour": first_hour} if first_hour else {})}})
         monkeypatch.delenv("KAFKA_LANDING_FIRST_HOUR", raising=False)
 
     return _configure

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import fastavro
 import pytest
-import yaml
 from dagster import DagsterInstance, RunRequest, build_sensor_context, materialize
 
 from kafka_landing.definitions import build_definitions, build_resources
@@ -40,16 +39,15 @@ SCHEMA = {"type": "record", "name": "E", "fields": [{"name": "id", "type": "long
 
 
 @pytest.fixture
-def roots(tmp_path, monkeypatch):
+def roots(tmp_path, monkeypatch, code_location):
     """A topic config of one table (or `tables` tables), and landing and warehouse roots of the test's own."""
 
     def _configure(base: Path = tmp_path, tables: int = 0, first_hour: str | None = None) -> tuple[Path, Path]:
         own = {"first_hour": first_hour} if first_hour else {}
         topics = ({TOPIC: {"dataset": DATASET, "table": TABLE, **own}} if not tables else
                   {f"perf.t{i:02d}": {"dataset": "perf", "table": f"t{i:02d}"} for i in range(tables)})
-        (tmp_path / "topics.yaml").write_text(yaml.safe_dump({"defaults": {"grace_minutes": 5}, "topics": topics}))
-        monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(tmp_path / "topics.yaml"))
-        monkeypatch.setenv("KAFKA_LANDING_ROOT", str(base / "landing"))
+        code_location(topics)
+        monkeypatch.setenv("KAFKA_LANDING_ROOT", str(base / "landing"))  # a base of the test's choosing
         monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(base / "warehouse"))
         return base / "landing", base / "warehouse"
 
@@ -455,7 +453,7 @@ def run_retire(defs, instance, req):
         tags={**req.tags, RUN_KEY_TAG: req.run_key, "dagster/sensor_name": RETIRED_SENSOR_NAME})
 
 
-def test_an_hour_a_routing_change_retired_is_emptied_in_the_warehouse(roots, instance, spark, tmp_path, warnings_logged):
+def test_an_hour_a_routing_change_retired_is_emptied_in_the_warehouse(roots, instance, spark, code_location):
     """Review N8, the warehouse half: the topic now feeds another table, so re-landing the hour
     retired the old table's done file (empty, `retired`, marked pending). The old table is in no
     topic config, so no asset loads it: the retired-hours sensor requests `retire_hours`, which
@@ -470,8 +468,7 @@ def test_an_hour_a_routing_change_retired_is_emptied_in_the_warehouse(roots, ins
     assert table_ids(warehouse) == [0, 1, 2, 3, 10, 11]
 
     # The routing changed and hour h was re-landed: publish retired the old table's hour.
-    (tmp_path / "topics.yaml").write_text(yaml.safe_dump(
-        {"defaults": {"grace_minutes": 5}, "topics": {TOPIC: {"dataset": DATASET, "table": "events_v2"}}}))
+    code_location({TOPIC: {"dataset": DATASET, "table": "events_v2"}})
     shutil.rmtree(landing / f"tables/{DATASET}/{TABLE}/hour={hour_tag(h)}")
     rel = publish(landing, h, done_body(h, [], schema_ids=[], retired="routing changed: re-landed by attempt a2"))
     defs = build_definitions()
