@@ -74,6 +74,16 @@ def to_millis(t: datetime) -> int:
 ONE_HOUR = timedelta(hours=1)
 
 
+def hour_closes(hour: datetime, grace_minutes: int) -> datetime:
+    """When an hour is closed: its end plus the topic's grace (records stamped in it may still arrive until then)."""
+    return hour + ONE_HOUR + timedelta(minutes=grace_minutes)
+
+
+def last_closed_hour(now: datetime, grace_minutes: int) -> datetime:
+    """The newest hour H closed at `now` (`hour_closes(H) <= now`)."""
+    return floor_hour(now - timedelta(minutes=grace_minutes)) - ONE_HOUR
+
+
 # --- landing layout (relative to the landing root) ----------------------------
 
 def slice_manifest_path(topic: str, hour: datetime) -> str:

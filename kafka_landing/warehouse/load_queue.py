@@ -39,16 +39,16 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from kafka_landing.handoff import TableHour, content_sha, mark_pending, read_marker, subfolders
 from kafka_landing.naming import (
     DONE_FILE_RE,
     HOUR_TAG_FORMAT,
     ONE_HOUR,
-    floor_hour,
     hour_from_tag,
     hour_tag,
+    last_closed_hour,
 )
 from kafka_landing.store.base import LandingStore
 
@@ -267,11 +267,6 @@ class Behind:
     @property
     def hours(self) -> int:
         return len(self.missing)
-
-
-def last_closed_hour(now: datetime, grace_minutes: int) -> datetime:
-    """The newest hour H with H + 1h + grace <= now."""
-    return floor_hour(now - timedelta(minutes=grace_minutes)) - ONE_HOUR
 
 
 def hours_behind(landed: Iterable[str], loaded: Iterable[str], now: datetime, grace_minutes: int) -> Behind:

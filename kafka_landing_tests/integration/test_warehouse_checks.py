@@ -10,9 +10,8 @@ from dagster import AssetCheckKey, AssetCheckSeverity, materialize
 
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing.demo.loads import load_run_defs
-from kafka_landing.naming import ONE_HOUR, hour_from_tag, hour_key, hour_tag
+from kafka_landing.naming import ONE_HOUR, hour_from_tag, hour_key, hour_tag, last_closed_hour
 from kafka_landing.warehouse.assets import warehouse_key
-from kafka_landing.warehouse.load_queue import last_closed_hour
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.integration.test_sensor import (  # noqa: F401 - fixtures
     DATASET,

@@ -26,7 +26,7 @@ from kafka_landing.handoff import (
     refusal,
     refuse_pending,
 )
-from kafka_landing.naming import ONE_HOUR, hour_tag
+from kafka_landing.naming import ONE_HOUR, hour_tag, last_closed_hour
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.load_queue import (
     FINISHED,
@@ -36,7 +36,6 @@ from kafka_landing.warehouse.load_queue import (
     attempt_keys,
     decide,
     hours_behind,
-    last_closed_hour,
     reconcile,
     run_key,
 )
