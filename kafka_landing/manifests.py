@@ -7,6 +7,7 @@ loader needs nothing else, and a person can trace any row to Kafka. Pure.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 
 DONE_VERSION = 1
@@ -59,6 +60,10 @@ class DoneFile:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def to_bytes(self) -> bytes:
+        """The done file as publish writes it: its hash (`handoff.content_sha`) names this content."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True).encode()
+
     @classmethod
     def from_dict(cls, d: dict) -> "DoneFile":
         d = dict(d)
@@ -72,10 +77,3 @@ class DoneFile:
                                      files=tuple(LandedFile(**f) for f in dl["files"])),
         )
 
-    def content_key(self) -> dict:
-        """What the hour contains, without when or by which attempt it was landed."""
-        d = self.to_dict()
-        d.pop("attempt"), d.pop("landed_at")
-        for f in d["files"] + d["dead_letters"]["files"]:
-            f.pop("bytes"), f.pop("crc32c", None)  # Avro sync markers are random: same rows, other bytes
-        return d

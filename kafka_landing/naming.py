@@ -111,7 +111,6 @@ def done_file_path(dataset: str, table: str, hour: datetime) -> str:
     return f"{table_hour_dir(dataset, table, hour)}/_DONE.json"
 
 
-DONE_FILE_GLOB = "tables/*/*/hour=*/_DONE.json"
 DONE_FILE_RE = re.compile(
     r"^tables/(?P<dataset>[A-Za-z_][A-Za-z0-9_]*)/(?P<table>[A-Za-z_][A-Za-z0-9_]*)"
     r"/hour=(?P<hour>\d{4}-\d{2}-\d{2}T\d{2})/_DONE\.json$"
@@ -144,17 +143,3 @@ def landing_file_name(
 
 def dead_letter_file_name(topic: str, partition: int, first_offset: int, last_offset: int) -> str:
     return f"{check_topic(topic)}+{int(partition)}+dead_letters+{int(first_offset):020d}+{int(last_offset):020d}.avro"
-
-
-def parse_landing_file_name(name: str) -> dict:
-    stem = name[:-5] if name.endswith(".avro") else name
-    parts = stem.split("+")
-    if len(parts) not in (6, 7):
-        raise ValueError(f"{name!r} is not a landing file name")
-    dataset, _, table = parts[2].partition(".")
-    out = {
-        "topic": parts[0], "partition": int(parts[1]), "dataset": dataset, "table": table,
-        "schema_id": int(parts[3]), "first_offset": int(parts[4]), "last_offset": int(parts[5]),
-        "event_hour": parts[6] if len(parts) == 7 else None,
-    }
-    return out

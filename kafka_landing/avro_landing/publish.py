@@ -4,7 +4,6 @@ longer list. A crash at any point leaves the previous complete hour or the new o
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from datetime import datetime, timezone
 
@@ -84,7 +83,7 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
             )
             # Written last, atomically: the hour of this table is now complete.
             rel = done_file_path(cfg.dataset, table, hour)
-            content = json.dumps(done[table].to_dict(), indent=2, sort_keys=True).encode()
+            content = done[table].to_bytes()
             held.fence()
             store.write_atomic(rel, content)
             mark_pending(store, rel, content)  # the bytes just written: no second read of the bucket
@@ -131,7 +130,7 @@ def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, atte
         topic_records_read=old.topic_records_read, offset_gaps=old.offset_gaps, attempt=attempt,
         landed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), retired=why,
     )
-    body = json.dumps(content.to_dict(), indent=2, sort_keys=True).encode()
+    body = content.to_bytes()
     held.fence()
     mark_pending(store, rel, body)
     held.fence()

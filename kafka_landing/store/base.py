@@ -79,10 +79,6 @@ class LandingStore(ABC):
     def size(self, rel: str) -> int: ...
 
     @abstractmethod
-    def mtime_ns(self, rel: str) -> int:
-        """Last modification (a bucket object's `updated`)."""
-
-    @abstractmethod
     def avro_rows(self, rel: str, counted: tuple[int, str] | None = None) -> int:
         """Rows of an Avro container file, from its block headers (AvroFileError if not whole).
         `counted`: (rows, CRC32C) recorded when the file was written; a store that keeps each

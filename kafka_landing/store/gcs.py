@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 EMULATOR_PROJECT = "kafka-landing-emulator"
 WRITER_ROLE = "roles/storage.objectAdmin"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # Enough for an Avro block header plus the next blocks; bounds the memory of counting rows.
 _AVRO_READ_CHUNK = 8 * 1024 * 1024
 _AVRO_HEADER_CHUNK = 256 * 1024  # ranged reads are 256 KiB-aligned; a schema longer than that reads on
@@ -219,9 +218,6 @@ class GcsStore(LandingStore):
 
     def size(self, rel: str) -> int:
         return int(self._get(rel).size)
-
-    def mtime_ns(self, rel: str) -> int:
-        return (self._get(rel).updated - _EPOCH) // timedelta(microseconds=1) * 1000
 
     def avro_rows(self, rel: str, counted: tuple[int, str] | None = None) -> int:
         blob = self._get(rel)

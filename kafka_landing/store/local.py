@@ -44,9 +44,6 @@ class LocalStore(LandingStore):
     def size(self, rel: str) -> int:
         return self._path(rel).stat().st_size
 
-    def mtime_ns(self, rel: str) -> int:
-        return self._path(rel).stat().st_mtime_ns
-
     def avro_rows(self, rel: str, counted: tuple[int, str] | None = None) -> int:
         return count_records(str(self._path(rel)))  # a local walk is cheap: always counted again
 

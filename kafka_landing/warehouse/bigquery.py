@@ -82,8 +82,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
-import json
 import re
 from datetime import datetime, timezone
 from typing import Iterable, Iterator
@@ -92,6 +90,7 @@ from google.api_core import exceptions as api_exceptions
 from google.cloud import bigquery
 
 from kafka_landing.errors import KafkaLandingError, error_reason, is_transient, transient_reason
+from kafka_landing.handoff import content_sha
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import check_identifier, hour_from_tag, reader_schema_path
 from kafka_landing.store.base import HeldLock, LandingStore
@@ -137,11 +136,6 @@ def job_id(dataset: str, table: str, hour: str, sha256: str, attempt: int = 0) -
     base = (f"{JOB_PREFIX}_{check_identifier(dataset, 'dataset')}_{check_identifier(table, 'table')}_"
             f"{partition_id(hour)}_{sha256[:32]}")
     return base if attempt == 0 else f"{base}_r{attempt}"
-
-
-def done_sha(done: DoneFile) -> str:
-    """The content hash of a DoneFile handed over without its bytes."""
-    return hashlib.sha256(json.dumps(done.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
 class BigQueryWarehouse(Warehouse):
@@ -495,7 +489,7 @@ class BigQueryWarehouse(Warehouse):
         where = f"{self.table_id(dataset, table)} hour {done.hour}"
         uris = self._source_uris(store, done)
         verify_files(store, done)
-        sha = done_sha256 or done_sha(done)
+        sha = done_sha256 or content_sha(done.to_bytes())  # handed over without its bytes: as publish wrote it
         name = f"{dataset}.{table}"
         with self.ledger.lock(self._lock_path(dataset, table, done.hour)) as held:  # one load of an hour at a time
             self._await_running(dataset, table, done.hour, sha, where)
@@ -539,4 +533,4 @@ class BigQueryWarehouse(Warehouse):
                           location, done_file, sha, job.job_id)
 
 
-__all__ = ["BigQueryWarehouse", "avro_columns", "done_sha", "job_id", "partition_id"]
+__all__ = ["BigQueryWarehouse", "avro_columns", "job_id", "partition_id"]

@@ -36,11 +36,11 @@ from kafka_landing.naming import (
     done_file_path,
     floor_hour,
     hour_tag,
-    parse_landing_file_name,
     to_millis,
 )
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.helpers import content_key, parse_landing_file_name
 
 HOURS = 3
 SIMPLE = {"type": "record", "name": "Simple", "fields": [{"name": "n", "type": "long"}]}
@@ -307,7 +307,7 @@ def test_relanding_and_crashes_give_the_same_files(demo, kafka, registry, spark,
     for _ in range(2):
         plan, result = land(spark, store, registry, kafka, cfg, hour)
         after = done_files(store, cfg, hour)["orders"]
-        assert after.content_key() == before.content_key()
+        assert content_key(after) == content_key(before)
         assert sorted(store.list(str(Path(after.files[0].path).parent), "*.avro")) == names_before
         assert not debris.exists()
         for f in after.files:

@@ -72,7 +72,7 @@ def test_paths_leaving_the_root_are_refused(store, rel):
         lambda: store.write_atomic(rel, b"x"), lambda: store.create_exclusive(rel, b"x"),
         lambda: store.move("ok", rel), lambda: store.move(rel, "ok"), lambda: store.delete(rel),
         lambda: store.list(rel), lambda: store.subdirs(rel), lambda: store.walk(rel),
-        lambda: store.sweep(rel, "*", 0), lambda: store.size(rel), lambda: store.mtime_ns(rel),
+        lambda: store.sweep(rel, "*", 0), lambda: store.size(rel),
     ]
     store.write_atomic("ok", b"ok")
     for call in calls:
@@ -121,23 +121,18 @@ def test_a_reader_never_sees_half_a_write(store):
 
 
 def test_missing_files_raise_file_not_found(store):
-    for call in (store.read_bytes, store.size, store.mtime_ns, store.avro_rows):
+    for call in (store.read_bytes, store.size, store.avro_rows):
         with pytest.raises(FileNotFoundError, match="nope"):
             call("d/nope")
     with pytest.raises(FileNotFoundError):
         store.move("d/nope", "d/x")
 
 
-def test_size_and_mtime(store):
-    before = time.time_ns()
+def test_size(store):
     store.write_atomic("d/f", b"12345")
-    after = time.time_ns()
     assert store.size("d/f") == 5
-    # A bucket's `updated` is the server's clock (the same machine here), to the microsecond.
-    assert before - 10**9 <= store.mtime_ns("d/f") <= after + 10**9
-    time.sleep(0.05)
     store.write_atomic("d/f", b"1")
-    assert store.mtime_ns("d/f") > before
+    assert store.size("d/f") == 1
 
 
 def test_avro_rows_from_block_headers(store, monkeypatch):

@@ -207,7 +207,7 @@ class SlowStore(LocalStore):
         return super().read_bytes(rel)
 
 
-for _name in ("exists", "list", "subdirs", "walk", "write_atomic", "delete", "mtime_ns", "size", "glob", "first"):
+for _name in ("exists", "list", "subdirs", "walk", "write_atomic", "delete", "size", "glob", "first"):
     def _slow(self, *a, _name=_name, **k):
         self._call()
         return getattr(LocalStore, _name)(self, *a, **k)
