@@ -50,7 +50,7 @@ class DoneFile:
     dead_letters: DeadLetters
     slice: dict  # {"manifest": path, "records": n, "partitions": [{partition, start, end}]}
     topic_records_read: int
-    offset_gaps: int  # offsets of the slice Kafka returned no record for (control records, compaction)
+    offsets_without_record: int  # offsets of the slice Kafka returned no record for (control records, compaction)
     attempt: str
     landed_at: str
     retired: str | None = None  # why the hour no longer feeds this table (its rows are 0): the routing changed
@@ -67,6 +67,8 @@ class DoneFile:
     @classmethod
     def from_dict(cls, d: dict) -> "DoneFile":
         d = dict(d)
+        if "offset_gaps" in d:  # written before the field had the name it has everywhere else
+            d.setdefault("offsets_without_record", d.pop("offset_gaps"))
         dl = d.pop("dead_letters")
         return cls(
             **{k: v for k, v in d.items() if k not in ("files", "schema_ids", "skipped")},

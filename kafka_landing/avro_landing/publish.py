@@ -78,7 +78,7 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
                 topic=plan.topic, dataset=cfg.dataset, table=table, hour=plan.hour,
                 rows=sum(f.rows for f in files), schema_ids=tuple(sorted({f.schema_id for f in files})),
                 files=files, dead_letters=dl, slice=slice_info, topic_records_read=records_read,
-                offset_gaps=plan.records - records_read, attempt=attempt, landed_at=landed_at,
+                offsets_without_record=plan.records - records_read, attempt=attempt, landed_at=landed_at,
                 skipped=tuple(s for s in plan.skipped if s["reason"] == RETENTION_AFTER_FREEZING),
             )
             # Written last, atomically: the hour of this table is now complete.
@@ -127,7 +127,7 @@ def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, atte
     content = DoneFile(
         topic=old.topic, dataset=dataset, table=table, hour=plan.hour, rows=0, schema_ids=(), files=(),
         dead_letters=new.dead_letters if new else old.dead_letters, slice=old.slice,
-        topic_records_read=old.topic_records_read, offset_gaps=old.offset_gaps, attempt=attempt,
+        topic_records_read=old.topic_records_read, offsets_without_record=old.offsets_without_record, attempt=attempt,
         landed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), retired=why,
     )
     body = content.to_bytes()

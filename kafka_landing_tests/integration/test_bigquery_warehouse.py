@@ -109,7 +109,7 @@ def land(store, dataset: str, hour: str, parts: list[tuple[int, int, list, list[
     done = DoneFile(topic=topic, dataset=dataset, table=table, hour=hour, rows=sum(f.rows for f in files),
                     schema_ids=tuple(sorted({f.schema_id for f in files})), files=tuple(files),
                     dead_letters=DeadLetters(0, {}, ()), slice={"manifest": "m", "records": 0, "partitions": []},
-                    topic_records_read=sum(f.rows for f in files), offset_gaps=0, attempt=uuid.uuid4().hex,
+                    topic_records_read=sum(f.rows for f in files), offsets_without_record=0, attempt=uuid.uuid4().hex,
                     landed_at=datetime.now(timezone.utc).isoformat())
     rel = done_file_path(dataset, table, hour_dt)
     store.write_json_atomic(rel, done.to_dict())

@@ -107,7 +107,7 @@ def done_body(hour: datetime, files: list[dict], dataset=DATASET, table=TABLE, a
         "topic": TOPIC, "dataset": dataset, "table": table, "hour": hour_tag(hour), "rows": rows, "schema_ids": [1],
         "files": files, "dead_letters": {"rows": 0, "by_reason": {}, "files": []},
         "slice": {"manifest": f"slices/{TOPIC}/hour={hour_tag(hour)}.json", "records": rows, "partitions": []},
-        "topic_records_read": rows, "offset_gaps": 0, "attempt": attempt, "landed_at": utcnow().isoformat(),
+        "topic_records_read": rows, "offsets_without_record": 0, "attempt": attempt, "landed_at": utcnow().isoformat(),
         "version": 1, **over,
     }
 

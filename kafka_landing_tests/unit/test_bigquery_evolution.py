@@ -71,7 +71,7 @@ def land(store, dataset: str, hour: str, parts: list[tuple[int, int, list, list[
     done = DoneFile(topic="topic", dataset=dataset, table="t", hour=hour, rows=rows,
                     schema_ids=tuple(sorted({f.schema_id for f in files})), files=tuple(files),
                     dead_letters=DeadLetters(0, {}, ()), slice={"manifest": "m", "records": 0, "partitions": []},
-                    topic_records_read=rows, offset_gaps=0, attempt=uuid.uuid4().hex,
+                    topic_records_read=rows, offsets_without_record=0, attempt=uuid.uuid4().hex,
                     landed_at=datetime.now(timezone.utc).isoformat())
     rel = done_file_path(dataset, "t", hour_from_tag(hour))
     store.write_json_atomic(rel, done.to_dict())

@@ -54,7 +54,7 @@ def land(store, partition: int, ids: list[str]) -> str:
     done = DoneFile(topic="topic", dataset=DATASET, table=TABLE, hour=H1, rows=len(ids),
                     schema_ids=(1,) if ids else (), files=tuple(files), dead_letters=DeadLetters(0, {}, ()),
                     slice={"manifest": "m", "records": 0, "partitions": []}, topic_records_read=len(ids),
-                    offset_gaps=0, attempt=uuid.uuid4().hex, landed_at=datetime.now(timezone.utc).isoformat())
+                    offsets_without_record=0, attempt=uuid.uuid4().hex, landed_at=datetime.now(timezone.utc).isoformat())
     rel = done_file_path(DATASET, TABLE, hour_from_tag(H1))
     store.write_json_atomic(rel, done.to_dict())
     return rel

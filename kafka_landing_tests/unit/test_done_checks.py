@@ -29,7 +29,7 @@ def done(**over) -> dict:
                    "schema_id": 1} for p in files],
         "dead_letters": {"rows": 0, "by_reason": {}, "files": []},
         "slice": {"manifest": "slices/t/hour=2026-11-20T13.json", "records": 10, "partitions": []},
-        "topic_records_read": 10, "offset_gaps": 0, "attempt": "a", "landed_at": "2026-11-20T14:15:00+00:00",
+        "topic_records_read": 10, "offsets_without_record": 0, "attempt": "a", "landed_at": "2026-11-20T14:15:00+00:00",
     }
     d.update(over)
     return d
@@ -103,3 +103,13 @@ def test_an_accepted_path_is_a_plain_file_in_the_hours_folder(tail):
     if not done_file_problems(REL, raw):
         assert posixpath.normpath(FOLDER + tail) == FOLDER + tail
         assert (FOLDER + tail).startswith(FOLDER) and not any(p.startswith(("_", ".")) for p in tail.split("/"))
+
+
+def test_a_done_file_says_offsets_without_record_and_one_from_before_the_rename_still_reads():
+    """One word per concept: the field is `offsets_without_record`, as in the checks; a done
+    file written before the rename (`offset_gaps`) reads the same."""
+    new = check_done_file(REL, done(offsets_without_record=2))
+    old_body = done(offset_gaps=3)
+    del old_body["offsets_without_record"]
+    assert (new.offsets_without_record, check_done_file(REL, old_body).offsets_without_record) == (2, 3)
+    assert "offset_gaps" not in new.to_dict() and new.to_dict()["offsets_without_record"] == 2

@@ -178,7 +178,7 @@ def _publish(store: LocalStore, hour: datetime, attempt: str) -> str:
         "topic": "unit.events", "dataset": DATASET, "table": TABLE, "hour": hour_tag(hour), "rows": 0,
         "schema_ids": [], "files": [], "dead_letters": {"rows": 0, "by_reason": {}, "files": []},
         "slice": {"manifest": f"slices/unit.events/hour={hour_tag(hour)}.json", "records": 0, "partitions": []},
-        "topic_records_read": 0, "offset_gaps": 0, "attempt": attempt, "landed_at": "2026-01-01T00:00:00+00:00",
+        "topic_records_read": 0, "offsets_without_record": 0, "attempt": attempt, "landed_at": "2026-01-01T00:00:00+00:00",
         "version": 1}).encode()
     store.write_atomic(rel, body)
     mark_pending(store, rel, body)

@@ -40,7 +40,7 @@ def body(dataset: str, table: str, hour: datetime, attempt: str = "a1", over: di
     return json.dumps({
         "topic": "t", "dataset": dataset, "table": table, "hour": hour_tag(hour), "rows": 0, "schema_ids": [],
         "files": [], "dead_letters": {"rows": 0, "by_reason": {}, "files": []},
-        "slice": {"manifest": "m", "records": 0, "partitions": []}, "topic_records_read": 0, "offset_gaps": 0,
+        "slice": {"manifest": "m", "records": 0, "partitions": []}, "topic_records_read": 0, "offsets_without_record": 0,
         "attempt": attempt, "landed_at": "2026-01-01T00:00:00+00:00", "version": 1, **(over or {})}).encode()
 
 
