@@ -41,7 +41,7 @@ from kafka_landing.config import (
     load_config,
     with_first_hours,
 )
-from kafka_landing.hours import topic_hours
+from kafka_landing.hours import SPARK_TAG, topic_hours
 from kafka_landing.kafka_slices.assets import build_slice_assets, slice_key
 from kafka_landing.kafka_slices.freeze import settle_first_hours
 from kafka_landing.kafka_slices.jobs import plan_backfill
@@ -166,7 +166,7 @@ def build_landing_job(cfg: TopicConfig):
         landing_job_name(cfg.topic),
         selection=AssetSelection.assets(slice_key(cfg.topic), landing_key(cfg.topic)),
         partitions_def=topic_hours(cfg),
-        tags={"kafka_landing/spark": "true"},
+        tags={SPARK_TAG: "true"},
         description=f"Freeze and land `{cfg.topic}`: one hour, or from a backfill a range of hours in one run.",
     )
 

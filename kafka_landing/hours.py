@@ -94,6 +94,10 @@ IN_STEP_ATTEMPTS = int(os.environ.get("KAFKA_LANDING_IN_STEP_ATTEMPTS", "4"))
 
 REDO_DONE_HOURS_TAG = "kafka_landing/redo_done_hours"
 """Run tag: `true` makes a range redo hours already done (a single hour is always done)."""
+SPARK_TAG = "kafka_landing/spark"
+"""Run and op tag of work that starts Spark: dagster.yaml caps how many such runs run at once."""
+CONSERVATION = "conservation"
+"""The name of each layer's per-hour check that every record is accounted for."""
 
 # Metadata every hour's materialisation carries, so a later run can tell whether it is done.
 DONE_AT = "done_at"  # when the hour's work was done (kept when a later run reuses it)

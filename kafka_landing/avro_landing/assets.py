@@ -17,7 +17,7 @@ from kafka_landing.avro_landing.checks import landing_check_specs, landing_check
 from kafka_landing.avro_landing.job import LandingResult, land_hours
 from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.errors import LandingError, is_transient, transient_status
-from kafka_landing.hours import failure, history, run_hours, single_run, topic_hours
+from kafka_landing.hours import SPARK_TAG, failure, history, run_hours, single_run, topic_hours
 from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.kafka_slices.freeze import frozen_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
@@ -262,7 +262,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
             f"with dead letters and a done file per table; {history(cfg)}."
         ),
         tags={"kafka_landing/topic": asset_safe(cfg.topic)},
-        op_tags={"kafka_landing/spark": "true"},
+        op_tags={SPARK_TAG: "true"},
         metadata={"topic": cfg.topic, "dataset": cfg.dataset, "tables": ", ".join(cfg.tables)},
     )
     def _landing(

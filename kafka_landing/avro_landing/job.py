@@ -41,7 +41,6 @@ from kafka_landing.avro_landing.registry_answers import RegistryError
 from kafka_landing.avro_landing.route import classify
 from kafka_landing.avro_landing.write import (
     DEAD_LETTER_COLUMNS,
-    STAGING_MAX_AGE_SECONDS,
     NothingWritten,
     Staged,
     write_dead_letters,
@@ -52,6 +51,7 @@ from kafka_landing.crash_points import crash_point
 from kafka_landing.errors import DeadLetterLimitExceeded, LandingError, is_transient
 from kafka_landing.kafka_slices.plan import SlicePlan, hour_tasks
 from kafka_landing.manifests import DeadLetters, DoneFile
+from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS
 
 
 @dataclass

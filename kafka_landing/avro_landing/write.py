@@ -33,9 +33,6 @@ from kafka_landing.store.base import LandingStore
 
 NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
 
-# Staging of attempts killed before they could clean up is swept after this long.
-STAGING_MAX_AGE_SECONDS = 24 * 3600
-
 # What a dead letter keeps of a record, whichever step turned it away.
 DEAD_LETTER_COLUMNS = [*avro_schemas.META_COLUMNS, "_value", "_schema_id", "_reason", "_kl_hour"]
 

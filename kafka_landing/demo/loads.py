@@ -6,11 +6,12 @@ from __future__ import annotations
 from dagster import RunRequest, materialize
 
 from kafka_landing.definitions import build_resources
+from kafka_landing.hours import CONSERVATION
 from kafka_landing.warehouse.load_queue import RUN_KEY_TAG
 from kafka_landing.warehouse.sensors import SENSOR_NAME
 
 
-def load_run_defs(defs, keys, checks: tuple[str, ...] = ("conservation",)) -> list:
+def load_run_defs(defs, keys, checks: tuple[str, ...] = (CONSERVATION,)) -> list:
     """What `materialize()` needs to run a load as the sensor's run would: the tables'
     assets and their named checks (checks are separate definitions)."""
     keys = set(keys)

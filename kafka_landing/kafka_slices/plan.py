@@ -17,12 +17,12 @@ Pure: no Dagster, no Spark, no Kafka client. The log is read through `LogView`.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Callable, Iterable, Mapping, Protocol
 
 from kafka_landing.config import FAIL, FUTURE_POLICIES, LAND
 from kafka_landing.errors import KafkaLandingError
-from kafka_landing.naming import ONE_HOUR, floor_hour, hour_tag, to_millis
+from kafka_landing.naming import ONE_HOUR, floor_hour, hour_closes, hour_tag, to_millis
 
 MANIFEST_VERSION = 1
 
@@ -160,7 +160,7 @@ def without_deleted(plan: SlicePlan, log_starts: Mapping[int, int]) -> SlicePlan
 
 
 def check_closed(hour: datetime, now: datetime, grace_minutes: int) -> None:
-    closes = hour + ONE_HOUR + timedelta(minutes=grace_minutes)
+    closes = hour_closes(hour, grace_minutes)
     if closes > now:
         raise HourNotClosedError(
             f"hour {hour_tag(hour)} is still open: it closes at {closes.isoformat()} "

@@ -28,6 +28,10 @@ from typing import Iterator
 
 from kafka_landing.errors import ServiceUnavailable
 
+# Staging left by an attempt or a load killed before it could clean up is swept after this long
+# (landing's staging in the landing root, the Parquet warehouse's own).
+STAGING_MAX_AGE_SECONDS = 24 * 3600
+
 
 class LockLost(ServiceUnavailable, RuntimeError):
     """The lock is no longer ours (a lease lapsed while held and someone else took it over, or

@@ -30,7 +30,7 @@ from dagster_pyspark import LazyPySparkResource
 from kafka_landing.avro_landing.assets import landing_key
 from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.errors import is_transient
-from kafka_landing.hours import failure, history, run_hours, single_run, topic_hours
+from kafka_landing.hours import SPARK_TAG, failure, history, run_hours, single_run, topic_hours
 from kafka_landing.naming import done_file_path, hour_from_key, hour_tag
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.load import (
@@ -62,7 +62,7 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
         group_name=GROUP,
         kinds={"parquet", "spark"} if kind == "parquet" else {kind},
         description=f"Table `{cfg.dataset}.{table}`, one partition per landing hour, loaded from `{cfg.topic}`; {history(cfg)}.",
-        op_tags={"kafka_landing/spark": "true"} if kind == "parquet" else {},
+        op_tags={SPARK_TAG: "true"} if kind == "parquet" else {},
         # Time-based (see the module docstring): warn after 2 hours without a load, fail at 3.
         freshness_policy=FreshnessPolicy.time_window(fail_window=timedelta(hours=3), warn_window=timedelta(hours=2)),
         metadata={"dataset": cfg.dataset, "table": table, "topic": cfg.topic},

@@ -26,7 +26,7 @@ from dagster import (
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
 from kafka_landing.handoff import content_sha, landed_hours, list_pending
-from kafka_landing.hours import hour_check_events, topic_hours
+from kafka_landing.hours import CONSERVATION, hour_check_events, topic_hours
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import done_file_path, hour_from_key, hour_from_tag, hour_tag
 from kafka_landing.resources import LandingResource
@@ -93,7 +93,7 @@ def hour_conservation(store: LandingStore, warehouse: Warehouse, dataset: str, t
 def build_table_checks(cfg: TopicConfig, table: str) -> list:
     key = warehouse_key(cfg.dataset, table)
 
-    @asset_check(asset=key, name="conservation", partitions_def=topic_hours(cfg),
+    @asset_check(asset=key, name=CONSERVATION, partitions_def=topic_hours(cfg),
                  description="Warehouse rows of the hour (Parquet footer, or BigQuery's partition row count) = "
                              "landed rows (Avro block headers of the files the done file lists). Re-run it for "
                              "any hour: it reads what is there now.")
@@ -102,7 +102,7 @@ def build_table_checks(cfg: TopicConfig, table: str) -> list:
         backend = warehouse.backend(store)
         results = {k: hour_conservation(store, backend, cfg.dataset, table, hour_tag(hour_from_key(k)))
                    for k in sorted(context.partition_keys)}
-        by_hour = {k: [AssetCheckResult(check_name="conservation", passed=ok, description=why, metadata=metadata)]
+        by_hour = {k: [AssetCheckResult(check_name=CONSERVATION, passed=ok, description=why, metadata=metadata)]
                    for k, (ok, why, metadata) in results.items()}
         if len(by_hour) == 1:
             yield next(iter(by_hour.values()))[0]

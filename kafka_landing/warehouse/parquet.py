@@ -37,7 +37,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 from kafka_landing.crash_points import crash_point
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import check_identifier
-from kafka_landing.store.base import LandingStore
+from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 from kafka_landing.warehouse.load import (
     LoadError,
     LoadResult,
@@ -76,9 +76,6 @@ def _conformed(col: Column, have: DataType, want: DataType) -> Column:
 @functools.lru_cache(maxsize=16)
 def _resolved(root: str) -> Path:
     return Path(root).expanduser().resolve()
-
-
-STAGING_MAX_AGE_SECONDS = 24 * 3600
 
 
 def _sweep_staging(staging_root: Path) -> None:

@@ -75,7 +75,7 @@ from kafka_landing.handoff import (
     read_marker,
     refusal,
 )
-from kafka_landing.hours import REDO_DONE_HOURS_TAG
+from kafka_landing.hours import REDO_DONE_HOURS_TAG, SPARK_TAG
 from kafka_landing.naming import hour_from_tag, hour_key
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.done_checks import done_file_problems
@@ -105,7 +105,6 @@ EXAMINE_SECONDS = 35
 TICK_SECONDS = 45  # moving loads aside stops there; what is left is moved on the next tick
 _clock = time.time  # the clock the budgets are read on (a test's store answers on a fake one)
 _QUERY_CHUNK = 300
-SPARK_TAG = "kafka_landing/spark"  # dagster.yaml caps how many runs with it run at once
 SPARK_BACKENDS = frozenset({"parquet"})  # backends whose loads start Spark
 # Dagster's tags for a single-run partition range (RunRequest has no partition range argument in 1.13).
 RANGE_START_TAG = "dagster/asset_partition_range_start"
