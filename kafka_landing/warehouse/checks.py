@@ -121,19 +121,19 @@ def build_table_checks(cfg: TopicConfig, table: str) -> list:
         pending = [p.hour for p in list_pending(store, cfg.dataset, table)]
         metadata = {
             "hours_behind": behind.hours,
-            "first_hour": behind.first_hour or "",
+            "first_landed_hour": behind.first_landed_hour or "",
             "last_closed_hour": behind.last_closed_hour or "",
             "oldest_missing_hour": behind.missing[0] if behind.missing else "",
             "missing_hours": MetadataValue.json(list(behind.missing[:MISSING_SHOWN])),
             "reload_pending": len(pending),
         }
-        if behind.first_hour is None:
+        if behind.first_landed_hour is None:
             why = f"{cfg.dataset}.{table}: nothing landed yet"
         elif behind.hours:
             why = (f"{cfg.dataset}.{table} is {behind.hours} closed hour(s) behind (oldest {behind.missing[0]}): "
                    "land the missing hours and check the done-file sensor's log for failed loads")
         else:
-            why = f"{cfg.dataset}.{table}: every closed hour from {behind.first_hour} to {behind.last_closed_hour} is loaded"
+            why = f"{cfg.dataset}.{table}: every closed hour from {behind.first_landed_hour} to {behind.last_closed_hour} is loaded"
         return AssetCheckResult(passed=behind.hours == 0, severity=AssetCheckSeverity.WARN, description=why,
                                 metadata=metadata)
 

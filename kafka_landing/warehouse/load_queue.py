@@ -260,9 +260,9 @@ def reconcile(
 
 @dataclass(frozen=True)
 class Behind:
-    first_hour: str | None  # the first landed (or loaded) hour: where counting starts
+    first_landed_hour: str | None  # the first landed (or loaded) hour: where counting starts
     last_closed_hour: str | None
-    missing: tuple[str, ...]  # closed hours from first_hour on with nothing loaded, oldest first
+    missing: tuple[str, ...]  # closed hours from first_landed_hour on with nothing loaded, oldest first
 
     @property
     def hours(self) -> int:

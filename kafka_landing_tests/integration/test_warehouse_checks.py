@@ -97,7 +97,7 @@ def test_conservation_of_an_hour_not_loaded_or_not_landed_fails(roots, instance,
 
 def expected_missing(ev, loaded: set) -> list[str]:
     """The closed hours not loaded from the first landed hour to the check's own "now"."""
-    first, last = hour_from_tag(ev.metadata["first_hour"].value), hour_from_tag(ev.metadata["last_closed_hour"].value)
+    first, last = hour_from_tag(ev.metadata["first_landed_hour"].value), hour_from_tag(ev.metadata["last_closed_hour"].value)
     return [hour_tag(first + ONE_HOUR * i) for i in range(int((last - first) / ONE_HOUR) + 1)
             if hour_tag(first + ONE_HOUR * i) not in loaded]
 
@@ -113,7 +113,7 @@ def test_hours_behind_counts_closed_hours_not_loaded(roots, instance, spark):
 
     ev = run_check(defs, instance, "hours_behind")
     assert not ev.passed and ev.severity == AssetCheckSeverity.WARN
-    assert ev.metadata["first_hour"].value == hour_tag(hours[0])
+    assert ev.metadata["first_landed_hour"].value == hour_tag(hours[0])
     assert ev.metadata["last_closed_hour"].value in (hour_tag(last), hour_tag(last + ONE_HOUR))
     assert ev.metadata["hours_behind"].value == len(expected_missing(ev, set())) >= 5
     assert ev.metadata["reload_pending"].value == 4

@@ -295,12 +295,12 @@ def test_hours_behind_counts_closed_hours_not_loaded_from_the_first_landed_hour(
     landed = ["2026-11-20T08", "2026-11-20T09", "2026-11-20T10", "2026-11-20T12"]  # 11 did not land
     loaded = ["2026-11-20T08", "2026-11-20T10"]
     b = hours_behind(landed, loaded, NOW, grace_minutes=5)
-    assert b.first_hour == "2026-11-20T08" and b.last_closed_hour == "2026-11-20T13"
+    assert b.first_landed_hour == "2026-11-20T08" and b.last_closed_hour == "2026-11-20T13"
     assert b.missing == ("2026-11-20T09", "2026-11-20T11", "2026-11-20T12", "2026-11-20T13") and b.hours == 4
     everything = [f"2026-11-20T{h:02d}" for h in range(8, 14)]
     assert hours_behind(everything, everything, NOW, 5).hours == 0
     assert hours_behind(everything, everything[:-1], NOW, 10).hours == 0, "13h is not closed with 10 min grace"
-    assert hours_behind([], [], NOW, 5) .first_hour is None and hours_behind([], [], NOW, 5).hours == 0
+    assert hours_behind([], [], NOW, 5) .first_landed_hour is None and hours_behind([], [], NOW, 5).hours == 0
 
 
 @given(st.sets(st.integers(0, 200)), st.sets(st.integers(0, 200)), st.integers(0, 180), st.integers(0, 3600))
