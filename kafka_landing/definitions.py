@@ -174,14 +174,13 @@ def build_landing_job(cfg: TopicConfig):
 def build_schedule(cfg: TopicConfig, job):
     """Every hour, a few minutes after the topic's hour closes, land that hour (any grace,
     even hours long; see `hourly_schedule`)."""
-    graces = [cfg.grace_minutes]
     first = topic_hours(cfg).start
 
-    @schedule(name=f"{landing_job_name(cfg.topic)}_hourly", job=job, cron_schedule=hourly_schedule.cron(graces),
+    @schedule(name=f"{landing_job_name(cfg.topic)}_hourly", job=job, cron_schedule=hourly_schedule.cron(cfg.grace_minutes),
               execution_timezone="UTC", description=f"Lands the last closed hour of `{cfg.topic}` every hour.")
     def land_last_closed_hour(context: ScheduleEvaluationContext):
         tick = context.scheduled_execution_time or datetime.now(timezone.utc)
-        hour = hourly_schedule.hour_to_land(tick, graces)
+        hour = hourly_schedule.hour_to_land(tick, cfg.grace_minutes)
         if hour < first:
             return SkipReason(f"{cfg.topic}: hour {hour_key(hour)} is before the topic's first hour {hour_key(first)}")
         return RunRequest(partition_key=hour_key(hour), run_key=hour_key(hour))
