@@ -2,7 +2,8 @@
 
 Transient: a service briefly away (a broker, the schema registry, the bucket,
 BigQuery, a lock's lease lost to a slow renewal). The same input may pass a
-moment later, so a step tries it again after a backoff (`hours.py`).
+moment later, so a step tries it again after a backoff (`hours.run_hours`), and
+Dagster may retry the run (`hours.failure` sets `allow_retries`).
 Terminal: everything else (what the data, the config or a warehouse says, a
 bug). It fails the same way until its input changes, so it fails fast: never
 waited on in a step, never re-requested by the sensor until the done file

@@ -1,4 +1,6 @@
-"""Names and paths of everything kafka_landing writes, in one place.
+"""Names and paths of what kafka_landing writes: slices, landing files, done files, dead
+letters. (The hand-off's pending markers are named in `handoff.py`, the staging and lock
+folders where they are used, the warehouse's own files by each backend.)
 
 Every name that reaches a path or a table comes through `check_identifier` or
 `check_topic`, so nothing from a config file or a record can escape the

@@ -1,4 +1,5 @@
-"""Resources, declared once: Kafka, the schema registry, the landing root, Spark.
+"""Resources, declared once: Kafka, the schema registry, the landing root (the warehouse's are in
+warehouse/resources.py; Spark is dagster-pyspark's, configured in spark_setup.py).
 
 Secrets (SASL passwords, registry credentials) come only from environment
 variables through `dagster.EnvVar` in definitions.py, and are never logged.

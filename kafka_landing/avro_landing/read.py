@@ -1,9 +1,10 @@
 """READ: exactly the frozen offsets of a run of hours from Kafka, with Spark's Kafka source
 (read_committed, so aborted transactions never land), in one Spark job whatever the number of
-hours. Consecutive frozen slices of a partition are contiguous, so a run of hours is one offset
-range per partition; each record gets its hour and its frozen task from its offset, through a
-small broadcast table of the frozen task boundaries, in the JVM. Reading beyond the hours is
-impossible: every range ends at a frozen offset."""
+hours. Consecutive frozen slices of a partition are contiguous, so a run of hours is a few
+contiguous offset ranges per partition, cut only between frozen tasks (`plan.read_segments`,
+about 1/parallelism of the records each). Each record gets its hour and its frozen task from
+its offset, through a small broadcast table of the frozen task boundaries, in the JVM. Reading
+beyond the hours is impossible: every range ends at a frozen offset."""
 
 from __future__ import annotations
 

@@ -89,7 +89,7 @@ def dry_run(
     frozen: Mapping[datetime, SlicePlan], loaded: LoadedLookup | None = None,
     skip_retention_gaps: bool = False, first_hour: datetime | None = None,
 ) -> list[HourRow]:
-    """One row per hour of [first, last], oldest first. `frozen` is `slices.load_frozen(store, topic)`;
+    """One row per hour of [first, last], oldest first. `frozen` is `freeze.load_frozen(store, topic)`;
     `first_hour` the topic's (`freeze.settled_first_hour`): earlier hours are planned but flagged.
 
     A planning error of one hour (retention gap, outlier timestamp, rewound log) becomes that
