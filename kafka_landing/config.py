@@ -30,6 +30,11 @@ frozen slices of the topic from before that hour, the history starts at the
 earliest of them instead: moving `first_hour` later never hides an hour that
 was frozen, and moving it earlier only adds hours (frozen ones are never
 re-planned). A topic with none of these is an error: say where it starts.
+
+The demo topics alone may say `first_hour: demo`: the demo derives it ($KAFKA_LANDING_FIRST_HOUR
+if set, which `make demo` sets to the first hour it lands; else the earliest frozen slice; else the
+first of the last $DEMO_HOURS closed hours, the hours `make demo` would produce and land). So the
+packaged config loads on a fresh clone, and once the demo has landed its history stays put.
 """
 
 from __future__ import annotations
@@ -47,11 +52,13 @@ from kafka_landing.errors import KafkaLandingError
 from kafka_landing.naming import (
     HOUR_KEY_FORMAT,
     HOUR_TAG_FORMAT,
+    ONE_HOUR,
     NameError_,
     asset_safe,
     check_identifier,
     check_topic,
     hour_key,
+    last_closed_hour,
 )
 
 # What planning does with a record stamped more than max_future_minutes past the
@@ -62,6 +69,11 @@ FUTURE_POLICIES = (FAIL, LAND)
 ENV_VAR = "KAFKA_LANDING_TOPICS_CONFIG"
 FIRST_HOUR_ENV = "KAFKA_LANDING_FIRST_HOUR"
 DEMO_CONFIG = Path(__file__).parent / "demo" / "topics.yaml"
+DERIVED_BY_DEMO = "demo"  # `first_hour: demo`, for the demo topics only
+# The demo's own topics (`make demo` produces them, kafka_landing/demo/) and how many closed hours it lands.
+DEMO_TOPICS = ("demo.orders", "demo.web_events")
+DEMO_HOURS_ENV = "DEMO_HOURS"
+DEMO_GRACE_MINUTES = 5  # the packaged demo config's grace
 
 _OPTION_DEFAULTS = {
     "grace_minutes": 10, "rows_per_task": 500_000, "dead_letter_limit": 0.01,
@@ -96,6 +108,7 @@ class TopicConfig:
     on_future_timestamp: str = "fail"
     first_hour: datetime | None = None  # as configured; `with_first_hours` settles it
     first_hour_source: str = ""  # why the history starts there (shown on the assets)
+    first_hour_derived_by: str | None = None  # "defaults.first_hour" or "first_hour" if it says `demo`
 
     @property
     def tables(self) -> list[str]:
@@ -166,7 +179,9 @@ def parse_first_hour(value: Any, where: str) -> datetime:
     return hour
 
 
-def _first_hour(source: str, topic: str | None, value: Any, shown: str) -> datetime:
+def _first_hour(source: str, topic: str | None, value: Any, shown: str) -> datetime | str:
+    if isinstance(value, str) and value.strip() == DERIVED_BY_DEMO:
+        return DERIVED_BY_DEMO  # checked per topic in parse_config: the demo topics only
     where = f"{source}: " + (f"topic {topic!r}: " if topic else "") + f"field {shown!r}"
     return parse_first_hour(value, where)
 
@@ -226,10 +241,16 @@ def parse_config(data: Any, source: str = "<memory>") -> LandingConfig:
             etf = _name(source, topic, "event_time_field", etf, "field")
         options = {k: _option(source, topic, k, spec[k]) if k in spec else defaults[k] for k in _OPTION_DEFAULTS}
         first_hour = _first_hour(source, topic, spec["first_hour"], "first_hour") if "first_hour" in spec else None
+        shown = "first_hour" if first_hour else "defaults.first_hour" if default_first_hour else ""
+        first_hour = first_hour or default_first_hour
+        derived_by = None
+        if first_hour == DERIVED_BY_DEMO:
+            _only_demo_topics(source, topic, shown)
+            first_hour, derived_by = None, shown
         cfg = TopicConfig(topic=topic, dataset=dataset, table=table, route=route, event_time_field=etf,
-                          first_hour=first_hour or default_first_hour,
-                          first_hour_source=("first_hour of the topic" if first_hour
-                                             else "defaults.first_hour" if default_first_hour else ""),
+                          first_hour=first_hour, first_hour_derived_by=derived_by,
+                          first_hour_source=("first_hour of the topic" if first_hour and shown == "first_hour"
+                                             else "defaults.first_hour" if first_hour else ""),
                           **options)
         for t in cfg.tables:
             other = fed_by.setdefault((dataset, t), topic)
@@ -237,6 +258,38 @@ def parse_config(data: Any, source: str = "<memory>") -> LandingConfig:
                 raise _err(source, topic, "table", f"{dataset}.{t} is already fed by topic {other!r}; a table has one source topic")
         topics[topic] = cfg
     return LandingConfig(topics=topics, source=source)
+
+
+def _only_demo_topics(source: str, topic: str, shown: str) -> None:
+    if topic not in DEMO_TOPICS:
+        raise _err(source, topic, shown, f"{DERIVED_BY_DEMO!r} is the first hour the demo derives for its own topics "
+                                         f"({', '.join(DEMO_TOPICS)}), which it fills with data; this topic's history needs a "
+                                         "real first hour: set it to the first hour to land, e.g. first_hour: "
+                                         "2026-11-20-00:00 (UTC)")
+
+
+def demo_hour_count() -> int:
+    """$DEMO_HOURS, the number of last closed hours the demo produces and lands; 3 if unset."""
+    value = os.environ.get(DEMO_HOURS_ENV, "3")
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise TopicConfigError(f"${DEMO_HOURS_ENV}={value!r}: give the number of closed hours the demo lands, e.g. 3")
+    return count
+
+
+def demo_hours(now: datetime, hours: int) -> list[datetime]:
+    """The last `hours` closed hours before `now` (the demo config's grace), oldest first."""
+    last = last_closed_hour(now, DEMO_GRACE_MINUTES)
+    return [last - ONE_HOUR * i for i in reversed(range(hours))]
+
+
+def demo_first_hour(now: datetime | None = None) -> datetime:
+    """`first_hour: demo` with nothing frozen and $KAFKA_LANDING_FIRST_HOUR unset: the first of
+    the last $DEMO_HOURS closed hours, the first hour `make demo` produces and lands."""
+    return demo_hours(now or datetime.now(timezone.utc), demo_hour_count())[0]
 
 
 def _route(source: str, topic: str, raw: Any) -> Route:
@@ -280,10 +333,11 @@ def env_first_hour() -> datetime | None:
 
 
 def with_first_hours(config: LandingConfig, earliest_frozen: Mapping[str, datetime | None],
-                     fallback: datetime | None = None) -> LandingConfig:
+                     fallback: datetime | None = None, now: datetime | None = None) -> LandingConfig:
     """Every topic with the hour its history starts at: as configured (the topic's, the
     defaults', else `fallback`), or the earliest frozen slice if that is earlier or nothing is
-    configured. Frozen hours therefore always stay partitions."""
+    configured. Frozen hours therefore always stay partitions. A demo topic whose first hour
+    the demo derives (`first_hour: demo`) and which has neither starts at `demo_first_hour(now)`."""
     topics = {}
     for name, cfg in config.topics.items():
         configured, why = cfg.first_hour, cfg.first_hour_source
@@ -292,8 +346,16 @@ def with_first_hours(config: LandingConfig, earliest_frozen: Mapping[str, dateti
         frozen = earliest_frozen.get(name)
         if frozen is not None and (configured is None or frozen < configured):
             why = (f"the earliest frozen slice, earlier than the first hour {hour_key(configured)} from {why}"
-                   if configured is not None else "the earliest frozen slice, no first_hour configured")
+                   if configured is not None else f"the earliest frozen slice, as {cfg.first_hour_derived_by}: demo derives it"
+                   if cfg.first_hour_derived_by else "the earliest frozen slice, no first_hour configured")
             configured = frozen
+        if configured is None and cfg.first_hour_derived_by:
+            try:
+                configured = demo_first_hour(now)
+            except TopicConfigError as exc:
+                raise _err(config.source, name, cfg.first_hour_derived_by, f"demo: {exc}") from None
+            why = (f"{cfg.first_hour_derived_by}: demo, nothing frozen yet: the first of the last closed hours "
+                   "the demo produces and lands")
         if configured is None:
             raise _err(config.source, name, "first_hour",
                        "is required for a topic with no frozen slice yet: set it to the first hour to land, "

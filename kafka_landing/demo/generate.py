@@ -29,10 +29,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing.naming import ONE_HOUR, floor_hour, to_millis
+from kafka_landing.config import DEMO_TOPICS, demo_hour_count, demo_hours  # noqa: F401 - the demo's hours, read by its users
+from kafka_landing.naming import to_millis
 
 SCHEMAS = Path(__file__).parent / "schemas"
-ORDERS, WEB = "demo.orders", "demo.web_events"
+ORDERS, WEB = DEMO_TOPICS
 PARTITIONS = {ORDERS: 3, WEB: 4}
 UNKNOWN_SCHEMA_ID = 987_654
 BAD_KINDS = ("bad magic byte", "unknown schema id", "corrupt body", "null value")
@@ -143,12 +144,6 @@ def produce(bootstrap: str, items: list[tuple], flush_timeout: float = 60) -> li
     if remaining or errors:
         raise RuntimeError(f"producing failed: {remaining} undelivered, errors: {errors[:3]}")
     return sorted(sent, key=lambda s: (s.topic, s.partition, s.offset))
-
-
-def demo_hours(now: datetime, hours: int, grace_minutes: int = 5) -> list[datetime]:
-    """The last `hours` closed hours before `now`, oldest first."""
-    last_closed = floor_hour(now - timedelta(minutes=grace_minutes)) - ONE_HOUR
-    return [last_closed - ONE_HOUR * i for i in reversed(range(hours))]
 
 
 def generate(

@@ -13,15 +13,17 @@ from dagster import DagsterInstance, build_sensor_context
 
 from kafka_landing import devstack
 from kafka_landing.config import FIRST_HOUR_ENV, load_config
-from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
+from kafka_landing.demo.generate import ORDERS, WEB, demo_hour_count, demo_hours, generate
 from kafka_landing.naming import hour_key
 
-HOURS = int(os.environ.get("DEMO_HOURS", "3"))
+HOURS = demo_hour_count()
 PER_HOUR = int(os.environ.get("DEMO_PER_HOUR", "600"))
 NOW = datetime.now(timezone.utc)
-# The demo topics' history starts at the first demo hour (unless the config names one, or the
-# landing root holds earlier frozen hours); later processes (the UI) read it from the frozen
-# slices. Set before the code location below is built, which happens when it is imported.
+# The demo topics' history starts at the first demo hour (unless the landing root holds earlier
+# frozen hours). Their config says `first_hour: demo`, which would derive the same hour from the
+# clock when the code location loads; pinned here to NOW, so an hour turning while the data is
+# produced cannot move it past the hours landed below. Later processes (the UI) start at the
+# earliest frozen slice. Set before the code location below is built, which happens when it is imported.
 os.environ.setdefault(FIRST_HOUR_ENV, hour_key(demo_hours(NOW, HOURS)[0]))
 
 from kafka_landing.definitions import (  # noqa: E402 - after the first hour above

@@ -176,3 +176,55 @@ def test_the_frozen_slices_are_listed_with_the_credentials_from_the_env_var(tmp_
     assert "gs://kafka-landing-prod/landing cannot be listed" in msg
     assert "key given for lander@proj.iam.gserviceaccount.com could not be loaded" in msg, msg
     assert "secret-id-123" not in msg
+
+
+def _fresh_clone_env(tmp_path, **extra) -> dict:
+    """The environment of a new user right after `make setup`: nothing set, nothing landed yet."""
+    unset = ("KAFKA_LANDING_FIRST_HOUR", "KAFKA_LANDING_TOPICS_CONFIG", "DEMO_HOURS")
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
+    return {**{k: v for k, v in os.environ.items() if k not in unset}, "DAGSTER_HOME": str(home),
+            "KAFKA_LANDING_ROOT": str(tmp_path / "landing"), "KAFKA_LANDING_WAREHOUSE_ROOT": str(tmp_path / "warehouse"),
+            **extra}
+
+
+def _validate(env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_fresh_clone_loads_the_packaged_demo_config_with_nothing_set_and_nothing_frozen(tmp_path):
+    """`dagster dev` / `dagster definitions validate` right after `make setup`, before `make demo`:
+    the demo topics start at the hour the demo derives (the first of the hours `make demo` lands)."""
+    from datetime import datetime, timezone
+
+    from kafka_landing.demo.generate import demo_hours
+    from kafka_landing.naming import hour_key
+
+    env = _fresh_clone_env(tmp_path)
+    out = _validate(env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "All code locations passed validation" in out.stdout + out.stderr
+
+    before = hour_key(demo_hours(datetime.now(timezone.utc), 3)[0])
+    code = ("from kafka_landing.definitions import defs\n"
+            "from dagster import AssetKey\n"
+            "a = defs.get_assets_def(AssetKey(['kafka_slices', 'demo_orders']))\n"
+            "print(a.partitions_def.get_first_partition_key())\n"
+            "print(a.descriptions_by_key[AssetKey(['kafka_slices', 'demo_orders'])])\n")
+    shown = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    after = hour_key(demo_hours(datetime.now(timezone.utc), 3)[0])
+    assert shown.returncode == 0, shown.stderr
+    first, description = shown.stdout.splitlines()[0], shown.stdout
+    assert first in (before, after)
+    assert "first_hour: demo" in description
+    assert not (tmp_path / "landing").exists() or not any((tmp_path / "landing").rglob("*.json")), "loading froze nothing"
+
+
+def test_a_users_topic_without_a_first_hour_still_fails_the_fresh_code_location(tmp_path):
+    (tmp_path / "t.yaml").write_text("topics:\n  shop.orders: {dataset: shop, table: orders}\n")
+    out = _validate(_fresh_clone_env(tmp_path, KAFKA_LANDING_TOPICS_CONFIG=str(tmp_path / "t.yaml")))
+    assert out.returncode != 0
+    assert (f"{tmp_path / 't.yaml'}: topic 'shop.orders': field 'first_hour': is required for a topic with no frozen "
+            "slice yet: set it to the first hour to land") in out.stdout + out.stderr, out.stdout + out.stderr

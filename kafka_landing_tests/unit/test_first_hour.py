@@ -126,3 +126,67 @@ def test_a_written_config_with_first_hours_round_trips(tmp_path):
     p = tmp_path / "topics.yaml"
     p.write_text(yaml.safe_dump({"defaults": {"first_hour": "2026-11-20T13"}, "topics": {"a": {"dataset": "d", "table": "a"}}}))
     assert load_config(p).topic("a").first_hour == H
+
+
+def demo_config(defaults=None, **topics):
+    return parse_config({"defaults": defaults or {}, "topics": {
+        name: {"dataset": "d", "table": name.replace(".", "_"), **extra} for name, extra in topics.items()}}, "t.yaml")
+
+
+NOW = datetime(2026, 11, 20, 16, 7, tzinfo=timezone.utc)  # last closed hour 15:00: the demo's three are 13, 14, 15
+
+
+def test_the_packaged_demo_config_derives_its_first_hour_when_nothing_is_set_or_frozen(monkeypatch):
+    from kafka_landing.config import DEMO_CONFIG
+    from kafka_landing.demo.generate import demo_hours
+
+    monkeypatch.delenv("DEMO_HOURS", raising=False)
+    cfg = load_config(DEMO_CONFIG)
+    assert {t.first_hour_derived_by for t in cfg.topics.values()} == {"defaults.first_hour"}
+    settled = with_first_hours(cfg, {}, None, now=NOW)
+    for topic in settled.topics.values():
+        assert topic.first_hour == H == demo_hours(NOW, 3)[0]
+        assert topic.first_hour_source.startswith("defaults.first_hour: demo, nothing frozen yet")
+    monkeypatch.setenv("DEMO_HOURS", "5")
+    assert with_first_hours(cfg, {}, None, now=NOW).topic("demo.orders").first_hour == H - timedelta(hours=2)
+
+
+def test_a_derived_first_hour_gives_way_to_the_environment_and_to_frozen_slices():
+    """Once the demo has landed, its history starts at the earliest frozen slice whenever the code
+    location loads, later or earlier than the clock would say: landed hours never leave the bar."""
+    cfg = demo_config(**{"demo.orders": {"first_hour": "demo"}})
+    frozen = H - timedelta(days=3)
+    for now in (NOW, NOW + timedelta(days=30)):
+        topic = with_first_hours(cfg, {"demo.orders": frozen}, None, now=now).topic("demo.orders")
+        assert (topic.first_hour, topic.first_hour_source) == (frozen, "the earliest frozen slice, as first_hour: demo derives it")
+    later_frozen = with_first_hours(cfg, {"demo.orders": H + timedelta(hours=1)}, None, now=NOW).topic("demo.orders")
+    assert later_frozen.first_hour == H + timedelta(hours=1)
+    pinned = with_first_hours(cfg, {"demo.orders": None}, fallback=H - timedelta(hours=1), now=NOW).topic("demo.orders")
+    assert (pinned.first_hour, pinned.first_hour_source) == (H - timedelta(hours=1), "$KAFKA_LANDING_FIRST_HOUR")
+
+
+def test_a_topics_own_first_hour_beats_a_derived_default():
+    cfg = with_first_hours(demo_config({"first_hour": "demo"}, **{"demo.orders": {"first_hour": "2026-11-01-00:00"},
+                                                                   "demo.web_events": {}}), {}, now=NOW)
+    assert cfg.topic("demo.orders").first_hour == datetime(2026, 11, 1, tzinfo=timezone.utc)
+    assert cfg.topic("demo.orders").first_hour_source == "first_hour of the topic"
+    assert cfg.topic("demo.web_events").first_hour == H
+
+
+@pytest.mark.parametrize("defaults, spec, field", [
+    ({}, {"first_hour": "demo"}, "first_hour"),
+    ({"first_hour": "demo"}, {}, "defaults.first_hour"),
+])
+def test_only_the_demo_topics_may_have_their_first_hour_derived(defaults, spec, field):
+    with pytest.raises(TopicConfigError) as exc:
+        demo_config(defaults, **{"demo.orders": {}, "shop.orders": spec})
+    msg = str(exc.value)
+    assert msg.startswith(f"t.yaml: topic 'shop.orders': field {field!r}: 'demo' is the first hour the demo derives "
+                          "for its own topics (demo.orders, demo.web_events)"), msg
+    assert "first_hour: 2026-11-20-00:00" in msg
+
+
+def test_a_bad_demo_hours_count_names_the_variable(monkeypatch):
+    monkeypatch.setenv("DEMO_HOURS", "zero")
+    with pytest.raises(TopicConfigError, match=r"^t.yaml: topic 'demo.orders': field 'first_hour': demo: \$DEMO_HOURS='zero': give the number of closed hours"):
+        with_first_hours(demo_config(**{"demo.orders": {"first_hour": "demo"}}), {}, now=NOW)
