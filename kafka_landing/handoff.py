@@ -30,11 +30,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from kafka_landing.naming import DONE_FILE_RE, done_file_path, hour_from_tag
+from kafka_landing.naming import (
+    DONE_FILE_RE,
+    IDENTIFIER,
+    TABLES_DIR,
+    dataset_dir,
+    done_file_glob,
+    done_file_path,
+    hour_folder_tag,
+    pending_dir,
+    pending_lock_path,
+    pending_marker_path,
+)
 from kafka_landing.store.base import LandingStore
-
-PENDING_DIR = "pending_loads"
-GIVEN_UP_DIR = f"{PENDING_DIR}/_given_up"  # list_pending skips folders starting with "_"
 
 
 @dataclass(frozen=True, order=True)
@@ -45,15 +53,15 @@ class TableHour:
 
     @property
     def done_file(self) -> str:
-        return done_file_path(self.dataset, self.table, hour_from_tag(self.hour))
+        return done_file_path(self.dataset, self.table, self.hour)
 
     @property
     def marker(self) -> str:
-        return f"{PENDING_DIR}/{self.dataset}/{self.table}/hour={self.hour}.json"
+        return pending_marker_path(self.dataset, self.table, self.hour)
 
     @property
     def given_up_marker(self) -> str:
-        return f"{GIVEN_UP_DIR}/{self.dataset}/{self.table}/hour={self.hour}.json"
+        return pending_marker_path(self.dataset, self.table, self.hour, given_up=True)
 
     @property
     def name(self) -> str:
@@ -71,17 +79,13 @@ def content_sha(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
 
-def _lock(dataset: str, table: str) -> str:
-    return f"locks/{PENDING_DIR}/{dataset}/{table}.lock"
-
-
 def mark_pending(store: LandingStore, done_file_rel_path: str, content_bytes: bytes) -> str:
     """Say that (table, hour) of this done file waits for a load of exactly this content.
     Call it right after the done file is written. Returns the marker's path."""
     th = parse_done_path(done_file_rel_path)
     body = json.dumps({"done_file": th.done_file, "sha256": content_sha(content_bytes),
                        "marked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}).encode()
-    with store.lock(_lock(th.dataset, th.table)) as held:
+    with store.lock(pending_lock_path(th.dataset, th.table)) as held:
         held.fence()
         store.write_atomic(th.marker, body)
         if store.exists(th.given_up_marker):  # new content: what was given up on is not the hour's any more
@@ -139,7 +143,7 @@ def refuse_pending(store: LandingStore, done_file_rel_path: str, sha: str, why: 
     recorded; False if the marker is absent or names other content. A load given up on and
     tried again by hand that fails for good says so on the marker moved aside."""
     th = parse_done_path(done_file_rel_path)
-    with store.lock(_lock(th.dataset, th.table)) as held:
+    with store.lock(pending_lock_path(th.dataset, th.table)) as held:
         for given_up in (False, True):
             marker = read_marker(store, th, given_up)
             if marker and marker.get("sha256") == sha:
@@ -157,7 +161,7 @@ def give_up_pending(store: LandingStore, th: TableHour, seen: str | None, sha: s
     read before the done file, None: unreadable): the sensor will not ask for content `sha`
     again, so it must not take a place among the markers it examines each tick. A re-land
     (new marker) or a load of the hour (`clear_pending`) removes it. True if moved."""
-    with store.lock(_lock(th.dataset, th.table)) as held:
+    with store.lock(pending_lock_path(th.dataset, th.table)) as held:
         marker = read_marker(store, th)
         if marker is None or (marker.get("sha256") if isinstance(marker.get("sha256"), str) else None) != seen:
             return False
@@ -185,7 +189,7 @@ def clear_pending(store: LandingStore, done_file_rel_path: str, sha: str | None)
     and materialised the hour): that goes too. True if a marker was removed."""
     th = parse_done_path(done_file_rel_path)
     removed = False
-    with store.lock(_lock(th.dataset, th.table)) as held:
+    with store.lock(pending_lock_path(th.dataset, th.table)) as held:
         current = _marker_sha(store, th)
         if current is not _MISSING and current == sha:
             held.fence()
@@ -207,22 +211,24 @@ def list_pending(store: LandingStore, only_dataset: str | None = None, only_tabl
                  given_up: bool = False) -> list[TableHour]:
     """Every (table, hour) with a marker (of one table if given), oldest hour first. Costs O(markers).
     `given_up`: the markers moved aside instead (`give_up_pending`)."""
-    base = GIVEN_UP_DIR if given_up else PENDING_DIR
     out = []
-    for dataset in [only_dataset] if only_dataset else subfolders(store, base):
-        for table in [only_table] if only_table else subfolders(store, f"{base}/{dataset}"):
-            for rel in store.list(f"{base}/{dataset}/{table}", "hour=*.json"):
-                n = rel.rsplit("/", 1)[-1]
-                if DONE_FILE_RE.match(f"tables/{dataset}/{table}/{n[:-5]}/_DONE.json"):
-                    out.append(TableHour(n[5:-5], dataset, table))
+    for dataset in [only_dataset] if only_dataset else subfolders(store, pending_dir(given_up)):
+        if not IDENTIFIER.match(dataset):
+            continue  # not a folder the hand-off wrote
+        for table in [only_table] if only_table else subfolders(store, pending_dir(given_up, dataset)):
+            if not IDENTIFIER.match(table):
+                continue
+            for rel in store.list(pending_dir(given_up, dataset, table), "hour=*.json"):
+                if hour := hour_folder_tag(rel.rsplit("/", 1)[-1]):
+                    out.append(TableHour(hour, dataset, table))
     return sorted(out)
 
 
 def landed_hours(store: LandingStore, dataset: str, table: str) -> list[str]:
     """Hour tags of (dataset, table) that have a done file, oldest first."""
-    return sorted(rel.rsplit("/", 2)[-2][5:] for rel in store.glob(f"tables/{dataset}/{table}/hour=*/_DONE.json"))
+    return sorted(hour_folder_tag(rel.rsplit("/", 2)[-2]) for rel in store.glob(done_file_glob(dataset, table)))
 
 
 def listed_tables(store: LandingStore) -> list[tuple[str, str]]:
     """(dataset, table) folders under tables/: cheap, to warn about unconfigured ones."""
-    return [(d, t) for d in subfolders(store, "tables") for t in subfolders(store, f"tables/{d}")]
+    return [(d, t) for d in subfolders(store, TABLES_DIR) for t in subfolders(store, dataset_dir(d))]

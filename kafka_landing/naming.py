@@ -1,6 +1,6 @@
-"""Names and paths of what kafka_landing writes: slices, landing files, done files, dead
-letters. (The hand-off's pending markers are named in `handoff.py`, the staging and lock
-folders where they are used, the warehouse's own files by each backend.)
+"""Names and paths of everything kafka_landing writes under the landing root: slices,
+staging, landing files, done files, dead letters, the hand-off's pending markers, locks and
+the BigQuery load ledger. No other module builds a landing-root path.
 
 Every name that reaches a path or a table comes through `check_identifier` or
 `check_topic`, so nothing from a config file or a record can escape the
@@ -87,17 +87,74 @@ def last_closed_hour(now: datetime, grace_minutes: int) -> datetime:
 
 
 # --- landing layout (relative to the landing root) ----------------------------
+# Hours come as datetimes or as tags already (checked): the same path either way.
 
-def slice_manifest_path(topic: str, hour: datetime) -> str:
-    return f"slices/{check_topic(topic)}/hour={hour_tag(hour)}.json"
+HOUR_TAG_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}")
+
+
+def _tag(hour: datetime | str) -> str:
+    if isinstance(hour, str):
+        if not HOUR_TAG_RE.fullmatch(hour):
+            raise NameError_(f"{hour!r} is not an hour tag like 2026-01-31T13")
+        return hour
+    return hour_tag(hour)
+
+
+def _check_attempt(attempt: str) -> str:
+    if not isinstance(attempt, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", attempt):
+        raise NameError_(f"landing attempt {attempt!r} is not allowed in a path: letters, digits, '_' and '-'")
+    return attempt
+
+
+def hour_folder_tag(name: str) -> str | None:
+    """The hour of a folder or file named `hour=<tag>[.json]`; None for any other name."""
+    m = re.fullmatch(r"hour=(\d{4}-\d{2}-\d{2}T\d{2})(?:\.json)?", name)
+    return m[1] if m else None
+
+
+def slice_manifest_path(topic: str, hour: datetime | str) -> str:
+    return f"slices/{check_topic(topic)}/hour={_tag(hour)}.json"
 
 
 def slice_dir(topic: str) -> str:
     return f"slices/{check_topic(topic)}"
 
 
-def table_hour_dir(dataset: str, table: str, hour: datetime) -> str:
-    return f"tables/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}/hour={hour_tag(hour)}"
+def plan_lock_path(topic: str) -> str:
+    """One planner of a topic at a time (freezing reads its neighbours' manifests)."""
+    return f"{slice_dir(topic)}/.plan.lock"
+
+
+def staging_dir(topic: str) -> str:
+    return f"staging/{check_topic(topic)}"
+
+
+STAGING_GLOB = "hour=*/*"  # an attempt's folder under staging_dir, what the sweep ages
+
+
+def staging_path(topic: str, first_hour: datetime | str, attempt: str) -> str:
+    """A landing attempt's private folder: never listed by readers, swept when old."""
+    return f"{staging_dir(topic)}/hour={_tag(first_hour)}/{_check_attempt(attempt)}"
+
+
+def publish_lock_path(topic: str, hour: datetime | str) -> str:
+    """One publisher of a topic's hour at a time."""
+    return f"locks/{check_topic(topic)}/hour={_tag(hour)}.lock"
+
+
+TABLES_DIR = "tables"
+
+
+def dataset_dir(dataset: str) -> str:
+    return f"{TABLES_DIR}/{check_identifier(dataset, 'dataset')}"
+
+
+def table_dir(dataset: str, table: str) -> str:
+    return f"{dataset_dir(dataset)}/{check_identifier(table, 'table')}"
+
+
+def table_hour_dir(dataset: str, table: str, hour: datetime | str) -> str:
+    return f"{table_dir(dataset, table)}/hour={_tag(hour)}"
 
 
 def reader_schema_path(dataset: str, table: str, sha256: str) -> str:
@@ -105,12 +162,16 @@ def reader_schema_path(dataset: str, table: str, sha256: str) -> str:
     (written once, never changed; `_` keeps it out of the table's hour folders)."""
     if not re.fullmatch(r"[0-9a-f]{64}", sha256):
         raise NameError_(f"{sha256!r} is not a sha256 hex digest")
-    folder = f"tables/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}"
-    return f"{folder}/_reader_schemas/{sha256}.avro"
+    return f"{table_dir(dataset, table)}/_reader_schemas/{sha256}.avro"
 
 
-def done_file_path(dataset: str, table: str, hour: datetime) -> str:
+def done_file_path(dataset: str, table: str, hour: datetime | str) -> str:
     return f"{table_hour_dir(dataset, table, hour)}/_DONE.json"
+
+
+def done_file_glob(dataset: str, table: str) -> str:
+    """Every done file of a table: a listing by prefix, never the files beside them."""
+    return f"{table_dir(dataset, table)}/hour=*/_DONE.json"
 
 
 DONE_FILE_RE = re.compile(
@@ -119,12 +180,58 @@ DONE_FILE_RE = re.compile(
 )
 
 
-def dead_letter_dir(topic: str, hour: datetime) -> str:
-    return f"dead_letters/{check_topic(topic)}/hour={hour_tag(hour)}"
+def dead_letter_dir(topic: str, hour: datetime | str) -> str:
+    return f"dead_letters/{check_topic(topic)}/hour={_tag(hour)}"
 
 
-def dead_letter_manifest_path(topic: str, hour: datetime) -> str:
+def dead_letter_manifest_path(topic: str, hour: datetime | str) -> str:
     return f"{dead_letter_dir(topic, hour)}/_MANIFEST.json"
+
+
+def rejected_dead_letter_dir(topic: str, hour: datetime | str, attempt: str) -> str:
+    """Dead letters of an attempt over its limit: beside the hour's published ones, never over them."""
+    return f"{dead_letter_dir(topic, hour)}/rejected/{_check_attempt(attempt)}"
+
+
+# --- the hand-off to the warehouse, and the warehouse's own records ----------------
+
+PENDING_DIR = "pending_loads"
+GIVEN_UP_DIR = f"{PENDING_DIR}/_given_up"  # list_pending skips folders starting with "_"
+
+
+def pending_dir(given_up: bool = False, dataset: str | None = None, table: str | None = None) -> str:
+    """The markers' folder: all of them, a dataset's or a table's (given up on: `given_up`)."""
+    parts = [GIVEN_UP_DIR if given_up else PENDING_DIR]
+    if dataset is not None:
+        parts.append(check_identifier(dataset, "dataset"))
+        if table is not None:
+            parts.append(check_identifier(table, "table"))
+    return "/".join(parts)
+
+
+def pending_marker_path(dataset: str, table: str, hour: datetime | str, given_up: bool = False) -> str:
+    """The marker saying (table, hour) waits for a load (or was given up on: `given_up`)."""
+    return f"{pending_dir(given_up, dataset, table)}/hour={_tag(hour)}.json"
+
+
+def pending_lock_path(dataset: str, table: str) -> str:
+    return f"locks/{PENDING_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}.lock"
+
+
+LOAD_LEDGER_DIR = "warehouse_loads/bigquery"  # BigQuery's loads, recorded beside the landing files
+
+
+def load_ledger_dir(dataset: str, table: str) -> str:
+    return f"{LOAD_LEDGER_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}"
+
+
+def load_ledger_path(dataset: str, table: str, hour: datetime | str) -> str:
+    return f"{load_ledger_dir(dataset, table)}/hour={_tag(hour)}.json"
+
+
+def load_lock_path(dataset: str, table: str, hour: datetime | str) -> str:
+    """One load of a table's hour at a time."""
+    return f"locks/{load_ledger_dir(dataset, table)}/hour={_tag(hour)}.lock"
 
 
 def landing_file_name(

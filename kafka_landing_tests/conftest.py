@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 # anything builds the definitions, and inherited by the `dagster` processes tests start.
 os.environ.setdefault("KAFKA_LANDING_RETRY_DELAY_SECONDS", "0.1")
 # Each attempt against a broker that is down waits for the Kafka client's timeouts: the tests
-# that provoke it try twice in the step (the bound itself is tested in unit/test_in_step_retries).
+# that provoke it try twice in the step (the bound itself is tested in unit/test_hours.py).
 os.environ.setdefault("KAFKA_LANDING_IN_STEP_ATTEMPTS", "2")
 # The test configs name no first hour: every topic's partitions start here unless a test says
 # otherwise (the first-hour tests set their own, or unset it).

@@ -81,3 +81,23 @@ def gcs_store_factory(gcs_client, gcs_bucket):
         return make_gcs_store(gcs_bucket, prefix, client=gcs_client, **kwargs)
 
     return _make
+
+
+@pytest.fixture
+def bigquery_on_gcs(gcs_client):
+    """The strict BigQuery fake, started, reading load jobs' gs:// sources from the emulator."""
+    from google.api_core import exceptions as gexc
+
+    from kafka_landing_tests.bigquery_fake import FakeBigQuery
+
+    def read_object(uri: str) -> bytes:
+        bucket, _, name = uri[len("gs://"):].partition("/")
+        try:
+            return gcs_client.bucket(bucket).blob(name).download_as_bytes()
+        except gexc.NotFound:
+            raise FileNotFoundError(uri) from None
+
+    fake = FakeBigQuery(read_object)
+    fake.start()
+    yield fake
+    fake.stop()

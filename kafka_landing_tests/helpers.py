@@ -1,8 +1,17 @@
-"""What several test files need and the product does not: readers of what landing wrote."""
+"""What several test files need and the product does not: readers of what landing and Dagster runs wrote, and
+one builder of landed hours (Avro files and their done file) for the warehouse's tests."""
 
 from __future__ import annotations
 
-from kafka_landing.manifests import DoneFile
+import io
+import uuid
+from datetime import datetime, timezone
+
+import fastavro
+
+from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
+from kafka_landing.naming import done_file_path, hour_from_tag, landing_file_name, table_hour_dir
+from kafka_landing.store.local import LocalStore
 
 
 def parse_landing_file_name(name: str) -> dict:
@@ -27,3 +36,81 @@ def content_key(done: DoneFile) -> dict:
     for f in d["files"] + d["dead_letters"]["files"]:
         f.pop("bytes"), f.pop("crc32c", None)
     return d
+
+
+def land_hour(spark_factory, store, fetch_schema, kafka_options: dict, cfg, plan, attempt: str,
+              likely_ids: tuple[int, ...] = ()):
+    """One hour: `job.land_hours` of one plan, its LandingError raised (the product lands runs)."""
+    from kafka_landing.avro_landing.job import land_hours
+    from kafka_landing.errors import LandingError
+
+    result = land_hours(spark_factory, store, fetch_schema, kafka_options, cfg, [plan], attempt, likely_ids)[plan.hour]
+    if isinstance(result, LandingError):
+        raise result
+    return result
+
+
+def avro_file(schema: dict, records: list[dict]) -> bytes:
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(schema), records)
+    return buf.getvalue()
+
+
+def done_file(topic: str, dataset: str, table: str, hour: str, files: list[LandedFile]) -> DoneFile:
+    """The done file landing would write for `files` (no dead letters, every offset a record)."""
+    rows = sum(f.rows for f in files)
+    return DoneFile(topic=topic, dataset=dataset, table=table, hour=hour, rows=rows,
+                    schema_ids=tuple(sorted({f.schema_id for f in files})), files=tuple(files),
+                    dead_letters=DeadLetters(0, {}, ()), slice={"manifest": "m", "records": rows, "partitions": []},
+                    topic_records_read=rows, offsets_without_record=0, attempt=uuid.uuid4().hex,
+                    landed_at=datetime.now(timezone.utc).isoformat())
+
+
+def write_hour(store, dataset: str, table: str, hour: str, parts: list[tuple[int, int, dict, list[dict]]],
+               topic: str = "topic") -> str:
+    """An hour's landing files and done file, as landing writes them; the done file's path.
+    `parts`: (Kafka partition, schema id, Avro record schema, records as written), one file
+    each, its offsets from 1000, 2000, ... in the order given."""
+    files = []
+    for n, (partition, schema_id, schema, records) in enumerate(parts):
+        first = 1000 * (n + 1)
+        last = first + max(len(records) - 1, 0)
+        rel = (f"{table_hour_dir(dataset, table, hour_from_tag(hour))}/"
+               f"{landing_file_name(topic, partition, dataset, table, schema_id, first, last)}")
+        data = avro_file(schema, records)
+        store.write_atomic(rel, data)
+        files.append(LandedFile(rel, len(records), len(data), partition, first, last, schema_id))
+    rel = done_file_path(dataset, table, hour_from_tag(hour))
+    store.write_json_atomic(rel, done_file(topic, dataset, table, hour, files).to_dict())
+    return rel
+
+
+class GsLikeStore(LocalStore):
+    """A local landing root that names its files gs://unit/...: what BigQuery loads from."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.root = "gs://unit"
+
+    def location(self, rel: str) -> str:
+        return f"gs://unit/{self.check_rel(rel)}"
+
+
+# --- what a Dagster run left on the instance ---------------------------------------------------
+
+
+def materializations(instance, key) -> dict[str, list]:
+    """Every materialisation of `key` on the instance, by partition, oldest first."""
+    by_partition: dict[str, list] = {}
+    for rec in reversed(instance.fetch_materializations(key, limit=1000).records):
+        by_partition.setdefault(rec.partition_key, []).append(rec)
+    return by_partition
+
+
+def row_count(rec) -> int:
+    return rec.asset_materialization.metadata["dagster/row_count"].value
+
+
+def step_failures(result) -> dict[str, str]:
+    return {e.step_key: e.event_specific_data.error.message
+            for e in result.all_events if e.event_type_value == "STEP_FAILURE"}

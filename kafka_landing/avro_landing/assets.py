@@ -15,24 +15,21 @@ from dagster_pyspark import LazyPySparkResource
 
 from kafka_landing.avro_landing.checks import landing_check_specs, landing_checks
 from kafka_landing.avro_landing.job import LandingResult, land_hours
+from kafka_landing.avro_landing.registry import likely_schema_ids, preflight, schema_fetcher
 from kafka_landing.config import LandingConfig, TopicConfig
-from kafka_landing.errors import LandingError, is_transient, transient_status
+from kafka_landing.errors import LandingError
 from kafka_landing.hours import SPARK_TAG, failure, history, run_hours, single_run, topic_hours
 from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.kafka_slices.freeze import frozen_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
 from kafka_landing.kafka_slices.plan import (
     RETENTION_AFTER_FREEZING,
-    LogRewoundError,
     SlicePlan,
-    check_same_topic,
-    without_deleted,
+    check_still_in_kafka,
 )
 from kafka_landing.naming import (
-    ONE_HOUR,
     asset_safe,
     dead_letter_dir,
-    done_file_path,
     hour_from_key,
     hour_from_tag,
     table_hour_dir,
@@ -50,172 +47,11 @@ def landing_key(topic: str) -> AssetKey:
     return AssetKey([GROUP, asset_safe(topic)])
 
 
-def check_still_in_kafka(log, plan: SlicePlan, marks: dict[int, tuple[int, int]] | None = None,
-                         skip_retention_gaps: bool = False) -> SlicePlan:
-    """The slice to land: offsets retention deleted, or a log re-created below the slice, since the
-    slice was frozen are a clear error before Spark starts, not a short read; with
-    `skip_retention_gaps` the deleted ranges are left out and recorded instead. `log`: a
-    KafkaLogView, one for every hour of the run; `marks`: the watermarks already asked for."""
-    marks = {} if marks is None else marks
-    log_starts = {}
-    for p in plan.partitions:
-        if p.records == 0:
-            continue
-        if p.partition not in marks:
-            marks[p.partition] = log.watermarks(plan.topic, p.partition)
-        log_start, log_end = marks[p.partition]
-        if p.start < log_start and not skip_retention_gaps:
-            raise LandingError(
-                f"topic {plan.topic!r} partition {p.partition}: offsets [{p.start}, {min(log_start, p.end)}) "
-                f"of hour {plan.hour} were deleted by retention after the slice was frozen "
-                f"(the log now starts at {log_start}). Nothing was landed. To land what Kafka still holds and "
-                "record the loss in the done files, materialise the hour with skip_retention_gaps: true in the "
-                "landing run config."
-            )
-        log_starts[p.partition] = log_start
-        if log_end < p.end:
-            raise LandingError(
-                f"topic {plan.topic!r} partition {p.partition}: the slice of hour {plan.hour} holds offsets "
-                f"[{p.start}, {p.end}) but the log now ends at {log_end}: the topic was deleted and "
-                "re-created (or the partition truncated) after the slice was frozen. Nothing was landed; "
-                "the landed files of this hour, if any, are untouched."
-            )
-    # After the watermarks: with the brokers away, those fail first and fast, as they always did.
-    try:
-        check_same_topic(plan.topic, log.topic_id(plan.topic), [plan], "Nothing was landed; the landed files of "
-                         "this hour, if any, are untouched.")
-    except LogRewoundError as exc:
-        raise LandingError(str(exc)) from None
-    return without_deleted(plan, log_starts)
-
-
 class LandingRunConfig(Config):
     skip_retention_gaps: bool = False
     """Land what Kafka still holds of an hour whose offsets retention deleted after its slice was
     frozen; the deleted ranges are listed under `skipped` in the done files and counted by the
     conservation check."""
-
-
-def preflight(store, registry: SchemaRegistryResource) -> None:
-    """The landing root can be written and the registry answers, or a LandingError naming which one,
-    where, and what to check: a run must not read a slice from Kafka to find that out."""
-    from confluent_kafka.schema_registry.common._httpx_compat import httpx
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-    from kafka_landing.avro_landing import registry_answers as answers
-
-    try:
-        store.check_writable()
-    except OSError as exc:
-        raise LandingError(f"landing root {store.root} cannot be written ({exc.strerror or exc}): check that "
-                           "it exists, has space and that this process may write there (KAFKA_LANDING_ROOT). "
-                           "Nothing was read or published.", transient=is_transient(exc)) from None
-    where = answers.redact_url(registry.url)
-    try:
-        registry.client().get_subjects()
-    except httpx.TransportError as exc:
-        raise LandingError(
-            f"schema registry {where} could not be reached ({type(exc).__name__}: "
-            f"{answers.scrub(str(exc), registry.url)[:300] or 'no detail'}): check that it is running and reachable "
-            "from here, and SCHEMA_REGISTRY_URL. Nothing was read or published.", transient=True) from None
-    except SchemaRegistryError as exc:
-        if exc.http_status_code in (401, 403) or (exc.http_status_code or 0) >= 500:
-            raise LandingError(
-                f"schema registry {where} answered HTTP {exc.http_status_code} to a list of its subjects: "
-                + ("check the registry credentials (SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO)"
-                   if exc.http_status_code in (401, 403) else "check its health and logs")
-                + ". Nothing was read or published.",
-                # 401/403 stay wrong until someone fixes the credentials; a 5xx may pass
-                transient=transient_status(exc.http_status_code)) from None
-        # Other answers (a registry that does not list subjects) are settled per schema id later.
-
-
-def schema_fetcher(registry: SchemaRegistryResource):
-    """Writer schemas by id, each asked once per run: the Avro schema text, or a DeadSchema (an id
-    the registry says it does not have, or a PROTOBUF or JSON schema) whose records become dead
-    letters. Any other answer, or none, raises RegistryError: it says nothing about the records,
-    so the hour fails rather than turning good records into dead letters. A schema with Confluent
-    schema references comes self-contained, each referenced (subject, version) asked once per run
-    (soft-deleted versions too, as the registry's own clients do); one the registry says does not
-    exist, or a cycle of them, makes the schema unlandable: a RegistryError that is not transient."""
-    from confluent_kafka.schema_registry.common._httpx_compat import (
-        httpx,  # the HTTP client it uses (httpx2 or httpx)
-    )
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-    from kafka_landing.avro_landing import registry_answers as answers
-    from kafka_landing.avro_landing import schema_references
-
-    client, cache, referenced = registry.client(), {}, {}
-
-    def reference_fetcher(schema_id: int):
-        def get(subject: str, version: int):
-            if (subject, version) not in referenced:
-                what = f"subject {subject!r} version {version}, a reference of its schema"
-                try:
-                    found = client.get_version(subject, version, deleted=True)
-                except SchemaRegistryError as exc:
-                    # 40401, 40402: the registry says the subject, or its version, does not exist
-                    if exc.http_status_code != 404 or exc.error_code not in (40401, 40402):
-                        raise answers.answer_error(registry.url, schema_id, exc.http_status_code, exc.error_code,
-                                                   f"{what}: {exc.error_message}") from None
-                    referenced[subject, version] = None
-                except httpx.TransportError as exc:  # refused, timed out, DNS, TLS
-                    raise answers.unreachable_error(registry.url, schema_id, exc) from None
-                except Exception as exc:  # noqa: BLE001 - e.g. a 200 that is not a registry's JSON
-                    raise answers.answer_error(registry.url, schema_id, None, None,
-                                               f"{what}: not a schema registry's answer ({type(exc).__name__}: {exc})"
-                                               ) from None
-                else:
-                    referenced[subject, version] = (found.schema.schema_str, found.schema.references or ())
-            return referenced[subject, version]
-
-        return get
-
-    def fetch(schema_id: int):
-        if schema_id not in cache:
-            try:
-                schema = client.get_schema(schema_id)
-            except SchemaRegistryError as exc:
-                if not answers.is_schema_not_found(exc.http_status_code, exc.error_code):
-                    raise answers.answer_error(registry.url, schema_id, exc.http_status_code, exc.error_code,
-                                               exc.error_message) from None
-                cache[schema_id] = answers.DeadSchema(answers.UNKNOWN_SCHEMA_ID)
-            except httpx.TransportError as exc:  # refused, timed out, DNS, TLS
-                raise answers.unreachable_error(registry.url, schema_id, exc) from None
-            except Exception as exc:  # noqa: BLE001 - e.g. a 200 that is not a registry's JSON
-                raise answers.answer_error(registry.url, schema_id, None, None,
-                                           f"not a schema registry's answer ({type(exc).__name__}: {exc})") from None
-            else:
-                kind = (schema.schema_type or "AVRO").upper()
-                if kind != "AVRO":
-                    cache[schema_id] = answers.DeadSchema(answers.not_avro_reason(schema_id, kind))
-                else:
-                    try:
-                        cache[schema_id] = schema_references.self_contained(
-                            schema.schema_str, schema.references, reference_fetcher(schema_id), schema_id)
-                    except schema_references.SchemaReferenceError as exc:  # unlandable, as resolve_schemas says
-                        raise answers.RegistryError(
-                            f"{exc}. Nothing of the hour was published; re-landing it fails the same way while it "
-                            f"holds records of schema id {schema_id}.", transient=False) from None
-        return cache[schema_id]
-
-    return fetch
-
-
-def likely_schema_ids(store, registry: SchemaRegistryResource, cfg: TopicConfig, first_hour) -> tuple[int, ...]:
-    """The schema ids the hours' records most likely carry, best first: the registry's latest for
-    `<topic>-value`, then those of the hour before the run. Only a guess (see land_hours): any
-    answer that is not one is ignored."""
-    ids: list[int] = []
-    try:
-        ids.append(int(registry.client().get_latest_version(f"{cfg.topic}-value").schema_id))
-    except Exception:  # noqa: BLE001 - another subject naming, or no registry answer: no guess from it
-        pass
-    for table in cfg.tables:
-        done = store.read_json(done_file_path(cfg.dataset, table, first_hour - ONE_HOUR)) or {}
-        ids += [int(i) for i in sorted(done.get("schema_ids", ()), reverse=True)]
-    return tuple(dict.fromkeys(ids))
 
 
 def landing_metadata(result: LandingResult, store, cfg: TopicConfig, plan: SlicePlan) -> dict:

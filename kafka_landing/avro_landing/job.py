@@ -24,6 +24,7 @@ concerns every hour (the registry unreachable, Spark failing) raises.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -51,7 +52,8 @@ from kafka_landing.crash_points import crash_point
 from kafka_landing.errors import DeadLetterLimitExceeded, LandingError, is_transient
 from kafka_landing.kafka_slices.plan import SlicePlan, hour_tasks
 from kafka_landing.manifests import DeadLetters, DoneFile
-from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS
+from kafka_landing.naming import STAGING_GLOB, staging_dir, staging_path
+from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 
 
 @dataclass
@@ -102,7 +104,7 @@ def _observed(framed: DataFrame, hours: list[str]) -> tuple[DataFrame, Observati
     """`framed`, counting every record once as the first job streams it: per hour, unclaimed by
     any frozen task (there must be none), bad framing, and which schema ids each hour holds.
     Integers only, per record: these run once for every record of the run."""
-    obs = Observation("read")
+    obs = Observation(f"read-{uuid.uuid4().hex}")  # a name Spark has not seen: one listener per job
     ix = F.col("_kl_hour_ix")
     return framed.observe(
         obs,
@@ -129,7 +131,7 @@ def _take(obs: Observation, hours: list[str], into: _Pass) -> None:
 
 
 def land_hours(
-    spark_factory: Callable[[], SparkSession], store, fetch_schema: Callable[[int], object],
+    spark_factory: Callable[[], SparkSession], store: LandingStore, fetch_schema: Callable[[int], object],
     kafka_options: dict, cfg: TopicConfig, plans: list[SlicePlan], attempt: str,
     likely_ids: tuple[int, ...] = (), log: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, LandingResult | LandingError]:
@@ -141,198 +143,241 @@ def land_hours(
     probably carry (the registry's latest for the topic, the previous hour's): the first job
     decodes them while it counts what the hours really hold, so a run whose guess is right
     reads Kafka once per schema id and never just to look."""
-    t0 = time.monotonic()
-    plans = sorted(plans, key=lambda p: p.hour)
-    hours = [p.hour for p in plans]
-    # Attempts killed (SIGKILL, OOM, a lost machine) leave their staging behind: swept after a day,
-    # long after any live attempt of the topic has finished with its own.
-    store.sweep(f"staging/{cfg.topic}", "hour=*/*", STAGING_MAX_AGE_SECONDS)
-    staging = f"staging/{cfg.topic}/hour={hours[0]}/{attempt}"
-    warnings: list[str] = []
-    seen = _Pass(read_by_hour={h: 0 for h in hours})
-    failed: dict[str, LandingError] = {}
-    good: list[Staged] = []
-    dead: list[Staged] = []
-    by_reason: dict[str, dict[str, int]] = {}
-    try:
-        tasks = hour_tasks(plans)
-        if tasks:
-            spark = spark_factory()
-            log(f"{cfg.topic}: reading {sum(t.end - t.start for t in tasks)} offsets of {len(hours)} hour(s) "
-                f"in {len(tasks)} frozen task(s)")
-            framed = frame_columns(read_hours(spark, kafka_options, cfg.topic, tasks))
-            writers: dict[int, dict] = {}
-            task_hours = sorted({t.hour for t in tasks})
-            counted, obs = _observed(framed, task_hours)
-            guess = _first_landable(fetch_schema, likely_ids, counted, cfg, hours, warnings)
-            if guess is not None:  # the first job lands the likely schema id's records and counts everything
-                sid, writer, classified = guess
-                try:
-                    good += _write(classified, cfg, sid, writer, store, staging, seen, log)
-                    writers[sid] = writer
-                except NothingWritten:  # a wrong guess, on a bucket: that job counted nothing usable
-                    seen.dead_by_id.pop(sid, None)
-                    guess = None
-                    counted, obs = _observed(framed, task_hours)
-            if guess is None:  # no usable guess: one job that only counts
-                log(f"{cfg.topic}: no likely schema id in the records; counting the schema ids first")
-                counted.write.format("noop").mode("overwrite").save()  # runs the plan in the JVM, writes nothing
-            _take(obs, task_hours, seen)
-            if seen.unclaimed:
-                raise LandingError(f"{_hours_label(cfg.topic, hours)}: {seen.unclaimed} records read from Kafka "
-                                   "belong to no frozen task of these hours; nothing was published")
-            # The schema ids the records really hold and no job decoded yet: settled now, before any publication.
-            rest = sorted(set(seen.ids_by_hour) - set(writers))
-            more, dead_ids = {}, {}
-            for sid in rest:
-                where = _hours_label(cfg.topic, seen.ids_by_hour[sid])
-                try:
-                    w, d = resolve_schemas(fetch_schema, [sid], where)
-                    for s, writer in w.items():
-                        decode_checked(framed, s, writer, where)
-                except LandingError as exc:
-                    if _registry_failed(exc):
-                        raise
-                    for h in seen.ids_by_hour[sid]:
-                        failed.setdefault(h, exc)
-                    continue
-                more.update(w)
-                dead_ids.update(d)
-            for sid, writer in more.items():
-                where = _hours_label(cfg.topic, seen.ids_by_hour[sid])
-                try:
-                    classified = classify(decode_checked(framed, sid, writer, where), cfg, where, sid, writer, warnings)
-                except LandingError as exc:  # the event time field's type: this schema's hours cannot land
-                    for h in seen.ids_by_hour[sid]:
-                        failed.setdefault(h, exc)
-                    continue
-                writers[sid] = writer
-                try:
-                    good += _write(classified, cfg, sid, writer, store, staging, seen, log)
-                except NothingWritten:
-                    pass  # every record of the id was turned away: all are dead letters
-            writers = {s: w for s, w in writers.items() if s in seen.ids_by_hour}
-            if seen.bad_framing or dead_ids or any(seen.dead_by_id.values()):
-                log(f"{cfg.topic}: writing dead letters")
-                dead, by_reason = write_dead_letters(
-                    _dead_letters(framed, cfg, writers, seen, dead_ids, warnings), cfg.topic, store, staging)
-        crash_point("landing:staged")
-        return _publish_each(store, cfg, plans, good, dead, by_reason, seen, failed, attempt, t0, warnings)
-    finally:
-        try:
-            store.delete(staging)
-        except Exception as exc:  # noqa: BLE001 - the hours are published or failed already; debris is swept
-            log(f"{cfg.topic}: could not remove the staging folder {staging} ({type(exc).__name__}: {exc}); "
-                "it is swept after a day by the next landing of the topic")
+    run = LandingRun(store, cfg, sorted(plans, key=lambda p: p.hour), attempt, fetch_schema, log)
+    return run.land(spark_factory, kafka_options, likely_ids)
 
 
-def _first_landable(fetch_schema: Callable[[int], object], likely_ids: tuple[int, ...], counted: DataFrame,
-                    cfg: TopicConfig, hours: list[str], warnings: list[str]) -> tuple[int, dict, DataFrame] | None:
-    """The first likely schema id that can be decoded, with its classified records; None if none can.
-    Only a guess: an id that cannot land is settled later, for the hours that really hold it."""
-    for sid in likely_ids:
+@dataclass
+class LandingRun:
+    """One run of hours of one topic, its steps as methods in the order the data flows:
+    `read` -> `decode` (once per schema id) -> `write` -> `write_dead_letters` -> `publish` per
+    hour. What the steps learn (counts, writers, staged files, failed hours) is kept here, not
+    passed from step to step."""
+
+    store: LandingStore
+    cfg: TopicConfig
+    plans: list[SlicePlan]  # oldest first
+    attempt: str
+    fetch_schema: Callable[[int], object]
+    log: Callable[[str], None]
+    started: float = field(default_factory=time.monotonic)
+    warnings: list[str] = field(default_factory=list)
+    seen: _Pass = field(default_factory=_Pass)
+    failed: dict[str, LandingError] = field(default_factory=dict)  # hour -> why it cannot land
+    writers: dict[int, dict] = field(default_factory=dict)  # schema id -> writer schema, ids decoded and written
+    dead_ids: dict[int, str] = field(default_factory=dict)  # schema id -> why none of its records can land
+    good: list[Staged] = field(default_factory=list)
+    dead: list[Staged] = field(default_factory=list)
+    by_reason: dict[str, dict[str, int]] = field(default_factory=dict)  # hour -> dead-letter reason -> rows
+    _decoded: dict[tuple[int, int], DataFrame] = field(default_factory=dict)  # (frame, schema id) -> classified
+    _told: set[int] = field(default_factory=set)  # schema ids whose routing warnings are in `warnings`
+
+    @property
+    def hours(self) -> list[str]:
+        return [p.hour for p in self.plans]
+
+    @property
+    def staging(self) -> str:
+        return staging_path(self.cfg.topic, self.hours[0], self.attempt)
+
+    def land(self, spark_factory: Callable[[], SparkSession], kafka_options: dict,
+             likely_ids: tuple[int, ...]) -> dict[str, LandingResult | LandingError]:
+        # Attempts killed (SIGKILL, OOM, a lost machine) leave their staging behind: swept after a day,
+        # long after any live attempt of the topic has finished with its own.
+        self.store.sweep(staging_dir(self.cfg.topic), STAGING_GLOB, STAGING_MAX_AGE_SECONDS)
+        self.seen.read_by_hour = {h: 0 for h in self.hours}
         try:
-            writers, _ = resolve_schemas(fetch_schema, [sid], _hours_label(cfg.topic, hours))
+            tasks = hour_tasks(self.plans)
+            if tasks:
+                framed = self.read(spark_factory(), kafka_options, tasks)
+                self.decode_and_write(framed, sorted({t.hour for t in tasks}), likely_ids)
+                self.write_dead_letters(framed)
+            crash_point("landing:staged")
+            return {plan.hour: self.publish(plan) for plan in self.plans}
+        finally:
+            self.remove_staging()
+
+    # --- read --------------------------------------------------------------------------------
+
+    def read(self, spark: SparkSession, kafka_options: dict, tasks) -> DataFrame:
+        """Every frozen offset of the hours, framing split off (nothing runs until a write)."""
+        self.log(f"{self.cfg.topic}: reading {sum(t.end - t.start for t in tasks)} offsets of {len(self.hours)} "
+                 f"hour(s) in {len(tasks)} frozen task(s)")
+        return frame_columns(read_hours(spark, kafka_options, self.cfg.topic, tasks))
+
+    # --- decode and route, once per schema id ------------------------------------------------------
+
+    def classified(self, frame: DataFrame, sid: int, writer: dict, where: str) -> DataFrame:
+        """`frame`'s records of schema `sid`, decoded and routed (each with a table or a reason),
+        built once per frame and id. Raises LandingError if the id's records cannot land."""
+        key = (id(frame), sid)  # `framed` lives as long as the run
+        if key not in self._decoded:
+            told = sid in self._told  # routing warnings once per id, not per frame
+            self._told.add(sid)
+            self._decoded[key] = classify(decode_checked(frame, sid, writer, where), self.cfg, where, sid, writer,
+                                          [] if told else self.warnings)
+        return self._decoded[key]
+
+    def decode_and_write(self, framed: DataFrame, task_hours: list[str], likely_ids: tuple[int, ...]) -> None:
+        """The first job writes the likely schema id's records while it counts what every hour
+        holds; then each other id the records hold is settled (decodable, or dead letters, or
+        its hours fail) before any is written."""
+        counted, obs = _observed(framed, task_hours)
+        guess = self.write_likely(counted, likely_ids)
+        if guess != "written":  # no usable guess: one job that only counts
+            if guess == "wrong":  # that job ran and failed: its counts never arrive
+                counted, obs = _observed(framed, task_hours)
+            self.log(f"{self.cfg.topic}: no likely schema id in the records; counting the schema ids first")
+            counted.write.format("noop").mode("overwrite").save()  # runs the plan in the JVM, writes nothing
+        _take(obs, task_hours, self.seen)
+        if self.seen.unclaimed:
+            raise LandingError(f"{_hours_label(self.cfg.topic, self.hours)}: {self.seen.unclaimed} records read from "
+                               "Kafka belong to no frozen task of these hours; nothing was published")
+        settled = {sid: w for sid in sorted(set(self.seen.ids_by_hour) - set(self.writers))
+                   if (w := self.settle(framed, sid)) is not None}
+        for sid, writer in settled.items():
+            self.writers[sid] = writer
+            try:
+                self.write(self.classified(framed, sid, writer, self.where(sid)), sid, writer)
+            except NothingWritten:
+                pass  # every record of the id was turned away: all are dead letters
+        self.writers = {s: w for s, w in self.writers.items() if s in self.seen.ids_by_hour}
+
+    def write_likely(self, counted: DataFrame, likely_ids: tuple[int, ...]) -> str:
+        """Write the records of the first likely schema id that decodes, in the counting job:
+        "written"; "none" if no id decodes (no job ran); "wrong" if the guess wrote nothing (on a
+        bucket that job fails: it counted nothing usable either). Only a guess: an id that cannot
+        land is settled later, for the hours that really hold it."""
+        label = _hours_label(self.cfg.topic, self.hours)
+        for sid in likely_ids:
+            try:
+                writers, _ = resolve_schemas(self.fetch_schema, [sid], label)
+                if sid not in writers:
+                    continue
+                classified = classify(decode_checked(counted, sid, writers[sid], self.cfg.topic), self.cfg, label, sid,
+                                      writers[sid], [] if sid in self._told else self.warnings)
+                self._told.add(sid)
+            except LandingError as exc:
+                if _registry_failed(exc):
+                    raise  # every hour fails, before anything was written
+                continue
+            try:
+                self.write(classified, sid, writers[sid])
+            except NothingWritten:
+                self.seen.dead_by_id.pop(sid, None)
+                return "wrong"
+            self.writers[sid] = writers[sid]
+            return "written"
+        return "none"
+
+    def where(self, sid: int) -> str:
+        return _hours_label(self.cfg.topic, self.seen.ids_by_hour[sid])
+
+    def settle(self, framed: DataFrame, sid: int) -> dict | None:
+        """The writer schema of `sid` if its records decode and route; None if they are dead
+        letters (`dead_ids`) or its hours cannot land (`failed`). The registry away raises."""
+        try:
+            writers, dead = resolve_schemas(self.fetch_schema, [sid], self.where(sid))
+            self.dead_ids.update(dead)
             if sid in writers:
-                return sid, writers[sid], classify(decode_checked(counted, sid, writers[sid], cfg.topic), cfg,
-                                                   _hours_label(cfg.topic, hours), sid, writers[sid], warnings)
+                self.classified(framed, sid, writers[sid], self.where(sid))
+            return writers.get(sid)
         except LandingError as exc:
             if _registry_failed(exc):
-                raise  # every hour fails, before anything was written
-    return None
+                raise
+            for h in self.seen.ids_by_hour[sid]:
+                self.failed.setdefault(h, exc)
+            return None
 
+    # --- write -------------------------------------------------------------------------------
 
-def _write(classified: DataFrame, cfg: TopicConfig, sid: int, writer: dict, store, staging: str, seen: _Pass,
-           log: Callable[[str], None]) -> list[Staged]:
-    """write_good, counting the records it turns away. NothingWritten (no record on a bucket,
-    where the job then fails and its counts never arrive) is raised after noting that every
-    record of the id, if it has any, is a dead letter."""
-    obs = Observation(f"dead-{sid}")
-    counted = classified.observe(obs, F.count_if(F.col("_reason").isNotNull()).alias("dead"))
-    log(f"{cfg.topic}: writing the records of schema id {sid}")
-    try:
-        staged = write_good(counted, cfg, sid, writer, store, staging)
-    except NothingWritten:
-        seen.dead_by_id[sid] = 1  # not a count: "some, perhaps", so the dead letters are written
-        raise
-    seen.dead_by_id[sid] = int(obs.get["dead"])
-    return staged
+    def write(self, classified: DataFrame, sid: int, writer: dict) -> None:
+        """write_good, counting the records it turns away. NothingWritten (no record on a bucket,
+        where the job then fails and its counts never arrive) is raised after noting that every
+        record of the id, if it has any, is a dead letter."""
+        obs = Observation(f"dead-{sid}-{uuid.uuid4().hex}")
+        counted = classified.observe(obs, F.count_if(F.col("_reason").isNotNull()).alias("dead"))
+        self.log(f"{self.cfg.topic}: writing the records of schema id {sid}")
+        try:
+            self.good += write_good(counted, self.cfg, sid, writer, self.store, self.staging)
+        except NothingWritten:
+            self.seen.dead_by_id[sid] = 1  # not a count: "some, perhaps", so the dead letters are written
+            raise
+        self.seen.dead_by_id[sid] = int(obs.get["dead"])
 
+    def write_dead_letters(self, framed: DataFrame) -> None:
+        """Every record that does not land, with its reason, in one more job, only if there are
+        any: bad framing, schema ids that cannot be decoded (each with its own reason), and what
+        decoding or routing turned away (the same predicate as write_good's, negated)."""
+        if not (self.seen.bad_framing or self.dead_ids or any(self.seen.dead_by_id.values())):
+            return
+        self.log(f"{self.cfg.topic}: writing dead letters")
+        pre = framed.where(F.col("_reason").isNotNull() | F.col("_schema_id").isin(sorted(self.dead_ids) or [-1]))
+        if self.dead_ids:
+            why = F.create_map(*[F.lit(x).cast("long") if isinstance(x, int) else F.lit(x)
+                                 for kv in sorted(self.dead_ids.items()) for x in kv])
+            pre = pre.withColumn("_reason", F.coalesce(F.col("_reason"), why[F.col("_schema_id")]))
+        out = pre.select(*DEAD_LETTER_COLUMNS)
+        for sid, writer in sorted(self.writers.items()):
+            if self.seen.dead_by_id.get(sid):
+                classified = self.classified(framed, sid, writer, self.cfg.topic)
+                out = out.unionByName(classified.where(F.col("_reason").isNotNull()).select(*DEAD_LETTER_COLUMNS))
+        self.dead, self.by_reason = write_dead_letters(out, self.cfg.topic, self.store, self.staging)
 
-def _dead_letters(framed: DataFrame, cfg: TopicConfig, writers: dict[int, dict], seen: _Pass,
-                  dead_ids: dict[int, str], warnings: list[str]) -> DataFrame:
-    """Every record that does not land, with its reason: bad framing, schema ids that cannot be
-    decoded (each with its own reason), and what decoding or routing turned away."""
-    pre = framed.where(F.col("_reason").isNotNull() | F.col("_schema_id").isin(sorted(dead_ids) or [-1]))
-    if dead_ids:
-        why = F.create_map(*[F.lit(x).cast("long") if isinstance(x, int) else F.lit(x)
-                             for kv in sorted(dead_ids.items()) for x in kv])
-        pre = pre.withColumn("_reason", F.coalesce(F.col("_reason"), why[F.col("_schema_id")]))
-    out = pre.select(*DEAD_LETTER_COLUMNS)
-    for sid, writer in sorted(writers.items()):
-        if seen.dead_by_id.get(sid):
-            # The same predicate as write_good's, negated: each record lands or is a dead letter.
-            classified = classify(decode_checked(framed, sid, writer, cfg.topic), cfg, cfg.topic, sid, writer, [])
-            out = out.unionByName(classified.where(F.col("_reason").isNotNull()).select(*DEAD_LETTER_COLUMNS))
-    return out
+    # --- count and publish, per hour -------------------------------------------------------------
 
-
-def _publish_each(store, cfg: TopicConfig, plans: list[SlicePlan], good: list[Staged], dead: list[Staged],
-                  by_reason: dict[str, dict[str, int]], seen: _Pass, failed: dict[str, LandingError], attempt: str,
-                  t0: float, warnings: list[str]) -> dict[str, LandingResult | LandingError]:
-    out: dict[str, LandingResult | LandingError] = {}
-    for plan in plans:
+    def publish(self, plan: SlicePlan) -> LandingResult | LandingError:
+        """The hour's files made visible, if it can land and its records are all accounted for."""
         h = plan.hour
-        if h in failed:
-            out[h] = failed[h]
-            continue
-        mine = [s for s in good if s.hour == h]
-        mine_dead = [s for s in dead if s.hour == h]
-        reasons = by_reason.get(h, {})
-        landed, dead_rows, read = sum(s.file.rows for s in mine), sum(reasons.values()), seen.read_by_hour[h]
+        if h in self.failed:
+            return self.failed[h]
+        mine = [s for s in self.good if s.hour == h]
+        mine_dead = [s for s in self.dead if s.hour == h]
+        read = self.seen.read_by_hour[h]
         try:
-            if sum(s.file.rows for s in mine_dead) != dead_rows:
-                raise LandingError(f"{cfg.topic} {h}: the dead-letter files hold {sum(s.file.rows for s in mine_dead)}"
-                                   f" rows, their reasons add up to {dead_rows}; nothing of the hour was published")
-            if read > plan.records:
-                raise LandingError(f"{cfg.topic} {h}: read {read} records from a slice of {plan.records} offsets; "
-                                   "nothing of the hour was published")
-            if landed + dead_rows != read:
-                raise LandingError(f"{cfg.topic} {h}: conservation broken: read {read}, landed {landed} + dead "
-                                   f"letters {dead_rows}; nothing of the hour was published")
-            dl = DeadLetters(rows=dead_rows, by_reason=dict(sorted(reasons.items())),
-                             files=tuple(sorted((s.file for s in mine_dead), key=lambda f: f.path)))
-            if read and dead_rows / read > cfg.dead_letter_limit:
-                kept_under = keep_rejected_dead_letters(store, plan, mine_dead, dl, attempt)
-                raise DeadLetterLimitExceeded(
-                    f"{plan.topic} {plan.hour}: {dead_rows} of {read} records are dead letters "
-                    f"({dead_rows / read:.1%} > limit {cfg.dead_letter_limit:.1%}): {dl.by_reason}. "
-                    f"They are kept under {kept_under}. Nothing of this attempt was published: the hour's previous "
-                    "done files, if any, are untouched. Fix the producer or the registry, or raise the topic's "
-                    "dead_letter_limit, then re-land the hour."
-                )
+            dl = self.counted(plan, mine, mine_dead, read)
         except LandingError as exc:
-            out[h] = exc
-            continue
+            return exc
         try:
-            done = publish(store, cfg, plan, mine, mine_dead, dl, read, attempt)
+            done = publish(self.store, self.cfg, plan, mine, mine_dead, dl, read, self.attempt)
         except Exception as exc:  # noqa: BLE001 - the hours published before this one stay published
-            out[h] = LandingError(
-                f"{cfg.topic} {h}: publishing the hour failed ({type(exc).__name__}: {exc}). Its done files are "
+            return LandingError(
+                f"{self.cfg.topic} {h}: publishing the hour failed ({type(exc).__name__}: {exc}). Its done files are "
                 "the previous complete hour's or this attempt's, never a mix; land the hour again.",
                 transient=is_transient(exc))
-            continue
-        out[h] = LandingResult(done=done, dead_letters=dl, records_read=read, seconds=time.monotonic() - t0,
-                               warnings=list(warnings))
-    return out
+        return LandingResult(done=done, dead_letters=dl, records_read=read, seconds=time.monotonic() - self.started,
+                             warnings=list(self.warnings))
 
+    def counted(self, plan: SlicePlan, mine: list[Staged], mine_dead: list[Staged], read: int) -> DeadLetters:
+        """The hour's dead letters, once every record read is a landed row or a dead letter and
+        the dead letters are within the topic's limit; else a LandingError naming the hour."""
+        h, reasons = plan.hour, self.by_reason.get(plan.hour, {})
+        landed, dead_rows = sum(s.file.rows for s in mine), sum(reasons.values())
+        if sum(s.file.rows for s in mine_dead) != dead_rows:
+            raise LandingError(f"{self.cfg.topic} {h}: the dead-letter files hold {sum(s.file.rows for s in mine_dead)}"
+                               f" rows, their reasons add up to {dead_rows}; nothing of the hour was published")
+        if read > plan.records:
+            raise LandingError(f"{self.cfg.topic} {h}: read {read} records from a slice of {plan.records} offsets; "
+                               "nothing of the hour was published")
+        if landed + dead_rows != read:
+            raise LandingError(f"{self.cfg.topic} {h}: conservation broken: read {read}, landed {landed} + dead "
+                               f"letters {dead_rows}; nothing of the hour was published")
+        dl = DeadLetters(rows=dead_rows, by_reason=dict(sorted(reasons.items())),
+                         files=tuple(sorted((s.file for s in mine_dead), key=lambda f: f.path)))
+        if read and dead_rows / read > self.cfg.dead_letter_limit:
+            kept_under = keep_rejected_dead_letters(self.store, plan, mine_dead, dl, self.attempt)
+            raise DeadLetterLimitExceeded(
+                f"{plan.topic} {plan.hour}: {dead_rows} of {read} records are dead letters "
+                f"({dead_rows / read:.1%} > limit {self.cfg.dead_letter_limit:.1%}): {dl.by_reason}. "
+                f"They are kept under {kept_under}. Nothing of this attempt was published: the hour's previous "
+                "done files, if any, are untouched. Fix the producer or the registry, or raise the topic's "
+                "dead_letter_limit, then re-land the hour."
+            )
+        return dl
 
-def land_hour(
-    spark_factory: Callable[[], SparkSession], store, fetch_schema: Callable[[int], object],
-    kafka_options: dict, cfg: TopicConfig, plan: SlicePlan, attempt: str, likely_ids: tuple[int, ...] = (),
-) -> LandingResult:
-    """One hour: `land_hours` of one plan, its LandingError raised."""
-    result = land_hours(spark_factory, store, fetch_schema, kafka_options, cfg, [plan], attempt, likely_ids)[plan.hour]
-    if isinstance(result, LandingError):
-        raise result
-    return result
+    def remove_staging(self) -> None:
+        try:
+            self.store.delete(self.staging)
+        except Exception as exc:  # noqa: BLE001 - the hours are published or failed already; debris is swept
+            self.log(f"{self.cfg.topic}: could not remove the staging folder {self.staging} ({type(exc).__name__}: "
+                     f"{exc}); it is swept after a day by the next landing of the topic")

@@ -18,6 +18,8 @@ from kafka_landing.naming import (
     dead_letter_manifest_path,
     done_file_path,
     hour_from_tag,
+    publish_lock_path,
+    rejected_dead_letter_dir,
     slice_manifest_path,
     table_hour_dir,
 )
@@ -35,7 +37,7 @@ def keep_rejected_dead_letters(store: LandingStore, plan: SlicePlan, dead: list[
                                attempt: str) -> str:
     """Dead letters of an attempt that failed its limit, kept beside (never over) the hour's
     published ones, so the previous complete hour stays intact. Returns their folder."""
-    rejected = f"{dead_letter_dir(plan.topic, hour_from_tag(plan.hour))}/rejected/{attempt}"
+    rejected = rejected_dead_letter_dir(plan.topic, plan.hour, attempt)
     files = []
     for s in dead:
         rel = f"{rejected}/{s.rel.rsplit('/', 1)[-1]}"
@@ -56,7 +58,7 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
     hour = hour_from_tag(plan.hour)
     tables = {t: sorted((s for s in good if s.table == t), key=lambda s: s.rel) for t in cfg.tables}
     feeds = [(cfg.dataset, t) for t in cfg.tables]
-    with store.lock(f"locks/{plan.topic}/hour={plan.hour}.lock") as held:
+    with store.lock(publish_lock_path(plan.topic, plan.hour)) as held:
         for s in [*dead, *(s for mine in tables.values() for s in mine)]:
             held.fence()  # before each commit: a holder that lost the lock meanwhile stops here (N9)
             store.move(s.src, s.rel)  # same name, same rows as a previous attempt's file

@@ -14,7 +14,7 @@ from kafka_landing.config import (
 )
 from kafka_landing.crash_points import crash_point
 from kafka_landing.kafka_slices.plan import LogView, SlicePlan, check_closed, frozen_for_planning, plan_slice
-from kafka_landing.naming import floor_hour, hour_from_tag, slice_dir, slice_manifest_path
+from kafka_landing.naming import floor_hour, hour_from_tag, plan_lock_path, slice_dir, slice_manifest_path
 from kafka_landing.store.base import LandingStore
 
 
@@ -90,7 +90,7 @@ def freeze_slice(
     if existing:
         return existing, False
     # One planner per topic: two neighbours planned at once must agree on their boundary.
-    with store.lock(f"{slice_dir(cfg.topic)}/.plan.lock") as held:
+    with store.lock(plan_lock_path(cfg.topic)) as held:
         existing = frozen_slice(store, cfg.topic, hour)
         if existing:
             return existing, False

@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 from typing import Callable, Iterable, Mapping, Protocol
 
 from kafka_landing.config import FAIL, FUTURE_POLICIES, LAND
-from kafka_landing.errors import KafkaLandingError
-from kafka_landing.naming import ONE_HOUR, floor_hour, hour_closes, hour_tag, to_millis
+from kafka_landing.errors import KafkaLandingError, LandingError
+from kafka_landing.naming import ONE_HOUR, floor_hour, hour_closes, hour_tag, slice_dir, to_millis
 
 MANIFEST_VERSION = 1
 
@@ -404,7 +404,7 @@ def plan_slice(
                     f"topic {topic!r} partition {p}: frozen hours of this topic reach offset {frozen_offset}, "
                     f"but the log now ends at {log_end}: the topic was deleted and re-created (or the partition "
                     f"truncated). Nothing was planned for hour {hour_tag(hour)}. The frozen slices under "
-                    f"slices/{topic}/ describe the old topic: land the new one under another name, or move that "
+                    f"{slice_dir(topic)}/ describe the old topic: land the new one under another name, or move that "
                     "folder aside to start the topic's landing history anew."
                 )
 
@@ -460,3 +460,42 @@ def check_same_topic(topic: str, topic_id: str | None, plans: Iterable[SlicePlan
                 "the old topic: land the new one under another name, or move that folder aside to start the "
                 "topic's landing history anew."
             )
+
+
+def check_still_in_kafka(log, plan: SlicePlan, marks: dict[int, tuple[int, int]] | None = None,
+                         skip_retention_gaps: bool = False) -> SlicePlan:
+    """The slice to land: offsets retention deleted, or a log re-created below the slice, since the
+    slice was frozen are a clear error before Spark starts, not a short read; with
+    `skip_retention_gaps` the deleted ranges are left out and recorded instead. `log`: a
+    KafkaLogView, one for every hour of the run; `marks`: the watermarks already asked for."""
+    marks = {} if marks is None else marks
+    log_starts = {}
+    for p in plan.partitions:
+        if p.records == 0:
+            continue
+        if p.partition not in marks:
+            marks[p.partition] = log.watermarks(plan.topic, p.partition)
+        log_start, log_end = marks[p.partition]
+        if p.start < log_start and not skip_retention_gaps:
+            raise LandingError(
+                f"topic {plan.topic!r} partition {p.partition}: offsets [{p.start}, {min(log_start, p.end)}) "
+                f"of hour {plan.hour} were deleted by retention after the slice was frozen "
+                f"(the log now starts at {log_start}). Nothing was landed. To land what Kafka still holds and "
+                "record the loss in the done files, materialise the hour with skip_retention_gaps: true in the "
+                "landing run config."
+            )
+        log_starts[p.partition] = log_start
+        if log_end < p.end:
+            raise LandingError(
+                f"topic {plan.topic!r} partition {p.partition}: the slice of hour {plan.hour} holds offsets "
+                f"[{p.start}, {p.end}) but the log now ends at {log_end}: the topic was deleted and "
+                "re-created (or the partition truncated) after the slice was frozen. Nothing was landed; "
+                "the landed files of this hour, if any, are untouched."
+            )
+    # After the watermarks: with the brokers away, those fail first and fast, as they always did.
+    try:
+        check_same_topic(plan.topic, log.topic_id(plan.topic), [plan], "Nothing was landed; the landed files of "
+                         "this hour, if any, are untouched.")
+    except LogRewoundError as exc:
+        raise LandingError(str(exc)) from None
+    return without_deleted(plan, log_starts)

@@ -92,7 +92,15 @@ from google.cloud import bigquery
 from kafka_landing.errors import KafkaLandingError, error_reason, is_transient, transient_reason
 from kafka_landing.handoff import content_sha
 from kafka_landing.manifests import DoneFile
-from kafka_landing.naming import check_identifier, hour_from_tag, reader_schema_path
+from kafka_landing.naming import (
+    check_identifier,
+    hour_folder_tag,
+    hour_from_tag,
+    load_ledger_dir,
+    load_ledger_path,
+    load_lock_path,
+    reader_schema_path,
+)
 from kafka_landing.store.base import HeldLock, LandingStore
 from kafka_landing.warehouse.bigquery_schema import FileSchema, LoadSchema, avro_columns, plan_load
 from kafka_landing.warehouse.load import (
@@ -104,7 +112,6 @@ from kafka_landing.warehouse.load import (
 )
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
-LEDGER_DIR = "warehouse_loads/bigquery"
 JOB_PREFIX = "kafka_landing"
 PARTITION_FORMAT = "%Y%m%d%H"
 RUNNING = "running_job"  # the ledger's key for the job started last, while it may still run
@@ -167,11 +174,10 @@ class BigQueryWarehouse(Warehouse):
         return f"{self.table_id(dataset, table)}${partition_id(hour)}"
 
     def _ledger_path(self, dataset: str, table: str, hour: str) -> str:
-        partition_id(hour)
-        return f"{LEDGER_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}/hour={hour}.json"
+        return load_ledger_path(dataset, table, hour)
 
     def _lock_path(self, dataset: str, table: str, hour: str) -> str:
-        return f"locks/{self._ledger_path(dataset, table, hour)[:-5]}.lock"
+        return load_lock_path(dataset, table, hour)
 
     # --- errors -----------------------------------------------------------------------------------
 
@@ -216,9 +222,8 @@ class BigQueryWarehouse(Warehouse):
     def loaded_hours(self, dataset: str, table: str) -> set[str]:
         """One listing, not a read per hour: an hour whose first job was started and may still run (see
         `_mark_running`) is listed too."""
-        folder = f"{LEDGER_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}"
-        names = (rel.rsplit("/", 1)[-1] for rel in self.ledger.list(folder, "hour=*.json"))
-        return {n[5:-5] for n in names}
+        names = (rel.rsplit("/", 1)[-1] for rel in self.ledger.list(load_ledger_dir(dataset, table), "hour=*.json"))
+        return {h for n in names if (h := hour_folder_tag(n))}
 
     def _record(self, held: HeldLock, done: DoneFile, rows: int, done_file: str | None, sha: str, job: str | None,
                 earlier: list[dict], **extra) -> None:

@@ -16,7 +16,7 @@ import re
 
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.manifests import DoneFile
-from kafka_landing.naming import DONE_FILE_RE
+from kafka_landing.naming import DONE_FILE_RE, table_hour_dir
 
 _OTHER_HOUR = re.compile(r"^tables/([^/]+)/([^/]+)/hour=([^/]+)/")
 
@@ -59,7 +59,7 @@ def done_file_problems(rel: str, raw: object) -> list[str]:
     for field in ("dataset", "table", "hour"):
         if raw.get(field) != m[field]:
             problems.append(f"done file {rel}: field '{field}' is {raw.get(field)!r}, its path says {m[field]!r}")
-    folder = f"tables/{m['dataset']}/{m['table']}/hour={m['hour']}/"
+    folder = table_hour_dir(m["dataset"], m["table"], m["hour"]) + "/"
     files = raw.get("files")
     if not isinstance(files, list):
         problems.append(f"done file {rel}: field 'files' is not a list")

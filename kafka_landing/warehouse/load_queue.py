@@ -43,12 +43,13 @@ from datetime import datetime
 
 from kafka_landing.handoff import TableHour, content_sha, mark_pending, read_marker, subfolders
 from kafka_landing.naming import (
-    DONE_FILE_RE,
     HOUR_TAG_FORMAT,
     ONE_HOUR,
+    hour_folder_tag,
     hour_from_tag,
     hour_tag,
     last_closed_hour,
+    table_dir,
 )
 from kafka_landing.store.base import LandingStore
 
@@ -59,8 +60,7 @@ FINISHED = frozenset({"SUCCESS", "FAILURE", "CANCELED"})
 
 def _hour_tags(store: LandingStore, dataset: str, table: str) -> list[str]:
     """The hour tags of the table's hour=<H> folders, oldest first."""
-    return [n[5:] for n in subfolders(store, f"tables/{dataset}/{table}")
-            if n.startswith("hour=") and DONE_FILE_RE.match(f"tables/{dataset}/{table}/{n}/_DONE.json")]
+    return [h for n in subfolders(store, table_dir(dataset, table)) if (h := hour_folder_tag(n))]
 
 
 # --- run keys and what to do with a pending load -----------------------------------
@@ -415,7 +415,7 @@ class LoadGroup:
             ld = self.loads[0]
             return run_key(ld.th.done_file, ld.sha, self.attempt)
         digest = hashlib.sha256("\n".join(ld.key for ld in self.loads).encode()).hexdigest()[:16]
-        base = f"tables/{self.dataset}/{self.table}/hours={self.loads[0].th.hour}..{self.loads[-1].th.hour}@{digest}"
+        base = f"{table_dir(self.dataset, self.table)}/hours={self.loads[0].th.hour}..{self.loads[-1].th.hour}@{digest}"
         return base if self.attempt == 1 else f"{base}#attempt{self.attempt}"
 
     def tags(self) -> dict[str, str]:

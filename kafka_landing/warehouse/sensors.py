@@ -64,7 +64,6 @@ from dagster import (
 )
 
 from kafka_landing.handoff import (
-    GIVEN_UP_DIR,
     TableHour,
     clear_pending,
     content_sha,
@@ -76,7 +75,7 @@ from kafka_landing.handoff import (
     refusal,
 )
 from kafka_landing.hours import REDO_DONE_HOURS_TAG, SPARK_TAG
-from kafka_landing.naming import hour_from_tag, hour_key
+from kafka_landing.naming import hour_from_tag, hour_key, pending_dir
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.done_checks import done_file_problems
 from kafka_landing.warehouse.jobs import RETIRE_JOB, retire_hours
@@ -274,7 +273,7 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
                 sha, why = str(marker.get("sha256", "")), given_up_why(marker)
             log.warning(
                 f"{name}: {len(ths)} hour(s) not loaded and not requested again ({ths[0].hour} to {ths[-1].hour}; "
-                f"why for each: {GIVEN_UP_DIR}/{th.dataset}/{th.table}/), e.g. {th.done_file} (content {sha[:16]}): "
+                f"why for each: {pending_dir(True, th.dataset, th.table)}/), e.g. {th.done_file} (content {sha[:16]}): "
                 f"{why[:1000]}. Fix the cause, then materialise {asset(th)} for those hours or re-land them: either "
                 "clears them.")
         for name, ths in sorted(not_partitions.items()):
@@ -296,7 +295,7 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
         return SensorResult(cursor=cursor, skip_reason=SkipReason(
             f"nothing to request: {len(plan.waiting)} load(s) in flight; this tick {kinds['attempts']} given up after "
             f"{MAX_ATTEMPTS} attempts, {kinds['refused']} refused for good, {kinds['invalid']} done file(s) "
-            f"contradicting their path; {sum(len(v) for v in given_up.values())} given up in all ({GIVEN_UP_DIR}/); "
+            f"contradicting their path; {sum(len(v) for v in given_up.values())} given up in all ({pending_dir(True)}/); "
             f"{sum(len(v) for v in not_partitions.values())} not a partition; {scanned} done files reconciled"))
 
     return done_file_sensor

@@ -38,7 +38,7 @@ def test_broker_down_fails_clearly_publishes_nothing_then_lands(produce_web_hour
     assert frozen.returncode == 0, f"{frozen.failures}\n{frozen.tail()}"
 
     # One attempt each: every attempt waits for the Kafka client's timeouts, and the bounded
-    # retries of a service away are tested on their own (unit/test_in_step_retries.py).
+    # retries of a service away are tested on their own (unit/test_hours.py).
     planning = start(dep, dep.landing_assets(plan.topic), hour, in_process=True, name="plan_down",
                      KAFKA_BOOTSTRAP_SERVERS=down, KAFKA_LANDING_IN_STEP_ATTEMPTS="1")
     landing = start(dep.with_own_instance("dagster_home_b"), dep.landing_assets(land.topic)[1:], hour,

@@ -6,35 +6,29 @@ hour partitions replaced whole, schemas evolved or refused as BigQuery does."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from decimal import Decimal
 
-import fastavro
 import pytest
-from google.api_core import exceptions as gexc
 from google.cloud import bigquery
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_landing.handoff import mark_pending, parse_done_path, read_marker, refusal
-from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
+from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import (
-    done_file_path,
     hour_from_tag,
-    landing_file_name,
     table_hour_dir,
 )
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse, job_id, partition_id
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
-from kafka_landing_tests.bigquery_fake import FakeBigQuery
+from kafka_landing_tests.helpers import avro_file, write_hour
 
 PROJECT = "kl-bq-test"
 H1, H2 = "2026-01-31T13", "2026-01-31T14"
@@ -58,18 +52,8 @@ def store(gcs_store_factory):
 
 
 @pytest.fixture
-def fake(gcs_client):
-    def read_object(uri: str) -> bytes:
-        bucket, _, name = uri[len("gs://"):].partition("/")
-        try:
-            return gcs_client.bucket(bucket).blob(name).download_as_bytes()
-        except gexc.NotFound:
-            raise FileNotFoundError(uri) from None
-
-    f = FakeBigQuery(read_object)
-    f.start()
-    yield f
-    f.stop()
+def fake(bigquery_on_gcs):
+    return bigquery_on_gcs
 
 
 @pytest.fixture
@@ -82,38 +66,25 @@ def warehouse(fake, store, dataset):
     return BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", datasets=[dataset])
 
 
+def order_schema(fields: list) -> dict:
+    return {"type": "record", "name": "Order", "namespace": "shop", "fields": fields + META}
+
+
 def avro_bytes(fields: list, records: list[dict]) -> bytes:
-    buf = io.BytesIO()
-    schema = {"type": "record", "name": "Order", "namespace": "shop", "fields": fields + META}
-    fastavro.writer(buf, fastavro.parse_schema(schema), records)
-    return buf.getvalue()
+    return avro_file(order_schema(fields), records)
 
 
 def land(store, dataset: str, hour: str, parts: list[tuple[int, int, list, list[dict]]], table: str = "orders",
          topic: str = "orders") -> str:
     """Write an hour's landing files and its done file, as landing does; the done file's path.
     `parts`: (Kafka partition, schema id, Avro fields, records without Kafka columns)."""
-    hour_dt = hour_from_tag(hour)
-    files, offset = [], 1000
-    for partition, schema_id, fields, records in parts:
-        rows = [{**r, "_kafka_topic": topic, "_kafka_partition": partition, "_kafka_offset": offset + i,
-                 "_kafka_timestamp": int(hour_dt.timestamp() * 1000) + i, "_kafka_key": None,
-                 "_kafka_headers": [{"key": "h", "value": b"v"}]} for i, r in enumerate(records)]
-        first, last = offset, offset + max(len(rows) - 1, 0)
-        rel = f"{table_hour_dir(dataset, table, hour_dt)}/" \
-              f"{landing_file_name(topic, partition, dataset, table, schema_id, first, last)}"
-        data = avro_bytes(fields, rows)
-        store.write_atomic(rel, data)
-        files.append(LandedFile(rel, len(rows), len(data), partition, first, last, schema_id))
-        offset += 1000
-    done = DoneFile(topic=topic, dataset=dataset, table=table, hour=hour, rows=sum(f.rows for f in files),
-                    schema_ids=tuple(sorted({f.schema_id for f in files})), files=tuple(files),
-                    dead_letters=DeadLetters(0, {}, ()), slice={"manifest": "m", "records": 0, "partitions": []},
-                    topic_records_read=sum(f.rows for f in files), offsets_without_record=0, attempt=uuid.uuid4().hex,
-                    landed_at=datetime.now(timezone.utc).isoformat())
-    rel = done_file_path(dataset, table, hour_dt)
-    store.write_json_atomic(rel, done.to_dict())
-    return rel
+    hour_ms = int(hour_from_tag(hour).timestamp() * 1000)
+    return write_hour(store, dataset, table, hour, [
+        (partition, sid, order_schema(fields),
+         [{**r, "_kafka_topic": topic, "_kafka_partition": partition, "_kafka_offset": 1000 * (n + 1) + i,
+           "_kafka_timestamp": hour_ms + i, "_kafka_key": None, "_kafka_headers": [{"key": "h", "value": b"v"}]}
+          for i, r in enumerate(records)])
+        for n, (partition, sid, fields, records) in enumerate(parts)], topic=topic)
 
 
 def content_sha(data: bytes) -> str:

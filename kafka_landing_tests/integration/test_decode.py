@@ -21,9 +21,8 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.avro_landing.assets import schema_fetcher
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing.avro_landing.job import land_hour
+from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.config import Route, TopicConfig
 from kafka_landing.errors import LandingError
 from kafka_landing.kafka_slices.freeze import freeze_slice
@@ -38,6 +37,7 @@ from kafka_landing.naming import (
 from kafka_landing.resources import SchemaRegistryResource
 from kafka_landing.store.base import LandingStore
 from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.helpers import land_hour
 
 YEAR_10000_MS = 253_402_300_800_000  # 10000-01-01T00:00Z
 Y1_MS = -62_135_596_800_000  # 0001-01-01T00:00Z

@@ -15,8 +15,8 @@ import fastavro
 import pandas as pd
 import pytest
 
-from kafka_landing.avro_landing.assets import schema_fetcher
 from kafka_landing.avro_landing.framing import frame
+from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.warehouse.parquet import ParquetWarehouse
 from kafka_landing_tests.integration.test_decode import (  # noqa: F401 - sr is a fixture
     Y1_MS,

@@ -15,10 +15,9 @@ import fastavro
 import pytest
 from confluent_kafka import TopicPartition
 
-from kafka_landing.avro_landing.assets import check_still_in_kafka, schema_fetcher
 from kafka_landing.avro_landing.conservation import check_landed_hour
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing.avro_landing.job import land_hour
+from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.config import Route, TopicConfig
 from kafka_landing.demo.generate import (
     ORDERS,
@@ -30,6 +29,7 @@ from kafka_landing.demo.generate import (
 )
 from kafka_landing.errors import DeadLetterLimitExceeded, LandingError
 from kafka_landing.kafka_slices.freeze import freeze_slice
+from kafka_landing.kafka_slices.plan import check_still_in_kafka
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import (
     ONE_HOUR,
@@ -40,7 +40,7 @@ from kafka_landing.naming import (
 )
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.conftest import utcnow
-from kafka_landing_tests.helpers import content_key, parse_landing_file_name
+from kafka_landing_tests.helpers import content_key, land_hour, parse_landing_file_name
 
 HOURS = 3
 SIMPLE = {"type": "record", "name": "Simple", "fields": [{"name": "n", "type": "long"}]}

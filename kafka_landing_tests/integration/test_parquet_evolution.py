@@ -17,10 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from kafka_landing.avro_landing.avro_schemas import landing_schema
-from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
+from kafka_landing.manifests import DoneFile, LandedFile
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.parquet import REWRITE_FILE, ParquetWarehouse
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
+from kafka_landing_tests.helpers import done_file
 
 ADDR_V1 = {"type": "record", "name": "Addr", "fields": [{"name": "street", "type": "string"}]}
 ADDR_V2 = {"type": "record", "name": "Addr", "fields": [
@@ -120,9 +121,7 @@ def _land(store: LocalStore, table: str, hour: str) -> DoneFile:
         store.write_atomic(rel, buf.getvalue())
         files.append(LandedFile(rel, len(recs), len(buf.getvalue()), 0, recs[0]["_kafka_offset"],
                                 recs[-1]["_kafka_offset"], sid))
-    n = sum(f.rows for f in files)
-    return DoneFile("t", "evo", table, hour, n, tuple(sorted(by_schema)), tuple(files), DeadLetters(0, {}, ()),
-                    {"manifest": "m", "records": n, "partitions": []}, n, 0, "a1", "2026-03-01T05:00:00+00:00")
+    return done_file("t", "evo", table, hour, files)
 
 
 @pytest.fixture

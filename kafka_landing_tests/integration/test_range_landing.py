@@ -10,8 +10,8 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from kafka_landing.avro_landing.assets import schema_fetcher
-from kafka_landing.avro_landing.job import land_hour, land_hours
+from kafka_landing.avro_landing.job import land_hours
+from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.config import Route, TopicConfig
 from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.errors import LandingError
@@ -23,6 +23,7 @@ from kafka_landing.naming import (
 )
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.helpers import land_hour
 
 HOURS = 3
 VOLATILE = ("attempt", "landed_at")  # who landed it and when; everything else must match

@@ -12,7 +12,6 @@ from confluent_kafka.admin import NewPartitions, NewTopic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.avro_landing.assets import check_still_in_kafka
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError
 from kafka_landing.kafka_slices.freeze import freeze_slice, frozen_slice, load_frozen
@@ -22,6 +21,7 @@ from kafka_landing.kafka_slices.plan import (
     LogRewoundError,
     RetentionGapError,
     UnknownTopicError,
+    check_still_in_kafka,
 )
 from kafka_landing.naming import ONE_HOUR, floor_hour, slice_manifest_path, to_millis
 from kafka_landing.store.local import LocalStore
@@ -77,7 +77,7 @@ def check_tiling(plans: dict, produced_offsets: dict[int, set[int]]) -> None:
         assert min(stamped_inside, default=first) >= first, "a produced offset precedes the first slice"
 
 
-# The same property runs at hypothesis speed against an in-memory log in unit/test_planning.py;
+# The same property runs at hypothesis speed against an in-memory log in unit/kafka_slices/test_plan.py;
 # here 8 scenarios on the real broker (each a topic, records and hours planned in random order)
 # keep the suite under 20 minutes.
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -547,7 +547,7 @@ def test_a_planner_stalled_past_its_lease_freezes_nothing(gcs_store_factory):
     from kafka_landing.kafka_slices.freeze import freeze_slice
     from kafka_landing.naming import ONE_HOUR, slice_dir, slice_manifest_path
     from kafka_landing.store.gcs import LockLost
-    from kafka_landing_tests.unit.test_planning import BASE, DATA, NOW, MemLog, at
+    from kafka_landing_tests.mem_log import BASE, DATA, NOW, MemLog, at
 
     planner = gcs_store_factory(lease_seconds=1.0, renew_seconds=0.25)
     other = gcs_store_factory(**LEASE, wait_timeout_seconds=20)

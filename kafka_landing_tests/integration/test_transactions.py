@@ -101,10 +101,10 @@ def test_aborted_records_never_land_and_gaps_are_counted(transactional_hours, tm
 def test_a_live_transactional_producer_lands_only_committed_records(make_topic, bootstrap, registry, kafka, spark, store):
     """The finding as reported: records stamped as they are produced, markers right after them.
     The current hour is planned with a clock three hours ahead, so it is closed."""
-    from kafka_landing.avro_landing.assets import schema_fetcher
-    from kafka_landing.avro_landing.job import land_hour
+    from kafka_landing.avro_landing.registry import schema_fetcher
     from kafka_landing.config import TopicConfig
     from kafka_landing.kafka_slices.freeze import freeze_slice
+    from kafka_landing_tests.helpers import land_hour
 
     topic = make_topic(partitions=1)
     sid = register(registry.client(), f"{topic}-value", SCHEMA)

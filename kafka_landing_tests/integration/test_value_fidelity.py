@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.avro_landing.assets import schema_fetcher
 from kafka_landing.avro_landing.framing import frame
+from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.parquet import ParquetWarehouse
 from kafka_landing_tests.integration.test_decode import (  # noqa: F401 - sr is a fixture

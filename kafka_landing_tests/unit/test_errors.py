@@ -45,7 +45,7 @@ from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.done_checks import DoneFileMismatch
 from kafka_landing.warehouse.load import LoadError, LoadResult, Warehouse, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
-from kafka_landing_tests.unit.test_load_groups_sensor import DATASET, TABLE, landing  # noqa: F401 - a fixture
+from kafka_landing_tests.unit.warehouse.test_sensors_groups import DATASET, TABLE, landing  # noqa: F401 - a fixture
 
 TERMINAL = [LandingError, DeadLetterLimitExceeded, LoadError, IncompatibleSchemaError, DoneFileMismatch,
             TopicConfigError, SchemaError, FramingError, AvroFileError, NameError_, NothingWritten, PlanningError,

@@ -202,3 +202,35 @@ def test_the_vacuous_assert_check_can_fail():
     # one vacuous assert does not vouch for the next
     twice = f"def test_w(xs):\n    {every}(x for x in xs)\n    {every}(not x for x in xs)\n"
     assert [hit.split(":")[1] for hit in vacuous_asserts(twice, "t")] == ["2", "3"]
+
+
+def misplaced_unit_tests(rel_paths: list[str]) -> list[str]:
+    """Unit test files that do not say which module they test: `unit/<layer>/test_<module>[_<aspect>].py`
+    for a step module of that layer, `unit/test_<module>[_<aspect>].py` for a shared module (or a
+    test support module of `kafka_landing_tests/`); `test_layout.py` tests the package itself."""
+    def modules(folder: Path) -> set[str]:
+        return {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+
+    shared = modules(PACKAGE) | modules(TESTS) | {"layout"}
+    found = []
+    for rel in rel_paths:
+        *layer, name = Path(rel).parts
+        known = modules(PACKAGE / layer[0]) if layer else shared
+        stem = name[len("test_"):-len(".py")]
+        if len(layer) > 1 or not any(stem == m or stem.startswith(f"{m}_") for m in known):
+            found.append(rel)
+    return found
+
+
+def test_unit_tests_mirror_the_package():
+    unit = TESTS / "unit"
+    rels = [str(p.relative_to(unit)) for p in sorted(unit.rglob("test_*.py"))]
+    assert len(rels) > 20
+    assert misplaced_unit_tests(rels) == [], "name each unit test file after the module it tests"
+
+
+def test_a_unit_test_named_after_no_module_is_found():
+    assert misplaced_unit_tests(["warehouse/test_planning.py", "test_sensor_scale.py", "kafka_slices/x/test_plan.py",
+                                 "avro_landing/test_plan.py"]) == [
+        "warehouse/test_planning.py", "test_sensor_scale.py", "kafka_slices/x/test_plan.py", "avro_landing/test_plan.py"]
+    assert misplaced_unit_tests(["kafka_slices/test_plan_tasks.py", "test_config.py", "test_bigquery_fake.py"]) == []

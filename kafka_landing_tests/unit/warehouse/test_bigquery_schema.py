@@ -8,41 +8,26 @@ Also: which BigQuery failures are transient, decided in one place."""
 from __future__ import annotations
 
 import concurrent.futures
-import io
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from decimal import Decimal
 
-import fastavro
 import pytest
 import requests
 from google.api_core import exceptions as gexc
 
-from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
-from kafka_landing.naming import done_file_path, hour_from_tag, landing_file_name, table_hour_dir
-from kafka_landing.store.local import LocalStore
+from kafka_landing.manifests import DoneFile
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse, partition_id
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.bigquery_fake import serving_folder
+from kafka_landing_tests.helpers import GsLikeStore, write_hour
 
 PROJECT = "kl-bq-unit"
 H1, H2, H3 = "2026-01-31T13", "2026-01-31T14", "2026-01-31T15"  # v1 only, v2 only, v2 and v1 mixed
 ORDERS = {"oldest first": (H1, H2, H3), "newest first": (H2, H1, H3), "mixed first": (H3, H2, H1)}
 NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
-
-
-class GsLikeStore(LocalStore):
-    """A local landing root that names its files gs://unit/...: what BigQuery loads from."""
-
-    def __init__(self, root):
-        super().__init__(root)
-        self.root = "gs://unit"
-
-    def location(self, rel: str) -> str:
-        return f"gs://unit/{self.check_rel(rel)}"
 
 
 @pytest.fixture(scope="module")
@@ -54,28 +39,11 @@ def env(tmp_path_factory):
 
 
 def land(store, dataset: str, hour: str, parts: list[tuple[int, int, list, list[dict]]]) -> str:
-    """An hour's landing files and done file, as landing writes them; `parts`: (Kafka partition,
-    schema id, the record's Avro fields, records)."""
-    files, offset = [], 1000
-    for partition, schema_id, fields, records in parts:
-        rel = (f"{table_hour_dir(dataset, 't', hour_from_tag(hour))}/"
-               f"{landing_file_name('topic', partition, dataset, 't', schema_id, offset, offset + len(records) - 1)}")
-        buf = io.BytesIO()
-        fastavro.writer(buf, fastavro.parse_schema({"type": "record", "name": "Event", "namespace": "shop",
-                                                    "fields": fields}), records)
-        store.write_atomic(rel, buf.getvalue())
-        files.append(LandedFile(rel, len(records), len(buf.getvalue()), partition, offset,
-                                offset + len(records) - 1, schema_id))
-        offset += 1000
-    rows = sum(f.rows for f in files)
-    done = DoneFile(topic="topic", dataset=dataset, table="t", hour=hour, rows=rows,
-                    schema_ids=tuple(sorted({f.schema_id for f in files})), files=tuple(files),
-                    dead_letters=DeadLetters(0, {}, ()), slice={"manifest": "m", "records": 0, "partitions": []},
-                    topic_records_read=rows, offsets_without_record=0, attempt=uuid.uuid4().hex,
-                    landed_at=datetime.now(timezone.utc).isoformat())
-    rel = done_file_path(dataset, "t", hour_from_tag(hour))
-    store.write_json_atomic(rel, done.to_dict())
-    return rel
+    """An hour's landing files and done file; `parts`: (Kafka partition, schema id, the record's
+    Avro fields, records)."""
+    return write_hour(store, dataset, "t", hour, [
+        (partition, sid, {"type": "record", "name": "Event", "namespace": "shop", "fields": fields}, records)
+        for partition, sid, fields, records in parts])
 
 
 def F(name, t, **kw):  # noqa: N802 - reads like the Avro it writes

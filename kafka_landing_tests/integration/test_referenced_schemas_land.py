@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 
-from kafka_landing.avro_landing.assets import schema_fetcher
 from kafka_landing.avro_landing.framing import frame
+from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.errors import LandingError
 from kafka_landing.resources import SchemaRegistryResource
 from kafka_landing_tests.integration.test_decode import (

@@ -16,7 +16,7 @@ from kafka_landing.kafka_slices.freeze import freeze_slice, load_frozen
 from kafka_landing.kafka_slices.plan import PlanningError, frozen_for_planning, plan_slice
 from kafka_landing.naming import ONE_HOUR, slice_manifest_path
 from kafka_landing.store.local import LocalStore
-from kafka_landing_tests.unit.test_planning import BASE, DATA, MemLog, at
+from kafka_landing_tests.mem_log import BASE, DATA, MemLog, at
 
 FROZEN_HOURS = 200
 NOW = BASE + ONE_HOUR * (FROZEN_HOURS + 10)

@@ -5,20 +5,13 @@ landing files in a local folder that calls itself gs://)."""
 
 from __future__ import annotations
 
-import io
-import uuid
-from datetime import datetime, timezone
-
-import fastavro
 import pytest
 
 from kafka_landing.errors import is_transient
-from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
-from kafka_landing.naming import done_file_path, hour_from_tag, landing_file_name, table_hour_dir
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse, job_id, partition_id
 from kafka_landing.warehouse.load import LoadError, content_sha, load_done_file
 from kafka_landing_tests.bigquery_fake import serving_folder
-from kafka_landing_tests.unit.test_bigquery_evolution import GsLikeStore
+from kafka_landing_tests.helpers import GsLikeStore, write_hour
 
 PROJECT = "kl-bq-jobs"
 DATASET, TABLE, H1 = "shop", "t", "2026-01-31T13"
@@ -42,22 +35,9 @@ def warehouse(fake, store, timeout: float = 30.0) -> BigQueryWarehouse:
 def land(store, partition: int, ids: list[str]) -> str:
     """One landing file of Kafka partition `partition` (its own file name: a re-land on another partition
     leaves the older file in place, as a re-land killed before its cleanup does) and the hour's done file."""
-    files = []
-    if ids:
-        rel = (f"{table_hour_dir(DATASET, TABLE, hour_from_tag(H1))}/"
-               f"{landing_file_name('topic', partition, DATASET, TABLE, 1, 1000, 999 + len(ids))}")
-        buf = io.BytesIO()
-        fastavro.writer(buf, fastavro.parse_schema({"type": "record", "name": "Order", "fields": FIELDS}),
-                        [{"order_id": i, "amount": n} for n, i in enumerate(ids)])
-        store.write_atomic(rel, buf.getvalue())
-        files.append(LandedFile(rel, len(ids), len(buf.getvalue()), partition, 1000, 999 + len(ids), 1))
-    done = DoneFile(topic="topic", dataset=DATASET, table=TABLE, hour=H1, rows=len(ids),
-                    schema_ids=(1,) if ids else (), files=tuple(files), dead_letters=DeadLetters(0, {}, ()),
-                    slice={"manifest": "m", "records": 0, "partitions": []}, topic_records_read=len(ids),
-                    offsets_without_record=0, attempt=uuid.uuid4().hex, landed_at=datetime.now(timezone.utc).isoformat())
-    rel = done_file_path(DATASET, TABLE, hour_from_tag(H1))
-    store.write_json_atomic(rel, done.to_dict())
-    return rel
+    schema = {"type": "record", "name": "Order", "fields": FIELDS}
+    records = [{"order_id": i, "amount": n} for n, i in enumerate(ids)]
+    return write_hour(store, DATASET, TABLE, H1, [(partition, 1, schema, records)] if ids else [])
 
 
 def sha_of(store, done_rel: str) -> str:

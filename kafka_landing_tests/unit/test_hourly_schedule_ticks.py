@@ -1,7 +1,7 @@
 """Each topic's hourly schedule as Dagster evaluates it: for any grace period, every
 tick lands the topic's latest closed hour, one hour per tick, and none before the
 topic's first hour. No service needed; the timing itself is unit tested in
-unit/test_schedule.py."""
+unit/test_hourly_schedule.py."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from kafka_landing.kafka_slices.dry_run import (
 from kafka_landing.kafka_slices.plan import PlanningError, UnknownTopicError, plan_slice
 from kafka_landing.naming import ONE_HOUR, done_file_path, hour_tag
 from kafka_landing.store.local import LocalStore
-from kafka_landing_tests.unit.test_planning import BASE, DATA, NOW, MemLog, at
+from kafka_landing_tests.mem_log import BASE, DATA, NOW, MemLog, at
 
 CFG = TopicConfig(topic="t", dataset="ds", table="tbl", grace_minutes=0, rows_per_task=10)
 

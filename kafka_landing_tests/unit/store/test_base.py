@@ -18,7 +18,7 @@ from kafka_landing.manifests import DeadLetters, LandedFile
 from kafka_landing.naming import ONE_HOUR, dead_letter_dir, done_file_path, hour_from_tag, table_hour_dir
 from kafka_landing.store.base import LockLost
 from kafka_landing.store.local import LocalStore
-from kafka_landing_tests.unit.test_planning import BASE, DATA, NOW, MemLog, at
+from kafka_landing_tests.mem_log import BASE, DATA, NOW, MemLog, at
 
 HOUR = "2026-11-20T13"
 PLAN = SlicePlan("web", HOUR, "x", 0, 10, (PartitionSlice(0, 5, 7, 0, 7, "timestamp", "timestamp"),), ())
@@ -260,7 +260,7 @@ def bq(tmp_path):
 def _recording_warehouse(store, fake):
     """The warehouse, its BigQuery side effects (a load job started, a partition deleted) recorded as commits."""
     from kafka_landing.warehouse.bigquery import BigQueryWarehouse
-    from kafka_landing_tests.unit.test_bigquery_jobs import PROJECT
+    from kafka_landing_tests.unit.warehouse.test_bigquery import PROJECT
 
     wh = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", job_timeout_seconds=30)
     client = wh.client
@@ -282,7 +282,7 @@ def test_every_commit_of_a_bigquery_load_is_fenced(bq):
     """Under the hour's ledger lock: the ledger's running job, the load job, the ledger's record, a
     failed job's running entry removed, an empty hour's partition delete: each right after a fence."""
     from kafka_landing.warehouse.load import LoadError, load_done_file
-    from kafka_landing_tests.unit.test_bigquery_jobs import LEDGER, NO_SPARK, land
+    from kafka_landing_tests.unit.warehouse.test_bigquery import LEDGER, NO_SPARK, land
 
     store, fake, broken = bq
     wh = _recording_warehouse(store, fake)
@@ -305,7 +305,7 @@ def test_every_commit_of_a_bigquery_load_is_fenced(bq):
 
 def test_a_loader_that_lost_its_ledger_lock_starts_no_job(bq):
     from kafka_landing.warehouse.load import load_done_file
-    from kafka_landing_tests.unit.test_bigquery_jobs import LEDGER, NO_SPARK, land
+    from kafka_landing_tests.unit.warehouse.test_bigquery import LEDGER, NO_SPARK, land
 
     store, fake, _ = bq
     wh = _recording_warehouse(store, fake)

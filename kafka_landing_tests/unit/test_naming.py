@@ -1,0 +1,59 @@
+"""Every landing-root path comes from naming.py, and each is exactly the path earlier releases
+wrote: a landing root written before keeps its slices, markers, locks and ledgers. An hour
+may come as a datetime or a tag, with the same path either way; nothing from a config or a
+record can leave the root."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from kafka_landing import naming as n
+
+H = datetime(2026, 1, 31, 13, tzinfo=timezone.utc)
+TAG = "2026-01-31T13"
+
+
+@pytest.mark.parametrize("path, expected", [
+    (n.slice_manifest_path("orders.v1", H), "slices/orders.v1/hour=2026-01-31T13.json"),
+    (n.plan_lock_path("orders.v1"), "slices/orders.v1/.plan.lock"),
+    (n.staging_path("orders.v1", H, "ab12-cd34"), "staging/orders.v1/hour=2026-01-31T13/ab12-cd34"),
+    (n.staging_dir("orders.v1") + "/" + n.STAGING_GLOB, "staging/orders.v1/hour=*/*"),
+    (n.publish_lock_path("orders.v1", H), "locks/orders.v1/hour=2026-01-31T13.lock"),
+    (n.done_file_path("shop", "orders", H), "tables/shop/orders/hour=2026-01-31T13/_DONE.json"),
+    (n.done_file_glob("shop", "orders"), "tables/shop/orders/hour=*/_DONE.json"),
+    (n.rejected_dead_letter_dir("orders.v1", H, "a1"), "dead_letters/orders.v1/hour=2026-01-31T13/rejected/a1"),
+    (n.pending_marker_path("shop", "orders", H), "pending_loads/shop/orders/hour=2026-01-31T13.json"),
+    (n.pending_marker_path("shop", "orders", H, given_up=True),
+     "pending_loads/_given_up/shop/orders/hour=2026-01-31T13.json"),
+    (n.pending_lock_path("shop", "orders"), "locks/pending_loads/shop/orders.lock"),
+    (n.load_ledger_path("shop", "orders", H), "warehouse_loads/bigquery/shop/orders/hour=2026-01-31T13.json"),
+    (n.load_lock_path("shop", "orders", H), "locks/warehouse_loads/bigquery/shop/orders/hour=2026-01-31T13.lock"),
+])
+def test_each_path_is_the_one_a_landing_root_already_holds(path, expected):
+    assert path == expected
+
+
+def test_an_hour_as_a_tag_or_a_datetime_names_the_same_path():
+    for build in (lambda h: n.done_file_path("shop", "orders", h), lambda h: n.publish_lock_path("t", h),
+                  lambda h: n.pending_marker_path("shop", "orders", h), lambda h: n.load_ledger_path("d", "t", h)):
+        assert build(TAG) == build(H)
+
+
+@pytest.mark.parametrize("bad", ["2026-01-31", "../x", "2026-01-31T13/../../etc", ""])
+def test_a_string_that_is_not_an_hour_tag_is_refused(bad):
+    with pytest.raises(n.NameError_, match="is not an hour tag"):
+        n.done_file_path("shop", "orders", bad)
+
+
+@pytest.mark.parametrize("bad", ["../up", "a/b", "", "x" * 129])
+def test_an_attempt_that_could_leave_its_folder_is_refused(bad):
+    with pytest.raises(n.NameError_, match="attempt"):
+        n.staging_path("t", H, bad)
+
+
+@pytest.mark.parametrize("name, hour", [("hour=2026-01-31T13", TAG), ("hour=2026-01-31T13.json", TAG),
+                                        ("hour=2026-01-31", None), ("_given_up", None), ("hours=2026-01-31T13", None)])
+def test_hour_folder_tag_reads_back_only_hour_folders(name, hour):
+    assert n.hour_folder_tag(name) == hour
