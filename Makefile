@@ -31,13 +31,13 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	cp dagster.yaml $@
 
 stack-up: setup
-	$(PY) -m kafka_landing.devstack up
+	$(PY) -m kafka_landing_tools.devstack up
 
 stack-down:
-	$(PY) -m kafka_landing.devstack down
+	$(PY) -m kafka_landing_tools.devstack down
 
 stack-status:
-	$(PY) -m kafka_landing.devstack status
+	$(PY) -m kafka_landing_tools.devstack status
 
 # Produce demo data, land the last closed hours, print a summary, open the UI.
 # DEMO_STORAGE=gcs: the landing root is a bucket on the local GCS emulator (fake-gcs-server),
@@ -47,12 +47,12 @@ demo: export STORAGE_EMULATOR_HOST := http://127.0.0.1:$(or $(KAFKA_LANDING_STAC
 demo: export KAFKA_LANDING_ROOT := gs://kafka-landing-demo/landing
 endif
 demo: stack-up
-	$(PY) -m kafka_landing.demo.run
+	$(PY) -m kafka_landing_tools.demo.run
 	$(if $(DEMO_NO_UI),,.venv/bin/dagster dev -w workspace.yaml)
 
 # Start the demo from nothing: stop the stack, wipe its data and the landing root.
 demo-reset:
-	-$(PY) -m kafka_landing.devstack down --wipe
+	-$(PY) -m kafka_landing_tools.devstack down --wipe
 	rm -rf .local/landing .local/warehouse $(DAGSTER_HOME)
 
 # pytest exits non-zero (5) when it collects no test, so an empty run fails here.
@@ -60,11 +60,11 @@ test: stack-up
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: stack-up
-	$(PY) -m kafka_landing.bench $(BENCH_ARGS)
+	$(PY) -m kafka_landing_tools.bench $(BENCH_ARGS)
 
 # A smoke run of the benchmark: every section at small sizes, a few minutes; timings indicative only.
 bench-quick: stack-up
-	$(PY) -m kafka_landing.bench --quick $(BENCH_ARGS)
+	$(PY) -m kafka_landing_tools.bench --quick $(BENCH_ARGS)
 
 clean: stack-down
 	rm -rf .venv .jvm .local

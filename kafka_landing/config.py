@@ -68,9 +68,9 @@ FUTURE_POLICIES = (FAIL, LAND)
 
 ENV_VAR = "KAFKA_LANDING_TOPICS_CONFIG"
 FIRST_HOUR_ENV = "KAFKA_LANDING_FIRST_HOUR"
-DEMO_CONFIG = Path(__file__).parent / "demo" / "topics.yaml"
+DEMO_CONFIG = Path(__file__).parent / "demo_topics.yaml"  # the packaged config: the demo's topics
 DERIVED_BY_DEMO = "demo"  # `first_hour: demo`, for the demo topics only
-# The demo's own topics (`make demo` produces them, kafka_landing/demo/) and how many closed hours it lands.
+# The demo's own topics (`make demo` produces them, kafka_landing_tools/demo/) and how many closed hours it lands.
 DEMO_TOPICS = ("demo.orders", "demo.web_events")
 DEMO_HOURS_ENV = "DEMO_HOURS"
 DEMO_GRACE_MINUTES = 5  # the packaged demo config's grace

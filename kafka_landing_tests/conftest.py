@@ -23,8 +23,8 @@ os.environ.setdefault("KAFKA_LANDING_IN_STEP_ATTEMPTS", "2")
 # otherwise (the first-hour tests set their own, or unset it).
 os.environ.setdefault("KAFKA_LANDING_FIRST_HOUR", "2026-01-01-00:00")
 
-from kafka_landing import devstack  # noqa: E402
-from kafka_landing.demo.generate import produce
+from kafka_landing_tools import devstack  # noqa: E402
+from kafka_landing_tools.demo.generate import produce
 from kafka_landing.resources import (
     KafkaResource,
     LandingResource,

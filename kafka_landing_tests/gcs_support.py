@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from kafka_landing import devstack
+from kafka_landing_tools import devstack
 
 
 @pytest.fixture(scope="session")

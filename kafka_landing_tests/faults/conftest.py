@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
+from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.faults.harness import WebHour
 

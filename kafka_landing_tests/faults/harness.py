@@ -28,7 +28,7 @@ import pandas as pd
 import yaml
 
 from kafka_landing.crash_points import ENV_VAR as CRASH_ENV
-from kafka_landing.demo.generate import Sent
+from kafka_landing_tools.demo.generate import Sent
 from kafka_landing.naming import (
     asset_safe,
     dead_letter_dir,

@@ -19,9 +19,9 @@ from datetime import timedelta
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from kafka_landing import devstack
+from kafka_landing_tools import devstack
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing.demo.generate import (
+from kafka_landing_tools.demo.generate import (
     demo_hours,
     encode,
     ensure_topics,

@@ -18,7 +18,7 @@ from dagster import (
 
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.definitions import build_definitions, build_resources
-from kafka_landing.demo.generate import encode, register
+from kafka_landing_tools.demo.generate import encode, register
 from kafka_landing.hours import REDO_DONE_HOURS_TAG
 from kafka_landing.naming import (
     ONE_HOUR,

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from kafka_landing.bench import (
+from kafka_landing_tools.bench import (
     CONTENDERS,
     GOALS,
     SECTIONS,

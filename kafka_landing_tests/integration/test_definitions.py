@@ -199,7 +199,7 @@ def test_a_fresh_clone_loads_the_packaged_demo_config_with_nothing_set_and_nothi
     the demo topics start at the hour the demo derives (the first of the hours `make demo` lands)."""
     from datetime import datetime, timezone
 
-    from kafka_landing.demo.generate import demo_hours
+    from kafka_landing_tools.demo.generate import demo_hours
     from kafka_landing.naming import hour_key
 
     env = _fresh_clone_env(tmp_path)

@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from kafka_landing.config import TopicConfig
-from kafka_landing.devstack import ROOT
+from kafka_landing_tools.devstack import ROOT
 from kafka_landing.kafka_slices.dry_run import FROZEN, PLANNED, dry_run
 from kafka_landing.kafka_slices.freeze import freeze_slice, load_frozen
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis

@@ -18,7 +18,7 @@ from kafka_landing.definitions import (
     build_resources,
     landing_job_name,
 )
-from kafka_landing.demo.generate import (
+from kafka_landing_tools.demo.generate import (
     ORDERS,
     WEB,
     demo_hours,
@@ -26,7 +26,7 @@ from kafka_landing.demo.generate import (
     generate,
     register,
 )
-from kafka_landing.demo.loads import run_load_request
+from kafka_landing_tools.demo.loads import run_load_request
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
 from kafka_landing.warehouse.sensors import SENSOR_NAME
 from kafka_landing_tests.conftest import defs_hours, utcnow

@@ -22,7 +22,7 @@ from kafka_landing.definitions import (
     build_resources,
     landing_job_name,
 )
-from kafka_landing.demo.generate import encode, register
+from kafka_landing_tools.demo.generate import encode, register
 from kafka_landing.naming import ONE_HOUR, asset_safe, floor_hour, hour_key, to_millis
 from kafka_landing_tests.conftest import utcnow
 

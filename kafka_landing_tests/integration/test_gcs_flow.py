@@ -12,7 +12,7 @@ import yaml
 from google.cloud import storage
 
 from kafka_landing.definitions import build_definitions
-from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
+from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.naming import hour_key
 from kafka_landing_tests.bigquery_fake import FakeBigQuery
 from kafka_landing_tests.conftest import utcnow

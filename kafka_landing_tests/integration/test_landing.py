@@ -19,7 +19,7 @@ from kafka_landing.avro_landing.conservation import check_landed_hour
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.config import Route, TopicConfig
-from kafka_landing.demo.generate import (
+from kafka_landing_tools.demo.generate import (
     ORDERS,
     WEB,
     demo_hours,

@@ -13,7 +13,7 @@ import pytest
 from kafka_landing.avro_landing.job import land_hours
 from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.config import Route, TopicConfig
-from kafka_landing.demo.generate import ORDERS, WEB, demo_hours, generate
+from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.errors import LandingError
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.naming import (
@@ -118,7 +118,7 @@ def test_an_hour_that_cannot_land_fails_alone_and_the_others_publish(make_topic,
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     from kafka_landing.avro_landing.framing import frame
-    from kafka_landing.demo.generate import encode, register
+    from kafka_landing_tools.demo.generate import encode, register
     from kafka_landing.naming import ONE_HOUR, floor_hour, to_millis
 
     topic = make_topic(partitions=2)

@@ -20,7 +20,7 @@ import pytest
 from dagster import DagsterInstance, RunRequest, build_sensor_context, materialize
 
 from kafka_landing.definitions import build_definitions, build_resources
-from kafka_landing.demo.loads import run_load_request
+from kafka_landing_tools.demo.loads import run_load_request
 from kafka_landing.naming import (
     ONE_HOUR,
     floor_hour,
@@ -261,7 +261,7 @@ def test_retries_are_bounded_and_the_give_up_is_visible_until_fixed(roots, insta
                    for m in warnings_logged.messages())
     # Fixed, then materialised by hand (no run key): the marker goes, the sensor is quiet.
     write_avro(landing / entry["path"], 0, 2)
-    from kafka_landing.demo.loads import load_run_defs
+    from kafka_landing_tools.demo.loads import load_run_defs
     from kafka_landing.warehouse.assets import warehouse_key
 
     assert materialize(load_run_defs(defs, [warehouse_key(DATASET, TABLE)]), partition_key=hour_key(h),
@@ -353,7 +353,7 @@ def test_a_done_file_contradicting_its_path_is_never_requested(roots, instance, 
     assert not result.run_requests
     assert any(rel in m and field in m for m in warnings_logged.messages())
     # And a load asked for by hand refuses it, naming the done file and the field; nothing is loaded.
-    from kafka_landing.demo.loads import load_run_defs
+    from kafka_landing_tools.demo.loads import load_run_defs
     from kafka_landing.warehouse.assets import warehouse_key
 
     failed = materialize(load_run_defs(defs, [warehouse_key(DATASET, TABLE)]), partition_key=hour_key(h),

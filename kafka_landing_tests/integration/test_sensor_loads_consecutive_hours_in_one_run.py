@@ -23,7 +23,7 @@ from kafka_landing.definitions import (
     build_resources,
     landing_job_name,
 )
-from kafka_landing.demo.generate import encode, register
+from kafka_landing_tools.demo.generate import encode, register
 from kafka_landing.handoff import content_sha
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
 from kafka_landing.warehouse.assets import warehouse_key
@@ -207,7 +207,7 @@ import json, sys
 from dagster import AssetKey, DagsterInstance, RunRequest
 from dagster._core.instance.ref import InstanceRef
 from kafka_landing.definitions import build_definitions
-from kafka_landing.demo.loads import run_load_request
+from kafka_landing_tools.demo.loads import run_load_request
 
 req = json.loads(sys.argv[1])
 request = RunRequest(run_key=req["run_key"], partition_key=req["partition_key"], tags=req["tags"],

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 from dagster import AssetCheckKey, AssetCheckSeverity, materialize
 
 from kafka_landing.definitions import build_definitions, build_resources
-from kafka_landing.demo.loads import load_run_defs
+from kafka_landing_tools.demo.loads import load_run_defs
 from kafka_landing.naming import ONE_HOUR, hour_from_tag, hour_key, hour_tag, last_closed_hour
 from kafka_landing.warehouse.assets import warehouse_key
 from kafka_landing_tests.conftest import utcnow

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from kafka_landing.bench import GOALS, SECTIONS, evaluate_goals, markdown, memory_rows
+from kafka_landing_tools.bench import GOALS, SECTIONS, evaluate_goals, markdown, memory_rows
 
 
 def _m(seconds, records=0, rss=100, contender="kafka_landing"):

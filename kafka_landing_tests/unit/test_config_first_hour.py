@@ -138,7 +138,7 @@ NOW = datetime(2026, 11, 20, 16, 7, tzinfo=timezone.utc)  # last closed hour 15:
 
 def test_the_packaged_demo_config_derives_its_first_hour_when_nothing_is_set_or_frozen(monkeypatch):
     from kafka_landing.config import DEMO_CONFIG
-    from kafka_landing.demo.generate import demo_hours
+    from kafka_landing_tools.demo.generate import demo_hours
 
     monkeypatch.delenv("DEMO_HOURS", raising=False)
     cfg = load_config(DEMO_CONFIG)

@@ -10,14 +10,13 @@ from pathlib import Path
 import kafka_landing
 
 PACKAGE = Path(kafka_landing.__file__).parent
+TOOLS_PACKAGE = PACKAGE.parent / "kafka_landing_tools"
 LAYERS = ("kafka_slices", "avro_landing", "warehouse", "store")
 DAGSTER_ROLES = {"assets.py", "checks.py", "sensors.py", "resources.py", "jobs.py"}
-# Outside the layers: the code location, hourly partitions and per-hour reporting, the run
-# launcher, and the tools that drive Dagster (the demo, the benchmark).
-DAGSTER_TOP = {"definitions.py", "hours.py", "resources.py", "run_launcher.py", "bench.py", "demo/run.py",
-               "demo/loads.py"}
+# Outside the layers: the code location, hourly partitions and per-hour reporting, the run launcher.
+DAGSTER_TOP = {"definitions.py", "hours.py", "resources.py", "run_launcher.py"}
 SPARK_FILES = {"avro_landing/read.py", "avro_landing/decode.py", "avro_landing/route.py", "avro_landing/write.py",
-               "avro_landing/job.py", "warehouse/parquet.py", "bench.py"}
+               "avro_landing/job.py", "warehouse/parquet.py"}
 
 
 def importers(module: str) -> set[str]:
@@ -44,10 +43,11 @@ def test_spark_only_where_the_heavy_work_runs():
 
 # The flow: kafka_slices -> avro_landing -> warehouse. A module imports only what comes before
 # it (or beside it); the shared modules below every layer import no layer; nothing in the product
-# imports the code location or the tools that drive it.
+# imports the code location, and nothing in the product imports the tools that drive it
+# (kafka_landing_tools: the local stack, the demo, the benchmark) or the tests.
 SHARED = {"config.py", "naming.py", "manifests.py", "handoff.py", "errors.py", "avro_files.py", "crash_points.py",
           "hours.py", "hourly_schedule.py", "defaults.py", "spark_setup.py", "run_worker.py", "run_launcher.py"}
-TOOLS = {"devstack", "bench", "demo"}  # what develops, demonstrates and measures the product
+OUTSIDE = ("kafka_landing_tools", "kafka_landing_tests")  # packages beside the product that use it
 ENTRY_POINTS = {"definitions.py", "__main__.py"}
 
 
@@ -55,11 +55,11 @@ def project_imports(source: str) -> set[str]:
     """Every kafka_landing module a source imports, at any depth (imports inside functions too)."""
     found = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kafka_landing"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0].startswith("kafka_landing"):
             found.add(node.module)
             found.update(f"{node.module}.{a.name}" for a in node.names)  # `from kafka_landing import x`
         elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("kafka_landing"))
+            found.update(a.name for a in node.names if a.name.split(".")[0].startswith("kafka_landing"))
     return found
 
 
@@ -67,17 +67,15 @@ def backwards_imports(rel: str, imported: set[str]) -> list[str]:
     """The imports of module `rel` (path inside the package) that break the flow's rules."""
     parts = rel.split("/")
     top = parts[0].removesuffix(".py")
-    tool = top in TOOLS
 
     def never(why: str, *prefixes: str, but: tuple[str, ...] = ()) -> list[str]:
         return [f"{rel} imports {m}: {why}" for m in sorted(imported)
                 if any(m == f"kafka_landing.{p}" or m.startswith(f"kafka_landing.{p}.") for p in prefixes)
                 and not any(m == f"kafka_landing.{b}" or m.startswith(f"kafka_landing.{b}.") for b in but)]
 
-    found = []
-    if not tool:
-        found += never("the product never imports the tools", *TOOLS)
-    if not tool and rel not in ENTRY_POINTS:
+    found = [f"{rel} imports {m}: the product never imports the tools or the tests" for m in sorted(imported)
+             if m.split(".")[0] in OUTSIDE]
+    if rel not in ENTRY_POINTS:
         found += never("nothing imports the code location", "definitions")
     if top == "kafka_slices":
         found += never("planning comes before landing and loading", "avro_landing", "warehouse")
@@ -103,12 +101,17 @@ def test_a_backwards_import_fails_the_flow_rule():
     assert backwards_imports("kafka_slices/dry_run.py", {"kafka_landing.avro_landing.job"}) != []
     assert backwards_imports("warehouse/sensors.py", {"kafka_landing.definitions"}) != []
     assert backwards_imports("config.py", {"kafka_landing.kafka_slices.plan"}) != []
-    assert backwards_imports("spark_setup.py", {"kafka_landing.devstack"}) != []
+    assert backwards_imports("spark_setup.py", {"kafka_landing_tools.devstack"}) != []
     assert backwards_imports("warehouse/checks.py", {"kafka_landing.avro_landing.conservation"}) != []
     # and what the flow allows
     assert backwards_imports("warehouse/assets.py", {"kafka_landing.avro_landing.assets"}) == []
     assert backwards_imports("avro_landing/job.py", {"kafka_landing.kafka_slices.plan", "kafka_landing.handoff"}) == []
-    assert backwards_imports("demo/loads.py", {"kafka_landing.definitions"}) == []
+    assert backwards_imports("__main__.py", {"kafka_landing.definitions"}) == []
+
+
+def test_the_tools_are_outside_the_product():
+    assert [p.name for p in PACKAGE.iterdir() if p.stem in {"devstack", "bench", "demo"}] == []
+    assert TOOLS_PACKAGE.is_dir() and (TOOLS_PACKAGE / "devstack.py").exists()
 
 
 def test_every_layer_holds_its_steps():
@@ -207,11 +210,11 @@ def test_the_vacuous_assert_check_can_fail():
 def misplaced_unit_tests(rel_paths: list[str]) -> list[str]:
     """Unit test files that do not say which module they test: `unit/<layer>/test_<module>[_<aspect>].py`
     for a step module of that layer, `unit/test_<module>[_<aspect>].py` for a shared module (or a
-    test support module of `kafka_landing_tests/`); `test_layout.py` tests the package itself."""
+    tool of `kafka_landing_tools/`, or a test support module of `kafka_landing_tests/`); `test_layout.py` tests the package itself."""
     def modules(folder: Path) -> set[str]:
         return {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
 
-    shared = modules(PACKAGE) | modules(TESTS) | {"layout"}
+    shared = modules(PACKAGE) | modules(TOOLS_PACKAGE) | modules(TESTS) | {"layout"}
     found = []
     for rel in rel_paths:
         *layer, name = Path(rel).parts

@@ -19,8 +19,8 @@ records the frozen slices hold, or the benchmark fails: a fast wrong answer cann
 The report (`bench.md`, `bench.json` under --out) has one table per section and ends
 with the issue's goals, each evaluated from the numbers measured in this run.
 
-    python -m kafka_landing.bench [--messages 300000] [--hours 4] [--day-hours 24] [--out bench/results]
-    python -m kafka_landing.bench --quick      # a smoke run: small sizes, a few minutes
+    python -m kafka_landing_tools.bench [--messages 300000] [--hours 4] [--day-hours 24] [--out bench/results]
+    python -m kafka_landing_tools.bench --quick      # a smoke run: small sizes, a few minutes
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def produce_bench_topic(bootstrap: str, registry_url: str, topic: str, kind: str
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from kafka_landing.demo.generate import ensure_topics, register
+    from kafka_landing_tools.demo.generate import ensure_topics, register
 
     t0 = time.monotonic()
     ensure_topics(bootstrap, {topic: PARTITIONS}, config={"retention.ms": "-1"})
@@ -248,7 +248,7 @@ def produce_bench_topic(bootstrap: str, registry_url: str, topic: str, kind: str
             "messages_per_s": round(n / seconds) if seconds else 0}
 
 
-# --- contenders (each runs in its own process: python -m kafka_landing.bench --contender NAME) ------
+# --- contenders (each runs in its own process: python -m kafka_landing_tools.bench --contender NAME) ------
 
 def _plans(landing_root: str, topic: str, hours: list[str]):
     from kafka_landing.kafka_slices.freeze import frozen_slice
@@ -344,7 +344,7 @@ def contender_warehouse(args) -> int:
     from dagster import DagsterInstance, materialize
 
     from kafka_landing.definitions import build_definitions, build_resources
-    from kafka_landing.demo.loads import load_run_defs
+    from kafka_landing_tools.demo.loads import load_run_defs
     from kafka_landing.naming import hour_from_key, hour_tag
     from kafka_landing.store import open_store
     from kafka_landing.warehouse.assets import warehouse_key
@@ -559,7 +559,7 @@ def _start(job: Job, env: dict, work: Path) -> _Running:
     name = job.label.replace(" ", "_")
     out, err = open(logs / f"{name}.out", "w+"), open(logs / f"{name}.log", "w+")  # noqa: SIM115 - closed in _finish
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "kafka_landing.bench", "--contender", job.contender, *job.argv],
+    proc = subprocess.Popen([sys.executable, "-m", "kafka_landing_tools.bench", "--contender", job.contender, *job.argv],
                             stdout=out, stderr=err, text=True, env=env, start_new_session=True)
     return _Running(job, proc, out, err, t0)
 
@@ -620,7 +620,7 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
         keep_work: bool = False) -> dict:
     """The whole benchmark; returns the report it writes. `contenders` and `workers`
     change only for the tests (a subset; several processes at once)."""
-    from kafka_landing import devstack
+    from kafka_landing_tools import devstack
     from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, slice_dir
 
     t_start = time.monotonic()
@@ -699,7 +699,7 @@ class _BenchData:
         self.created: list[str] = []
 
     def produce(self, bootstrap: str, registry_url: str, cases, messages: int) -> None:
-        from kafka_landing.demo.generate import ensure_topics
+        from kafka_landing_tools.demo.generate import ensure_topics
         from kafka_landing.naming import hour_from_key
 
         hours, day = [hour_from_key(k) for k in self.keys], [hour_from_key(k) for k in self.day_keys]
@@ -1055,7 +1055,7 @@ def main() -> None:
     ap.add_argument("--registry", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.contender:
-        from kafka_landing import devstack
+        from kafka_landing_tools import devstack
 
         args.hours = args.hour_keys
         args.bootstrap = args.bootstrap or devstack.BOOTSTRAP

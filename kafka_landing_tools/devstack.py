@@ -8,7 +8,7 @@ registry through the resources' settings. Data and logs live under
 `.local/stack/` (git-ignored). `up` is idempotent: a stack that already answers
 is left alone, so tests and `make demo` can call it freely.
 
-    python -m kafka_landing.devstack up|down [--wipe]|status
+    python -m kafka_landing_tools.devstack up|down [--wipe]|status
 """
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ def main(argv: list[str]) -> int:
             print(json.dumps(st, indent=2))
             return 0 if st["kafka"]["up"] and st["registry"]["up"] and st["gcs"]["up"] else 1
         else:
-            print("usage: python -m kafka_landing.devstack up|down [--wipe]|status", file=sys.stderr)
+            print("usage: python -m kafka_landing_tools.devstack up|down [--wipe]|status", file=sys.stderr)
             return 2
     except StackError as exc:
         print(f"stack error: {exc}", file=sys.stderr)

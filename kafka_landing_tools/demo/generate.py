@@ -8,7 +8,7 @@ an optional field, several event types for routing, and a few bad records
 
 Returns what it sent, so tests can compare landed rows record by record.
 
-    python -m kafka_landing.demo.generate [--hours 3] [--per-hour 400]
+    python -m kafka_landing_tools.demo.generate [--hours 3] [--per-hour 400]
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def generate(
 
 
 def main() -> None:
-    from kafka_landing import devstack
+    from kafka_landing_tools import devstack
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hours", type=int, default=3)

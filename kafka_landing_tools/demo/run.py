@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 from confluent_kafka.admin import AdminClient
 from dagster import DagsterInstance, build_sensor_context
 
-from kafka_landing import devstack
+from kafka_landing_tools import devstack
 from kafka_landing.config import FIRST_HOUR_ENV, load_config
-from kafka_landing.demo.generate import ORDERS, WEB, demo_hour_count, demo_hours, generate
+from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hour_count, demo_hours, generate
 from kafka_landing.naming import hour_key
 
 HOURS = demo_hour_count()
@@ -31,7 +31,7 @@ from kafka_landing.definitions import (  # noqa: E402 - after the first hour abo
     build_resources,
     landing_job_name,
 )
-from kafka_landing.demo.loads import run_load_request  # noqa: E402
+from kafka_landing_tools.demo.loads import run_load_request  # noqa: E402
 from kafka_landing.warehouse.sensors import SENSOR_NAME  # noqa: E402
 
 
