@@ -1,6 +1,6 @@
 """The embedded defaults: what a checkout uses when nothing is configured. The landing
 root and the Parquet warehouse under `.local/`, the connector jars `make jvm` fetched, and
-the addresses of the local dev stack (`devstack`, a tool that imports these, never the
+the addresses of the local dev stack (Kafka, the registry, the GCS emulator, the warm Spark) (`devstack`, a tool that imports these, never the
 other way round). Production sets the environment variables the README lists instead."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class StackPorts:
     registry: int = int(os.environ.get("KAFKA_LANDING_STACK_REGISTRY_PORT", "18081"))
     registry_management: int = int(os.environ.get("KAFKA_LANDING_STACK_REGISTRY_MGMT_PORT", "19081"))
     gcs: int = int(os.environ.get("KAFKA_LANDING_STACK_GCS_PORT", "18082"))
+    spark_connect: int = int(os.environ.get("KAFKA_LANDING_STACK_SPARK_CONNECT_PORT", "18015"))
 
 
 PORTS = StackPorts()
@@ -28,3 +29,5 @@ BOOTSTRAP = f"localhost:{PORTS.kafka}"
 REGISTRY_URL = f"http://localhost:{PORTS.registry}/apis/ccompat/v7"
 #: what STORAGE_EMULATOR_HOST is set to for google-cloud-storage (and the GCS connector)
 GCS_EMULATOR_URL = f"http://127.0.0.1:{PORTS.gcs}"
+#: the warm Spark engine: the stack's Spark Connect server
+SPARK_CONNECT_URL = f"sc://localhost:{PORTS.spark_connect}"

@@ -29,7 +29,6 @@ from dagster import (  # noqa: E402 - after the filter above
 )
 from dagster import build_resources as dagster_resources  # noqa: E402
 from dagster_gcp import BigQueryResource
-from dagster_pyspark import LazyPySparkResource
 
 from kafka_landing import defaults, hourly_schedule
 from kafka_landing.avro_landing.assets import build_landing_assets, landing_key
@@ -50,6 +49,7 @@ from kafka_landing.resources import (
     KafkaResource,
     LandingResource,
     SchemaRegistryResource,
+    SparkResource,
 )
 from kafka_landing.spark_setup import spark_config
 from kafka_landing.warehouse.assets import build_warehouse_assets, warehouse_key
@@ -68,6 +68,22 @@ LOCAL = defaults.LOCAL
 def _secret(name: str):
     """An EnvVar when the variable is set, else None: secrets never sit in code or config."""
     return EnvVar(name) if os.environ.get(name) else None
+
+
+SPARK_MODES = ("connect", "classic")
+
+
+def _spark_remote():
+    """Where runs get their Spark: $SPARK_REMOTE's Connect server (as an EnvVar: its URL may carry a
+    token), else the local stack's warm server; None under KAFKA_LANDING_SPARK=classic, for a
+    classic session each run starts."""
+    mode = os.environ.get("KAFKA_LANDING_SPARK", "connect")
+    if mode not in SPARK_MODES:
+        raise ValueError(f"KAFKA_LANDING_SPARK={mode!r}: say connect (a Spark Connect server: $SPARK_REMOTE, "
+                         f"else the local stack's at {defaults.SPARK_CONNECT_URL}) or classic (Spark inside each run)")
+    if mode == "classic":
+        return None
+    return EnvVar("SPARK_REMOTE") if os.environ.get("SPARK_REMOTE") else defaults.SPARK_CONNECT_URL
 
 
 def _registry_url():
@@ -122,8 +138,8 @@ def build_resources() -> dict:
             gcp_credentials=_secret("KAFKA_LANDING_GCP_CREDENTIALS"),
         ),
         "warehouse": build_warehouse(),
-        # Created on first use and shared by every hour of a run.
-        "pyspark": LazyPySparkResource(spark_config=spark_config()),
+        # Opened on first use and shared by every hour of a run.
+        "pyspark": SparkResource(remote=_spark_remote(), spark_config=spark_config()),
     }
 
 

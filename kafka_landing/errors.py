@@ -81,7 +81,14 @@ def is_transient(exc: BaseException) -> bool:
             or type(exc).__name__ == "RetryError"
     if module.startswith(("httpx", "httpcore", "requests.exceptions", "urllib3", "google.auth")):  # httpx2 too
         return type(exc).__name__ in _TRANSPORT_ERRORS
+    if module.startswith("pyspark.errors"):  # a Spark Connect server that did not answer, or said "not now"
+        status = getattr(exc, "getGrpcStatusCode", lambda: None)()
+        return type(exc).__name__ == "RetriesExceeded" or getattr(status, "name", status) in _TRANSIENT_GRPC
     return False
+
+
+# gRPC statuses that mean "no answer" or "not now" (a Spark Connect server restarting or busy).
+_TRANSIENT_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
 
 
 # Client-library exceptions that mean the request got no answer (by name: no import of the clients here).

@@ -1,5 +1,5 @@
-"""Resources, declared once: Kafka, the schema registry, the landing root (the warehouse's are in
-warehouse/resources.py; Spark is dagster-pyspark's, configured in spark_setup.py).
+"""Resources, declared once: Kafka, the schema registry, the landing root, Spark (the warehouse's
+are in warehouse/resources.py).
 
 Secrets (SASL passwords, registry credentials) come only from environment
 variables through `dagster.EnvVar` in definitions.py, and are never logged.
@@ -11,11 +11,12 @@ from typing import Optional
 
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from dagster import ConfigurableResource
-from pydantic import Field
+from dagster import ConfigurableResource, InitResourceContext
+from pydantic import Field, PrivateAttr
 
 from kafka_landing.config import LandingConfig, load_config
 from kafka_landing.kafka_slices.kafka_log import KafkaLogView
+from kafka_landing.spark_setup import open_session
 from kafka_landing.store import open_store
 from kafka_landing.store.base import LandingStore
 
@@ -107,3 +108,32 @@ class LandingResource(ConfigurableResource):
 
     def config(self) -> LandingConfig:
         return load_config(self.topics_config)
+
+
+class SparkResource(ConfigurableResource):
+    """The run's Spark session, started on first use and shared by every hour of the run: a
+    session on a warm Spark Connect server (`remote`), or a classic session the run starts.
+    The same shape as dagster-pyspark's LazyPySparkResource (`spark_session`), whose session is
+    always classic, so assets do not care which it is. A remote that does not answer fails the
+    run as transient; it never falls back to a local JVM, which would hide the outage and could
+    exhaust a worker sized for a client."""
+
+    remote: Optional[str] = Field(
+        default=None, description="A Spark Connect URL, sc://host:port[/;token=...] (a standing cluster, Dataproc, "
+        "Databricks or `make stack-up`'s local server), only through an EnvVar when it holds a token. "
+        "Unset: a classic session this run starts from spark_config.")
+    spark_config: dict = Field(
+        default_factory=dict, description="The classic session's settings; on a Connect server only the session's "
+        "own (spark.sql.*) apply, the server was started with the rest.")
+    _spark_session = PrivateAttr(default=None)
+
+    @property
+    def spark_session(self):
+        if self._spark_session is None:
+            self._spark_session = open_session(self.remote, self.spark_config)
+        return self._spark_session
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        if self._spark_session is not None and self.remote:  # give the server its session back
+            self._spark_session.stop()
+            self._spark_session = None

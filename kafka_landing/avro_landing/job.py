@@ -53,6 +53,7 @@ from kafka_landing.errors import DeadLetterLimitExceeded, LandingError, is_trans
 from kafka_landing.kafka_slices.plan import SlicePlan, hour_tasks
 from kafka_landing.manifests import DeadLetters, DoneFile
 from kafka_landing.naming import STAGING_GLOB, staging_dir, staging_path
+from kafka_landing.spark_setup import is_connect
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 
 
@@ -97,6 +98,7 @@ class _Pass:
     bad_framing: int = 0
     ids_by_hour: dict[int, set[str]] = field(default_factory=dict)  # decodable schema id -> hours holding it
     dead_by_id: dict[int, int] = field(default_factory=dict)  # schema id -> records turned away after decoding
+    records_by_id: dict[int, int] = field(default_factory=dict)  # decodable schema id -> records (counted apart)
 
 
 def _observed(framed: DataFrame, hours: list[str]) -> tuple[DataFrame, Observation]:
@@ -128,6 +130,25 @@ def _take(obs: Observation, hours: list[str], into: _Pass) -> None:
     for item in filter(None, (got["ids"] or "").split(",")):
         sid, ix = divmod(int(item), _PACK)
         into.ids_by_hour.setdefault(sid, set()).add(hours[ix])
+
+
+def _count_apart(framed: DataFrame, hours: list[str], into: _Pass) -> None:
+    """What `_observed` counts, plus the records of each schema id, as a query of its own: on
+    Spark Connect a write does not always report its observations (Spark 4.0 reports at most the
+    outermost), a query's result always arrives."""
+    ix = F.col("_kl_hour_ix")
+    bad = F.col("_reason").isNotNull()
+    for r in framed.groupBy(ix.alias("ix"), bad.alias("bad"), F.when(~bad, F.col("_schema_id")).alias("sid")).count() \
+            .collect():
+        n = int(r["count"])
+        into.bad_framing += n if r["bad"] else 0
+        if r["ix"] is None:
+            into.unclaimed += n
+            continue
+        into.read_by_hour[hours[r["ix"]]] += n
+        if not r["bad"]:
+            into.ids_by_hour.setdefault(r["sid"], set()).add(hours[r["ix"]])
+            into.records_by_id[r["sid"]] = into.records_by_id.get(r["sid"], 0) + n
 
 
 def land_hours(
@@ -171,6 +192,7 @@ class LandingRun:
     by_reason: dict[str, dict[str, int]] = field(default_factory=dict)  # hour -> dead-letter reason -> rows
     _decoded: dict[tuple[int, int], DataFrame] = field(default_factory=dict)  # (frame, schema id) -> classified
     _told: set[int] = field(default_factory=set)  # schema ids whose routing warnings are in `warnings`
+    count_apart: bool = False  # counts in a query of their own, not observed on the writes (Spark Connect)
 
     @property
     def hours(self) -> list[str]:
@@ -189,7 +211,9 @@ class LandingRun:
         try:
             tasks = hour_tasks(self.plans)
             if tasks:
-                framed = self.read(spark_factory(), kafka_options, tasks)
+                spark = spark_factory()
+                self.count_apart = is_connect(spark)
+                framed = self.read(spark, kafka_options, tasks)
                 self.decode_and_write(framed, sorted({t.hour for t in tasks}), likely_ids)
                 self.write_dead_letters(framed)
             crash_point("landing:staged")
@@ -219,17 +243,13 @@ class LandingRun:
         return self._decoded[key]
 
     def decode_and_write(self, framed: DataFrame, task_hours: list[str], likely_ids: tuple[int, ...]) -> None:
-        """The first job writes the likely schema id's records while it counts what every hour
-        holds; then each other id the records hold is settled (decodable, or dead letters, or
-        its hours fail) before any is written."""
-        counted, obs = _observed(framed, task_hours)
-        guess = self.write_likely(counted, likely_ids)
-        if guess != "written":  # no usable guess: one job that only counts
-            if guess == "wrong":  # that job ran and failed: its counts never arrive
-                counted, obs = _observed(framed, task_hours)
-            self.log(f"{self.cfg.topic}: no likely schema id in the records; counting the schema ids first")
-            counted.write.format("noop").mode("overwrite").save()  # runs the plan in the JVM, writes nothing
-        _take(obs, task_hours, self.seen)
+        """First count what every hour holds: while the first job writes the likely schema id's
+        records (classic Spark), or in a query of its own (Spark Connect). Then each other id the
+        records hold is settled (decodable, or dead letters, or its hours fail) before any is written."""
+        if self.count_apart:  # one more pass over the records, on a warm engine
+            _count_apart(framed, task_hours, self.seen)
+        else:
+            self.count_while_writing_likely(framed, task_hours, likely_ids)
         if self.seen.unclaimed:
             raise LandingError(f"{_hours_label(self.cfg.topic, self.hours)}: {self.seen.unclaimed} records read from "
                                "Kafka belong to no frozen task of these hours; nothing was published")
@@ -242,6 +262,17 @@ class LandingRun:
             except NothingWritten:
                 pass  # every record of the id was turned away: all are dead letters
         self.writers = {s: w for s, w in self.writers.items() if s in self.seen.ids_by_hour}
+
+    def count_while_writing_likely(self, framed: DataFrame, task_hours: list[str], likely_ids: tuple[int, ...]) -> None:
+        """The first job writes the likely schema id's records, observed: the counts ride along."""
+        counted, obs = _observed(framed, task_hours)
+        guess = self.write_likely(counted, likely_ids)
+        if guess != "written":  # no usable guess: one job that only counts
+            if guess == "wrong":  # that job ran and failed: its counts never arrive
+                counted, obs = _observed(framed, task_hours)
+            self.log(f"{self.cfg.topic}: no likely schema id in the records; counting the schema ids first")
+            counted.write.format("noop").mode("overwrite").save()  # runs the plan in the JVM, writes nothing
+        _take(obs, task_hours, self.seen)
 
     def write_likely(self, counted: DataFrame, likely_ids: tuple[int, ...]) -> str:
         """Write the records of the first likely schema id that decodes, in the counting job:
@@ -295,15 +326,18 @@ class LandingRun:
         """write_good, counting the records it turns away. NothingWritten (no record on a bucket,
         where the job then fails and its counts never arrive) is raised after noting that every
         record of the id, if it has any, is a dead letter."""
-        obs = Observation(f"dead-{sid}-{uuid.uuid4().hex}")
-        counted = classified.observe(obs, F.count_if(F.col("_reason").isNotNull()).alias("dead"))
+        obs = None if self.count_apart else Observation(f"dead-{sid}-{uuid.uuid4().hex}")
+        counted = classified if obs is None else classified.observe(
+            obs, F.count_if(F.col("_reason").isNotNull()).alias("dead"))
         self.log(f"{self.cfg.topic}: writing the records of schema id {sid}")
         try:
-            self.good += write_good(counted, self.cfg, sid, writer, self.store, self.staging)
+            staged = write_good(counted, self.cfg, sid, writer, self.store, self.staging)
         except NothingWritten:
             self.seen.dead_by_id[sid] = 1  # not a count: "some, perhaps", so the dead letters are written
             raise
-        self.seen.dead_by_id[sid] = int(obs.get["dead"])
+        self.good += staged
+        self.seen.dead_by_id[sid] = (int(obs.get["dead"]) if obs is not None  # else: the id's records less those written
+                                     else self.seen.records_by_id[sid] - sum(s.file.rows for s in staged))
 
     def write_dead_letters(self, framed: DataFrame) -> None:
         """Every record that does not land, with its reason, in one more job, only if there are

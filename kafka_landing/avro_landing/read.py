@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kafka_landing.kafka_slices.plan import HourTask, read_segments
+from kafka_landing.spark_setup import default_parallelism
 
 
 def _read_one(spark: SparkSession, kafka_options: dict, topic: str, ranges: dict[int, tuple[int, int]]) -> DataFrame:
@@ -37,7 +38,7 @@ def read_hours(spark: SparkSession, kafka_options: dict, topic: str, tasks: list
     A record no task claims has a null `_kl_hour` (the caller counts them: there must be none)."""
     if not tasks:
         return None
-    segments = read_segments(tasks, spark.sparkContext.defaultParallelism)
+    segments = read_segments(tasks, default_parallelism(spark))
     raw = reduce(DataFrame.unionByName, [_read_one(spark, kafka_options, topic, s) for s in segments])
     ix = {h: i for i, h in enumerate(sorted({t.hour for t in tasks}))}
     # A literal table built in the JVM: createDataFrame from Python rows would start a Python worker.

@@ -4,9 +4,9 @@ backend (Parquet or BigQuery, see `load.py`). The checks are in checks.py.
 
 A run loads one hour or a range of them (the done-file sensor asks for a table's
 consecutive ready hours in one run) through `run_hours`, with one
-LazyPySparkResource: the Parquet backend asks it for the session at its first
-hour and every later hour of the run gets the same one, so a run starts Spark
-at most once; the BigQuery backend never asks, so its runs start no JVM (and the
+SparkResource: the Parquet backend asks it for the session at its first
+hour and every later hour of the run gets the same one, so a run opens a Spark
+session at most once; the BigQuery backend never asks, so its runs start no JVM (and the
 sensor gives them no `kafka_landing/spark` tag, so they take no Spark slot).
 
 The freshness policy stays time-based (warn 2 h, fail 3 h without a load):
@@ -25,14 +25,13 @@ from dagster import (
     MetadataValue,
     asset,
 )
-from dagster_pyspark import LazyPySparkResource
 
 from kafka_landing.avro_landing.assets import landing_key
 from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.errors import is_transient
 from kafka_landing.hours import SPARK_TAG, failure, history, run_hours, single_run, topic_hours
 from kafka_landing.naming import done_file_path, hour_from_key, hour_tag
-from kafka_landing.resources import LandingResource
+from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.warehouse.load import (
     DoneFileMismatch,
     IncompatibleSchemaError,
@@ -68,7 +67,7 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
         metadata={"dataset": cfg.dataset, "table": table, "topic": cfg.topic},
     )
     def _table(context: AssetExecutionContext, landing: LandingResource, warehouse: WarehouseResource,
-               pyspark: LazyPySparkResource):
+               pyspark: SparkResource):
         store = landing.store()
         backend = warehouse.backend(store)
         try:  # once per run, before any hour: a warehouse that cannot be written fails fast, naming it

@@ -11,12 +11,12 @@ with the done files to retire.
 # No `from __future__ import annotations`: Dagster reads the op's annotations at decoration time.
 
 from dagster import Config, OpExecutionContext, job, op
-from dagster_pyspark import LazyPySparkResource
+
 from pydantic import Field
 
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.hours import failure
-from kafka_landing.resources import LandingResource
+from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.warehouse.load import DoneFileMismatch, LoadError, load_done_file
 from kafka_landing.warehouse.resources import WarehouseResource
 
@@ -30,7 +30,7 @@ class RetireConfig(Config):
 
 @op(description="Empties the warehouse hours of retired done files (a table a re-landed hour no longer feeds).")
 def retire_hours_op(context: OpExecutionContext, config: RetireConfig, landing: LandingResource,
-                    warehouse: WarehouseResource, pyspark: LazyPySparkResource) -> None:
+                    warehouse: WarehouseResource, pyspark: SparkResource) -> None:
     store = landing.store()
     backend = warehouse.backend(store)
     for rel in config.done_files:
