@@ -81,9 +81,10 @@ def is_transient(exc: BaseException) -> bool:
             or type(exc).__name__ == "RetryError"
     if module.startswith(("httpx", "httpcore", "requests.exceptions", "urllib3", "google.auth")):  # httpx2 too
         return type(exc).__name__ in _TRANSPORT_ERRORS
-    if module.startswith("pyspark.errors"):  # a Spark Connect server that did not answer, or said "not now"
-        status = getattr(exc, "getGrpcStatusCode", lambda: None)()
-        return type(exc).__name__ == "RetriesExceeded" or getattr(status, "name", status) in _TRANSIENT_GRPC
+    if module.startswith("pyspark.errors"):  # the Spark Connect client's retries of a server away ran out
+        return type(exc).__name__ == "RetriesExceeded"
+    if module.startswith("grpc") and callable(getattr(exc, "code", None)):  # a Spark Connect call's own answer
+        return getattr(exc.code(), "name", None) in _TRANSIENT_GRPC
     return False
 
 

@@ -98,8 +98,10 @@ def spark_config(master: str | None = None, driver_memory: str | None = None) ->
     """A whole Spark process's settings: a classic session's, or a Connect server's (`devstack`
     starts the local one with them). Jars, memory, the JVM's time zone and gs:// are fixed when
     the process starts; the session's own settings come last."""
+    master = master or os.environ.get("SPARK_MASTER", "local[*]")
     return {
-        "spark.master": master or os.environ.get("SPARK_MASTER", "local[*]"),
+        "spark.master": master,
+        **_local_parallelism(master),
         "spark.app.name": "kafka_landing",
         "spark.jars": ",".join(connector_jars()),
         "spark.driver.memory": driver_memory or os.environ.get("SPARK_DRIVER_MEMORY", "2g"),
@@ -110,6 +112,17 @@ def spark_config(master: str | None = None, driver_memory: str | None = None) ->
         **gcs_config(),
         **session_config(),
     }
+
+
+def _local_parallelism(master: str) -> dict:
+    """local[N] / local[*]: the parallelism Spark would take, said out loud so a session can read
+    it without a SparkContext (a cluster's is its own)."""
+    if master == "local":
+        return {"spark.default.parallelism": "1"}
+    m = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master)
+    if not m:
+        return {}
+    return {"spark.default.parallelism": str(os.cpu_count() or 1) if m.group(1) == "*" else m.group(1)}
 
 
 def is_session_setting(key: str) -> bool:
@@ -170,12 +183,16 @@ def is_connect(spark) -> bool:
 def default_parallelism(spark) -> int:
     """How many pieces the engine splits a read into by default. A Connect session has no
     SparkContext to ask: the server's setting if it has one, else the number of pieces a range gets."""
+    configured = spark.conf.get("spark.default.parallelism", None)
+    return int(configured) if configured else pieces_of_a_range(spark)
+
+
+def pieces_of_a_range(spark) -> int:
+    """How many pieces the engine cuts a range into, asked by a small job."""
     from pyspark.sql import functions as F
 
-    configured = spark.conf.get("spark.default.parallelism", None)
-    if configured:
-        return int(configured)
-    return int(spark.range(0, 1 << 16).agg(F.max(F.spark_partition_id())).first()[0]) + 1
+    pieces = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("piece"))
+    return int(pieces.agg(F.max("piece")).first()[0]) + 1
 
 
 class SparkUnavailable(ServiceUnavailable):

@@ -137,14 +137,16 @@ def utcnow() -> datetime:
 
 
 @pytest.fixture(scope="session")
-def pyspark_resource(gcs_emulator):
-    """One Spark session for the whole test session, as one run shares one. It reads its
-    gs:// settings when it starts, so the emulator's address must be known by then."""
-    from dagster_pyspark import LazyPySparkResource
-
+def pyspark_resource(stack):
+    """One Spark session for the whole test session, as one run shares one: on the stack's warm
+    Spark Connect server, the engine runs get by default. A process is either on Connect or
+    classic (pyspark marks it), so the classic engine is tested in processes of its own
+    (integration/test_spark_engines.py)."""
+    from kafka_landing.resources import SparkResource
     from kafka_landing.spark_setup import spark_config
 
-    res = LazyPySparkResource(spark_config={**spark_config(), "spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "4"})
+    res = SparkResource(remote=stack["spark"]["url"],
+                        spark_config={**spark_config(), "spark.sql.shuffle.partitions": "4"})
     yield res
     if res._spark_session is not None:  # noqa: SLF001 - stop only what the tests started
         res._spark_session.stop()

@@ -271,7 +271,6 @@ def _spark_server_config() -> dict:
     return {
         **spark_config(driver_memory=os.environ.get("KAFKA_LANDING_STACK_SPARK_MEMORY", "3g")),
         **gcs_config({"STORAGE_EMULATOR_HOST": GCS_EMULATOR_URL}),
-        "spark.default.parallelism": str(os.cpu_count() or 2),  # a Connect client cannot ask the SparkContext
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(PORTS.spark_connect),
         "spark.app.name": "kafka_landing-connect",

@@ -25,14 +25,13 @@ KEYS = ["_kl_table", "_kl_part"]
 
 @pytest.fixture(scope="module")
 def gcs_spark(gcs_emulator, spark):
-    """The suite's one Spark session, refused unless spark_config() pointed it at the emulator:
-    a session started before STORAGE_EMULATOR_HOST was set would send gs:// to real GCS."""
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    root = conf.get("fs.gs.storage.root.url")
+    """The suite's one Spark session, refused unless its engine sends gs:// to the emulator: a
+    server started without it would send gs:// to real GCS."""
+    root = spark.conf.get("spark.hadoop.fs.gs.storage.root.url", None)
     assert root == gcs_emulator.rstrip("/") + "/", (
         f"the shared Spark session sends gs:// to {root or 'real GCS'}, not to the emulator at {gcs_emulator}: "
-        "it started before STORAGE_EMULATOR_HOST was set; make conftest's pyspark_resource depend on gcs_emulator")
-    assert conf.get("fs.gs.auth.type") == "UNAUTHENTICATED"
+        "the stack's Spark Connect server must be started with it (devstack does)")
+    assert spark.conf.get("spark.hadoop.fs.gs.auth.type") == "UNAUTHENTICATED"
     return spark
 
 

@@ -43,3 +43,26 @@ def test_a_registry_url_with_credentials_reaches_the_resource_only_through_an_en
 
     monkeypatch.setenv("SCHEMA_REGISTRY_URL", "http://registry.example.com:8081")
     assert build_resources()["registry"].url == "http://registry.example.com:8081"  # nothing to hide: shown
+
+
+def test_runs_get_the_warm_engine_unless_told_otherwise_and_a_token_in_its_url_is_never_shown(monkeypatch):
+    from dagster import EnvVar
+
+    from kafka_landing import defaults
+    from kafka_landing.definitions import build_resources, ready_resources
+
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.delenv("KAFKA_LANDING_SPARK", raising=False)
+    assert build_resources()["pyspark"].remote == defaults.SPARK_CONNECT_URL  # the stack's server
+
+    monkeypatch.setenv("SPARK_REMOTE", "sc://spark.example:443/;token=s3cr3t")
+    spark = build_resources()["pyspark"]
+    assert isinstance(spark.remote, EnvVar) and "s3cr3t" not in repr(spark)
+    (ready,) = ready_resources("pyspark", resources={"pyspark": spark})
+    assert ready.remote == "sc://spark.example:443/;token=s3cr3t"
+
+    monkeypatch.setenv("KAFKA_LANDING_SPARK", "classic")
+    assert build_resources()["pyspark"].remote is None  # a classic session, started by the run
+    monkeypatch.setenv("KAFKA_LANDING_SPARK", "cluster")
+    with pytest.raises(ValueError, match="KAFKA_LANDING_SPARK='cluster': say connect .* or classic"):
+        build_resources()
