@@ -335,6 +335,24 @@ def contender_kafka_landing(args) -> int:
     return _landed_rows(args, cfg)
 
 
+def contender_hourly_processes(args) -> int:
+    """The hours as the hourly schedule launches them: one fresh process per hour (Python, Dagster,
+    a Spark session each), one after another."""
+    for h in args.hours:
+        subprocess.run([sys.executable, "-m", "kafka_landing_tools.bench", "--contender", "kafka_landing",
+                        "--topic", args.topic, "--hour-keys", h, "--landing-root", args.landing_root,
+                        "--out-dir", args.out_dir], check=True, stdout=subprocess.DEVNULL)
+    return _landed_rows(args, _only_topic(args))
+
+
+def contender_kafka_landing_cold(args) -> int:
+    """kafka_landing on a classic Spark session its run starts (KAFKA_LANDING_SPARK=classic), not on
+    the stack's warm Spark Connect server: what every run paid before the warm engine."""
+    os.environ["KAFKA_LANDING_SPARK"] = "classic"
+    os.environ.pop("SPARK_REMOTE", None)
+    return contender_kafka_landing(args)
+
+
 def contender_warehouse(args) -> int:
     """The warehouse assets of every table of the topic (Parquet), the hours as one run,
     as a load run requested for those tables would do it; returns the rows now in the tables."""
@@ -494,11 +512,12 @@ def contender_librdkafka_raw(args) -> int:
 
 CONTENDERS = {
     "kafka_landing": contender_kafka_landing,
+    "kafka_landing_cold": contender_kafka_landing_cold,
     "spark_by_hand": contender_spark_by_hand,
     "python_valve": contender_python_valve,
     "librdkafka_raw": contender_librdkafka_raw,
 }
-TOOLS = {"startup": contender_startup, "warehouse": contender_warehouse, "freeze": contender_freeze}
+TOOLS = {"startup": contender_startup, "hourly_processes": contender_hourly_processes, "warehouse": contender_warehouse, "freeze": contender_freeze}
 
 
 # --- measuring -----------------------------------------------------------------------------
@@ -645,7 +664,8 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
         _say(f"froze the slices in {frozen['freeze']['seconds']} s")
         # The day in single-hour runs lands into a root of its own with the same frozen slices:
         # both ways land hours never landed before, and the warehouse loads read the other root.
-        shutil.copytree(work / "landing" / slice_dir(data.day), work / "landing_runs" / slice_dir(data.day))
+        for root in ("landing_runs", "landing_processes"):
+            shutil.copytree(work / "landing" / slice_dir(data.day), work / root / slice_dir(data.day))
         whole = set(contenders) == set(CONTENDERS)
         m = measure(data.landing_jobs(work, contenders, whole), env, work, workers, _done)
         if whole:
@@ -665,9 +685,11 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
         }
         if whole:
             report |= {
-                "fixed_cost": {"process_start": m["process start"], "empty_hour": m["empty hour"]},
+                "fixed_cost": {"process_start": m["process start"], "empty_hour": m["empty hour"],
+                               "empty_hour_cold": m["empty hour cold"]},
                 "backfill": {"hours": day_hours, "one_run": m["backfill one run"],
-                             "single_runs": m["backfill single-hour runs"]},
+                             "single_runs": m["backfill single-hour runs"],
+                             "processes": m["backfill hourly processes"]},
                 "warehouse": {"tables": day_tables(), "hours": day_hours, "all_hours": m["warehouse all hours"],
                               "one_hour": m["warehouse one hour"]},
             }
@@ -754,11 +776,16 @@ class _BenchData:
         return jobs + [
             Job("process start", "startup", self._argv(work, self.empty, keys[:1]), 0),
             Job("empty hour", "kafka_landing", self._argv(work, self.empty, keys[:1]), 0, f"{self.empty} {keys[0]}"),
+            Job("empty hour cold", "kafka_landing_cold", self._argv(work, self.empty, keys[:1], root="landing_cold"),
+                0, f"{self.empty} {keys[0]}, landed again from nothing"),
             Job("backfill one run", "kafka_landing", self._argv(work, day, day_keys), records,
                 f"{day}, {n} hours in one run"),
             Job("backfill single-hour runs", "kafka_landing",
                 self._argv(work, day, day_keys, "--mode", "runs", root="landing_runs"), records,
                 f"{day}, {n} hours in {n} runs"),
+            Job("backfill hourly processes", "hourly_processes",
+                self._argv(work, day, day_keys, root="landing_processes"), records,
+                f"{day}, {n} hours in {n} processes"),
         ]
 
     def warehouse_jobs(self, work: Path) -> list[Job]:
@@ -986,7 +1013,12 @@ def markdown(report: dict) -> str:
         out += _table(["measurement (fresh process each)", "seconds", "peak RSS MB"], [
             ["process start: imports, definitions, instance; no run", s["seconds"], s["peak_rss_mb"]],
             ["empty hour: slices + landing of an hour with no record", e["seconds"], e["peak_rss_mb"]],
-            ["empty hour beyond process start", round(e["seconds"] - s["seconds"], 2), "-"]])
+            ["empty hour beyond process start", round(e["seconds"] - s["seconds"], 2), "-"],
+            *([["empty hour on a cold classic session (KAFKA_LANDING_SPARK=classic)", c["seconds"], c["peak_rss_mb"]],
+               ["cold empty hour beyond process start", round(c["seconds"] - s["seconds"], 2), "-"]]
+              if (c := f.get("empty_hour_cold")) else [])])
+        out += ["", "Peak RSS is the contender's own process tree: on the warm engine the Spark Connect "
+                "server's memory is not in it (the server is shared by every run, as a cluster is)."]
     else:
         out.append("Not measured in this run.")
     out += ["", "### Backfill", ""]
@@ -998,7 +1030,11 @@ def markdown(report: dict) -> str:
              one["peak_rss_mb"]],
             [f"{b['hours']} single-hour runs, one process", many["records"], many["seconds"],
              round(many["records"] / many["seconds"]), many["peak_rss_mb"]],
-            ["one run / single-hour runs", "-", f"{one['seconds'] / many['seconds']:.2f}", "-", "-"]])
+            ["one run / single-hour runs", "-", f"{one['seconds'] / many['seconds']:.2f}", "-", "-"],
+            *([[f"{b['hours']} single-hour runs, a fresh process each (as the schedule launches them)",
+                pr["records"], pr["seconds"], round(pr["records"] / pr["seconds"]), pr["peak_rss_mb"]],
+               ["hourly processes / one run", "-", f"{pr['seconds'] / one['seconds']:.2f}", "-", "-"]]
+              if (pr := b.get("processes")) else [])])
     else:
         out.append("Not measured in this run.")
     out += ["", "### Warehouse load", ""]
