@@ -1,5 +1,5 @@
 """`make bench`: what landing costs at sizes where throughput, not start-up, dominates,
-side by side with the alternatives, and whether the goals of issue 10 are met.
+side by side with the alternatives, and whether the goals of issue 21 (a warm engine) are met.
 
 One run, one broker, the same frozen slices for every contender:
 
@@ -874,53 +874,59 @@ def _goal(key: str, goal: str, target: str, measured: str | None = None, met: bo
 
 GOALS = {
     "vs_python_valve": "Largest small-record case: kafka_landing at least 3x python_valve",
-    "vs_spark_by_hand": "Largest small-record case: kafka_landing at least 1.5x spark_by_hand",
-    "vs_librdkafka_raw": "Largest small-record case: kafka_landing at least 25% of librdkafka_raw",
-    "backfill_one_run": "Backfill of a day in one run: at most 1/5 of the time of one run per hour",
-    "empty_hour": "An empty hour: under 2 s beyond process start",
+    "vs_spark_by_hand": "Largest small-record case: kafka_landing at least 2x spark_by_hand",
+    "pass_vs_librdkafka_raw": ("Largest small-record case: the per-record pass (kafka_landing's seconds less an "
+                               "empty hour's) at least 50% of librdkafka_raw's rate"),
+    "warm_run": "A run on the warm engine (an empty hour): at most 4 s, at most 1 s beyond process start",
+    "hourly_processes": ("The day as the schedule launches it, a fresh process per hour: at most 2x the day in "
+                         "one run"),
     "warehouse_load": "Loading every landed hour of every table of a topic: at most 3x loading one hour",
     "memory_4x": "Peak memory of kafka_landing at 4x data: at most 1.2x of 1x",
+    "many_topics": "20 topics x 4 hours landed and loaded through the daemon: under 5 minutes",
 }
 
 
+def _vs(by: dict, case: str, kl: dict | None, key: str, other: str, factor: float) -> dict:
+    target = f">= {factor}x"
+    if kl is None or other not in by:
+        return _goal(key, GOALS[key], target)
+    o = by[other]
+    ratio = kl["messages_per_s"] / o["messages_per_s"]
+    return _goal(key, GOALS[key], target, f"{case}: kafka_landing {kl['messages_per_s']:,} msg/s ({kl['seconds']} s), "
+                 f"{other} {o['messages_per_s']:,} msg/s ({o['seconds']} s): {ratio:.2f}x", ratio >= factor)
+
+
 def evaluate_goals(report: dict) -> list[dict]:
-    """Each goal of issue 10, met or not, from this run's numbers (two numbers compared);
+    """Each goal of issue 21, met or not, from this run's numbers (two numbers compared);
     `met` is None when the run did not measure it."""
-    goals = []
     rows = report.get("throughput", [])
     case = _largest(rows, "small")
     by = {r["contender"]: r for r in rows if r["case"] == case}
     kl = by.get("kafka_landing")
-    for key, other, factor, how in (("vs_python_valve", "python_valve", 3, "speed"),
-                                    ("vs_spark_by_hand", "spark_by_hand", 1.5, "speed"),
-                                    ("vs_librdkafka_raw", "librdkafka_raw", 0.25, "share")):
-        target = f">= {factor}x" if how == "speed" else f">= {factor:.0%}"
-        if kl is None or other not in by:
-            goals.append(_goal(key, GOALS[key], target))
-            continue
-        o = by[other]
-        ratio = kl["messages_per_s"] / o["messages_per_s"]
-        shown = f"{ratio:.2f}x" if how == "speed" else f"{ratio:.0%}"
-        goals.append(_goal(key, GOALS[key], target,
-                           f"{case}: kafka_landing {kl['messages_per_s']:,} msg/s ({kl['seconds']} s), {other} "
-                           f"{o['messages_per_s']:,} msg/s ({o['seconds']} s): {shown}", ratio >= factor))
-    b = report.get("backfill")
-    if b:
-        one, many = b["one_run"]["seconds"], b["single_runs"]["seconds"]
-        goals.append(_goal("backfill_one_run", GOALS["backfill_one_run"], "<= 0.20",
-                           f"{b['hours']} hours: one run {one} s, {b['hours']} single-hour runs {many} s: "
-                           f"{one / many:.2f}", one <= many / 5))
+    f, b, w = report.get("fixed_cost"), report.get("backfill"), report.get("warehouse")
+    goals = [_vs(by, case, kl, "vs_python_valve", "python_valve", 3), _vs(by, case, kl, "vs_spark_by_hand", "spark_by_hand", 2)]
+    if kl and f and "librdkafka_raw" in by and kl["seconds"] > f["empty_hour"]["seconds"]:
+        pass_rate = kl["records"] / (kl["seconds"] - f["empty_hour"]["seconds"])
+        raw = by["librdkafka_raw"]["messages_per_s"]
+        goals.append(_goal("pass_vs_librdkafka_raw", GOALS["pass_vs_librdkafka_raw"], ">= 50%",
+                           f"{case}: {kl['records']:,} records in {kl['seconds']} s less an empty hour's "
+                           f"{f['empty_hour']['seconds']} s: {pass_rate:,.0f} msg/s; librdkafka_raw {raw:,} msg/s: "
+                           f"{pass_rate / raw:.0%}", pass_rate >= 0.5 * raw))
     else:
-        goals.append(_goal("backfill_one_run", GOALS["backfill_one_run"], "<= 0.20"))
-    f = report.get("fixed_cost")
+        goals.append(_goal("pass_vs_librdkafka_raw", GOALS["pass_vs_librdkafka_raw"], ">= 50%"))
     if f:
-        beyond = f["empty_hour"]["seconds"] - f["process_start"]["seconds"]
-        goals.append(_goal("empty_hour", GOALS["empty_hour"], "< 2 s",
-                           f"empty hour {f['empty_hour']['seconds']} s, process start {f['process_start']['seconds']} s:"
-                           f" {beyond:.2f} s beyond start", beyond < 2))
+        e, s = f["empty_hour"]["seconds"], f["process_start"]["seconds"]
+        goals.append(_goal("warm_run", GOALS["warm_run"], "<= 4 s; <= 1 s beyond start",
+                           f"empty hour {e} s, process start {s} s: {e - s:.2f} s beyond start", e <= 4 and e - s <= 1))
     else:
-        goals.append(_goal("empty_hour", GOALS["empty_hour"], "< 2 s"))
-    w = report.get("warehouse")
+        goals.append(_goal("warm_run", GOALS["warm_run"], "<= 4 s; <= 1 s beyond start"))
+    if b and b.get("processes"):
+        one, procs = b["one_run"]["seconds"], b["processes"]["seconds"]
+        goals.append(_goal("hourly_processes", GOALS["hourly_processes"], "<= 2x",
+                           f"{b['hours']} hours: {b['hours']} processes {procs} s, one run {one} s: {procs / one:.2f}x",
+                           procs <= 2 * one))
+    else:
+        goals.append(_goal("hourly_processes", GOALS["hourly_processes"], "<= 2x"))
     if w:
         a, one = w["all_hours"]["seconds"], w["one_hour"]["seconds"]
         goals.append(_goal("warehouse_load", GOALS["warehouse_load"], "<= 3x",
@@ -935,6 +941,7 @@ def evaluate_goals(report: dict) -> list[dict]:
                            f"{mem['ratio']:.2f}x", mem["high_mb"] <= 1.2 * mem["low_mb"]))
     else:
         goals.append(_goal("memory_4x", GOALS["memory_4x"], "<= 1.2x"))
+    goals.append(_goal("many_topics", GOALS["many_topics"], "< 300 s"))  # not built yet: see the README
     return goals
 
 
@@ -1058,7 +1065,7 @@ def markdown(report: dict) -> str:
                       [[r["contender"], r["low_mb"], r["high_mb"], f"{r['ratio']:.2f}"] for r in report["memory"]])
     else:
         out.append("Not measured in this run (it needs two small-record cases).")
-    out += ["", "### Goals", "", "The goals of issue 10, from this run's numbers.", ""]
+    out += ["", "### Goals", "", "The goals of issue 21 (a warm engine), from this run's numbers.", ""]
     out += _table(["goal", "target", "measured", "verdict"],
                   [[g["goal"], g["target"], g["measured"], _verdict(g["met"])] for g in report["goals"]],
                   right_from=99)
@@ -1069,7 +1076,7 @@ def markdown(report: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="Landing throughput, fixed costs, backfills, warehouse loads and memory, "
-                                             "side by side with the alternatives, and the goals of issue 10.")
+                                             "side by side with the alternatives, and the goals of issue 21.")
     ap.add_argument("--messages", type=int, help=f"messages of each 1x case and of the day (default {MESSAGES:,})")
     ap.add_argument("--hours", type=int, help="hours of each case (default 4)")
     ap.add_argument("--day-hours", type=int, help="hours of the backfilled day (default 24)")

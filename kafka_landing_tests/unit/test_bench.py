@@ -1,4 +1,4 @@
-"""The benchmark's verdicts: each goal of issue 10 met or not from the two numbers it
+"""The benchmark's verdicts: each goal of issue 21 met or not from the two numbers it
 compares, at its boundary too, and a report that shows every section and goal."""
 
 import copy
@@ -18,9 +18,10 @@ def _row(case, messages, contender, seconds, rss):
             "mb_per_s": 1.0, "messages_per_s_per_core": 1, "mb_per_s_per_core": 0.5}
 
 
-def _report(kl=10, valve=40, spark=20, raw=3, kl_rss_1x=1000, kl_rss_4x=1100, one_run=10, single_runs=60,
-            start=4.0, empty=5.5, all_hours=30, one_hour=12):
-    """Every goal met: kafka_landing 4x, 2x, 30%; backfill 1/6; 1.5 s; 2.5x; 1.1x."""
+def _report(kl=10, valve=40, spark=25, raw=4, kl_rss_1x=1000, kl_rss_4x=1100, one_run=10, single_runs=60,
+            processes=15, start=3.0, empty=3.8, all_hours=30, one_hour=12):
+    """Every measured goal met: kafka_landing 4x valve, 2.5x by hand; its pass 1.2M / 6.2 s = 194k msg/s,
+    65% of raw's 300k; an empty hour 3.8 s, 0.8 s beyond start; 24 processes 1.5x one run; 2.5x; 1.1x."""
     rows = []
     for case, messages, secs, rss in (("small 1x", 300_000, (5, 10, 20, 2), (kl_rss_1x, 900, 60, 40)),
                                       ("large 1x", 300_000, (6, 12, 30, 3), (1500, 950, 80, 50)),
@@ -38,7 +39,8 @@ def _report(kl=10, valve=40, spark=20, raw=3, kl_rss_1x=1000, kl_rss_4x=1100, on
         "seconds_total": 900.0,
         "throughput": rows,
         "fixed_cost": {"process_start": _m(start, contender="startup"), "empty_hour": _m(empty)},
-        "backfill": {"hours": 24, "one_run": _m(one_run, 300_000), "single_runs": _m(single_runs, 300_000)},
+        "backfill": {"hours": 24, "one_run": _m(one_run, 300_000), "single_runs": _m(single_runs, 300_000),
+                     "processes": _m(processes, 300_000, contender="hourly_processes")},
         "warehouse": {"tables": ["a", "b", "c"], "hours": 24, "all_hours": _m(all_hours, 300_000, contender="warehouse"),
                       "one_hour": _m(one_hour, 12_500, contender="warehouse")},
     }
@@ -50,28 +52,33 @@ def _verdicts(report) -> dict:
     return {g["key"]: g["met"] for g in evaluate_goals(report)}
 
 
+MEASURED = [g for g in GOALS if g != "many_topics"]  # built by no run yet: never "met"
+
+
 def test_every_goal_met():
-    assert _verdicts(_report()) == dict.fromkeys(GOALS, True)
+    assert _verdicts(_report()) == {**dict.fromkeys(MEASURED, True), "many_topics": None}
 
 
 @pytest.mark.parametrize("change, goal", [
     ({"valve": 29}, "vs_python_valve"),          # valve 41k msg/s, kafka_landing 120k: 2.9x
-    ({"spark": 14}, "vs_spark_by_hand"),          # 1.4x
-    ({"raw": 2}, "vs_librdkafka_raw"),            # 600k msg/s: 20%
-    ({"single_runs": 49}, "backfill_one_run"),    # 10 s of 49 s
-    ({"empty": 6.5}, "empty_hour"),               # 2.5 s beyond a 4 s start
+    ({"spark": 19}, "vs_spark_by_hand"),          # 1.9x
+    ({"raw": 3}, "pass_vs_librdkafka_raw"),       # the pass 194k msg/s, raw 400k: 48%
+    ({"processes": 21}, "hourly_processes"),      # 2.1x the day in one run
+    ({"empty": 4.2, "start": 3.5}, "warm_run"),   # 0.7 s beyond start, but 4.2 s in all
+    ({"empty": 3.9, "start": 2.8}, "warm_run"),   # under 4 s, but 1.1 s beyond start
     ({"all_hours": 37}, "warehouse_load"),        # 37 s against 12 s: 3.08x
     ({"kl_rss_4x": 1300}, "memory_4x"),           # 1.3x
 ])
 def test_one_goal_missed_is_that_goal_alone_not_met(change, goal):
-    assert _verdicts(_report(**change)) == {**dict.fromkeys(GOALS, True), goal: False}
+    assert _verdicts(_report(**change)) == {**dict.fromkeys(MEASURED, True), "many_topics": None, goal: False}
 
 
 @pytest.mark.parametrize("change, goal", [
     ({"valve": 30}, "vs_python_valve"),           # exactly 3x
-    ({"spark": 15}, "vs_spark_by_hand"),          # exactly 1.5x
-    ({"raw": 2.5}, "vs_librdkafka_raw"),          # exactly 25%
-    ({"single_runs": 50}, "backfill_one_run"),    # exactly 1/5
+    ({"spark": 20}, "vs_spark_by_hand"),          # exactly 2x
+    ({"raw": 3, "empty": 4.0, "start": 3.0}, "pass_vs_librdkafka_raw"),  # 1.2M in 10 - 4 s: 200k, exactly half of 400k
+    ({"processes": 20}, "hourly_processes"),      # exactly 2x
+    ({"empty": 4.0, "start": 3.0}, "warm_run"),   # exactly 4 s and exactly 1 s beyond start
     ({"all_hours": 36}, "warehouse_load"),        # exactly 3x
     ({"kl_rss_4x": 1200}, "memory_4x"),           # exactly 1.2x
 ])
@@ -79,16 +86,13 @@ def test_a_goal_reached_exactly_is_met(change, goal):
     assert _verdicts(_report(**change))[goal] is True
 
 
-def test_an_empty_hour_of_exactly_two_seconds_beyond_start_is_not_under_two():
-    assert _verdicts(_report(start=4.0, empty=6.0))["empty_hour"] is False
-
-
 def test_each_verdict_shows_the_two_numbers_it_compares():
-    measured = {g["key"]: g["measured"] for g in evaluate_goals(_report(valve=29, single_runs=49, empty=6.5))}
+    measured = {g["key"]: g["measured"] for g in evaluate_goals(_report(valve=29, processes=21, empty=4.5))}
     assert "kafka_landing 120,000 msg/s" in measured["vs_python_valve"] and "python_valve 41,379 msg/s" in measured["vs_python_valve"]
-    assert "one run 10 s" in measured["backfill_one_run"] and "24 single-hour runs 49 s" in measured["backfill_one_run"]
-    assert "empty hour 6.5 s" in measured["empty_hour"] and "process start 4.0 s" in measured["empty_hour"]
-    assert "2.50 s beyond start" in measured["empty_hour"]
+    assert "24 processes 21 s" in measured["hourly_processes"] and "one run 10 s" in measured["hourly_processes"]
+    assert "empty hour 4.5 s" in measured["warm_run"] and "process start 3.0 s" in measured["warm_run"]
+    assert "1.50 s beyond start" in measured["warm_run"]
+    assert "less an empty hour's 4.5 s" in measured["pass_vs_librdkafka_raw"]
 
 
 def test_the_largest_small_record_case_is_the_one_judged():
@@ -107,11 +111,11 @@ def test_what_a_run_did_not_measure_is_not_measured_rather_than_met():
     report["throughput"] = [r for r in report["throughput"] if r["case"] == "small 1x"]
     report["memory"] = memory_rows(report["throughput"])
     verdicts = _verdicts(report)
-    assert {k for k, v in verdicts.items() if v is None} == {"backfill_one_run", "empty_hour", "warehouse_load",
-                                                               "memory_4x"}
+    assert {k for k, v in verdicts.items() if v is None} == {"pass_vs_librdkafka_raw", "warm_run", "hourly_processes",
+                                                               "warehouse_load", "memory_4x", "many_topics"}
     report["goals"] = evaluate_goals(report)
     md = markdown(report)
-    assert md.count("not measured in this run") == 4 and md.count("| not measured |") == 4
+    assert md.count("not measured in this run") == 6 and md.count("| not measured |") == 6
 
 
 def test_memory_compares_the_smallest_and_the_largest_small_record_case_for_every_contender():
