@@ -11,6 +11,7 @@ import importlib.util
 import os
 import re
 import socket
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -147,6 +148,11 @@ def _reachable(remote: str, timeout: float) -> None:
             "Spark inside the run instead") from None
 
 
+# What pyspark sets in a process once it opened a Connect session: from then on its functions
+# build Connect columns, and a classic session cannot start in that process.
+CONNECT_MARK = "SPARK_CONNECT_MODE_ENABLED"
+
+
 def open_session(remote: str | None, config: dict, connect_timeout: float = 10.0):
     """The run's Spark session. With `remote` (sc://host:port), a session on a long-lived Spark
     Connect server: no JVM to start, the connectors already loaded and warm; only the session
@@ -155,6 +161,8 @@ def open_session(remote: str | None, config: dict, connect_timeout: float = 10.0
     from pyspark.sql import SparkSession
 
     if not remote:
+        if "pyspark.sql.connect.session" not in sys.modules:  # this process never was on Connect:
+            os.environ.pop(CONNECT_MARK, None)  # a mark it inherited from a parent says nothing of it
         if os.environ.get("SPARK_REMOTE"):
             raise SparkUnavailable("a classic Spark session was asked for, but SPARK_REMOTE is set and would make "
                                    "pyspark connect to it: unset SPARK_REMOTE, or unset KAFKA_LANDING_SPARK",

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from kafka_landing.spark_setup import CONNECT_MARK
+
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 4
 MESSAGES = 300_000  # the 1x cases; the 4x case is four times as many (1.2M)
@@ -752,7 +754,9 @@ class _BenchData:
         # The bench topics' history starts at their earliest hour (the day's first).
         defaults = {"grace_minutes": 0, "first_hour": min([*self.keys, *self.day_keys])}
         cfg_path.write_text(yaml.safe_dump({"defaults": defaults, "topics": self.topics_cfg}))
-        return {**os.environ, "KAFKA_LANDING_TOPICS_CONFIG": str(cfg_path), "PYTHONPATH": str(ROOT),
+        # Each contender chooses its own Spark: none inherits a parent's Connect mark.
+        inherited = {k: v for k, v in os.environ.items() if k != CONNECT_MARK}
+        return {**inherited, "KAFKA_LANDING_TOPICS_CONFIG": str(cfg_path), "PYTHONPATH": str(ROOT),
                 "PYTHONWARNINGS": "ignore"}
 
     @staticmethod

@@ -4,7 +4,8 @@ exactly or fails with a clear error, and a re-run lands it exactly.
 This test restarts the shared local broker (its data survives a restart) and
 always leaves it running, even when it fails. The hour is big (about 50 MB) so
 that the read is still going when the broker goes away; the moment is taken
-from the run's Spark JVM opening its first connection to the broker.
+from the run's Spark engine opening a new connection to the broker: the stack's warm
+Spark Connect server (the default engine), or a JVM the run started (a classic session).
 """
 
 from __future__ import annotations
@@ -96,24 +97,35 @@ def _connected_sockets(port: int) -> set[str]:
     return out
 
 
-def jvm_connected(root_pid: int, port: int) -> bool:
-    """Whether a Java process started by the run holds a connection to the broker."""
-    conns = _connected_sockets(port)
-    children, todo = _children(), [root_pid]
+def _sockets(pid: int) -> set[str]:
+    try:
+        links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    except OSError:
+        return set()
+    return {link[8:-1] for link in links if link.startswith("socket:[")}
+
+
+def _engine_jvms(root_pid: int) -> list[int]:
+    """The Java processes that can read for the run: the ones it started, and the stack's Spark
+    Connect server."""
+    found, children, todo = [], _children(), [root_pid]
     while todo:
-        pid = todo.pop()
-        for child in children.get(pid, []):
+        for child in children.get(todo.pop(), []):
             todo.append(child)
             try:
                 with open(f"/proc/{child}/comm") as f:
-                    if f.read().strip() != "java":
-                        continue
-                links = {os.readlink(f"/proc/{child}/fd/{fd}") for fd in os.listdir(f"/proc/{child}/fd")}
+                    if f.read().strip() == "java":
+                        found.append(child)
             except OSError:
                 continue
-            if {link[8:-1] for link in links if link.startswith("socket:[")} & conns:
-                return True
-    return False
+    server = devstack._pid_alive(devstack.STACK_DIR / "spark" / "pid")
+    return found + ([server] if server else [])
+
+
+def engine_broker_sockets(root_pid: int, port: int) -> set[str]:
+    """The connections to the broker that the run's Spark engines hold now."""
+    conns = _connected_sockets(port)
+    return {s for pid in _engine_jvms(root_pid) for s in _sockets(pid) & conns}
 
 
 def test_broker_restarted_mid_read(bootstrap, registry_url, tmp_path):
@@ -124,9 +136,12 @@ def test_broker_restarted_mid_read(bootstrap, registry_url, tmp_path):
     select = dep.landing_assets(data.topic)
     landing_step = step_key(f"avro_landing/{asset_safe(data.topic)}")
     try:
+        before = engine_broker_sockets(os.getpid(), devstack.PORTS.kafka)  # the warm server's, from earlier reads
         started = start(dep, select, data.hour, in_process=True, name="restarted")
         try:
-            while started.proc.poll() is None and not jvm_connected(started.proc.pid, devstack.PORTS.kafka):
+            # Each Spark read opens consumers of its own: a new connection is this run's read.
+            while started.proc.poll() is None and not (
+                    engine_broker_sockets(started.proc.pid, devstack.PORTS.kafka) - before):
                 time.sleep(0.05)
             assert started.proc.poll() is None, "the run ended before Spark connected to the broker"
             assert devstack._stop(broker_pid), "the broker was not running"

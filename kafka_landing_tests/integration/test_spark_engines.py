@@ -19,7 +19,7 @@ from confluent_kafka.schema_registry import Schema
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import ONE_HOUR, asset_safe, floor_hour, hour_key, to_millis
-from kafka_landing.spark_setup import default_parallelism, is_connect, pieces_of_a_range
+from kafka_landing.spark_setup import CONNECT_MARK, default_parallelism, is_connect, pieces_of_a_range
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.helpers import content_key
 
@@ -31,11 +31,14 @@ def test_the_connect_engine_knows_how_many_pieces_a_read_is_cut_into(spark):
     assert default_parallelism(spark) == pieces_of_a_range(spark) >= 1
 
 
-def test_a_classic_session_of_its_own_process_knows_it_too():
+def test_a_classic_session_of_its_own_process_knows_it_too(spark):
     script = ("from kafka_landing.spark_setup import *\n"
               "s = open_session(None, spark_config())\n"
               "print(is_connect(s), default_parallelism(s), pieces_of_a_range(s))\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    # This process is on Connect, and pyspark marked it so: the child inherits the mark, and
+    # must still start a classic session of its own.
+    assert os.environ.get(CONNECT_MARK)
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     connect, configured, pieces = out.stdout.split()[-3:]
@@ -46,8 +49,8 @@ def _materialize(topic: str, hour: str, root: Path, tmp: Path, engine: str) -> s
     home = tmp / f"dagster_home_{engine}"
     home.mkdir(exist_ok=True)
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    # A process of its own inherits nothing of this one's engine: pyspark's mark of a Connect process is dropped.
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    # The run's process inherits this one's environment, pyspark's mark of a Connect process included.
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
     env.update(DAGSTER_HOME=str(home), KAFKA_LANDING_ROOT=str(root), KAFKA_LANDING_SPARK=engine)
     select = f"kafka_slices/{asset_safe(topic)},avro_landing/{asset_safe(topic)}"
     return subprocess.run([Path(sys.executable).parent / "dagster", "asset", "materialize", "-m", "kafka_landing.definitions",
@@ -72,7 +75,7 @@ def _body(record: dict) -> bytes:
 
 
 def test_an_hour_lands_the_same_on_the_warm_engine_and_on_a_classic_session(
-        code_location, make_topic, send, registry, tmp_path):
+        code_location, make_topic, send, registry, spark, tmp_path):
     topic = make_topic(partitions=2)
     sid = registry.client().register_schema(f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO"))
     h = floor_hour(utcnow()) - ONE_HOUR * 3
