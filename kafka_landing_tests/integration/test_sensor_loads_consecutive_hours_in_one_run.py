@@ -222,10 +222,11 @@ print(json.dumps({"success": result.success,
 
 
 def run_as_a_run_worker(req, home: Path, event_logs: Path) -> dict:
-    """Run a load request in a new Python process, as a run worker would, with Spark's event
-    log on: every Spark application (session) the run starts leaves one log in `event_logs`."""
+    """Run a load request in a new Python process, as a run worker would, on a classic Spark
+    (where starting one is what costs) with its event log on: every Spark application (session)
+    the run starts leaves one log in `event_logs`."""
     event_logs.mkdir(exist_ok=True)
-    env = {**os.environ, "SPARK_DRIVER_MEMORY": "1g",
+    env = {**os.environ, "SPARK_DRIVER_MEMORY": "1g", "KAFKA_LANDING_SPARK": "classic",
            "PYSPARK_SUBMIT_ARGS": f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{event_logs} "
                                   "pyspark-shell"}
     arg = json.dumps({"run_key": req.run_key, "partition_key": req.partition_key, "tags": dict(req.tags),
