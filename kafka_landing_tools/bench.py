@@ -687,8 +687,7 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
         }
         if whole:
             report |= {
-                "fixed_cost": {"process_start": m["process start"], "empty_hour": m["empty hour"],
-                               "empty_hour_cold": m["empty hour cold"]},
+                "fixed_cost": {"process_start": m["process start"], "empty_hour": m["empty hour"]},
                 "backfill": {"hours": day_hours, "one_run": m["backfill one run"],
                              "single_runs": m["backfill single-hour runs"],
                              "processes": m["backfill hourly processes"]},
@@ -780,8 +779,6 @@ class _BenchData:
         return jobs + [
             Job("process start", "startup", self._argv(work, self.empty, keys[:1]), 0),
             Job("empty hour", "kafka_landing", self._argv(work, self.empty, keys[:1]), 0, f"{self.empty} {keys[0]}"),
-            Job("empty hour cold", "kafka_landing_cold", self._argv(work, self.empty, keys[:1], root="landing_cold"),
-                0, f"{self.empty} {keys[0]}, landed again from nothing"),
             Job("backfill one run", "kafka_landing", self._argv(work, day, day_keys), records,
                 f"{day}, {n} hours in one run"),
             Job("backfill single-hour runs", "kafka_landing",
@@ -885,7 +882,7 @@ GOALS = {
     "hourly_processes": ("The day as the schedule launches it, a fresh process per hour: at most 2x the day in "
                          "one run"),
     "warehouse_load": "Loading every landed hour of every table of a topic: at most 3x loading one hour",
-    "memory_4x": "Peak memory of kafka_landing at 4x data: at most 1.2x of 1x",
+    "memory_4x": "Peak memory of a kafka_landing run at 4x data (its own Spark included): at most 1.2x of 1x",
     "many_topics": "20 topics x 4 hours landed and loaded through the daemon: under 5 minutes",
 }
 
@@ -938,10 +935,14 @@ def evaluate_goals(report: dict) -> list[dict]:
                            a <= 3 * one))
     else:
         goals.append(_goal("warehouse_load", GOALS["warehouse_load"], "<= 3x"))
-    mem = {r["contender"]: r for r in report.get("memory", [])}.get("kafka_landing")
+    # On the warm engine the run's Spark lives in the shared server, outside the run's process tree:
+    # the classic run, whose tree holds its JVM, is the one whose memory says something.
+    memory = {r["contender"]: r for r in report.get("memory", [])}
+    name = "kafka_landing_cold" if "kafka_landing_cold" in memory else "kafka_landing"
+    mem = memory.get(name)
     if mem:
         goals.append(_goal("memory_4x", GOALS["memory_4x"], "<= 1.2x",
-                           f"{mem['high_case']} {mem['high_mb']:,} MB, {mem['low_case']} {mem['low_mb']:,} MB: "
+                           f"{name}: {mem['high_case']} {mem['high_mb']:,} MB, {mem['low_case']} {mem['low_mb']:,} MB: "
                            f"{mem['ratio']:.2f}x", mem["high_mb"] <= 1.2 * mem["low_mb"]))
     else:
         goals.append(_goal("memory_4x", GOALS["memory_4x"], "<= 1.2x"))
@@ -1024,12 +1025,11 @@ def markdown(report: dict) -> str:
         out += _table(["measurement (fresh process each)", "seconds", "peak RSS MB"], [
             ["process start: imports, definitions, instance; no run", s["seconds"], s["peak_rss_mb"]],
             ["empty hour: slices + landing of an hour with no record", e["seconds"], e["peak_rss_mb"]],
-            ["empty hour beyond process start", round(e["seconds"] - s["seconds"], 2), "-"],
-            *([["empty hour on a cold classic session (KAFKA_LANDING_SPARK=classic)", c["seconds"], c["peak_rss_mb"]],
-               ["cold empty hour beyond process start", round(c["seconds"] - s["seconds"], 2), "-"]]
-              if (c := f.get("empty_hour_cold")) else [])])
-        out += ["", "Peak RSS is the contender's own process tree: on the warm engine the Spark Connect "
-                "server's memory is not in it (the server is shared by every run, as a cluster is)."]
+            ["empty hour beyond process start", round(e["seconds"] - s["seconds"], 2), "-"]])
+        out += ["", "An hour with no record opens no Spark session, on either engine: the warm engine's "
+                "saving shows in the throughput table (kafka_landing against kafka_landing_cold). Peak RSS is "
+                "the contender's own process tree: the warm Spark Connect server's memory is not in it (the "
+                "server is shared by every run, as a cluster is)."]
     else:
         out.append("Not measured in this run.")
     out += ["", "### Backfill", ""]

@@ -22,7 +22,6 @@ def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp
     assert {(r["case"], r["contender"], r["records"]) for r in report["throughput"]} == {
         ("small 1x", c, 200) for c in CONTENDERS}
     assert report["fixed_cost"]["empty_hour"]["records"] == 0
-    assert report["fixed_cost"]["empty_hour_cold"]["records"] == 0
     backfill = report["backfill"]
     assert backfill["one_run"]["records"] == backfill["single_runs"]["records"] == backfill["processes"]["records"] == 200
     warehouse = report["warehouse"]

@@ -142,3 +142,12 @@ def test_a_run_with_measurements_at_once_says_its_timings_mean_nothing():
     report["parameters"]["workers"] = 2
     report["goals"] = evaluate_goals(report)
     assert "timings mean nothing" in markdown(report)
+
+
+def test_memory_is_judged_on_the_classic_run_whose_process_tree_holds_its_spark():
+    report = _report()  # the warm kafka_landing grows 1.1x: met
+    report["throughput"] += [_row("small 1x", 300_000, "kafka_landing_cold", 20, 1000),
+                             _row("small 4x", 1_200_000, "kafka_landing_cold", 40, 2000)]
+    report["memory"] = memory_rows(report["throughput"])
+    memory = {g["key"]: g for g in evaluate_goals(report)}["memory_4x"]
+    assert memory["met"] is False and memory["measured"].startswith("kafka_landing_cold: ")
