@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from kafka_landing.defaults import JVM_DIR
-from kafka_landing.errors import ServiceUnavailable
+from kafka_landing.errors import KafkaLandingError, ServiceUnavailable
 
 _VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.]*\.jar$")
 
@@ -164,9 +164,8 @@ def open_session(remote: str | None, config: dict, connect_timeout: float = 10.0
         if "pyspark.sql.connect.session" not in sys.modules:  # this process never was on Connect:
             os.environ.pop(CONNECT_MARK, None)  # a mark it inherited from a parent says nothing of it
         if os.environ.get("SPARK_REMOTE"):
-            raise SparkUnavailable("a classic Spark session was asked for, but SPARK_REMOTE is set and would make "
-                                   "pyspark connect to it: unset SPARK_REMOTE, or unset KAFKA_LANDING_SPARK",
-                                   transient=False)
+            raise SparkConfigError("a classic Spark session was asked for (KAFKA_LANDING_SPARK=classic), but "
+                                   "SPARK_REMOTE is set and would make pyspark connect to it: unset one of the two")
         builder = SparkSession.builder
         for key, value in config.items():
             builder = builder.config(key, value)
@@ -205,3 +204,7 @@ def pieces_of_a_range(spark) -> int:
 
 class SparkUnavailable(ServiceUnavailable):
     """No Spark engine to run on: a Connect server that does not answer."""
+
+
+class SparkConfigError(KafkaLandingError, ValueError):
+    """Settings that ask for two engines at once: terminal until they change."""

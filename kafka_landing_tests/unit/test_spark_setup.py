@@ -10,6 +10,7 @@ import pytest
 
 from kafka_landing.errors import is_transient
 from kafka_landing.spark_setup import (
+    SparkConfigError,
     SparkUnavailable,
     is_session_setting,
     open_session,
@@ -41,7 +42,7 @@ def test_a_connect_server_that_does_not_answer_fails_fast_as_transient_naming_it
 
 def test_a_classic_session_refuses_a_set_spark_remote_that_pyspark_would_follow(monkeypatch):
     monkeypatch.setenv("SPARK_REMOTE", "sc://elsewhere:15002")
-    with pytest.raises(SparkUnavailable, match="unset SPARK_REMOTE") as err:
+    with pytest.raises(SparkConfigError, match="SPARK_REMOTE is set .* unset one of the two") as err:
         open_session(None, spark_config())
     assert not is_transient(err.value)  # a configuration to change, not a service to wait for
 
