@@ -18,9 +18,17 @@ from kafka_landing.kafka_slices.plan import HourTask, read_segments
 from kafka_landing.spark_setup import default_parallelism
 
 
+# Bigger polls and fetches than the Kafka client's defaults (500 records, 1 MB per partition): each
+# Spark task reads one partition's range start to end, so fewer, larger round trips. Reading 1.2M
+# small records on the warm engine: 2.8 s with the defaults, 2.0 s with these. The Kafka resource's
+# own options come after, and win.
+READ_OPTIONS = {"kafka.max.poll.records": "20000", "kafka.max.partition.fetch.bytes": str(8 << 20)}
+
+
 def _read_one(spark: SparkSession, kafka_options: dict, topic: str, ranges: dict[int, tuple[int, int]]) -> DataFrame:
     return (
         spark.read.format("kafka")
+        .options(**READ_OPTIONS)
         .options(**kafka_options)
         .option("assign", json.dumps({topic: sorted(ranges)}))
         .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in ranges.items()}}))
