@@ -5,9 +5,22 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 export DAGSTER_HOME := $(CURDIR)/.local/dagster_home
 
-.PHONY: setup jvm stack-up stack-down stack-status demo demo-reset test bench bench-quick clean
+# KAFKA_LANDING_INSTANCE=postgres: the Dagster instance of deploy/dagster.postgres.yaml on the
+# stack's PostgreSQL (started by stack-up); your own DAGSTER_PG_* settings win.
+ifeq ($(KAFKA_LANDING_INSTANCE),postgres)
+INSTANCE_YAML := deploy/dagster.postgres.yaml
+export DAGSTER_PG_HOST ?= 127.0.0.1
+export DAGSTER_PG_PORT ?= $(or $(KAFKA_LANDING_STACK_POSTGRES_PORT),18432)
+export DAGSTER_PG_USERNAME ?= dagster
+export DAGSTER_PG_PASSWORD ?= dagster
+export DAGSTER_PG_DB ?= dagster
+else
+INSTANCE_YAML := dagster.yaml
+endif
 
-setup: .venv/.installed .jvm/.fetched $(DAGSTER_HOME)/dagster.yaml
+.PHONY: setup instance jvm stack-up stack-down stack-status demo demo-reset test bench bench-quick clean
+
+setup: .venv/.installed .jvm/.fetched instance
 
 .venv/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -26,9 +39,10 @@ jvm: .jvm/.fetched
 	cd jvm && mvn -q -B -Pregistry package -Djvm.dir=$(CURDIR)/.jvm
 	touch $@
 
-$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+# The instance's config, copied every time: switching KAFKA_LANDING_INSTANCE switches it.
+instance:
 	mkdir -p $(DAGSTER_HOME)
-	cp dagster.yaml $@
+	cp $(INSTANCE_YAML) $(DAGSTER_HOME)/dagster.yaml
 
 stack-up: setup
 	$(PY) -m kafka_landing_tools.devstack up

