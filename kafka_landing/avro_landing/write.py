@@ -6,12 +6,18 @@ here is visible: only `publish` makes files part of an hour.
 A file's rows and first and last offsets (its name) come from the written file itself (block
 headers, first and last block), not from a second Spark job over the records. Records are
 written in offset order, and a frozen task is never split across Spark tasks (read_hours), so
-a file's name and content are the same whichever hours were landed together."""
+a file's name and content are the same whichever hours were landed together.
+
+No sort before the write, so memory does not grow with the hour: a Spark task reads its offsets
+in order and holds at most `plan.TASKS_PER_READ` frozen tasks, so Spark's concurrent writers (one
+open file per frozen task and table) receive each file's records in offset order as they come.
+Only event hours, whose number per task has no bound, still go through a sort."""
 
 from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
@@ -21,6 +27,7 @@ from kafka_landing.avro_files import AvroFileError
 from kafka_landing.avro_landing import avro_schemas
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import KafkaLandingError, LandingError
+from kafka_landing.kafka_slices.plan import TASKS_PER_READ
 from kafka_landing.manifests import LandedFile
 from kafka_landing.naming import (
     dead_letter_dir,
@@ -76,6 +83,30 @@ def _written(store: LandingStore, src: str, field: str = "_kafka_offset") -> tup
     return rows, first, last
 
 
+@contextmanager
+def _session_settings(spark, settings: dict[str, str]):
+    """Spark SQL settings for one write, then back as they were (the session is the run's)."""
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def unsorted_write_settings(tables: int) -> dict[str, str]:
+    """Spark writes partitioned output through concurrent writers instead of sorting it first:
+    planned writes would add the sort to the plan, and enough writers for every (frozen task,
+    table) of a Spark task mean the writer never falls back to sorting."""
+    return {"spark.sql.optimizer.plannedWrite.enabled": "false",
+            "spark.sql.maxConcurrentOutputFileWriters": str(TASKS_PER_READ * tables)}
+
+
 def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: dict,
                store: LandingStore, staging: str) -> list[Staged]:
     """The records of classify() with no reason, as Avro files per (hour, task, table,
@@ -90,12 +121,15 @@ def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: 
         *([F.col("_kl_ehour")] if split else []),
     )
     out = f"{staging}/schema_id={schema_id}"
-    # Sorted here, by the writer's own keys and then the offset: the writer needs no sort of its
-    # own, and a file's records are in log order.
+    if split:  # sorted by the writer's own keys, then the offset: a file's records in log order
+        ordered, settings = good.sortWithinPartitions(*keys, "_kafka_offset"), {}
+    else:  # already in log order per Spark task (see the module's docstring)
+        ordered, settings = good, unsorted_write_settings(len(cfg.tables))
     try:
-        (good.sortWithinPartitions(*keys, "_kafka_offset").write.partitionBy(*keys).format("avro")
-         .option("avroSchema", json.dumps(avro_schemas.landing_schema(writer)))
-         .mode("error").save(store.location(out)))
+        with _session_settings(good.sparkSession, settings):
+            (ordered.write.partitionBy(*keys).format("avro")
+             .option("avroSchema", json.dumps(avro_schemas.landing_schema(writer)))
+             .mode("error").save(store.location(out)))
     except Exception as exc:  # noqa: BLE001 - only the one known case is turned into NothingWritten
         if "_temporary" in str(exc) and not store.walk(out, ".avro"):
             raise NothingWritten(f"no record of schema id {schema_id} to write under {store.location(out)}") from None

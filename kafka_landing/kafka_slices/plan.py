@@ -194,13 +194,21 @@ def hour_tasks(plans: Iterable[SlicePlan]) -> list[HourTask]:
     return sorted(tasks, key=lambda t: (t.partition, t.start))
 
 
-def read_segments(tasks: Iterable[HourTask], parallelism: int) -> list[dict[int, tuple[int, int]]]:
+#: At most this many frozen tasks are read by one Spark task: each is a landing file of its own per
+#: table, and a Spark task keeps the files of its frozen tasks open until it ends (the writer then
+#: needs no sort; see `write.write_good`).
+TASKS_PER_READ = 8
+
+
+def read_segments(tasks: Iterable[HourTask], parallelism: int,
+                  tasks_per_read: int = TASKS_PER_READ) -> list[dict[int, tuple[int, int]]]:
     """How to read the tasks of a run of hours from Kafka: a list of reads, each at most one
     contiguous offset range [start, end) per partition. Ranges are cut only between frozen tasks,
     so no task is ever split across two Spark tasks and a landing file's content does not depend
     on which hours were read together. Contiguous tasks are merged up to about 1/parallelism of
-    the records (fewer, bigger reads), and non-contiguous ones (a gap between hours that were not
-    chained) never share a range, so offsets outside the hours are never read."""
+    the records and at most `tasks_per_read` tasks (fewer, bigger reads, a bounded number of open
+    files), and non-contiguous ones (a gap between hours that were not chained) never share a
+    range, so offsets outside the hours are never read."""
     by_partition: dict[int, list[HourTask]] = {}
     for t in tasks:
         by_partition.setdefault(t.partition, []).append(t)
@@ -209,14 +217,17 @@ def read_segments(tasks: Iterable[HourTask], parallelism: int) -> list[dict[int,
     pieces: dict[int, list[tuple[int, int]]] = {}
     for p, ts in sorted(by_partition.items()):
         out = pieces.setdefault(p, [])
+        merged = 0  # tasks in out[-1]
         for t in sorted(ts, key=lambda t: t.start):
-            if out and out[-1][1] == t.start and out[-1][1] - out[-1][0] < target:
+            if out and out[-1][1] == t.start and out[-1][1] - out[-1][0] < target and merged < tasks_per_read:
                 out[-1] = (out[-1][0], t.end)
+                merged += 1
             else:
                 if out and out[-1][1] > t.start:
                     raise PlanningError(f"partition {p}: tasks overlap at offset {t.start} (hour {t.hour}); "
                                         "frozen slices of different hours must not share offsets")
                 out.append((t.start, t.end))
+                merged = 1
     reads = max((len(v) for v in pieces.values()), default=0)
     return [{p: v[i] for p, v in sorted(pieces.items()) if i < len(v)} for i in range(reads)]
 

@@ -45,14 +45,36 @@ def test_every_task_is_read_once_whole_and_nothing_else(tasks, parallelism):
             assert (p, s) in cuts and (p, e) in cuts, "a range starts and ends on task boundaries"
 
 
-@given(hours_of_tasks())
-def test_contiguous_tasks_of_a_partition_are_one_read_when_parallelism_is_one(tasks):
-    reads = read_segments(tasks, 1)
-    gaps = {}
-    for p in {t.partition for t in tasks}:
-        mine = sorted((t for t in tasks if t.partition == p), key=lambda t: t.start)
-        gaps[p] = sum(1 for a, b in zip(mine, mine[1:]) if a.end != b.start)
-    assert len(reads) == (max(gaps.values()) + 1 if gaps else 0)
+def _runs(tasks: list[HourTask], partition: int) -> list[int]:
+    """How many tasks each contiguous run of the partition's tasks holds."""
+    runs: list[int] = []
+    last = None
+    for t in sorted((t for t in tasks if t.partition == partition), key=lambda t: t.start):
+        if last is not None and last == t.start:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+        last = t.end
+    return runs
+
+
+@given(hours_of_tasks(), st.integers(1, 10))
+def test_contiguous_tasks_of_a_partition_are_as_few_reads_as_the_task_limit_allows_when_parallelism_is_one(
+        tasks, per_read):
+    reads = read_segments(tasks, 1, tasks_per_read=per_read)
+    needed = {p: sum(-(-n // per_read) for n in _runs(tasks, p)) for p in {t.partition for t in tasks}}
+    assert len(reads) == (max(needed.values()) if needed else 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hours_of_tasks(), st.integers(1, 8), st.integers(1, 10))
+def test_no_read_holds_more_tasks_than_the_limit(tasks, parallelism, per_read):
+    """A Spark task keeps a landing file open per frozen task it read: their number is bounded."""
+    reads = read_segments(tasks, parallelism, tasks_per_read=per_read)
+    held = [sum(1 for t in tasks if t.partition == p and s <= t.start and t.end <= e)
+            for r in reads for p, (s, e) in r.items()]
+    assert sum(held) == len(tasks)
+    assert max(held, default=0) <= per_read
 
 
 def test_parallelism_splits_a_single_partition_between_tasks():
