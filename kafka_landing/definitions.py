@@ -28,7 +28,6 @@ from dagster import (  # noqa: E402 - after the filter above
     schedule,
 )
 from dagster import build_resources as dagster_resources  # noqa: E402
-from dagster_gcp import BigQueryResource
 
 from kafka_landing import defaults, hourly_schedule
 from kafka_landing.avro_landing.assets import build_landing_assets, landing_key
@@ -111,11 +110,11 @@ def build_warehouse() -> WarehouseResource:
     if not project:
         raise ValueError("KAFKA_LANDING_WAREHOUSE=bigquery needs KAFKA_LANDING_BIGQUERY_PROJECT, the project that "
                          "runs the load jobs and holds the datasets")
-    return BigQueryWarehouseResource(bigquery=BigQueryResource(
+    return BigQueryWarehouseResource(
         project=project,
         location=os.environ.get("KAFKA_LANDING_BIGQUERY_LOCATION"),
         gcp_credentials=_secret("KAFKA_LANDING_GCP_CREDENTIALS"),
-    ))
+    )
 
 
 def build_resources() -> dict:

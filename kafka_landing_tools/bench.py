@@ -13,9 +13,10 @@ empty hour, a day of a topic routed into three tables landed in one run and in o
 per hour, and the Parquet warehouse loading every table of that day in one run against
 loading one hour.
 
-Every measurement is a fresh process; its peak memory is the sum of the peak RSS (VmHWM, kept
-by the kernel) of each process of its tree, the JVM included, read once a second: an upper
-bound of the tree's peak that no sampling interval can miss, at a cost of a few /proc reads. Every contender must land exactly the
+Every measurement is a fresh process; its peak memory is, over reads once a second, the largest
+sum of the peak RSS (VmHWM, kept by the kernel) of the processes of its tree alive at the read,
+the JVM included: each process's own peak is never missed between reads, at the cost of a few
+/proc reads. Every contender must land exactly the
 records the frozen slices hold, or the benchmark fails: a fast wrong answer cannot win.
 The report (`bench.md`, `bench.json` under --out) has one table per section and ends
 with the issue's goals, each evaluated from the numbers measured in this run.
@@ -37,7 +38,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -577,12 +578,13 @@ class _Running:
     out: object
     err: object
     t0: float
-    marks: dict = field(default_factory=dict)  # pid -> its peak RSS, as last read
+    peak: int = 0
 
-    @property
-    def peak(self) -> int:
-        """The sum of every process's own peak: at least the tree's peak, and no sample can miss it."""
-        return sum(self.marks.values())
+    def sample(self) -> None:
+        """The sum of the own peaks of the processes alive now: at least the tree's memory now,
+        and no peak between two reads is missed. Processes run one after another (the hourly
+        processes) are not added up."""
+        self.peak = max(self.peak, sum(_high_water_marks(self.proc.pid).values()))
 
 
 def _start(job: Job, env: dict, work: Path) -> _Running:
@@ -623,7 +625,7 @@ def measure(jobs: list[Job], env: dict, work: Path, workers: int = 1, on_done=No
             while pending and len(running) < workers:
                 running.append(_start(pending.pop(0), env, work))
             for r in running:
-                r.marks.update(_high_water_marks(r.proc.pid))
+                r.sample()
             try:  # wakes the moment the oldest one ends, so a lone job's seconds are exact
                 running[0].proc.wait(timeout=SAMPLE_S)
             except subprocess.TimeoutExpired:

@@ -184,3 +184,30 @@ def test_peak_memory_counts_every_descendant_and_a_peak_already_given_back():
         subprocess.run(["pkill", "-KILL", "-P", str(child.pid)])
         child.kill()
         child.wait()
+
+
+TWO_CHILDREN_ONE_AFTER_THE_OTHER = (
+    "import subprocess, sys\n"
+    "code = 'b = bytearray(150 * 2**20); import time; time.sleep(1.5)'\n"
+    "subprocess.run([sys.executable, '-c', code])\n"
+    "subprocess.run([sys.executable, '-c', code])\n"
+)
+
+
+def test_processes_run_one_after_the_other_are_not_added_up():
+    """The hourly processes run one at a time: the peak is one of them, not their sum."""
+    import subprocess
+    import sys
+    import time
+
+    from kafka_landing_tools.bench import Job, _Running
+
+    proc = subprocess.Popen([sys.executable, "-c", TWO_CHILDREN_ONE_AFTER_THE_OTHER])
+    running = _Running(Job("t", "c", []), proc, None, None, time.monotonic())
+    samples = 0
+    while proc.poll() is None:
+        running.sample()
+        samples += 1
+        time.sleep(0.3)
+    assert samples >= 5
+    assert 150 * 2**20 <= running.peak < 2 * 150 * 2**20

@@ -1,0 +1,50 @@
+"""The warehouse resources: choosing BigQuery is configuration, and a Parquet warehouse's runs
+never pay for the BigQuery client."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from dagster import EnvVar
+
+from kafka_landing.definitions import build_warehouse
+from kafka_landing.warehouse.resources import BigQueryWarehouseResource, ParquetWarehouseResource
+
+
+def test_the_code_location_of_a_parquet_warehouse_imports_no_bigquery_client():
+    """dagster-gcp brings the BigQuery client and pandas, about 1.5 s of every run's start."""
+    probe = ("import sys, kafka_landing.definitions as d\n"
+             "d.build_resources()\n"
+             "print(sorted(m for m in ('dagster_gcp', 'google.cloud.bigquery') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "KAFKA_LANDING_FIRST_HOUR": "2026-01-01-00:00"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_bigquery_is_chosen_by_configuration_with_its_key_only_through_an_env_var(monkeypatch):
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "bigquery")
+    monkeypatch.setenv("KAFKA_LANDING_BIGQUERY_PROJECT", "p1")
+    monkeypatch.setenv("KAFKA_LANDING_BIGQUERY_LOCATION", "EU")
+    monkeypatch.setenv("KAFKA_LANDING_GCP_CREDENTIALS", "c2VjcmV0")
+    warehouse = build_warehouse()
+    assert isinstance(warehouse, BigQueryWarehouseResource)
+    assert (warehouse.project, warehouse.location) == ("p1", "EU")
+    assert warehouse.gcp_credentials == EnvVar("KAFKA_LANDING_GCP_CREDENTIALS")
+    assert "c2VjcmV0" not in repr(warehouse)
+
+
+def test_bigquery_without_a_project_is_refused_naming_the_variable(monkeypatch):
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "bigquery")
+    monkeypatch.delenv("KAFKA_LANDING_BIGQUERY_PROJECT", raising=False)
+    with pytest.raises(ValueError, match="KAFKA_LANDING_BIGQUERY_PROJECT"):
+        build_warehouse()
+
+
+def test_parquet_is_the_default(monkeypatch, tmp_path):
+    monkeypatch.delenv("KAFKA_LANDING_WAREHOUSE", raising=False)
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path))
+    warehouse = build_warehouse()
+    assert isinstance(warehouse, ParquetWarehouseResource) and warehouse.root == str(tmp_path)
