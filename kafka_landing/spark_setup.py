@@ -92,6 +92,10 @@ def session_config() -> dict:
         # read as nanoseconds: years 1 and 9999 came back as 1754 and 1816.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
+        # A Spark Connect 4.0 server caches the plans it analyses; a write whose plan holds an
+        # observation of a DataFrame analysed before (`.schema`, `.columns`) then never reports it.
+        # The landing job counts every record by observation, so: no plan cache (classic ignores it).
+        "spark.connect.session.planCache.enabled": "false",
     }
 
 
@@ -127,7 +131,8 @@ def _local_parallelism(master: str) -> dict:
 
 
 def is_session_setting(key: str) -> bool:
-    return key.startswith("spark.sql.")
+    """What a session may set for itself on a shared Connect server."""
+    return key.startswith(("spark.sql.", "spark.connect.session."))
 
 
 def shown_remote(remote: str) -> str:

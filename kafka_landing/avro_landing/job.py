@@ -53,7 +53,6 @@ from kafka_landing.errors import DeadLetterLimitExceeded, LandingError, is_trans
 from kafka_landing.kafka_slices.plan import SlicePlan, hour_tasks
 from kafka_landing.manifests import DeadLetters, DoneFile
 from kafka_landing.naming import STAGING_GLOB, staging_dir, staging_path
-from kafka_landing.spark_setup import is_connect
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 
 
@@ -98,19 +97,23 @@ class _Pass:
     bad_framing: int = 0
     ids_by_hour: dict[int, set[str]] = field(default_factory=dict)  # decodable schema id -> hours holding it
     dead_by_id: dict[int, int] = field(default_factory=dict)  # schema id -> records turned away after decoding
-    records_by_id: dict[int, int] = field(default_factory=dict)  # decodable schema id -> records (counted apart)
+    records_by_id: dict[int, int] = field(default_factory=dict)  # decodable schema id -> records, where counted
+    complete: bool = False  # every record counted (after the first job, or counted apart)
 
 
-def _observed(framed: DataFrame, hours: list[str]) -> tuple[DataFrame, Observation]:
+def _observed(framed: DataFrame, hours: list[str], likely_ids: tuple[int, ...] = ()) -> tuple[DataFrame, Observation]:
     # `hours`: those of the tasks, sorted, as read_hours numbers them in `_kl_hour_ix`
     """`framed`, counting every record once as the first job streams it: per hour, unclaimed by
-    any frozen task (there must be none), bad framing, and which schema ids each hour holds.
+    any frozen task (there must be none), bad framing, which schema ids each hour holds, and the
+    records of each likely id (what its write turned away is those less the rows written).
     Integers only, per record: these run once for every record of the run."""
     obs = Observation(f"read-{uuid.uuid4().hex}")  # a name Spark has not seen: one listener per job
     ix = F.col("_kl_hour_ix")
     return framed.observe(
         obs,
         *[F.count_if(ix == F.lit(n)).alias(f"h{n}") for n in range(len(hours))],
+        *[F.count_if(F.col("_reason").isNull() & (F.col("_schema_id") == F.lit(sid))).alias(f"n{sid}")
+          for sid in likely_ids],
         F.count_if(ix.isNull()).alias("unclaimed"),
         F.count_if(F.col("_reason").isNotNull()).alias("bad_framing"),
         # (schema id, hour) packed in one long; a string because py4j hands an observed array
@@ -123,19 +126,24 @@ def _observed(framed: DataFrame, hours: list[str]) -> tuple[DataFrame, Observati
 _PACK = 1 << 20  # more hours than a run can hold
 
 
-def _take(obs: Observation, hours: list[str], into: _Pass) -> None:
+def _take(obs: Observation, hours: list[str], likely_ids: tuple[int, ...], into: _Pass) -> bool:
+    """The observed counts into `into`; False if they never arrived (Spark Connect)."""
     got = obs.get
+    if not got:
+        return False
     into.read_by_hour.update({h: int(got[f"h{n}"]) for n, h in enumerate(hours)})
     into.unclaimed, into.bad_framing = int(got["unclaimed"]), int(got["bad_framing"])
     for item in filter(None, (got["ids"] or "").split(",")):
         sid, ix = divmod(int(item), _PACK)
         into.ids_by_hour.setdefault(sid, set()).add(hours[ix])
+    into.records_by_id.update({sid: int(got[f"n{sid}"]) for sid in likely_ids})
+    return True
 
 
 def _count_apart(framed: DataFrame, hours: list[str], into: _Pass) -> None:
-    """What `_observed` counts, plus the records of each schema id, as a query of its own: on
-    Spark Connect a write does not always report its observations (Spark 4.0 reports at most the
-    outermost), a query's result always arrives."""
+    """What `_observed` counts, plus the records of each schema id, as a query of its own, for
+    when the first job's observation never arrived (as on a Spark Connect 4.0 server caching
+    plans; `spark_setup.session_config` turns that cache off): a query's result always arrives."""
     ix = F.col("_kl_hour_ix")
     bad = F.col("_reason").isNotNull()
     for r in framed.groupBy(ix.alias("ix"), bad.alias("bad"), F.when(~bad, F.col("_schema_id")).alias("sid")).count() \
@@ -192,7 +200,7 @@ class LandingRun:
     by_reason: dict[str, dict[str, int]] = field(default_factory=dict)  # hour -> dead-letter reason -> rows
     _decoded: dict[tuple[int, int], DataFrame] = field(default_factory=dict)  # (frame, schema id) -> classified
     _told: set[int] = field(default_factory=set)  # schema ids whose routing warnings are in `warnings`
-    count_apart: bool = False  # counts in a query of their own, not observed on the writes (Spark Connect)
+    _rows_of: dict[int, int] = field(default_factory=dict)  # schema id -> rows written, its dead count not reported
 
     @property
     def hours(self) -> list[str]:
@@ -212,7 +220,6 @@ class LandingRun:
             tasks = hour_tasks(self.plans)
             if tasks:
                 spark = spark_factory()
-                self.count_apart = is_connect(spark)
                 framed = self.read(spark, kafka_options, tasks)
                 self.decode_and_write(framed, sorted({t.hour for t in tasks}), likely_ids)
                 self.write_dead_letters(framed)
@@ -243,13 +250,10 @@ class LandingRun:
         return self._decoded[key]
 
     def decode_and_write(self, framed: DataFrame, task_hours: list[str], likely_ids: tuple[int, ...]) -> None:
-        """First count what every hour holds: while the first job writes the likely schema id's
-        records (classic Spark), or in a query of its own (Spark Connect). Then each other id the
-        records hold is settled (decodable, or dead letters, or its hours fail) before any is written."""
-        if self.count_apart:  # one more pass over the records, on a warm engine
-            _count_apart(framed, task_hours, self.seen)
-        else:
-            self.count_while_writing_likely(framed, task_hours, likely_ids)
+        """First count what every hour holds while the first job writes the likely schema id's
+        records. Then each other id the records hold is settled (decodable, or dead letters, or its
+        hours fail) before any is written."""
+        self.count_while_writing_likely(framed, task_hours, likely_ids)
         if self.seen.unclaimed:
             raise LandingError(f"{_hours_label(self.cfg.topic, self.hours)}: {self.seen.unclaimed} records read from "
                                "Kafka belong to no frozen task of these hours; nothing was published")
@@ -264,15 +268,23 @@ class LandingRun:
         self.writers = {s: w for s, w in self.writers.items() if s in self.seen.ids_by_hour}
 
     def count_while_writing_likely(self, framed: DataFrame, task_hours: list[str], likely_ids: tuple[int, ...]) -> None:
-        """The first job writes the likely schema id's records, observed: the counts ride along."""
-        counted, obs = _observed(framed, task_hours)
+        """The first job writes the likely schema id's records, observed: the counts ride along.
+        Counts that never arrive are counted again, in a query of their own."""
+        counted, obs = _observed(framed, task_hours, likely_ids)
         guess = self.write_likely(counted, likely_ids)
         if guess != "written":  # no usable guess: one job that only counts
             if guess == "wrong":  # that job ran and failed: its counts never arrive
-                counted, obs = _observed(framed, task_hours)
+                counted, obs = _observed(framed, task_hours, likely_ids)
             self.log(f"{self.cfg.topic}: no likely schema id in the records; counting the schema ids first")
             counted.write.format("noop").mode("overwrite").save()  # runs the plan in the JVM, writes nothing
-        _take(obs, task_hours, self.seen)
+        if not _take(obs, task_hours, likely_ids, self.seen):
+            self.log(f"{self.cfg.topic}: Spark did not report the counts of the first job; counting apart")
+            self.seen.read_by_hour = {h: 0 for h in self.hours}
+            _count_apart(framed, task_hours, self.seen)
+        self.seen.complete = True
+        for sid, rows in self._rows_of.items():  # the first write's, whose own count was not reported
+            self._dead_unreported(sid, rows)
+        self._rows_of.clear()
 
     def write_likely(self, counted: DataFrame, likely_ids: tuple[int, ...]) -> str:
         """Write the records of the first likely schema id that decodes, in the counting job:
@@ -296,6 +308,7 @@ class LandingRun:
                 self.write(classified, sid, writers[sid])
             except NothingWritten:
                 self.seen.dead_by_id.pop(sid, None)
+                self._rows_of.pop(sid, None)
                 return "wrong"
             self.writers[sid] = writers[sid]
             return "written"
@@ -323,12 +336,13 @@ class LandingRun:
     # --- write -------------------------------------------------------------------------------
 
     def write(self, classified: DataFrame, sid: int, writer: dict) -> None:
-        """write_good, counting the records it turns away. NothingWritten (no record on a bucket,
-        where the job then fails and its counts never arrive) is raised after noting that every
-        record of the id, if it has any, is a dead letter."""
-        obs = None if self.count_apart else Observation(f"dead-{sid}-{uuid.uuid4().hex}")
-        counted = classified if obs is None else classified.observe(
-            obs, F.count_if(F.col("_reason").isNotNull()).alias("dead"))
+        """write_good, counting the records it turns away as it writes. A count that never
+        arrives is the id's records less the rows written, or "some, perhaps" (the dead-letter job
+        then finds out). NothingWritten (no record on a bucket, where the job then fails and its
+        counts never arrive) is raised after noting that every record of the id, if it has any,
+        is a dead letter."""
+        obs = Observation(f"dead-{sid}-{uuid.uuid4().hex}")
+        counted = classified.observe(obs, F.count_if(F.col("_reason").isNotNull()).alias("dead"))
         self.log(f"{self.cfg.topic}: writing the records of schema id {sid}")
         try:
             staged = write_good(counted, self.cfg, sid, writer, self.store, self.staging)
@@ -336,8 +350,18 @@ class LandingRun:
             self.seen.dead_by_id[sid] = 1  # not a count: "some, perhaps", so the dead letters are written
             raise
         self.good += staged
-        self.seen.dead_by_id[sid] = (int(obs.get["dead"]) if obs is not None  # else: the id's records less those written
-                                     else self.seen.records_by_id[sid] - sum(s.file.rows for s in staged))
+        rows = sum(s.file.rows for s in staged)
+        if got := obs.get:
+            self.seen.dead_by_id[sid] = int(got["dead"])
+        elif self.seen.complete:
+            self._dead_unreported(sid, rows)
+        else:  # the first job: settled once its counts are in
+            self._rows_of[sid] = rows
+
+    def _dead_unreported(self, sid: int, rows: int) -> None:
+        """The id's records less the rows written, where its records were counted; else "some,
+        perhaps": the dead-letter job then looks, and finds out."""
+        self.seen.dead_by_id[sid] = self.seen.records_by_id[sid] - rows if sid in self.seen.records_by_id else 1
 
     def write_dead_letters(self, framed: DataFrame) -> None:
         """Every record that does not land, with its reason, in one more job, only if there are

@@ -504,3 +504,71 @@ def test_writer_schemas_that_cannot_land_fail_the_hour_naming_the_schema_id(
     assert re.search(expected, msg, re.S), msg
     assert "nothing" in msg.lower() and "published" in msg, msg
     assert_nothing_published(store, cfg)
+
+
+class _NeverReported:
+    """An observation whose result never arrived, as Spark Connect 4.0 now and then answers a write."""
+    get: dict = {}
+
+
+def _mixed_hour(make_topic, send, sr):
+    """Good records of one schema id, a corrupt body of that id and one bad magic byte."""
+    topic = make_topic()
+    schema = record_schema("Ok", [{"name": "n", "type": "long"}])
+    sid = register(sr, topic, schema)
+    values = [frame(sid, avro_body(schema, {"n": i})) for i in range(6)]
+    values[2] = frame(sid, b"\xff\xff\xff")  # a long's varint that never ends
+    values[4] = b"\x07 not framed"
+    produce_values(send, topic, values)
+    return topic, sid
+
+
+@pytest.mark.parametrize("lost", ["the first job's", "every"])
+@pytest.mark.parametrize("likely", [True, False], ids=["likely id written first", "counted first"])
+def test_counts_spark_never_reported_are_counted_again_and_the_hour_lands_whole(
+        likely, lost, make_topic, send, sr, registry, kafka, spark, store, monkeypatch):
+    from kafka_landing.avro_landing import job
+
+    observed = job._observed
+    monkeypatch.setattr(job, "_observed", lambda *a, **k: (observed(*a, **k)[0], _NeverReported()))
+    if lost == "every":
+        class Unreported(job.Observation):
+            get = {}
+
+        monkeypatch.setattr(job, "Observation", Unreported)
+    topic, sid = _mixed_hour(make_topic, send, sr)
+    cfg = topic_cfg(topic)
+    lines: list[str] = []
+    with kafka.log_view() as log:
+        plan, _ = freeze_slice(store, log, cfg, HOUR, utcnow())
+    result = job.land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan],
+                            uuid.uuid4().hex[:8], (sid,) if likely else (), lines.append)[plan.hour]
+    assert not isinstance(result, LandingError), result
+    landed, dead = assert_conserved(store, plan, result)
+    assert sorted(landed) == [0, 1, 3, 5] and sorted(dead) == [2, 4]
+    assert result.dead_letters.by_reason == {f"corrupt body for schema id {sid}": 1, "bad magic byte": 1}
+    assert any("counting apart" in line for line in lines), lines
+
+
+def test_on_the_warm_engine_the_likely_id_is_written_while_the_hour_is_counted(
+        make_topic, send, sr, registry, kafka, spark, store, monkeypatch):
+    """One pass over the records when the guess is right: the first job's counts arrive, and no
+    query counts the records again."""
+    from kafka_landing.avro_landing import job
+
+    counted_apart = []
+    monkeypatch.setattr(job, "_count_apart", lambda *a: counted_apart.append(a))
+    topic, sid = _mixed_hour(make_topic, send, sr)
+    cfg = topic_cfg(topic)
+    lines: list[str] = []
+    with kafka.log_view() as log:
+        plan, _ = freeze_slice(store, log, cfg, HOUR, utcnow())
+    result = job.land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan],
+                            uuid.uuid4().hex[:8], (sid,), lines.append)[plan.hour]
+    assert not isinstance(result, LandingError), result
+    landed, dead = assert_conserved(store, plan, result)
+    assert sorted(landed) == [0, 1, 3, 5] and sorted(dead) == [2, 4]
+    writes = [line for line in lines if "writing" in line]
+    assert writes == [f"{topic}: writing the records of schema id {sid}", f"{topic}: writing dead letters"], lines
+    assert not [line for line in lines if "counting" in line], lines
+    assert counted_apart == []
