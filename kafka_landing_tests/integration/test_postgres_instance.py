@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -17,18 +16,14 @@ import pytest
 import yaml
 from confluent_kafka.schema_registry import Schema
 from dagster import DagsterInstance, DagsterRunStatus
-from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
-from dagster._core.utils import make_new_backfill_id
 
-from kafka_landing.avro_landing.assets import landing_key
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing.definitions import build_definitions
-from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, to_millis
 from kafka_landing.run_launcher import ProcessCheckingRunLauncher
 from kafka_landing.warehouse.assets import warehouse_key
 from kafka_landing_tests.conftest import utcnow
-from kafka_landing_tests.daemon import a_sigkilled_run_worker_is_failed, start_daemon, stop_daemon, wait_for
+from kafka_landing_tests.run_monitoring import a_sigkilled_run_worker_is_failed
+from kafka_landing_tools.daemon import land_and_load
 from kafka_landing_tools import devstack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,49 +69,30 @@ def _body(record: dict) -> bytes:
     return buf.getvalue()
 
 
-def test_the_daemon_backfills_a_range_in_one_run_and_the_sensor_loads_it(
+def test_the_daemon_backfills_each_topics_range_in_one_run_and_the_sensor_loads_them(
         home, code_location, make_topic, send, registry, tmp_path):
-    topic = make_topic(partitions=2)
-    dataset, table = "pg", "orders"
-    code_location({topic: {"dataset": dataset, "table": table}})
-    sid = registry.client().register_schema(f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO"))
+    topics = [make_topic(partitions=2), make_topic(partitions=1)]
+    code_location({t: {"dataset": "pg", "table": f"orders_{n}"} for n, t in enumerate(topics)})
     first = floor_hour(utcnow()) - ONE_HOUR * 4
     hours = [first, first + ONE_HOUR]
-    sent = send([(topic, i % 2, to_millis(h + timedelta(minutes=i)), None, frame(sid, _body({"id": i})))
-                 for h in hours for i in range(30)])
-    assert len(sent) == 60
+    sent = []
+    for topic in topics:
+        sid = registry.client().register_schema(f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO"))
+        sent += send([(topic, i % 2 if topic == topics[0] else 0, to_millis(h + timedelta(minutes=i)), None,
+                       frame(sid, _body({"id": i}))) for h in hours for i in range(30)])
+    assert len(sent) == 120
 
-    defs = build_definitions()
-    daemon = start_daemon(tmp_path, "load_from:\n  - python_module: kafka_landing.definitions\n")
-    try:
-        with DagsterInstance.get() as instance:
-            # What the UI's "Materialize" of a range does: an asset backfill, which the daemon runs.
-            backfill = PartitionBackfill.from_asset_partitions(
-                backfill_id=make_new_backfill_id(), asset_graph=defs.resolve_asset_graph(),
-                partition_names=[hour_key(h) for h in hours], asset_selection=[slice_key(topic), landing_key(topic)],
-                backfill_timestamp=time.time(), tags={}, dynamic_partitions_store=instance, all_partitions=False,
-                title=None, description=None, run_config=None)
-            instance.add_backfill(backfill)
-            log = tmp_path / "daemon.log"
-            done = wait_for("the backfill to finish", lambda: (
-                b := instance.get_backfill(backfill.backfill_id)).status not in (BulkActionStatus.REQUESTED,) and b,
-                300, log)
-            assert done.status == BulkActionStatus.COMPLETED_SUCCESS, done.error
-            table_key = warehouse_key(dataset, table)
-            loaded = wait_for("the sensor's load of both hours", lambda: instance.get_materialized_partitions(
-                table_key) >= {hour_key(h) for h in hours}, 300, log)
-            assert loaded
-            runs = instance.get_runs()
-            backfill_runs = [r for r in runs if r.tags.get("dagster/backfill") == backfill.backfill_id]
-            assert len(backfill_runs) == 1, "a range is one run (single-run backfill policy)"
-            wait_for("every run to finish", lambda: all(r.is_finished for r in instance.get_runs()), 120, log)
-            statuses = [r.status for r in instance.get_runs()]
-            assert len(statuses) >= 2 and set(statuses) == {DagsterRunStatus.SUCCESS}, statuses
-            counts = [e.asset_materialization.metadata["dagster/row_count"].value
-                      for e in instance.fetch_materializations(table_key, limit=10).records]
-            assert sum(counts) == len(sent), counts
-    finally:
-        stop_daemon(daemon)
+    done = land_and_load(topics, [hour_key(h) for h in hours], tmp_path, timeout=300)
+    assert done["rows"] == len(sent), done
+    assert done["tables"] == sorted(warehouse_key("pg", f"orders_{n}") for n in range(2))
+    with DagsterInstance.get() as instance:
+        runs = instance.get_runs()
+        assert sorted(len([r for r in runs if r.tags.get("dagster/backfill") == b]) for b in done["backfills"]) == [1, 1], \
+            "a range is one run per topic (single-run backfill policy)"
+        loads = [r for r in runs if r.tags.get("dagster/sensor_name")]
+        assert loads, "the sensor started the loads"
+        statuses = [r.status for r in instance.get_runs()]
+        assert len(statuses) >= 4 and set(statuses) == {DagsterRunStatus.SUCCESS}, statuses
 
 
 def test_run_monitoring_fails_a_sigkilled_run_on_postgres(home, tmp_path):

@@ -31,7 +31,7 @@ from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key
 from kafka_landing.resources import KafkaResource
 from kafka_landing.run_launcher import ProcessCheckingRunLauncher
 from kafka_landing_tests.conftest import utcnow
-from kafka_landing_tests.daemon import a_sigkilled_run_worker_is_failed
+from kafka_landing_tests.run_monitoring import a_sigkilled_run_worker_is_failed
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = RetryPolicy(max_retries=2, delay=0.1)

@@ -1,6 +1,5 @@
-"""A real `dagster-daemon` for the tests that need one (run monitoring, backfills, sensors):
-started in a folder with its own workspace, on the instance DAGSTER_HOME names, and killed
-with everything it started."""
+"""Run monitoring, end to end: a run whose worker and code server die by SIGKILL is failed by a
+real daemon, on whichever instance DAGSTER_HOME names (SQLite or PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -8,14 +7,11 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 from dagster import DagsterInstance, DagsterRunStatus
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from kafka_landing_tools.daemon import BIN, daemon_env, start_daemon, stop_daemon, wait_for
 
 SLEEPY = '''
 import time
@@ -31,38 +27,6 @@ def sleepy():
 
 defs = Definitions(jobs=[sleepy])
 '''
-
-
-def daemon_env() -> dict:
-    """This process's environment, less pyspark's marks of a Connect process (each run process
-    opens its own session), with the checkout importable."""
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
-    return {**env, "PYTHONPATH": str(REPO)}
-
-
-def start_daemon(cwd: Path, workspace: str) -> subprocess.Popen:
-    with DagsterInstance.get():  # create the storage once, before the daemon and the CLI race to
-        pass
-    (cwd / "workspace.yaml").write_text(workspace)
-    with open(cwd / "daemon.log", "ab") as log:
-        return subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=cwd,
-                                env=daemon_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop_daemon(daemon: subprocess.Popen) -> None:
-    os.killpg(daemon.pid, signal.SIGKILL)  # the daemon, its code server and any orphaned run
-    daemon.wait()
-
-
-def wait_for(what: str, probe, seconds: float, log: Path | None = None):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(1)
-    tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
-    raise AssertionError(f"gave up waiting for {what} after {seconds:.0f}s" + (f"; {log} ends:\n{tail}" if tail else ""))
 
 
 def a_sigkilled_run_worker_is_failed(cwd: Path) -> None:
