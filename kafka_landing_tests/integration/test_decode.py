@@ -523,6 +523,24 @@ def _mixed_hour(make_topic, send, sr):
     return topic, sid
 
 
+def _land_mixed_hour(make_topic, send, sr, registry, kafka, spark, store, likely: bool):
+    """`_mixed_hour` frozen and landed, conserved offset by offset; (topic, schema id, result,
+    the run's log lines)."""
+    from kafka_landing.avro_landing import job
+
+    topic, sid = _mixed_hour(make_topic, send, sr)
+    cfg = topic_cfg(topic)
+    lines: list[str] = []
+    with kafka.log_view() as log:
+        plan, _ = freeze_slice(store, log, cfg, HOUR, utcnow())
+    result = job.land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan],
+                            uuid.uuid4().hex[:8], (sid,) if likely else (), lines.append)[plan.hour]
+    assert not isinstance(result, LandingError), result
+    landed, dead = assert_conserved(store, plan, result)
+    assert sorted(landed) == [0, 1, 3, 5] and sorted(dead) == [2, 4]
+    return topic, sid, result, lines
+
+
 @pytest.mark.parametrize("lost", ["the first job's", "every"])
 @pytest.mark.parametrize("likely", [True, False], ids=["likely id written first", "counted first"])
 def test_counts_spark_never_reported_are_counted_again_and_the_hour_lands_whole(
@@ -536,16 +554,7 @@ def test_counts_spark_never_reported_are_counted_again_and_the_hour_lands_whole(
             get = {}
 
         monkeypatch.setattr(job, "Observation", Unreported)
-    topic, sid = _mixed_hour(make_topic, send, sr)
-    cfg = topic_cfg(topic)
-    lines: list[str] = []
-    with kafka.log_view() as log:
-        plan, _ = freeze_slice(store, log, cfg, HOUR, utcnow())
-    result = job.land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan],
-                            uuid.uuid4().hex[:8], (sid,) if likely else (), lines.append)[plan.hour]
-    assert not isinstance(result, LandingError), result
-    landed, dead = assert_conserved(store, plan, result)
-    assert sorted(landed) == [0, 1, 3, 5] and sorted(dead) == [2, 4]
+    topic, sid, result, lines = _land_mixed_hour(make_topic, send, sr, registry, kafka, spark, store, likely)
     assert result.dead_letters.by_reason == {f"corrupt body for schema id {sid}": 1, "bad magic byte": 1}
     assert any("counting apart" in line for line in lines), lines
 
@@ -558,16 +567,7 @@ def test_on_the_warm_engine_the_likely_id_is_written_while_the_hour_is_counted(
 
     counted_apart = []
     monkeypatch.setattr(job, "_count_apart", lambda *a: counted_apart.append(a))
-    topic, sid = _mixed_hour(make_topic, send, sr)
-    cfg = topic_cfg(topic)
-    lines: list[str] = []
-    with kafka.log_view() as log:
-        plan, _ = freeze_slice(store, log, cfg, HOUR, utcnow())
-    result = job.land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan],
-                            uuid.uuid4().hex[:8], (sid,), lines.append)[plan.hour]
-    assert not isinstance(result, LandingError), result
-    landed, dead = assert_conserved(store, plan, result)
-    assert sorted(landed) == [0, 1, 3, 5] and sorted(dead) == [2, 4]
+    topic, sid, _result, lines = _land_mixed_hour(make_topic, send, sr, registry, kafka, spark, store, True)
     writes = [line for line in lines if "writing" in line]
     assert writes == [f"{topic}: writing the records of schema id {sid}", f"{topic}: writing dead letters"], lines
     assert not [line for line in lines if "counting" in line], lines
