@@ -18,6 +18,15 @@ def test_definitions_load_every_layer():
     assert {"kafka_slices/demo_orders", "kafka_slices/demo_web_events"} <= keys
 
 
+def test_every_run_executes_its_steps_in_its_own_process():
+    """One import of the code location and one Spark session per run, whichever job runs: the
+    topics' jobs, the asset job of backfills and the UI, the sensor's loads."""
+    defs = build_definitions()
+    jobs = [*defs.resolve_all_job_defs(), defs.resolve_implicit_global_asset_job_def()]
+    assert len(jobs) >= 4
+    assert sorted({j.executor_def.name for j in jobs}) == ["in_process"]
+
+
 def test_dagster_definitions_validate(tmp_path):
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     (tmp_path / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
