@@ -176,7 +176,7 @@ class Started:
     run_ids_before: set[str]
 
 
-def start(dep: Deployment, select: list[str], hour: datetime, crash: str | None = None, in_process: bool = False,
+def start(dep: Deployment, select: list[str], hour: datetime, crash: str | None = None,
           name: str = "run", **env_overrides: str | None) -> Started:
     """Start `dagster asset materialize` for one hour as its own process group."""
     env = dep.env(**env_overrides)
@@ -184,8 +184,6 @@ def start(dep: Deployment, select: list[str], hour: datetime, crash: str | None 
         env[CRASH_ENV] = crash
     cmd = [str(DAGSTER), "asset", "materialize", "-m", "kafka_landing.definitions",
            "--select", ",".join(select), "--partition", hour_key(hour)]
-    # Every run executes its steps in its own process (the code location's in-process executor):
-    # `in_process` is what every run does, and says so at the call sites.
     out_path = dep.root / f"{name}.{time.monotonic_ns()}.log"
     before = {r for r, _ in _run_records(dep)}
     with open(out_path, "wb") as out:
@@ -218,8 +216,8 @@ def finish(started: Started, timeout: float = RUN_TIMEOUT) -> Run:
 
 
 def materialize(dep: Deployment, select: list[str], hour: datetime, crash: str | None = None,
-                in_process: bool = False, name: str = "run", **env_overrides: str | None) -> Run:
-    return finish(start(dep, select, hour, crash=crash, in_process=in_process, name=name, **env_overrides))
+                name: str = "run", **env_overrides: str | None) -> Run:
+    return finish(start(dep, select, hour, crash=crash, name=name, **env_overrides))
 
 
 def _reap_group(pgid: int) -> None:
@@ -302,13 +300,10 @@ def free_slot(dep: Deployment, run_id: str, step_key: str) -> None:
         instance.event_log_storage.free_concurrency_slot_for_step(run_id, step_key)
 
 
-def killed_by_sigkill(run: Run, step_key: str | None) -> bool:
-    """True if the step's process was SIGKILLed: the CLI itself (in-process executor)
-    or the step's child process, which the multiprocess executor reports."""
-    if run.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
-        return True
-    wanted = f"child process for step {step_key} was terminated by signal 9 (SIGKILL)"
-    return run.returncode != 0 and any(wanted in e for e in run.engine_events)
+def killed_by_sigkill(run: Run) -> bool:
+    """True if the run's process died by SIGKILL: every run executes its steps in its own
+    process (the in-process executor), so the crash takes the whole run, as a lost machine does."""
+    return run.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
 
 
 def step_key(asset: str) -> str:

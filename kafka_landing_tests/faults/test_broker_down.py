@@ -34,15 +34,15 @@ def test_broker_down_fails_clearly_publishes_nothing_then_lands(produce_web_hour
     dep = deployment(tmp_path, {plan.topic: web_topic("plan_down"), land.topic: web_topic("land_down")},
                      bootstrap, registry_url)
     down = f"localhost:{closed_port()}"
-    frozen = materialize(dep, dep.landing_assets(land.topic)[:1], hour, in_process=True, name="freeze")
+    frozen = materialize(dep, dep.landing_assets(land.topic)[:1], hour, name="freeze")
     assert frozen.returncode == 0, f"{frozen.failures}\n{frozen.tail()}"
 
     # One attempt each: every attempt waits for the Kafka client's timeouts, and the bounded
     # retries of a service away are tested on their own (unit/test_hours.py).
-    planning = start(dep, dep.landing_assets(plan.topic), hour, in_process=True, name="plan_down",
+    planning = start(dep, dep.landing_assets(plan.topic), hour, name="plan_down",
                      KAFKA_BOOTSTRAP_SERVERS=down, KAFKA_LANDING_IN_STEP_ATTEMPTS="1")
     landing = start(dep.with_own_instance("dagster_home_b"), dep.landing_assets(land.topic)[1:], hour,
-                    in_process=True, name="land_down", KAFKA_BOOTSTRAP_SERVERS=down, KAFKA_LANDING_IN_STEP_ATTEMPTS="1")
+                    name="land_down", KAFKA_BOOTSTRAP_SERVERS=down, KAFKA_LANDING_IN_STEP_ATTEMPTS="1")
     planning, landing = finish(planning), finish(landing)
 
     # Planning with the broker down: no slice is frozen from a log it could not see.
@@ -59,7 +59,7 @@ def test_broker_down_fails_clearly_publishes_nothing_then_lands(produce_web_hour
     assert not published, f"published with the broker down: {published}"
 
     again = materialize(dep, dep.landing_assets(plan.topic) + dep.landing_assets(land.topic), hour,
-                        in_process=True, name="broker_up")
+                        name="broker_up")
     assert again.returncode == 0, f"{again.failures}\n{again.tail()}"
     for data in (plan, land):
         check_landed_exactly(dep, data.topic, hour, data.sent)

@@ -137,7 +137,7 @@ def test_broker_restarted_mid_read(bootstrap, registry_url, tmp_path):
     landing_step = step_key(f"avro_landing/{asset_safe(data.topic)}")
     try:
         before = engine_broker_sockets(os.getpid(), devstack.PORTS.kafka)  # the warm server's, from earlier reads
-        started = start(dep, select, data.hour, in_process=True, name="restarted")
+        started = start(dep, select, data.hour, name="restarted")
         try:
             # Each Spark read opens consumers of its own: a new connection is this run's read.
             while started.proc.poll() is None and not (
@@ -168,7 +168,7 @@ def test_broker_restarted_mid_read(bootstrap, registry_url, tmp_path):
             for table in dep.tables(data.topic):
                 assert not (dep.landing / done_file_path("restart", table, data.hour)).exists()
 
-        again = materialize(dep, select, data.hour, in_process=True, name="rerun")
+        again = materialize(dep, select, data.hour, name="rerun")
         assert again.returncode == 0, f"{again.failures}\n{again.tail()}"
         check_landed_exactly(dep, data.topic, data.hour, data.sent)
     finally:

@@ -26,7 +26,7 @@ def test_two_runs_of_one_hour_at_once_give_the_result_of_one(produce_web_hour, b
     other = dep.with_own_instance("dagster_home_b")
     select = dep.landing_assets(data.topic) + dep.warehouse_assets(data.topic)
 
-    runs = [start(d, select, data.hour, in_process=True, name=f"run_{i}") for i, d in enumerate((dep, other))]
+    runs = [start(d, select, data.hour, name=f"run_{i}") for i, d in enumerate((dep, other))]
     a, b = (finish(s) for s in runs)
 
     for run in (a, b):

@@ -26,7 +26,7 @@ def test_registry_down_fails_clearly_publishes_nothing_then_lands(produce_web_ho
     select = dep.landing_assets(data.topic)
     down = f"http://localhost:{closed_port()}/apis/ccompat/v7"
 
-    failed = materialize(dep, select, data.hour, in_process=True, name="registry_down", SCHEMA_REGISTRY_URL=down)
+    failed = materialize(dep, select, data.hour, name="registry_down", SCHEMA_REGISTRY_URL=down)
 
     assert failed.returncode != 0, "landing succeeded with the schema registry unreachable"
     message = failed.failures.get(step_key(f"avro_landing/{asset_safe(data.topic)}"), "")
@@ -38,6 +38,6 @@ def test_registry_down_fails_clearly_publishes_nothing_then_lands(produce_web_ho
     assert not (dead.exists() and any(p.is_file() for p in dead.rglob("*"))), \
         f"dead letters written with the registry down: {sorted(dead.rglob('*'))}"
 
-    again = materialize(dep, select, data.hour, in_process=True, name="registry_up")
+    again = materialize(dep, select, data.hour, name="registry_up")
     assert again.returncode == 0, f"{again.failures}\n{again.tail()}"
     check_landed_exactly(dep, data.topic, data.hour, data.sent)
