@@ -28,7 +28,6 @@ from dagster import (  # noqa: E402 - after the filter above
     in_process_executor,
     schedule,
 )
-from dagster import build_resources as dagster_resources  # noqa: E402
 
 from kafka_landing import defaults, hourly_schedule
 from kafka_landing.avro_landing.assets import build_landing_assets, landing_key
@@ -144,12 +143,28 @@ def build_resources() -> dict:
 
 
 def ready_resources(*names: str, resources: dict | None = None) -> tuple:
-    """Resources for use outside a run (the CLI, the code location itself), initialised as a run
-    would: their EnvVar fields (SASL, GCP keys) hold the values, not the variables' names. None
-    of them has anything to tear down, so they outlive the context."""
+    """Resources for use outside a run (the CLI, the code location itself), as a run sees them:
+    their EnvVar fields (SASL, GCP keys) hold the values, not the variables' names. Not through
+    Dagster's build_resources: it opens an in-memory Dagster instance (SQLite and its migrations,
+    about half a second), and every process that loads the code location, each run's included,
+    would pay it for one listing of the landing root."""
     resources = resources if resources is not None else build_resources()
-    with dagster_resources({n: resources[n] for n in names}) as ready:
-        return tuple(getattr(ready, n) for n in names)
+    return tuple(_with_values(resources[n]) for n in names)
+
+
+def _with_values(resource):
+    """A copy of the resource whose EnvVar fields hold their variables' values; a variable unset
+    since the resource was built is an error that names it."""
+    values = {}
+    for name in type(resource).model_fields:
+        value = getattr(resource, name)
+        if isinstance(value, EnvVar):
+            if os.environ.get(value.env_var_name) is None:
+                raise ValueError(f"{type(resource).__name__}.{name} comes from ${value.env_var_name}, which is not "
+                                 "set in this process: set it (as for the runs), or unset what asked for it")
+            value = value.get_value()
+        values[name] = value
+    return type(resource)(**values)
 
 
 def first_hours_from(landing: LandingResource, config: LandingConfig) -> LandingConfig:

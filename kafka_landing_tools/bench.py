@@ -54,7 +54,8 @@ SAMPLE_S = 1.0  # how often the process trees' peaks are read (the kernel keeps 
 # Set to 1 (the test that proves a wrong count fails the benchmark), librdkafka_raw
 # reads one record less than its slices hold.
 SHORT_READ_ENV = "KAFKA_LANDING_BENCH_RAW_READS_ONE_LESS"
-SECTIONS = ("Setup", "Summary", "Producing the data", "Landing throughput", "Fixed cost", "Backfill",
+SECTIONS = ("Setup", "Summary", "Producing the data", "Landing throughput", "Fixed cost",
+            "Where the per-record time goes", "Backfill",
             "Warehouse load", "Many topics", "Memory", "Goals")
 # The many-topics case: topics x the cases' hours, this many records per topic and hour, landed
 # (one asset backfill per topic) and loaded (the done-file sensor) by a real daemon.
@@ -535,6 +536,52 @@ def contender_librdkafka_raw(args) -> int:
     return total
 
 
+def contender_spark_stages(args) -> dict:
+    """Where kafka_landing's per-record time goes, on the warm engine: its own read of the same
+    offsets, then read + decode, then read + decode + route, each one Spark job writing nothing
+    (`noop`), timed alone in one process with the session already open. What the landing adds
+    beyond the last is its write (and publishing)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from kafka_landing import defaults
+    from kafka_landing.avro_landing.decode import decode_checked, frame_columns, resolve_schemas
+    from kafka_landing.avro_landing.read import read_hours
+    from kafka_landing.avro_landing.route import classify
+    from kafka_landing.kafka_slices.plan import hour_tasks
+    from kafka_landing.spark_setup import open_session, session_config
+
+    cfg = _only_topic(args)
+    spark = open_session(os.environ.get("SPARK_REMOTE") or defaults.SPARK_CONNECT_URL, session_config())
+    client = SchemaRegistryClient({"url": args.registry})
+    tasks = hour_tasks(_plans(args.landing_root, args.topic, args.hours))
+    options = {"kafka.bootstrap.servers": args.bootstrap, "kafka.isolation.level": "read_committed"}
+
+    def framed():
+        return frame_columns(read_hours(spark, options, args.topic, tasks))
+
+    sid = framed().select("_schema_id").first()["_schema_id"]
+    writers, _ = resolve_schemas(lambda i: client.get_schema(i).schema_str, [sid], args.topic)
+
+    def decoded():
+        return decode_checked(framed(), sid, writers[sid], args.topic)
+
+    stages = {"read": lambda: read_hours(spark, options, args.topic, tasks), "read + decode": decoded,
+              "read + decode + route": lambda: classify(decoded(), cfg, args.topic, sid, writers[sid], [])}
+    seconds, records = {}, set()
+    for name, frame in stages.items():
+        obs = Observation(f"stage-{uuid.uuid4().hex}")
+        t0 = time.monotonic()
+        frame().observe(obs, F.count(F.lit(1)).alias("n")).write.format("noop").mode("overwrite").save()
+        seconds[name] = round(time.monotonic() - t0, 2)
+        records.add(obs.get["n"])
+    spark.stop()
+    if len(records) != 1:
+        raise BenchError(f"{args.topic}: the stages saw different numbers of records: {sorted(records)}")
+    return {"records": records.pop(), "stages": seconds}
+
+
 CONTENDERS = {
     "kafka_landing": contender_kafka_landing,
     "kafka_landing_cold": contender_kafka_landing_cold,
@@ -542,7 +589,7 @@ CONTENDERS = {
     "python_valve": contender_python_valve,
     "librdkafka_raw": contender_librdkafka_raw,
 }
-TOOLS = {"startup": contender_startup, "hourly_processes": contender_hourly_processes, "warehouse": contender_warehouse,
+TOOLS = {"startup": contender_startup, "spark_stages": contender_spark_stages, "hourly_processes": contender_hourly_processes, "warehouse": contender_warehouse,
          "freeze": contender_freeze, "many_topics": contender_many_topics}
 
 
@@ -628,14 +675,15 @@ def _finish(r: _Running, seconds: float, work: Path) -> dict:
     if r.proc.returncode != 0:
         raise BenchError(f"{r.job.label}: contender {r.job.contender} failed (exit {r.proc.returncode}); its log "
                          f"is {r.err.name} (the work dir {work} is kept). The end of it:\n{err[-4000:]}")
-    records = json.loads(out.strip().splitlines()[-1])["records"]
+    said = json.loads(out.strip().splitlines()[-1])
+    records = said["records"]
     if r.job.expected is not None and records != r.job.expected:
         verb = "loaded" if r.job.contender == "warehouse" else "landed"
         raise BenchError(f"{r.job.label}: {r.job.contender} {verb} {records} records of {r.job.what}, the frozen "
                          f"slices hold {r.job.expected}: a wrong count voids the benchmark. Its work dir {work} is "
                          "kept.")
     return {"contender": r.job.contender, "seconds": round(seconds, 2), "records": records,
-            "peak_rss_mb": round(r.peak / 2**20)}
+            "peak_rss_mb": round(r.peak / 2**20), **({"stages": said["stages"]} if "stages" in said else {})}
 
 
 def measure(jobs: list[Job], env: dict, work: Path, workers: int = 1, on_done=None) -> dict[str, dict]:
@@ -727,6 +775,8 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
         }
         if whole:
             report |= {
+                "stages": [{"case": info["case"], "records": m[f"{info['case']} spark_stages"]["records"],
+                            "seconds": m[f"{info['case']} spark_stages"]["stages"]} for info in data.cases.values()],
                 "fixed_cost": {"process_start": m["process start"], "empty_hour": m["empty hour"]},
                 "backfill": {"hours": day_hours, "one_run": m["backfill one run"],
                              "single_runs": m["backfill single-hour runs"],
@@ -851,7 +901,10 @@ class _BenchData:
         if not whole:
             return jobs
         n, records = len(day_keys), self._records(work, day, day_keys)
-        return jobs + [
+        stages = [Job(f"{info['case']} spark_stages", "spark_stages", self._argv(work, topic, keys),
+                      self._records(work, topic, keys), f"{topic} hours {keys[0]}..{keys[-1]}, stage by stage")
+                  for topic, info in self.cases.items()]
+        return jobs + stages + [
             Job("process start", "startup", self._argv(work, self.empty, keys[:1]), 0),
             Job("empty hour", "kafka_landing", self._argv(work, self.empty, keys[:1]), 0, f"{self.empty} {keys[0]}"),
             Job("backfill one run", "kafka_landing", self._argv(work, day, day_keys), records,
@@ -1072,6 +1125,31 @@ def _summary(report: dict) -> list[str]:
     return _table([f"case ({p['hours']} hours, {p['partitions']} partitions)", *names], rows)
 
 
+def stage_table(report: dict) -> list[str]:
+    """Each case's records through kafka_landing's own read, decode and route on the warm engine (one Spark
+    job each, nothing written, timed with the session open), its whole pass (its run less an empty hour's)
+    and librdkafka's raw read, as msg/s; each stage's share of the pass's time."""
+    stages, f = report.get("stages"), report.get("fixed_cost")
+    if not stages or not f:
+        return []
+    by = {(r["case"], r["contender"]): r for r in report["throughput"]}
+    empty, rows = f["empty_hour"]["seconds"], []
+    for st in stages:
+        kl, raw = by.get((st["case"], "kafka_landing")), by.get((st["case"], "librdkafka_raw"))
+        if kl is None or raw is None:
+            continue
+        whole = kl["seconds"] - empty
+        cells = [f"{st['records'] / s:,.0f} ({s / whole:.0%})" for s in st["seconds"].values()]
+        rows.append([st["case"], st["records"], *cells, f"{st['records'] / whole:,.0f} ({whole:.2f} s)",
+                     f"{raw['messages_per_s']:,}"])
+    names = list(stages[0]["seconds"])
+    return [*_table(["case", "records", *[f"{n}: msg/s (share of the pass)" for n in names],
+                     "the pass: msg/s (kafka_landing less an empty hour)", "librdkafka_raw msg/s"], rows),
+            "", "Each stage is one Spark job on the warm engine over the case's frozen offsets, writing nothing "
+            "(`noop`); it includes the stages before it. What the pass adds beyond the last stage is the Avro "
+            "write, the dead-letter count and publishing."]
+
+
 def markdown(report: dict) -> str:
     """The report as Markdown: one table per section (`SECTIONS`), the goals last."""
     p, mc = report["parameters"], report["machine"]
@@ -1112,6 +1190,8 @@ def markdown(report: dict) -> str:
                 "server is shared by every run, as a cluster is)."]
     else:
         out.append("Not measured in this run.")
+    out += ["", "### Where the per-record time goes", ""]
+    out += stage_table(report) or ["Not measured in this run."]
     out += ["", "### Backfill", ""]
     b = report.get("backfill")
     if b:
@@ -1201,7 +1281,8 @@ def main() -> None:
         args.hours = args.hour_keys
         args.bootstrap = args.bootstrap or devstack.BOOTSTRAP
         args.registry = args.registry or devstack.REGISTRY_URL
-        print(json.dumps({"records": {**CONTENDERS, **TOOLS}[args.contender](args)}))
+        result = {**CONTENDERS, **TOOLS}[args.contender](args)
+        print(json.dumps(result if isinstance(result, dict) else {"records": result}))
         return
     sizes = {"messages": MESSAGES, "hours": 4, "day_hours": 24, "cases": CASES, "many_topics": MANY_TOPICS,
              **(QUICK if args.quick else {})}

@@ -22,6 +22,9 @@ def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp
     assert {(r["case"], r["contender"], r["records"]) for r in report["throughput"]} == {
         ("small 1x", c, 200) for c in CONTENDERS}
     assert report["fixed_cost"]["empty_hour"]["records"] == 0
+    stages = report["stages"]
+    assert [(st["case"], st["records"], list(st["seconds"])) for st in stages] == [
+        ("small 1x", 200, ["read", "read + decode", "read + decode + route"])]
     backfill = report["backfill"]
     assert backfill["one_run"]["records"] == backfill["single_runs"]["records"] == backfill["processes"]["records"] == 200
     warehouse = report["warehouse"]

@@ -66,3 +66,33 @@ def test_runs_get_the_warm_engine_unless_told_otherwise_and_a_token_in_its_url_i
     monkeypatch.setenv("KAFKA_LANDING_SPARK", "cluster")
     with pytest.raises(ValueError, match="KAFKA_LANDING_SPARK='cluster': say connect .* or classic"):
         build_resources()
+
+
+def test_loading_the_code_location_opens_no_dagster_instance(monkeypatch, tmp_path):
+    """Every process that loads the code location (each run's among them) lists the landing root
+    for the topics' first hours; an in-memory Dagster instance just to initialise the landing
+    resource cost about half a second of each."""
+    from dagster import DagsterInstance
+
+    from kafka_landing.definitions import build_definitions, build_resources, ready_resources
+
+    def refuse(*_a, **_k):
+        raise AssertionError("a Dagster instance was opened")
+
+    monkeypatch.setattr(DagsterInstance, "ephemeral", refuse)
+    monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
+    monkeypatch.setenv("KAFKA_LANDING_GCP_CREDENTIALS", '{"type": "service_account"}')
+    resources = build_resources()
+    assert build_definitions(resources=resources).resolve_job_def("land_demo_orders")
+    (landing,) = ready_resources("landing", resources=resources)
+    assert landing.gcp_credentials == '{"type": "service_account"}'  # the value, as a run sees it
+
+
+def test_a_secret_unset_after_the_resource_was_built_is_named(monkeypatch):
+    from kafka_landing.definitions import build_resources, ready_resources
+
+    monkeypatch.setenv("KAFKA_SASL_PASSWORD", "pw")
+    resources = build_resources()
+    monkeypatch.delenv("KAFKA_SASL_PASSWORD")
+    with pytest.raises(ValueError, match=r"KafkaResource.sasl_password comes from \$KAFKA_SASL_PASSWORD"):
+        ready_resources("kafka", resources=resources)
