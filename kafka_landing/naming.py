@@ -234,6 +234,34 @@ def load_lock_path(dataset: str, table: str, hour: datetime | str) -> str:
     return f"locks/{load_ledger_dir(dataset, table)}/hour={_tag(hour)}.lock"
 
 
+def load_jobs_dir(dataset: str, table: str, day: str) -> str:
+    """One empty object per load job started into a table on a UTC day (YYYY-MM-DD): BigQuery
+    allows 1,500 a day per table, failed ones included."""
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", day):
+        raise NameError_(f"{day!r} is not a day like 2026-01-31")
+    return f"{load_ledger_dir(dataset, table)}/jobs/day={day}"
+
+
+def day_of(hour: datetime | str) -> str:
+    """The UTC day of an hour: 2026-01-31T13 -> 2026-01-31."""
+    return _tag(hour)[:10]
+
+
+def day_done_file_glob(dataset: str, table: str, hour: datetime | str) -> str:
+    """The done files of every hour of an hour's day: one listing by prefix."""
+    return f"{table_dir(dataset, table)}/hour={day_of(hour)}T*/_DONE.json"
+
+
+def load_day_ledger_path(dataset: str, table: str, hour: datetime | str) -> str:
+    """The record of the loads of a day partition (BigQuery tables partitioned by DAY)."""
+    return f"{load_ledger_dir(dataset, table)}/day={day_of(hour)}.json"
+
+
+def load_day_lock_path(dataset: str, table: str, hour: datetime | str) -> str:
+    """One load of a table's day at a time: every hour's load replaces the whole day."""
+    return f"locks/{load_ledger_dir(dataset, table)}/day={day_of(hour)}.lock"
+
+
 def landing_file_name(
     topic: str, partition: int, dataset: str, table: str, schema_id: int,
     first_offset: int, last_offset: int, event_hour: datetime | None = None,

@@ -24,8 +24,12 @@ purpose:
 - a wildcard in sourceUris -> 400 (BigQuery allows them; kafka_landing must never
   use one: it loads exactly the files its done file lists);
 - a job id used before in the project -> 409 "Already Exists: Job ...";
-- a failed job changes nothing; WRITE_TRUNCATE on `table$YYYYMMDDHH` replaces
-  that partition only; schema changes follow the documented update rules;
+- a failed job changes nothing; WRITE_TRUNCATE on `table$YYYYMMDDHH` (or
+  `$YYYYMMDD` in a table partitioned by DAY) replaces that partition only;
+  schema changes follow the documented update rules;
+- BigQuery's quotas ("Quotas and limits"): a load that would add a partition to a
+  table holding 10,000 fails; a table's load jobs past 1,500 in 24 hours fail
+  (quotaExceeded; failed jobs count too). Tests may lower both;
 - a multi-file Avro load reads every file through one reader schema (the
   reference file's, else the alphabetically last file's) by Avro schema
   resolution, checked as the Avro specification words it and stricter where
@@ -524,9 +528,13 @@ class FakeBigQuery:
     """State and behaviour; `start()` serves it on 127.0.0.1 for google-cloud-bigquery."""
 
     def __init__(self, read_object: Callable[[str], bytes], *, default_location: str = "US",
-                 running_polls: int = 0):
+                 running_polls: int = 0, max_partitions: int = 10_000, max_load_jobs_per_day: int = 1_500):
         self.read_object = read_object
         self.default_location = default_location
+        #: BigQuery's quotas: partitions per table; load jobs per table per day, failed ones included
+        self.max_partitions = max_partitions
+        self.max_load_jobs_per_day = max_load_jobs_per_day
+        self.load_jobs: dict[tuple[str, str, str], list[float]] = {}  # (project, dataset, table) -> job start times
         #: jobs.get answers RUNNING this many times before a job runs (0: jobs.insert runs it)
         self.running_polls = running_polls
         self.datasets: dict[tuple[str, str], dict] = {}
@@ -812,12 +820,15 @@ class FakeBigQuery:
         dest = load["destinationTable"]
         location = ref.get("location") or (self.datasets.get((p, dest["datasetId"])) or {}).get("location") \
             or self.default_location
+        started = self.load_jobs.setdefault((p, dest["datasetId"], dest["tableId"].partition("$")[0]), [])
+        started.append(time.time())
+        over_quota = sum(t > time.time() - 86_400 for t in started) > self.max_load_jobs_per_day
         now = _ms(time.time())
         resource = {"kind": "bigquery#job", "etag": uuid.uuid4().hex, "id": f"{p}:{location}.{job_id}",
                     "jobReference": {"projectId": p, "jobId": job_id, "location": location},
                     "configuration": {**config, "jobType": "LOAD"}, "user_email": "fake@kafka-landing.test",
                     "status": {"state": "RUNNING"}, "statistics": {"creationTime": now, "startTime": now}}
-        job = {"resource": resource, "polls_left": self.running_polls}
+        job = {"resource": resource, "polls_left": self.running_polls, "over_quota": over_quota}
         self.overlaps += [(j, job_id) for (proj, j), other in self.jobs.items() if proj == p
                           and other["resource"]["status"]["state"] != "DONE"
                           and other["resource"]["configuration"]["load"]["destinationTable"] == dest]
@@ -909,6 +920,10 @@ class FakeBigQuery:
         resource = job["resource"]
         load = resource["configuration"]["load"]
         try:
+            if job.get("over_quota"):
+                dest = load["destinationTable"]
+                raise JobFailed("quotaExceeded", f"Quota exceeded: Your table exceeded quota for imports or query "
+                                                 f"appends per table. Table: {dest['tableId'].partition('$')[0]}")
             stats = self._load(resource["jobReference"], load)
             resource["statistics"]["load"] = stats
         except (JobFailed, ApiError) as exc:  # an ApiError here: what the fake cannot load, said by the job
@@ -990,6 +1005,9 @@ class FakeBigQuery:
                 raise
         else:
             pid = self._partition_id(table, label, decorator)
+            if rows and pid not in table["partitions"] and len(table["partitions"]) >= self.max_partitions:
+                raise JobFailed("quotaExceeded", f"Quota exceeded: Your table {label} exceeded quota for number of "
+                                                 f"partitions per table: {self.max_partitions}")
             table["schema"] = new_schema
         if load.get("writeDisposition", "WRITE_APPEND") == "WRITE_TRUNCATE":
             table["partitions"][pid] = rows
@@ -1093,8 +1111,9 @@ class FakeBigQuery:
 __all__ = ["ALTER_COLUMN", "ApiError", "FakeBigQuery", "JobFailed", "PARTITIONS_QUERY", "avro_table_schema"]
 
 
-def serving_folder(folder) -> "FakeBigQuery":
-    """A started fake whose load jobs read gs://unit/<rel> from a local folder (see GsLikeStore)."""
+def serving_folder(folder, **settings) -> "FakeBigQuery":
+    """A started fake whose load jobs read gs://unit/<rel> from a local folder (see GsLikeStore);
+    `settings`: FakeBigQuery's (its quotas, for instance)."""
     from pathlib import Path
 
     def read_object(uri: str) -> bytes:
@@ -1103,6 +1122,6 @@ def serving_folder(folder) -> "FakeBigQuery":
             raise FileNotFoundError(uri)
         return path.read_bytes()
 
-    fake = FakeBigQuery(read_object)
+    fake = FakeBigQuery(read_object, **settings)
     fake.start()
     return fake

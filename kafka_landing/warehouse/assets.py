@@ -60,7 +60,7 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
         # loads of a table instead, and dies with the process that holds it.
         group_name=GROUP,
         kinds={"parquet", "spark"} if kind == "parquet" else {kind},
-        description=f"Table `{cfg.dataset}.{table}`, one partition per landing hour, loaded from `{cfg.topic}`; {history(cfg)}.",
+        description=f"Table `{cfg.dataset}.{table}`, loaded by landing hour from `{cfg.topic}`; {history(cfg)}.",
         op_tags={SPARK_TAG: "true"} if kind == "parquet" else {},
         # Time-based (see the module docstring): warn after 2 hours without a load, fail at 3.
         freshness_policy=FreshnessPolicy.time_window(fail_window=timedelta(hours=3), warn_window=timedelta(hours=2)),
@@ -94,6 +94,8 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
                                         transient=exc.transient)) from None
             if result.added_columns:
                 context.log.warning(f"{cfg.dataset}.{table}: added nullable column(s) {list(result.added_columns)}")
+            for warning in result.warnings:
+                context.log.warning(warning)
             metadata = {
                 "dagster/row_count": result.rows,
                 "files_loaded": result.files,
@@ -103,6 +105,7 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
                 "done_sha256": result.done_sha256,
                 "location": MetadataValue.path(result.location),
                 **({"job_id": result.job_id} if result.job_id else {}),
+                **({"warnings": MetadataValue.json(list(result.warnings))} if result.warnings else {}),
             }
             return metadata, []
 

@@ -1,31 +1,47 @@
 """The production warehouse: BigQuery, loaded by free load jobs straight from the
 landing files in the gs:// landing root.
 
-    project.dataset.table                 partitioned by ingestion time per HOUR
-    project.dataset.table$2026013113      landing hour 2026-01-31T13, whatever the records' timestamps
+    project.dataset.table                 partitioned by ingestion time per DAY
+    project.dataset.table$20260131        every landed hour of 2026-01-31 (UTC landing hours)
+    <ledger>/warehouse_loads/bigquery/<dataset>/<table>/day=2026-01-31.json
+                                          the day's last load: its content hash, job and hours
     <ledger>/warehouse_loads/bigquery/<dataset>/<table>/hour=2026-01-31T13.json
-                                          what was loaded: the done file's content hash and the job;
-                                          while a job may run, also "running_job" (its id and content hash)
+                                          what was loaded of each hour: its done file's content hash
+                                          and the job; while a job may run, the day's (or hour's)
+                                          record also holds "running_job" (its id and content hash)
+
+Why days: BigQuery allows 10,000 partitions per table, so a table with one
+partition per hour stops loading after 417 days; by day it lasts 27 years, and
+a backfill of a year is 365 load jobs, not 8,760 (BigQuery allows 1,500 per
+table a day, failed ones included). The price: each hour's load reloads the
+hours of its day landed before it (on average 12 hours of files for an hourly
+schedule; load jobs are free, and a backfill loads each day once). Tables that
+kafka_landing created per HOUR before keep that layout and load as they did,
+warned about when 9,000 partitions are reached.
 
 Loading hour H is one load job: source format Avro with logical types, from
-exactly the gs:// files H's done file lists (never a wildcard, which could pick
-up a file of another attempt), into the decorator `table$YYYYMMDDHH` with
-WRITE_TRUNCATE, which replaces that partition only and atomically: a reader
-sees the old hour or the new one. A failed job changes nothing. The dataset is
-created when missing, the table by the first load (HOUR ingestion-time
-partitioning).
+exactly the gs:// files the done files of H's day list (never a wildcard, which
+could pick up a file of another attempt), into the decorator `table$YYYYMMDD`
+with WRITE_TRUNCATE, which replaces that day only and atomically: a reader sees
+the old day or the new one. The done files of the day are read under the day's
+lock, so a load that waited for another sees the day as it is now. A failed job
+changes nothing. The dataset is created when missing, the table by the first
+load (DAY ingestion-time partitioning). A day whose hours hold no row is emptied
+by deleting its partition.
 
-Idempotence comes from the job id, derived from the done file's content:
-`kafka_landing_<dataset>_<table>_<YYYYMMDDHH>_<sha256[:32]>`. A retried or
-duplicated load of the same content answers 409 Already Exists, and the load
-waits for that job and uses its result instead of loading twice. Job ids can
+Idempotence comes from the job id, derived from the content: the hash of the
+day's (hour, done-file hash) pairs, `kafka_landing_<dataset>_<table>_<YYYYMMDD>_
+<sha256[:32]>` (an HOUR table: the done file's hash, `<YYYYMMDDHH>`). A retried
+or duplicated load of the same content answers 409 Already Exists, and the load
+waits for that job and uses its result instead of loading twice; so the hours of
+a day loaded in one run cost one job. Job ids can
 never be reused, so two cases take the next id of a fixed sequence (`_r1`,
 `_r2`, ...; every process walks the same one, so duplicates still meet on one
 job), each recorded in the ledger under "earlier_jobs" with the reason:
 - the job with that id failed (a transient error, or a cause fixed since):
   a retry must really run again;
 - the job finished before this load started and the ledger names a different
-  load of the hour since (the hour holds other content now). If a process died
+  load of the partition since (it holds other content now). If a process died
   between a job's end and its ledger record, this reloads once more: harmless.
 
 Schema changes, with no person involved and in any order of hours
@@ -60,18 +76,20 @@ BigQuery documents it:
   value); that is how a NUMERIC-sized file loads into a BIGNUMERIC column.
 Refused before any job (IncompatibleSchemaError, terminal, naming the field, the
 schema ids and what to do): STRING <-> BYTES, a type change of a nested or
-repeated column, what Avro cannot resolve, and, within one hour, two scales of a
-decimal or two units of a timestamp.
+repeated column, what Avro cannot resolve, and, within one load (a day), two
+scales of a decimal or two units of a timestamp.
 
-After the job, its output_rows must equal the done file's rows; the conservation
-check reads the partition back from BigQuery (INFORMATION_SCHEMA.PARTITIONS).
-An empty hour cannot be a load job (a load needs a source file): its partition
-is deleted through `tables.delete` on the decorator, BigQuery's documented way.
+After the job, its output_rows must equal the done files' rows; the conservation
+check reads the partition back from BigQuery (INFORMATION_SCHEMA.PARTITIONS): a
+day's rows less those its last load wrote for its other hours. An empty partition
+cannot be a load job (a load needs a source file): it is deleted through
+`tables.delete` on the decorator, BigQuery's documented way. Each job started is
+counted by UTC day in the ledger, and a load warns from 1,200 a day on.
 
-Loads of one (table, hour) are serialised by a lock in the ledger store. A job
+Loads of one (table, day) are serialised by a lock in the ledger store. A job
 outlives a loader that timed out or was killed, and of two jobs into one
 partition the one that commits last holds it; so each job is recorded in the
-hour's ledger ("running_job") before it is started and waited for, and a load of
+partition's ledger record ("running_job") before it is started and waited for, and a load of
 other content first waits until the recorded job is DONE (a wait that runs out
 is a transient error naming the job). So an older content never finishes after
 a newer one. Pure of Dagster and Spark;
@@ -82,7 +100,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Iterator
 
@@ -94,8 +114,13 @@ from kafka_landing.handoff import content_sha
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import (
     check_identifier,
+    day_done_file_glob,
+    day_of,
     hour_folder_tag,
     hour_from_tag,
+    load_day_ledger_path,
+    load_day_lock_path,
+    load_jobs_dir,
     load_ledger_dir,
     load_ledger_path,
     load_lock_path,
@@ -103,6 +128,7 @@ from kafka_landing.naming import (
 )
 from kafka_landing.store.base import HeldLock, LandingStore
 from kafka_landing.warehouse.bigquery_schema import FileSchema, LoadSchema, avro_columns, plan_load
+from kafka_landing.warehouse.done_checks import DoneFileMismatch, check_done_file
 from kafka_landing.warehouse.load import (
     LoadError,
     LoadResult,
@@ -113,7 +139,12 @@ from kafka_landing.warehouse.load import (
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 JOB_PREFIX = "kafka_landing"
-PARTITION_FORMAT = "%Y%m%d%H"
+HOUR, DAY = "HOUR", "DAY"  # how a table is partitioned: new tables by DAY, tables of before by HOUR
+PARTITION_FORMAT, DAY_FORMAT = "%Y%m%d%H", "%Y%m%d"
+MAX_PARTITIONS = 10_000  # per table (BigQuery's quotas): 417 days of hours, 27 years of days
+PARTITIONS_WARNING = 9_000  # an HOUR table this full is months from refusing every load
+MAX_LOAD_JOBS = 1_500  # per table and UTC day (BigQuery's quotas), failed jobs included
+LOAD_JOBS_WARNING = 1_200
 RUNNING = "running_job"  # the ledger's key for the job started last, while it may still run
 PARTITIONS_SQL = ("SELECT total_rows FROM `{project}.{dataset}.INFORMATION_SCHEMA.PARTITIONS` "
                   "WHERE table_name = @table_name AND partition_id = @partition_id")
@@ -130,23 +161,57 @@ def _said(exc: api_exceptions.GoogleAPICallError) -> str:
     return first.get("message") or exc.message
 
 
-def partition_id(hour: str) -> str:
-    """The ingestion-time partition of a landing hour tag: 2026-01-31T13 -> 2026013113."""
+def partition_id(hour: str, layout: str = HOUR) -> str:
+    """The ingestion-time partition of a landing hour tag: 2026-01-31T13 -> 2026013113 in a table
+    partitioned by HOUR, 20260131 in one partitioned by DAY."""
     try:
-        return hour_from_tag(hour).strftime(PARTITION_FORMAT)
+        return hour_from_tag(hour).strftime(PARTITION_FORMAT if layout == HOUR else DAY_FORMAT)
     except (TypeError, ValueError):
         raise LoadError(f"hour {hour!r} is not an hour tag like 2026-01-31T13") from None
 
 
-def job_id(dataset: str, table: str, hour: str, sha256: str, attempt: int = 0) -> str:
-    """The load job's id for one content of an hour: only [A-Za-z0-9_-], far below 1024 characters."""
+def job_id(dataset: str, table: str, hour: str, sha256: str, attempt: int = 0, layout: str = HOUR) -> str:
+    """The load job's id for one content of an hour's partition (an hour, or its day): only
+    [A-Za-z0-9_-], far below 1024 characters. A day's id has 8 digits, an hour's 10: never the same."""
     base = (f"{JOB_PREFIX}_{check_identifier(dataset, 'dataset')}_{check_identifier(table, 'table')}_"
-            f"{partition_id(hour)}_{sha256[:32]}")
+            f"{partition_id(hour, layout)}_{sha256[:32]}")
     return base if attempt == 0 else f"{base}_r{attempt}"
 
 
+def day_sha(hours: dict[str, str]) -> str:
+    """The identity of a day's content: its hours' done-file hashes, empty hours included."""
+    return content_sha(json.dumps(sorted(hours.items())).encode())
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What one load job replaces whole: a landing hour's partition (a table partitioned by HOUR)
+    or its day's (by DAY), with the ledger record of its loads and the lock that serialises them."""
+
+    dataset: str
+    table: str
+    hour: str  # the hour loaded; for a day, any hour of it
+    layout: str  # HOUR or DAY
+    location: str  # project.dataset.table$YYYYMMDD[HH]
+    ledger: str
+    lock: str
+
+    def job_id(self, sha: str, attempt: int = 0) -> str:
+        return job_id(self.dataset, self.table, self.hour, sha, attempt, self.layout)
+
+
+@dataclass(frozen=True)
+class _DayHour:
+    """One landed hour of a day partition: its done file, as read under the day's lock."""
+
+    done: DoneFile
+    done_file: str | None
+    sha: str
+
+
 class BigQueryWarehouse(Warehouse):
-    """BigQuery tables partitioned by landing hour, each hour replaced whole by one free load job."""
+    """BigQuery tables partitioned by landing day (or, made so before, by hour), each replaced whole
+    by one free load job."""
 
     kind = "bigquery"
 
@@ -164,6 +229,7 @@ class BigQueryWarehouse(Warehouse):
         self.datasets = tuple(check_identifier(d, "dataset") for d in datasets)
         self.job_timeout_seconds = job_timeout_seconds
         self.max_job_attempts = max_job_attempts
+        self._layouts: dict[tuple[str, str], str] = {}  # (dataset, table) -> HOUR or DAY, once it exists
 
     # --- names ----------------------------------------------------------------------------------------
 
@@ -171,13 +237,29 @@ class BigQueryWarehouse(Warehouse):
         return f"{self.project}.{check_identifier(dataset, 'dataset')}.{check_identifier(table, 'table')}"
 
     def hour_location(self, dataset: str, table: str, hour: str) -> str:
-        return f"{self.table_id(dataset, table)}${partition_id(hour)}"
+        """`table$YYYYMMDDHH` in a table partitioned by HOUR; `table$YYYYMMDD`, the day that holds the
+        hour, in one partitioned by DAY (every table created since)."""
+        return self._target(dataset, table, hour).location
 
-    def _ledger_path(self, dataset: str, table: str, hour: str) -> str:
-        return load_ledger_path(dataset, table, hour)
+    def _target(self, dataset: str, table: str, hour: str, layout: str | None = None) -> _Target:
+        layout = layout or self.layout(dataset, table)
+        location = f"{self.table_id(dataset, table)}${partition_id(hour, layout)}"
+        if layout == HOUR:
+            return _Target(dataset, table, hour, HOUR, location, load_ledger_path(dataset, table, hour),
+                           load_lock_path(dataset, table, hour))
+        return _Target(dataset, table, hour, DAY, location, load_day_ledger_path(dataset, table, hour),
+                       load_day_lock_path(dataset, table, hour))
 
-    def _lock_path(self, dataset: str, table: str, hour: str) -> str:
-        return load_lock_path(dataset, table, hour)
+    def layout(self, dataset: str, table: str) -> str:
+        """HOUR for a table created so (before days: kept as it is), DAY for any other, and for a
+        table the first load will create."""
+        key = (dataset, table)
+        if key not in self._layouts:
+            found = self._existing_table(dataset, table)
+            if found is None:
+                return DAY
+            self._layouts[key] = found.time_partitioning.type_
+        return self._layouts[key]
 
     # --- errors -----------------------------------------------------------------------------------
 
@@ -211,8 +293,11 @@ class BigQueryWarehouse(Warehouse):
     # --- what was loaded --------------------------------------------------------------------------
 
     def loaded(self, dataset: str, table: str, hour: str) -> dict | None:
+        return self._read_record(load_ledger_path(dataset, table, hour))
+
+    def _read_record(self, path: str) -> dict | None:
         try:
-            record = self.ledger.read_json(self._ledger_path(dataset, table, hour))
+            record = self.ledger.read_json(path)
         except ValueError:
             return {}  # unreadable: loaded, content unknown (a reload rewrites it)
         if record is not None and set(record) == {RUNNING}:
@@ -225,46 +310,59 @@ class BigQueryWarehouse(Warehouse):
         names = (rel.rsplit("/", 1)[-1] for rel in self.ledger.list(load_ledger_dir(dataset, table), "hour=*.json"))
         return {h for n in names if (h := hour_folder_tag(n))}
 
-    def _record(self, held: HeldLock, done: DoneFile, rows: int, done_file: str | None, sha: str, job: str | None,
-                earlier: list[dict], **extra) -> None:
+    def _record(self, held: HeldLock, path: str, record: dict) -> None:
         held.fence()
-        self.ledger.write_json_atomic(self._ledger_path(done.dataset, done.table, done.hour), {
-            "done_file": done_file, "sha256": sha, "rows": rows, "attempt": done.attempt, "job_id": job,
-            "location": self.hour_location(done.dataset, done.table, done.hour), "earlier_jobs": earlier,
-            "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **extra,
-        })
+        self.ledger.write_json_atomic(path, {**record, "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
 
-    def _mark_running(self, held: HeldLock, done: DoneFile, previous: dict | None, jid: str, sha: str) -> None:
+    def _hour_record(self, done: DoneFile, rows: int, done_file: str | None, sha: str, job: str | None,
+                     location: str, earlier: list[dict], **extra) -> dict:
+        return {"done_file": done_file, "sha256": sha, "rows": rows, "attempt": done.attempt, "job_id": job,
+                "location": location, "earlier_jobs": earlier, **extra}
+
+    def _mark_running(self, held: HeldLock, target: _Target, previous: dict | None, jid: str, sha: str) -> None:
         """Record the job before it is started and waited for: a loader that times out or is killed
-        leaves it running, and the next load of the hour must find it (`_await_running`)."""
+        leaves it running, and the next load of the partition must find it (`_await_running`)."""
         base = previous if previous else {} if previous is None else {"sha256": None}  # unreadable stays "loaded"
         held.fence()
-        self.ledger.write_json_atomic(self._ledger_path(done.dataset, done.table, done.hour), {
+        self.ledger.write_json_atomic(target.ledger, {
             **base, RUNNING: {"job_id": jid, "sha256": sha,
                                           "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}})
 
-    def _clear_running(self, held: HeldLock, done: DoneFile) -> None:
+    def _clear_running(self, held: HeldLock, target: _Target) -> None:
         """The job ended without a recorded load (it failed, or was refused): the ledger says again
-        what it said before, so a failed first load leaves the hour unloaded."""
-        path = self._ledger_path(done.dataset, done.table, done.hour)
-        record = self.loaded(done.dataset, done.table, done.hour)
+        what it said before, so a failed first load leaves the partition unloaded."""
+        record = self._read_record(target.ledger)
         if record is None:
             held.fence()
-            self.ledger.delete(path)
+            self.ledger.delete(target.ledger)
         elif RUNNING in record:
             held.fence()
-            self.ledger.write_json_atomic(path, {k: v for k, v in record.items() if k != RUNNING})
+            self.ledger.write_json_atomic(target.ledger, {k: v for k, v in record.items() if k != RUNNING})
 
     # --- reading back -----------------------------------------------------------------------------
 
     def hour_rows(self, dataset: str, table: str, hour: str) -> int | None:
-        """The partition's rows from INFORMATION_SCHEMA.PARTITIONS; None if it holds none (or no table)."""
+        """The hour's rows as BigQuery holds them; None if it holds none (or no table). In a table
+        partitioned by HOUR, the partition's rows from INFORMATION_SCHEMA.PARTITIONS. In one by DAY,
+        BigQuery knows only the day's rows: the hour's rows are those its day's last load wrote for
+        it, plus any difference between what the day holds and what that load wrote in all (so a
+        day changed by other hands shows in every hour of it)."""
+        target = self._target(dataset, table, hour)
+        held = self._partition_rows(dataset, table, target.location.rsplit("$", 1)[1])
+        if target.layout == HOUR:
+            return held
+        day = self._read_record(target.ledger) or {}
+        mine = (day.get("hours") or {}).get(hour, {}).get("rows", 0)
+        rows = mine + (held or 0) - (day.get("rows") or 0)
+        return rows or None
+
+    def _partition_rows(self, dataset: str, table: str, pid: str) -> int | None:
         sql = PARTITIONS_SQL.format(project=self.project, dataset=check_identifier(dataset, "dataset"))
         config = bigquery.QueryJobConfig(query_parameters=[
             bigquery.ScalarQueryParameter("table_name", "STRING", check_identifier(table, "table")),
-            bigquery.ScalarQueryParameter("partition_id", "STRING", partition_id(hour)),
+            bigquery.ScalarQueryParameter("partition_id", "STRING", pid),
         ])
-        with self._api(f"reading the row count of {self.hour_location(dataset, table, hour)}"):
+        with self._api(f"reading the row count of {self.table_id(dataset, table)}${pid}"):
             try:
                 rows = list(self.client.query_and_wait(sql, job_config=config, location=self.location,
                                                        project=self.project))
@@ -297,8 +395,9 @@ class BigQueryWarehouse(Warehouse):
             raise LoadError(f"dataset {ref} is in {found.location}, the warehouse is configured for {self.location}: "
                             "set the warehouse location to the dataset's, or use another dataset")
 
-    def _existing_table(self, dataset: str, table: str) -> bigquery.Table | None:
-        """The table, if it exists and is partitioned as loads need; None if the first load creates it."""
+    def _existing_table(self, dataset: str, table: str, layout: str | None = None) -> bigquery.Table | None:
+        """The table, if it exists and is partitioned as loads need (by ingestion time, per HOUR or DAY;
+        `layout`: that one); None if the first load creates it."""
         ref = self.table_id(dataset, table)
         with self._api(f"reading table {ref}"):
             try:
@@ -306,31 +405,37 @@ class BigQueryWarehouse(Warehouse):
             except api_exceptions.NotFound:
                 return None
         tp = found.time_partitioning
-        if tp is None or tp.type_ != bigquery.TimePartitioningType.HOUR or tp.field:
+        if tp is None or tp.type_ not in (HOUR, DAY) or tp.field or (layout and tp.type_ != layout):
             how = "not partitioned" if tp is None else f"partitioned by {tp.type_}" + (f" on {tp.field}" if tp.field else "")
-            raise LoadError(f"table {ref} exists but is {how}: kafka_landing loads landing hours into an "
-                            "ingestion-time HOUR-partitioned table; drop or rename it, or route the topic elsewhere")
+            raise LoadError(f"table {ref} exists but is {how}: kafka_landing loads landing hours into a table "
+                            f"partitioned by ingestion time, per DAY (or per HOUR for a table it created so"
+                            f"{', as this one was when the load began' if layout else ''}); drop or rename it, or "
+                            "route the topic elsewhere")
+        self._layouts[(dataset, table)] = tp.type_
         return found
 
     # --- loading ----------------------------------------------------------------------------------
 
-    def _source_uris(self, store: LandingStore, done: DoneFile) -> list[str]:
+    def _source_uris(self, store: LandingStore, dones: list[DoneFile]) -> list[str]:
         if not str(store.root).startswith("gs://"):
             raise LoadError(f"BigQuery loads from Cloud Storage only, and the landing root is {store.root}: set the "
                             "landing root to gs://<bucket>/<prefix> to load into BigQuery")
-        uris = [store.location(f.path) for f in done.files]
-        for uri in uris:
-            if not uri.startswith("gs://") or any(c in uri for c in "*?["):
-                raise LoadError(f"{done.dataset}.{done.table} {done.hour}: {uri} is not a plain gs:// object URI; "
-                                "a load names exactly the done file's objects, never a pattern")
+        uris = []
+        for done in dones:
+            for uri in (store.location(f.path) for f in done.files):
+                if not uri.startswith("gs://") or any(c in uri for c in "*?["):
+                    raise LoadError(f"{done.dataset}.{done.table} {done.hour}: {uri} is not a plain gs:// object URI; "
+                                    "a load names exactly the done files' objects, never a pattern")
+                uris.append(uri)
         return uris
 
-    def _plan(self, store: LandingStore, done: DoneFile, table: bigquery.Table | None, where: str) -> LoadSchema:
-        """The widenings and the reader schema the hour's files need (see the module doc): the writer
+    def _plan(self, store: LandingStore, dones: list[DoneFile], table: bigquery.Table | None, where: str) -> LoadSchema:
+        """The widenings and the reader schema the files need (see the module doc): the writer
         schema of each schema id, from its smallest file."""
+        every = [f for d in dones for f in d.files]
         files = []
-        for sid in sorted({f.schema_id for f in done.files}, key=lambda s: (s is None, s)):
-            smallest = min((f for f in done.files if f.schema_id == sid), key=lambda f: f.bytes)
+        for sid in sorted({f.schema_id for f in every}, key=lambda s: (s is None, s)):
+            smallest = min((f for f in every if f.schema_id == sid), key=lambda f: f.bytes)
             files.append(FileSchema(sid, store.location(smallest.path), store.avro_schema(smallest.path)))
         current = [f.to_api_repr() for f in table.schema] if table is not None else None
         return plan_load(current, files, where)
@@ -355,17 +460,17 @@ class BigQueryWarehouse(Warehouse):
             except LoadError as exc:
                 raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
 
-    def _reader_uri(self, store: LandingStore, done: DoneFile, plan: LoadSchema) -> str | None:
+    def _reader_uri(self, store: LandingStore, dataset: str, table: str, plan: LoadSchema) -> str | None:
         """The gs:// URI of the plan's reader schema file, written once (content-addressed), or None."""
         if plan.reader is None:
             return None
         sha, data = plan.reader_file()
-        rel = reader_schema_path(done.dataset, done.table, sha)
+        rel = reader_schema_path(dataset, table, sha)
         if not store.exists(rel):
             store.create_exclusive(rel, data)  # False: another load wrote the same schema first
         return store.location(rel)
 
-    def _job_config(self, reference: str | None, create: bool) -> bigquery.LoadJobConfig:
+    def _job_config(self, reference: str | None, create: str | None) -> bigquery.LoadJobConfig:
         config = bigquery.LoadJobConfig(
             source_format=bigquery.SourceFormat.AVRO,
             use_avro_logical_types=True,
@@ -376,8 +481,8 @@ class BigQueryWarehouse(Warehouse):
             # Without it a decimal wider than NUMERIC (scale > 9, or > 29 integer digits) fails the load.
             decimal_target_types=["NUMERIC", "BIGNUMERIC"],
         )
-        if create:  # only for the first load: an existing table keeps its own partitioning settings
-            config.time_partitioning = bigquery.TimePartitioning(type_=bigquery.TimePartitioningType.HOUR)
+        if create:  # only for the first load (DAY): an existing table keeps its own partitioning settings
+            config.time_partitioning = bigquery.TimePartitioning(type_=create)
         if reference is not None:
             config.reference_file_schema_uri = reference
         return config
@@ -397,7 +502,7 @@ class BigQueryWarehouse(Warehouse):
                                 f"{again}", transient=not denied) from None
         return job.error_result  # a job that ran and failed says why here
 
-    def _await_running(self, dataset: str, table: str, hour: str, sha: str, where: str) -> None:
+    def _await_running(self, target: _Target, sha: str, where: str) -> None:
         """Before a job of other content (or an empty hour's partition delete): wait until the job the
         ledger records as started last is DONE, whatever its result. Why: the lock serialises loaders,
         not jobs; a job outlives a loader that timed out or was killed, and of two jobs into one
@@ -406,7 +511,7 @@ class BigQueryWarehouse(Warehouse):
         is free and the next job replaces the partition whole; and waiting needs only jobs.get, which
         loads use anyway. The same content needs nothing here: its job id meets the job (409)."""
         try:
-            running = (self.ledger.read_json(self._ledger_path(dataset, table, hour)) or {}).get(RUNNING)
+            running = (self.ledger.read_json(target.ledger) or {}).get(RUNNING)
         except ValueError:
             return  # unreadable: no job to know of
         if not running or not running.get("job_id") or running.get("sha256") == sha:
@@ -424,8 +529,9 @@ class BigQueryWarehouse(Warehouse):
             return
         cancel = f"bq {f'--location={self.location} ' if self.location else ''}cancel {self.project}:{jid}"
         self._wait(job, where, then=(
-            "it loads an earlier content of the hour (a loader gave up on it), and a job of other content must not "
-            "run beside it: whichever ends last would hold the hour. This load changed nothing: run it again later "
+            "it loads an earlier content of the partition (a loader gave up on it), and a job of other content must "
+            "not run beside it: whichever ends last would hold the partition. This load changed nothing: run it again "
+            "later "
             f"(it waits for that job again), or cancel that job ({cancel}) and then run the load again"))
 
     def _failure(self, job_id_: str, error: dict, where: str, location: str, earlier: list[dict]) -> Exception:
@@ -448,94 +554,185 @@ class BigQueryWarehouse(Warehouse):
                                     f"BigQuery's service agent) needs Storage Object Viewer on the bucket and {_ROLES}")
         return LoadError(text + " Fix the cause and run the load again: it uses the next job id")
 
-    def _run_load(self, held: HeldLock, uris: list[str], destination: str, config: bigquery.LoadJobConfig,
-                  done: DoneFile, sha: str, where: str, location: str) -> tuple[bigquery.LoadJob, list[dict]]:
+    def _run_load(self, held: HeldLock, uris: list[str], target: _Target, config: bigquery.LoadJobConfig,
+                  sha: str, where: str) -> tuple[bigquery.LoadJob, list[dict]]:
         earlier: list[dict] = []
-        recorded = self.loaded(done.dataset, done.table, done.hour)
+        recorded = self._read_record(target.ledger)
         for attempt in range(self.max_job_attempts):
-            jid = job_id(done.dataset, done.table, done.hour, sha, attempt)
-            self._mark_running(held, done, recorded, jid, sha)
+            jid = target.job_id(sha, attempt)
+            self._mark_running(held, target, recorded, jid, sha)
+            self._count_job(held, target, jid)
             fresh = True
             held.fence()  # the job replaces the partition: a commit too
             try:
-                with self._api(f"starting load job {jid} into {destination}"):
+                with self._api(f"starting load job {jid} into {target.location}"):
                     try:
-                        job = self.client.load_table_from_uri(uris, destination, job_id=jid, project=self.project,
+                        job = self.client.load_table_from_uri(uris, target.location, job_id=jid, project=self.project,
                                                               location=self.location, job_config=config)
                     except api_exceptions.Conflict:
                         fresh = False  # this content was loaded, or is loading, under this id already
                         job = self.client.get_job(jid, project=self.project, location=self.location)
             except LoadError as exc:
                 if fresh and not exc.transient:  # jobs.insert refused: no job was created
-                    self._clear_running(held, done)
+                    self._clear_running(held, target)
                 raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
             finished_before = not fresh and job.state == "DONE"
             error = self._wait(job, where)
             if error is not None:
                 if fresh:
-                    self._clear_running(held, done)
-                    raise self._failure(jid, error, where, location, earlier)
+                    self._clear_running(held, target)
+                    raise self._failure(jid, error, where, target.location, earlier)
                 earlier.append({"job_id": jid, "why": f"failed: {error.get('message')}"})
                 continue
             if finished_before and recorded and recorded.get("job_id") != jid:
-                earlier.append({"job_id": jid, "why": "succeeded before a later load of the hour "
-                                                      f"({recorded.get('job_id') or 'an empty hour'})"})
+                earlier.append({"job_id": jid, "why": "succeeded before a later load of the partition "
+                                                      f"({recorded.get('job_id') or 'an empty one'})"})
                 continue
             return job, earlier
-        self._clear_running(held, done)
+        self._clear_running(held, target)
         raise LoadError(f"{where}: {self.max_job_attempts} job ids of this content are used up "
                         f"({', '.join(e['job_id'] for e in earlier[-3:])} ...): look at these jobs in BigQuery")
 
+    def _count_job(self, held: HeldLock, target: _Target, jid: str) -> None:
+        """One empty object per job started, by UTC day: listing them is a count that concurrent loads
+        of other days of the table cannot lose. A job met again (409) is counted once."""
+        day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        held.fence()
+        self.ledger.create_exclusive(f"{load_jobs_dir(target.dataset, target.table, day)}/{jid}", b"")
+
+    def load_jobs_today(self, dataset: str, table: str) -> int:
+        day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        return len(self.ledger.list(load_jobs_dir(dataset, table, day)))
+
+    def _warnings(self, target: _Target, table: bigquery.Table | None) -> tuple[str, ...]:
+        out = []
+        ref = self.table_id(target.dataset, target.table)
+        jobs = self.load_jobs_today(target.dataset, target.table)
+        if jobs >= LOAD_JOBS_WARNING:
+            out.append(f"{ref}: {jobs} load jobs started today (UTC); BigQuery refuses the table's loads past "
+                       f"{MAX_LOAD_JOBS} in 24 hours, failed ones included (its quota refills over 24 hours). Load "
+                       "fewer, larger ranges (a backfill as one run: a day's hours share one job)")
+        partitions = int(table.to_api_repr().get("numPartitions") or 0) if table is not None else 0
+        if target.layout == HOUR and partitions >= PARTITIONS_WARNING:
+            out.append(f"{ref} is partitioned by HOUR and holds {partitions} partitions; BigQuery refuses every load "
+                       f"past {MAX_PARTITIONS} (about {(MAX_PARTITIONS - partitions) // 24} days of hours from now). "
+                       "Recreate it partitioned by DAY (drop it, or rename it away, and load its hours again: "
+                       "kafka_landing creates new tables by DAY), or set a partition expiration on it")
+        return tuple(out)
+
+    def _replace(self, held: HeldLock, store: LandingStore, target: _Target, dones: list[DoneFile], sha: str,
+                 where: str) -> tuple[bigquery.LoadJob | None, list[dict], tuple[str, ...], tuple[str, ...]]:
+        """One job that replaces the target's partition with exactly the files of `dones` (or, when
+        they hold no row, the partition deleted: a load job needs a source). Returns the job, the
+        earlier job ids of this content, the columns it added to the table and warnings."""
+        self._await_running(target, sha, where)
+        rows = sum(d.rows for d in dones)
+        if rows == 0:
+            held.fence()
+            with self._api(f"deleting partition {target.location} (it holds no row now)"):
+                self.client.delete_table(target.location, not_found_ok=True)
+            return None, [], (), ()
+        dataset, table = target.dataset, target.table
+        self._ensure_dataset(dataset)
+        before = self._existing_table(dataset, table, target.layout)
+        plan = self._plan(store, dones, before, where)
+        if plan.widenings:
+            self._widen(plan, dataset, table, where)
+            before = self._existing_table(dataset, table, target.layout)
+        config = self._job_config(self._reader_uri(store, dataset, table, plan),
+                                  create=target.layout if before is None else None)
+        try:
+            job, earlier = self._run_load(held, self._source_uris(store, dones), target, config, sha, where)
+        except IncompatibleSchemaError:
+            now = self._existing_table(dataset, table)
+            if [f.to_api_repr() for f in (now.schema if now else [])] != \
+                    [f.to_api_repr() for f in (before.schema if before else [])]:
+                raise LoadError(f"{where}: the table's schema changed while this load ran (another load widened or "
+                                "extended it), so BigQuery refused the schema planned before: loading the hour again "
+                                "plans against the table as it is now", transient=True) from None
+            raise
+        if job.output_rows != rows:
+            self._clear_running(held, target)
+            raise LoadError(
+                f"{where}: load job {job.job_id} wrote {job.output_rows} rows, the done files list {rows}. "
+                f"{target.location} now holds what the job loaded and is not recorded as loaded: check the files "
+                "(were they rewritten after landing?) and load the hour again")
+        self._layouts[(dataset, table)] = target.layout
+        with self._api(f"reading table {self.table_id(dataset, table)}"):
+            after = self.client.get_table(self.table_id(dataset, table))
+        old = {f.name.lower() for f in before.schema} if before is not None else set()
+        added = tuple(f.name for f in after.schema if f.name.lower() not in old) if before is not None else ()
+        return job, earlier, added, self._warnings(target, after)
+
     def load_hour(self, store: LandingStore, done: DoneFile, spark: SparkFactory,
                   done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
-        """Replace partition `table$YYYYMMDDHH` with exactly the done file's files (no Spark)."""
+        """Replace the hour's partition (no Spark): in a table partitioned by DAY, the day that holds
+        the hour, with the files of every landed hour of it; in one by HOUR, `table$YYYYMMDDHH`."""
         dataset, table = check_identifier(done.dataset, "dataset"), check_identifier(done.table, "table")
-        location = self.hour_location(dataset, table, done.hour)
-        where = f"{self.table_id(dataset, table)} hour {done.hour}"
-        uris = self._source_uris(store, done)
-        verify_files(store, done)
         sha = done_sha256 or content_sha(done.to_bytes())  # handed over without its bytes: as publish wrote it
+        target = self._target(dataset, table, done.hour)
         name = f"{dataset}.{table}"
-        with self.ledger.lock(self._lock_path(dataset, table, done.hour)) as held:  # one load of an hour at a time
-            self._await_running(dataset, table, done.hour, sha, where)
-            if done.rows == 0:
-                # A load job needs a source; deleting the partition by its decorator empties the hour.
-                held.fence()
-                with self._api(f"deleting partition {location} (the hour is empty)"):
-                    self.client.delete_table(location, not_found_ok=True)
-                self._record(held, done, 0, done_file, sha, None, [], deleted_partition=True)
-                return LoadResult(name, done.hour, 0, len(done.files), tuple(done.schema_ids), (), location,
-                                  done_file, sha, None)
-            self._ensure_dataset(dataset)
-            before = self._existing_table(dataset, table)
-            plan = self._plan(store, done, before, where)
-            if plan.widenings:
-                self._widen(plan, dataset, table, where)
-                before = self._existing_table(dataset, table)
-            config = self._job_config(self._reader_uri(store, done, plan), create=before is None)
+        if target.layout == HOUR:
+            where = f"{self.table_id(dataset, table)} hour {done.hour}"
+            self._source_uris(store, [done])
+            verify_files(store, done)
+            with self.ledger.lock(target.lock) as held:  # one load of an hour at a time
+                job, earlier, added, warnings = self._replace(held, store, target, [done], sha, where)
+                jid = job.job_id if job else None
+                self._record(held, target.ledger, self._hour_record(
+                    done, done.rows, done_file, sha, jid, target.location, earlier,
+                    **({} if job else {"deleted_partition": True})))
+        else:
+            where = f"{self.table_id(dataset, table)} day {day_of(done.hour)} (loading hour {done.hour})"
+            self._source_uris(store, [done])
+            with self.ledger.lock(target.lock) as held:  # one load of a day at a time: each replaces it whole
+                hours = self._day_hours(store, target, done, done_file, sha, where)
+                for h in hours.values():
+                    verify_files(store, h.done)
+                content = day_sha({hour: h.sha for hour, h in hours.items()})
+                job, earlier, added, warnings = self._replace(held, store, target, [h.done for h in hours.values()],
+                                                              content, where)
+                jid = job.job_id if job else None
+                self._record(held, target.ledger, {
+                    "sha256": content, "rows": sum(h.done.rows for h in hours.values()), "job_id": jid,
+                    "location": target.location, "earlier_jobs": earlier,
+                    "hours": {hour: {"done_file": h.done_file, "sha256": h.sha, "rows": h.done.rows}
+                              for hour, h in hours.items()}, **({} if job else {"deleted_partition": True})})
+                for hour, h in hours.items():  # what the sensor and the checks read, hour by hour
+                    self._record(held, load_ledger_path(dataset, table, hour), self._hour_record(
+                        h.done, h.done.rows, h.done_file, h.sha, jid, target.location, earlier, day_sha256=content,
+                        **({} if job else {"deleted_partition": True})))
+        return LoadResult(name, done.hour, done.rows, len(done.files), tuple(done.schema_ids), added,
+                          target.location, done_file, sha, job.job_id if job else None, warnings)
+
+    def _day_hours(self, store: LandingStore, target: _Target, done: DoneFile, done_file: str | None, sha: str,
+                   where: str) -> dict[str, _DayHour]:
+        """Every landed hour of the target's day, read under its lock (so a load that waited for it sees
+        the day as it is now), the hour being loaded as handed over. An hour loaded into the day before
+        whose done file is gone fails the load: replacing the day without it would drop its rows."""
+        hours = {done.hour: _DayHour(done, done_file, sha)}
+        for rel in store.glob(day_done_file_glob(target.dataset, target.table, done.hour)):
+            hour = hour_folder_tag(rel.rsplit("/", 2)[-2])
+            if hour is None or hour == done.hour:
+                continue
             try:
-                job, earlier = self._run_load(held, uris, location, config, done, sha, where, location)
-            except IncompatibleSchemaError:
-                now = self._existing_table(dataset, table)
-                if [f.to_api_repr() for f in (now.schema if now else [])] != \
-                        [f.to_api_repr() for f in (before.schema if before else [])]:
-                    raise LoadError(f"{where}: the table's schema changed while this load ran (another hour's load "
-                                    "widened or extended it), so BigQuery refused the schema planned before: loading "
-                                    "the hour again plans against the table as it is now", transient=True) from None
-                raise
-            if job.output_rows != done.rows:
-                self._clear_running(held, done)
-                raise LoadError(
-                    f"{where}: load job {job.job_id} wrote {job.output_rows} rows, the done file lists {done.rows}. "
-                    f"{location} now holds what the job loaded and is not recorded as loaded: check the files "
-                    "(were they rewritten after landing?) and reload the hour")
-            with self._api(f"reading table {self.table_id(dataset, table)}"):
-                after = self.client.get_table(self.table_id(dataset, table))
-            old = {f.name.lower() for f in before.schema} if before is not None else set()
-            added = tuple(f.name for f in after.schema if f.name.lower() not in old) if before is not None else ()
-            self._record(held, done, job.output_rows, done_file, sha, job.job_id, earlier)
-        return LoadResult(name, done.hour, job.output_rows, len(done.files), tuple(done.schema_ids), added,
-                          location, done_file, sha, job.job_id)
+                content = store.read_bytes(rel)
+            except FileNotFoundError:
+                continue  # removed since the listing: as if never listed (checked below against the ledger)
+            try:
+                other = check_done_file(rel, json.loads(content))
+            except (ValueError, DoneFileMismatch) as exc:
+                raise LoadError(f"{where}: the day's partition holds every landed hour of it, and the done file of "
+                                f"hour {hour}, {store.location(rel)}, cannot be read ({exc}). Nothing was loaded: "
+                                f"re-land hour {hour} (or fix its done file), then load again") from None
+            hours[hour] = _DayHour(other, rel, content_sha(content))
+        day = self._read_record(target.ledger) or {}
+        gone = sorted(h for h, r in (day.get("hours") or {}).items() if h not in hours and r.get("rows"))
+        if gone:
+            raise LoadError(f"{where}: hours {gone} were loaded into {target.location} and their done files are gone; "
+                            "replacing the day without them would drop their rows. Nothing was loaded: re-land those "
+                            "hours (or retire them, which leaves an empty done file), then load again")
+        return dict(sorted(hours.items()))
 
 
 __all__ = ["BigQueryWarehouse", "avro_columns", "job_id", "partition_id"]

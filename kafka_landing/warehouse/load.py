@@ -43,10 +43,11 @@ class LoadResult:
     files: int
     schema_ids: tuple[int, ...]
     added_columns: tuple[str, ...]
-    location: str  # where the hour now is: a file path, or project.dataset.table$YYYYMMDDHH
+    location: str  # where the hour now is: a file path, or project.dataset.table$YYYYMMDD[HH]
     done_file: str | None = None  # relative to the landing root
     done_sha256: str | None = None  # the content loaded
     job_id: str | None = None  # the backend's job, where it has one
+    warnings: tuple[str, ...] = ()  # what a person should know before it becomes a failure
 
 
 class Warehouse(ABC):
@@ -68,7 +69,7 @@ class Warehouse(ABC):
 
     @abstractmethod
     def hour_location(self, dataset: str, table: str, hour: str) -> str:
-        """Where an hour is, for people: a file path or `project.dataset.table$YYYYMMDDHH`."""
+        """Where an hour is, for people: a file path or `project.dataset.table$YYYYMMDD` (its day)."""
 
     @abstractmethod
     def loaded(self, dataset: str, table: str, hour: str) -> dict | None:

@@ -96,9 +96,9 @@ def test_one_small_hour_in_real_bigquery(monkeypatch):
         warehouse.check_writable()
         first_rel = land(store, dataset, H1, [(0, 1, V1, orders(3))])
         first = load_done_file(warehouse, store, first_rel, NO_SPARK)
-        assert first.rows == 3 and first.location == f"{PROJECT}.{dataset}.orders$2026013113"
+        assert first.rows == 3 and first.location == f"{PROJECT}.{dataset}.orders$20260131"
         table = client.get_table(f"{PROJECT}.{dataset}.orders")
-        assert table.time_partitioning.type_ == "HOUR" and table.time_partitioning.field is None
+        assert table.time_partitioning.type_ == "DAY" and table.time_partitioning.field is None
         assert _eventually(lambda: warehouse.hour_rows(dataset, "orders", H1), 3) == 3
 
         again = load_done_file(warehouse, store, first_rel, NO_SPARK)  # 409, awaited: no second job
@@ -110,7 +110,7 @@ def test_one_small_hour_in_real_bigquery(monkeypatch):
         assert mixed.rows == 3 and mixed.added_columns == ("coupon",)
         got = sorted((r["order_id"], r["coupon"]) for r in client.query_and_wait(
             f"SELECT order_id, coupon FROM `{PROJECT}.{dataset}.orders` "
-            "WHERE _PARTITIONTIME = TIMESTAMP('2026-01-31 14:00:00')"))
+            "WHERE _PARTITIONTIME = TIMESTAMP('2026-02-01')"))  # H2's day
         assert got == [("o10", "C"), ("o11", "C"), ("o20", None)]
 
         empty = load_done_file(warehouse, store, land(store, dataset, H1, []), NO_SPARK)
@@ -120,7 +120,7 @@ def test_one_small_hour_in_real_bigquery(monkeypatch):
 
         # Evolution, oldest hour first (widened by ALTER COLUMN, then v1 read through the reader schema) and
         # newest hour first (the table as wide as it gets at once, older files promoted).
-        h3, h4 = "2026-01-31T15", "2026-01-31T16"
+        h3, h4 = "2026-02-02T15", "2026-02-03T16"  # a day each: each loaded alone, in the order given
         hours = {H1: [(0, 1, EV1, [ev1(0)])], H2: [(0, 2, EV2, [ev2(0)])], h3: [(0, 3, EV3, [ev3(0)])],
                  h4: [(0, 3, EV3, [ev3(1)]), (1, 1, EV1, [ev1(1)])]}
         want = sorted((read_back(r) for r in (ev1(0), ev2(0), ev3(0), ev3(1), ev1(1))), key=lambda r: r["order_id"])

@@ -1,7 +1,9 @@
 """The BigQuery warehouse against real Avro landing files in a GcsStore on the GCS
 emulator and the strict BigQuery fake at the client's HTTP transport (no Spark):
-one load job per hour from exactly the done file's objects, idempotent by job id,
-hour partitions replaced whole, schemas evolved or refused as BigQuery does."""
+one load job per day partition from exactly the objects of its hours' done files,
+idempotent by job id, days replaced whole (tables made by hour before: hours), schemas
+evolved or refused as BigQuery does. H1 and H2 are hours of two days, so that each
+partition holds one hour; the tests of days hold several."""
 
 from __future__ import annotations
 
@@ -25,13 +27,13 @@ from kafka_landing.naming import (
     table_hour_dir,
 )
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.bigquery import BigQueryWarehouse, job_id, partition_id
+from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, day_sha, job_id, partition_id
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.helpers import avro_file, write_hour
 
 PROJECT = "kl-bq-test"
-H1, H2 = "2026-01-31T13", "2026-01-31T14"
+H1, H2 = "2026-01-31T13", "2026-02-01T14"
 NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
 
 KAFKA_HEADER = {"type": "record", "name": "KafkaHeader", "namespace": "kafka_landing",
@@ -97,7 +99,13 @@ def orders(n: int, start: int = 0, **extra) -> list[dict]:
 
 
 def rows_of(fake, dataset: str, hour: str, table: str = "orders") -> list[dict]:
-    return fake.partition_rows(PROJECT, dataset, table, partition_id(hour))
+    """The rows of the hour's day partition."""
+    return fake.partition_rows(PROJECT, dataset, table, partition_id(hour, DAY))
+
+
+def day_job(dataset: str, hour: str, done_bytes: bytes, table: str = "orders") -> str:
+    """The first job id of a day whose only landed hour is `hour`."""
+    return job_id(dataset, table, hour, day_sha({hour: content_sha(done_bytes)}), layout=DAY)
 
 
 def load_jobs(fake) -> list[dict]:
@@ -113,18 +121,18 @@ def test_an_hour_is_one_load_job_of_exactly_its_done_files(warehouse, store, fak
 
     done = json.loads(store.read_bytes(done_rel))
     assert result.rows == 5 and result.files == 2
-    assert result.location == f"{PROJECT}.{dataset}.orders$2026013113"
-    assert result.job_id == job_id(dataset, "orders", H1, content_sha(store.read_bytes(done_rel)))
+    assert result.location == f"{PROJECT}.{dataset}.orders$20260131"
+    assert result.job_id == day_job(dataset, H1, store.read_bytes(done_rel))
     [job] = load_jobs(fake)
     load = job["configuration"]["load"]
     assert load["sourceUris"] == [store.location(f["path"]) for f in done["files"]]
-    assert load["destinationTable"]["tableId"] == "orders$2026013113"
+    assert load["destinationTable"]["tableId"] == "orders$20260131"
     assert (load["writeDisposition"], load["sourceFormat"], load["useAvroLogicalTypes"]) == \
         ("WRITE_TRUNCATE", "AVRO", True)
     assert set(load["schemaUpdateOptions"]) == {"ALLOW_FIELD_ADDITION", "ALLOW_FIELD_RELAXATION"}
     assert "schema" not in load  # one schema id: BigQuery derives the schema from the files
     table = fake.table_state(PROJECT, dataset, "orders")
-    assert table["resource"]["timePartitioning"] == {"type": "HOUR"}
+    assert table["resource"]["timePartitioning"] == {"type": "DAY"}
     assert sorted(r["_kafka_offset"] for r in rows_of(fake, dataset, H1)) == [1000, 1001, 1002, 2000, 2001]
     assert {f["name"]: f["type"] for f in fake.schema(PROJECT, dataset, "orders")}["_kafka_timestamp"] == "TIMESTAMP"
     assert warehouse.hour_rows(dataset, "orders", H1) == 5
@@ -144,15 +152,14 @@ def test_reloading_the_same_content_waits_for_the_existing_job(warehouse, store,
 
 def test_a_job_left_running_by_a_dead_load_is_awaited_not_repeated(warehouse, store, fake, dataset):
     done_rel = land(store, dataset, H1, [(0, 1, V1, orders(3))])
-    sha = content_sha(store.read_bytes(done_rel))
-    jid = job_id(dataset, "orders", H1, sha)
+    jid = day_job(dataset, H1, store.read_bytes(done_rel))
     warehouse.check_writable()
     fake.running_polls = 3  # the job a crashed loader started is still running
     config = bigquery.LoadJobConfig(source_format="AVRO", use_avro_logical_types=True,
                                     write_disposition="WRITE_TRUNCATE",
-                                    time_partitioning=bigquery.TimePartitioning(type_="HOUR"))
+                                    time_partitioning=bigquery.TimePartitioning(type_="DAY"))
     uris = [store.location(f["path"]) for f in json.loads(store.read_bytes(done_rel))["files"]]
-    fake.client(PROJECT).load_table_from_uri(uris, f"{PROJECT}.{dataset}.orders$2026013113", job_id=jid,
+    fake.client(PROJECT).load_table_from_uri(uris, f"{PROJECT}.{dataset}.orders$20260131", job_id=jid,
                                              location="US", job_config=config)
     assert rows_of(fake, dataset, H1) == []
 
@@ -256,7 +263,8 @@ def test_an_incompatible_schema_fails_clearly_and_changes_nothing(warehouse, sto
         load_done_file(warehouse, store, bad_rel, NO_SPARK)
 
     message = str(failed.value)
-    assert f"{PROJECT}.{dataset}.orders hour {H2}: field amount: the table's column is INTEGER and schema id 3" \
+    assert f"{PROJECT}.{dataset}.orders day 2026-02-01 (loading hour {H2}): field amount: the table's column is " \
+        "INTEGER and schema id 3" \
         in message and "has STRING" in message and "Nothing was loaded" in message
     assert len(fake.jobs) == 1  # refused before any job: a load job that would fail still counts against quotas
     assert fake.schema(PROJECT, dataset, "orders") == schema_before and len(rows_of(fake, dataset, H1)) == 2
@@ -267,7 +275,7 @@ def test_an_incompatible_schema_fails_clearly_and_changes_nothing(warehouse, sto
 def test_a_failed_job_is_run_again_under_the_next_id(warehouse, store, fake, dataset):
     done_rel = land(store, dataset, H1, [(0, 1, V1, orders(2))])
     [listed] = json.loads(store.read_bytes(done_rel))["files"]
-    jid = job_id(dataset, "orders", H1, content_sha(store.read_bytes(done_rel)))
+    jid = day_job(dataset, H1, store.read_bytes(done_rel))
     read = fake.read_object
     fake.read_object = lambda uri: (_ for _ in ()).throw(FileNotFoundError(uri)) \
         if uri == store.location(listed["path"]) else read(uri)  # BigQuery cannot read it (a moment)
@@ -291,7 +299,7 @@ def test_output_rows_other_than_the_done_files_are_caught(warehouse, store, fake
     # The object changes between the row check and the load (rewritten by someone else).
     fake.read_object = lambda uri: shorter if uri == store.location(listed["path"]) else read(uri)
 
-    with pytest.raises(LoadError, match=r"load job kafka_landing_\S+ wrote 3 rows, the done file lists 4"):
+    with pytest.raises(LoadError, match=r"load job kafka_landing_\S+ wrote 3 rows, the done files list 4"):
         load_done_file(warehouse, store, done_rel, NO_SPARK)
     assert warehouse.loaded(dataset, "orders", H1) is None
 
@@ -301,7 +309,7 @@ def test_conservation_reads_the_partition_back_from_bigquery(warehouse, store, f
     assert warehouse.hour_rows(dataset, "orders", H1) == 6
     assert warehouse.hour_rows(dataset, "orders", H2) is None
     assert warehouse.hour_rows(dataset, "other", H1) is None and warehouse.hour_rows("no_such", "orders", H1) is None
-    fake.tables[(PROJECT, dataset, "orders")]["partitions"][partition_id(H1)].pop()  # BigQuery now holds 5
+    fake.tables[(PROJECT, dataset, "orders")]["partitions"][partition_id(H1, DAY)].pop()  # BigQuery now holds 5
     assert warehouse.hour_rows(dataset, "orders", H1) == 5
     assert fake.calls_of("jobs.query") == 5
 
@@ -341,9 +349,9 @@ def test_a_table_partitioned_otherwise_is_refused(warehouse, store, fake, datase
     client = fake.client(PROJECT)
     client.create_dataset(bigquery.Dataset(f"{PROJECT}.{dataset}"))
     table = bigquery.Table(f"{PROJECT}.{dataset}.orders")
-    table.time_partitioning = bigquery.TimePartitioning(type_="DAY")
+    table.time_partitioning = bigquery.TimePartitioning(type_="MONTH")
     client.create_table(table)
-    with pytest.raises(LoadError, match=f"table {PROJECT}.{dataset}.orders exists but is partitioned by DAY"):
+    with pytest.raises(LoadError, match=f"table {PROJECT}.{dataset}.orders exists but is partitioned by MONTH"):
         load_done_file(warehouse, store, land(store, dataset, H1, [(0, 1, V1, orders(1))]), NO_SPARK)
     assert fake.jobs == {}
 
@@ -449,7 +457,7 @@ def shape(fields: list[dict]) -> dict:
 
 
 def test_every_registry_compatible_change_loads_oldest_or_newest_hour_first(store, fake):
-    H3, H4 = "2026-01-31T15", "2026-01-31T16"
+    H3, H4 = "2026-02-02T15", "2026-02-03T16"  # a day each: each partition holds one hour's rows
     hours = {H1: [(0, 1, EV1, [ev1(0), ev1(1)])], H2: [(0, 2, EV2, [ev2(0)])], H3: [(0, 3, EV3, [ev3(0)])],
              H4: [(0, 3, EV3, [ev3(1)]), (1, 1, EV1, [ev1(2)])]}  # mixed: the v1 file sorts last
     produced = {H1: [ev1(0), ev1(1)], H2: [ev2(0)], H3: [ev3(0)], H4: [ev3(1), ev1(2)]}
@@ -496,7 +504,8 @@ def test_a_change_bigquery_cannot_make_fails_once_naming_the_field(warehouse, st
 
     message = str(failed.value)
     assert failed.value.transient is False
-    assert f"{PROJECT}.{dataset}.orders hour {H2}" in message and "order_id" in message and "schema id 4" in message
+    assert f"{PROJECT}.{dataset}.orders day 2026-02-01 (loading hour {H2})" in message and "order_id" in message \
+        and "schema id 4" in message
     assert "STRING" in message and "BYTES" in message and "Nothing was loaded" in message
     assert len(fake.jobs) == jobs_before and fake.ddl == []  # no load job spent on what cannot load
     assert fake.schema(PROJECT, dataset, "orders") == schema_before and rows_of(fake, dataset, H2) == []

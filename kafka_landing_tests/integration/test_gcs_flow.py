@@ -136,7 +136,8 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
                      for ds, t in [(f"gshop_{suffix}", "orders"), (f"gweb_{suffix}", "page_views"),
                                    (f"gweb_{suffix}", "other_events")])
         assert loaded == len(got)
-        assert len(fake.job_ids("kl-flow")) == HOURS * 3, "one load job per (table, hour)"
+        days = {h.strftime("%Y%m%d") for h in hours}
+        assert len(fake.job_ids("kl-flow")) == len(days) * 3, "one load job per (table, day)"
         assert not tick(bq_defs, instance).run_requests
     finally:
         fake.stop()

@@ -18,7 +18,7 @@ from kafka_landing.errors import is_transient
 from kafka_landing.handoff import content_sha
 from kafka_landing.store.base import LandingStore
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.bigquery import BigQueryWarehouse, partition_id
+from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, partition_id
 from kafka_landing.warehouse.load import LoadError, Warehouse, load_done_file
 from kafka_landing.warehouse.parquet import ParquetWarehouse
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
@@ -26,7 +26,7 @@ from kafka_landing_tests.helpers import avro_file, write_hour
 
 PROJECT = "kl-contract"
 TABLE = "orders"
-H1, H2 = "2026-01-31T13", "2026-01-31T14"
+H1, H2 = "2026-01-31T13", "2026-02-01T14"  # two days: BigQuery's partitions are days
 V1 = {"type": "record", "name": "Order", "namespace": "shop",
       "fields": [{"name": "order_id", "type": "string"}, {"name": "amount", "type": "long"}]}
 V2 = {**V1, "fields": V1["fields"] + [{"name": "coupon", "type": ["null", "string"], "default": None}]}
@@ -68,7 +68,7 @@ def backend(request, tmp_path) -> Backend:
     wh = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", datasets=[dataset])
     no_spark = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
     return Backend(wh, store, no_spark, dataset,
-                  lambda hour: fake.partition_rows(PROJECT, dataset, TABLE, partition_id(hour)))
+                  lambda hour: fake.partition_rows(PROJECT, dataset, TABLE, partition_id(hour, DAY)))
 
 
 def orders(n: int, start: int = 0, **extra) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Load jobs of one hour never overlap, even when a loader gave up on its job (a timeout, a kill) and
+"""Load jobs of one partition (a day) never overlap, even when a loader gave up on its job (a timeout, a kill) and
 left it running: BigQuery needs no client to finish a job, and whichever job of a partition commits
 last holds it. Through the real BigQueryWarehouse and the strict BigQuery fake over HTTP (no stack:
 landing files in a local folder that calls itself gs://)."""
@@ -8,14 +8,15 @@ from __future__ import annotations
 import pytest
 
 from kafka_landing.errors import is_transient
-from kafka_landing.warehouse.bigquery import BigQueryWarehouse, job_id, partition_id
+from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, day_sha, job_id, partition_id
 from kafka_landing.warehouse.load import LoadError, content_sha, load_done_file
 from kafka_landing_tests.bigquery_fake import serving_folder
 from kafka_landing_tests.helpers import GsLikeStore, write_hour
 
 PROJECT = "kl-bq-jobs"
 DATASET, TABLE, H1 = "shop", "t", "2026-01-31T13"
-LEDGER = f"warehouse_loads/bigquery/{DATASET}/{TABLE}/hour={H1}.json"
+LEDGER = f"warehouse_loads/bigquery/{DATASET}/{TABLE}/day={H1[:10]}.json"  # the day's loads: one job per day
+HOUR_LEDGER = f"warehouse_loads/bigquery/{DATASET}/{TABLE}/hour={H1}.json"  # what was loaded of the hour
 FIELDS = [{"name": "order_id", "type": "string"}, {"name": "amount", "type": "long"}]
 NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
 FOREVER = 10**6  # jobs.get polls a job answers RUNNING: longer than any wait here
@@ -41,7 +42,8 @@ def land(store, partition: int, ids: list[str]) -> str:
 
 
 def sha_of(store, done_rel: str) -> str:
-    return content_sha(store.read_bytes(done_rel))
+    """The content of the hour's day, H1 its only landed hour."""
+    return day_sha({H1: content_sha(store.read_bytes(done_rel))})
 
 
 def leave_running(fake, store, done_rel: str) -> str:
@@ -70,7 +72,7 @@ def finish_every_job(fake) -> None:
 
 
 def order_ids(fake) -> list[str]:
-    return sorted(r["order_id"] for r in fake.partition_rows(PROJECT, DATASET, TABLE, partition_id(H1)))
+    return sorted(r["order_id"] for r in fake.partition_rows(PROJECT, DATASET, TABLE, partition_id(H1, DAY)))
 
 
 def test_the_job_is_in_the_ledger_before_it_is_waited_for(env):
@@ -79,7 +81,7 @@ def test_the_job_is_in_the_ledger_before_it_is_waited_for(env):
     jid = leave_running(fake, store, x)
 
     record = store.read_json(LEDGER)
-    assert record["running_job"]["job_id"] == jid == job_id(DATASET, TABLE, H1, sha_of(store, x))
+    assert record["running_job"]["job_id"] == jid == job_id(DATASET, TABLE, H1, sha_of(store, x), layout=DAY)
     assert record["running_job"]["sha256"] == sha_of(store, x)
     wh = warehouse(fake, store)
     assert wh.loaded(DATASET, TABLE, H1) is None and wh.loaded_sha(DATASET, TABLE, H1) is None  # nothing loaded yet
@@ -98,7 +100,7 @@ def test_a_newer_content_waits_for_the_older_job_left_running(env):
     assert fake.overlaps == [] and len(fake.jobs) == 2
     wh = warehouse(fake, store)
     assert result.job_id == wh.loaded(DATASET, TABLE, H1)["job_id"] != x_job
-    assert wh.loaded_sha(DATASET, TABLE, H1) == sha_of(store, y) and wh.hour_rows(DATASET, TABLE, H1) == 3
+    assert wh.loaded_sha(DATASET, TABLE, H1) == content_sha(store.read_bytes(y)) and wh.hour_rows(DATASET, TABLE, H1) == 3
     assert "running_job" not in store.read_json(LEDGER)
 
 
@@ -112,7 +114,7 @@ def test_an_older_job_that_outlasts_the_wait_stops_the_newer_load_as_transient(e
 
     message = str(stopped.value)
     assert is_transient(stopped.value)
-    assert f"{PROJECT}.{DATASET}.{TABLE} hour {H1}" in message and x_job in message
+    assert f"{PROJECT}.{DATASET}.{TABLE} day {H1[:10]} (loading hour {H1})" in message and x_job in message
     assert "run it again later" in message and f"cancel {PROJECT}:{x_job}" in message
     assert list(fake.jobs) == [(PROJECT, x_job)] and fake.overlaps == []  # no job beside it
     assert store.read_json(LEDGER)["running_job"]["job_id"] == x_job  # still the one to wait for
@@ -175,7 +177,7 @@ def test_a_failed_job_leaves_the_hour_unloaded(env):
 
 def test_an_unreadable_record_still_says_loaded_after_a_failed_job(env):
     store, fake = env
-    store.write_atomic(LEDGER, b"{not json")  # loaded once, content unknown
+    store.write_atomic(HOUR_LEDGER, b"{not json")  # loaded once, content unknown
     fake.read_object = lambda uri: (_ for _ in ()).throw(FileNotFoundError(uri))
 
     with pytest.raises(LoadError, match="failed: Not found: URI"):

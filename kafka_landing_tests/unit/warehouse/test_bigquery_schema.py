@@ -18,14 +18,15 @@ import requests
 from google.api_core import exceptions as gexc
 
 from kafka_landing.manifests import DoneFile
-from kafka_landing.warehouse.bigquery import BigQueryWarehouse, partition_id
+from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, partition_id
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.bigquery_fake import serving_folder
 from kafka_landing_tests.helpers import GsLikeStore, write_hour
 
 PROJECT = "kl-bq-unit"
-H1, H2, H3 = "2026-01-31T13", "2026-01-31T14", "2026-01-31T15"  # v1 only, v2 only, v2 and v1 mixed
+# v1 only, v2 only, v2 and v1 mixed; a day each, so that each is loaded alone, in the order given
+H1, H2, H3 = "2026-01-31T13", "2026-02-01T14", "2026-02-02T15"
 ORDERS = {"oldest first": (H1, H2, H3), "newest first": (H2, H1, H3), "mixed first": (H3, H2, H1)}
 NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
 
@@ -194,7 +195,7 @@ def run_case(store, fake, case: Case, name: str) -> list[str]:
     if got != case.column[1:]:
         problems.append(f"column {case.column[0]} is {got}, expected {case.column[1:]}")
     for hour in (H1, H2, H3):
-        for row in fake.partition_rows(PROJECT, dataset, "t", partition_id(hour)):
+        for row in fake.partition_rows(PROJECT, dataset, "t", partition_id(hour, DAY)):
             want = case.read_old if row["v"] == 1 else case.read_new
             if not same(row.get("c"), want):
                 problems.append(f"{hour} v{row['v']}: c is {row.get('c')!r}, expected {want!r}")

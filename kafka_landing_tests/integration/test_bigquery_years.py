@@ -1,0 +1,56 @@
+"""Years of hours into one BigQuery table: more than 10,000 hours (BigQuery's partitions per table)
+land and load, into a table partitioned by DAY. No service (the strict BigQuery fake over HTTP, a
+local folder that calls itself gs://), but 20,000 files and 417 load jobs: not a unit test."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from kafka_landing.naming import ONE_HOUR, done_file_path, hour_from_tag, hour_tag
+from kafka_landing.warehouse.load import load_done_file
+from kafka_landing_tests.bigquery_fake import serving_folder
+from kafka_landing_tests.helpers import GsLikeStore
+from kafka_landing_tests.unit.warehouse.test_bigquery_days import DATASET, NO_SPARK, PROJECT, TABLE, land, warehouse
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """On tmpfs where there is one: 30,000 fsyncs of tiny files measure the disk, not the loads."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        yield tmp_path
+        return
+    path = Path(tempfile.mkdtemp(dir=shm, prefix="kl_years_"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_more_than_10000_hours_keep_loading(folder):
+    """417 days of hours (10,008) land and load, a day at a time as a backfill of the day loads it:
+    417 partitions and 417 load jobs, far from both limits."""
+    fake = serving_folder(folder)
+    store = GsLikeStore(folder)
+    try:
+        first = hour_from_tag("2025-01-01T00")
+        days = 417
+        wh = warehouse(fake, store)
+        for d in range(days):
+            day = first + timedelta(days=d)
+            rels = [land(store, hour_tag(day + ONE_HOUR * h), [f"{d}-{h}"]) for h in range(24)]
+            load_done_file(wh, store, rels[-1], NO_SPARK)
+        counts = fake.partition_counts(PROJECT, DATASET, TABLE)
+        assert len(counts) == days and set(counts.values()) == {24}
+        assert len(fake.jobs) == days and len(wh.loaded_hours(DATASET, TABLE)) == days * 24 > 10_000
+        last = hour_tag(first + timedelta(days=days - 1) + ONE_HOUR * 23)
+        assert wh.hour_rows(DATASET, TABLE, last) == 1
+        assert json.loads(store.read_bytes(done_file_path(DATASET, TABLE, hour_from_tag(last))))["rows"] == 1
+    finally:
+        fake.stop()
