@@ -234,12 +234,16 @@ def load_lock_path(dataset: str, table: str, hour: datetime | str) -> str:
     return f"locks/{load_ledger_dir(dataset, table)}/hour={_tag(hour)}.lock"
 
 
+def load_jobs_root(dataset: str, table: str) -> str:
+    return f"{load_ledger_dir(dataset, table)}/jobs"
+
+
 def load_jobs_dir(dataset: str, table: str, day: str) -> str:
     """One empty object per load job started into a table on a UTC day (YYYY-MM-DD): BigQuery
     allows 1,500 a day per table, failed ones included."""
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", day):
         raise NameError_(f"{day!r} is not a day like 2026-01-31")
-    return f"{load_ledger_dir(dataset, table)}/jobs/day={day}"
+    return f"{load_jobs_root(dataset, table)}/day={day}"
 
 
 def day_of(hour: datetime | str) -> str:

@@ -121,6 +121,7 @@ from kafka_landing.naming import (
     load_day_ledger_path,
     load_day_lock_path,
     load_jobs_dir,
+    load_jobs_root,
     load_ledger_dir,
     load_ledger_path,
     load_lock_path,
@@ -145,6 +146,7 @@ MAX_PARTITIONS = 10_000  # per table (BigQuery's quotas): 417 days of hours, 27 
 PARTITIONS_WARNING = 9_000  # an HOUR table this full is months from refusing every load
 MAX_LOAD_JOBS = 1_500  # per table and UTC day (BigQuery's quotas), failed jobs included
 LOAD_JOBS_WARNING = 1_200
+JOB_COUNTS_KEPT_SECONDS = 2 * 86_400  # BigQuery's quota looks back 24 hours; older counts are swept
 RUNNING = "running_job"  # the ledger's key for the job started last, while it may still run
 PARTITIONS_SQL = ("SELECT total_rows FROM `{project}.{dataset}.INFORMATION_SCHEMA.PARTITIONS` "
                   "WHERE table_name = @table_name AND partition_id = @partition_id")
@@ -597,8 +599,12 @@ class BigQueryWarehouse(Warehouse):
         """One empty object per job started, by UTC day: listing them is a count that concurrent loads
         of other days of the table cannot lose. A job met again (409) is counted once."""
         day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+        today = load_jobs_dir(target.dataset, target.table, day)
+        if not self.ledger.list(today):  # the table's first job today: the counts of two days ago are done with
+            held.fence()
+            self.ledger.sweep(load_jobs_root(target.dataset, target.table), "day=*/*", JOB_COUNTS_KEPT_SECONDS)
         held.fence()
-        self.ledger.create_exclusive(f"{load_jobs_dir(target.dataset, target.table, day)}/{jid}", b"")
+        self.ledger.create_exclusive(f"{today}/{jid}", b"")
 
     def load_jobs_today(self, dataset: str, table: str) -> int:
         day = datetime.now(timezone.utc).strftime("%Y-%m-%d")

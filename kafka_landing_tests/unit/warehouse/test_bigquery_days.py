@@ -7,6 +7,9 @@ BigQuery's 1,500 a day. Through the real BigQueryWarehouse and the strict BigQue
 
 from __future__ import annotations
 
+import os
+import time
+
 
 import pytest
 from google.cloud import bigquery
@@ -210,6 +213,16 @@ def test_load_jobs_are_counted_by_day_warned_about_and_refused_past_the_quota(tm
         assert day_ids(fake, H13) == ["a0", "b0"] and "Nothing was replaced" in str(failed.value)
     finally:
         fake.stop()
+
+
+def test_job_counts_older_than_two_days_are_swept_by_a_days_first_job(env):
+    store, fake = env
+    old = "warehouse_loads/bigquery/shop/t/jobs/day=2026-01-01/kafka_landing_shop_t_20260101_x"
+    store.write_atomic(old, b"")
+    os.utime(store._path(old), (time.time() - 3 * 86_400,) * 2)
+    wh = warehouse(fake, store)
+    load_done_file(wh, store, land(store, H13, ["a0"]), NO_SPARK)
+    assert not store.exists(old) and wh.load_jobs_today(DATASET, TABLE) == 1
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
