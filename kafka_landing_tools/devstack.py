@@ -312,12 +312,17 @@ def postgres_env() -> dict:
     return {k: os.environ.get(k, v) for k, v in POSTGRES_DEFAULTS.items()}
 
 
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
 def wants_postgres() -> bool:
+    """The stack starts PostgreSQL for a postgres instance on this machine; one at another host
+    (DAGSTER_PG_HOST) is yours to run."""
     instance = os.environ.get("KAFKA_LANDING_INSTANCE", "sqlite")
     if instance not in ("sqlite", "postgres"):
         raise StackError(f"KAFKA_LANDING_INSTANCE={instance!r}: say sqlite (the embedded default, dagster.yaml) or "
                          "postgres (deploy/dagster.postgres.yaml on the stack's PostgreSQL)")
-    return instance == "postgres"
+    return instance == "postgres" and os.environ.get("DAGSTER_PG_HOST", LOCAL_HOSTS[0]) in LOCAL_HOSTS
 
 
 def postgres_ready() -> bool:

@@ -44,6 +44,14 @@ def test_the_stack_starts_postgres_only_when_asked(monkeypatch, value, postgres)
         monkeypatch.delenv("KAFKA_LANDING_INSTANCE", raising=False)
     else:
         monkeypatch.setenv("KAFKA_LANDING_INSTANCE", value)
+    monkeypatch.delenv("DAGSTER_PG_HOST", raising=False)
+    assert devstack.wants_postgres() is postgres
+
+
+@pytest.mark.parametrize(("host", "postgres"), [("127.0.0.1", True), ("localhost", True), ("db.internal", False)])
+def test_the_stack_starts_no_postgres_for_an_instance_on_another_host(monkeypatch, host, postgres):
+    monkeypatch.setenv("KAFKA_LANDING_INSTANCE", "postgres")
+    monkeypatch.setenv("DAGSTER_PG_HOST", host)
     assert devstack.wants_postgres() is postgres
 
 
