@@ -16,7 +16,9 @@ not an hour's run halfway through. Pure: no Dagster, no Spark.
       orders:
         dataset: shop
         table: orders
-        event_time_field: created_at   # optional: files also split by event hour
+        event_time_field: created_at   # optional: files also split by event hour, and an
+        event_time_partition: day      # event-time table orders__by_event per day (or hour; none: no table)
+        settle_hours: 48               # an event partition unchanged this long is settled
       clicks:
         dataset: web
         route:
@@ -57,6 +59,7 @@ from kafka_landing.naming import (
     asset_safe,
     check_identifier,
     check_topic,
+    event_table,
     hour_key,
     last_closed_hour,
 )
@@ -78,8 +81,11 @@ DEMO_GRACE_MINUTES = 5  # the packaged demo config's grace
 _OPTION_DEFAULTS = {
     "grace_minutes": 10, "rows_per_task": 500_000, "dead_letter_limit": 0.01,
     "max_future_minutes": 60, "on_future_timestamp": "fail",
+    "event_time_partition": "day", "settle_hours": 48,
 }
 _TOPIC_KEYS = {"dataset", "table", "route", "event_time_field", "first_hour", *_OPTION_DEFAULTS}
+# The event-time table's partitions (`event_partitions`): a day or an hour of event time, or no table.
+EVENT_TIME_PARTITIONS = ("day", "hour", "none")
 _ROUTE_KEYS = {"field", "tables", "default"}
 
 
@@ -106,6 +112,8 @@ class TopicConfig:
     dead_letter_limit: float = 0.01
     max_future_minutes: int = 60
     on_future_timestamp: str = "fail"
+    event_time_partition: str = "day"  # with event_time_field: the event-time table's partitions, or "none"
+    settle_hours: int = 48  # an event partition no landing hour changed for this long is settled
     first_hour: datetime | None = None  # as configured; `with_first_hours` settles it
     first_hour_source: str = ""  # why the history starts there (shown on the assets)
     first_hour_derived_by: str | None = None  # "defaults.first_hour" or "first_hour" if it says `demo`
@@ -116,6 +124,13 @@ class TopicConfig:
         if self.route is None:
             return [self.table]  # type: ignore[list-item]
         return sorted({*self.route.tables.values(), self.route.default})
+
+    @property
+    def event_granularity(self) -> str | None:
+        """"day" or "hour" when the topic's tables have event-time tables beside them, else None."""
+        if not self.event_time_field or self.event_time_partition == "none":
+            return None
+        return self.event_time_partition
 
 
 @dataclass(frozen=True)
@@ -144,6 +159,10 @@ def _option(source: str, topic: str | None, key: str, value: Any, shown: str | N
     if key == "on_future_timestamp":
         if value not in FUTURE_POLICIES:
             raise _err(source, topic, shown, f"must be one of {list(FUTURE_POLICIES)}, got {value!r}")
+        return value
+    if key == "event_time_partition":
+        if value not in EVENT_TIME_PARTITIONS:
+            raise _err(source, topic, shown, f"must be one of {list(EVENT_TIME_PARTITIONS)}, got {value!r}")
         return value
     if key == "dead_letter_limit":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
@@ -240,6 +259,9 @@ def parse_config(data: Any, source: str = "<memory>") -> LandingConfig:
         if etf is not None:
             etf = _name(source, topic, "event_time_field", etf, "field")
         options = {k: _option(source, topic, k, spec[k]) if k in spec else defaults[k] for k in _OPTION_DEFAULTS}
+        if etf is None and "event_time_partition" in spec:
+            raise _err(source, topic, "event_time_partition", "needs event_time_field: the field whose time "
+                                                              "partitions the event-time table")
         first_hour = _first_hour(source, topic, spec["first_hour"], "first_hour") if "first_hour" in spec else None
         shown = "first_hour" if first_hour else "defaults.first_hour" if default_first_hour else ""
         first_hour = first_hour or default_first_hour
@@ -252,6 +274,11 @@ def parse_config(data: Any, source: str = "<memory>") -> LandingConfig:
                           first_hour_source=("first_hour of the topic" if first_hour and shown == "first_hour"
                                              else "defaults.first_hour" if first_hour else ""),
                           **options)
+        for t in cfg.tables if cfg.event_granularity else ():
+            try:
+                check_identifier(event_table(t), "event-time table")
+            except NameError_ as exc:
+                raise _err(source, topic, "event_time_partition", f"{exc}; shorten table {t!r}") from None
         for t in cfg.tables:
             other = fed_by.setdefault((dataset, t), topic)
             if other != topic:

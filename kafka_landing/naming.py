@@ -180,6 +180,70 @@ DONE_FILE_RE = re.compile(
 )
 
 
+# --- event partitions: a table's records by event time (`event_partitions`) ----------
+
+EVENT_TABLE_SUFFIX = "__by_event"
+UNKNOWN_EVENT = "__unknown__"  # the event partition of records with no event time
+EVENT_PARTITION_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:T\d{2})?|__unknown__")
+EVENTS_DIR = "event_partitions"
+EVENT_PENDING_DIR = "pending_event_loads"
+
+
+def event_table(table: str) -> str:
+    """The event-time table beside a table: shop.orders -> shop.orders__by_event."""
+    return f"{check_identifier(table, 'table')}{EVENT_TABLE_SUFFIX}"
+
+
+def event_partition(event_hour: str | None, granularity: str) -> str:
+    """The event partition of a file's event hour: its day (2026-01-31), its hour (2026-01-31T13),
+    or __unknown__ for records with no event time."""
+    if event_hour is None:
+        return UNKNOWN_EVENT
+    tag = _tag(event_hour)
+    if granularity == "day":
+        return tag[:10]
+    if granularity == "hour":
+        return tag
+    raise ValueError(f"event partitions are by 'day' or 'hour', not {granularity!r}")
+
+
+def check_event_partition(partition: object) -> str:
+    if not isinstance(partition, str) or not EVENT_PARTITION_RE.fullmatch(partition):
+        raise NameError_(f"{partition!r} is not an event partition like 2026-01-31, 2026-01-31T13 or {UNKNOWN_EVENT}")
+    return partition
+
+
+def event_partition_dir(dataset: str, table: str, partition: str) -> str:
+    return f"{EVENTS_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}/" \
+           f"{check_event_partition(partition)}"
+
+
+def event_source_path(dataset: str, table: str, partition: str, hour: datetime | str) -> str:
+    """Says that landing hour H's done file may list files of the partition (the index; never removed)."""
+    return f"{event_partition_dir(dataset, table, partition)}/from/hour={_tag(hour)}.json"
+
+
+def event_manifest_path(dataset: str, table: str, partition: str, version: int) -> str:
+    return f"{event_partition_dir(dataset, table, partition)}/v={int(version):06d}.json"
+
+
+def event_pending_dir(dataset: str, table: str, partition: str | None = None) -> str:
+    base = f"{EVENT_PENDING_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}"
+    return base if partition is None else f"{base}/{check_event_partition(partition)}"
+
+
+def event_pending_path(dataset: str, table: str, partition: str, hour: datetime | str) -> str:
+    """Landing hour H changed what the partition holds: load it again."""
+    return f"{event_pending_dir(dataset, table, partition)}/hour={_tag(hour)}.json"
+
+
+def event_lock_path(dataset: str, table: str, partition: str | None = None) -> str:
+    """One versioning of a partition at a time (None: the lock of the table's pending markers)."""
+    if partition is None:
+        return f"locks/{event_pending_dir(dataset, table)}.lock"
+    return f"locks/{event_partition_dir(dataset, table, partition)}.lock"
+
+
 def dead_letter_dir(topic: str, hour: datetime | str) -> str:
     return f"dead_letters/{check_topic(topic)}/hour={_tag(hour)}"
 

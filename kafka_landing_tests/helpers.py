@@ -114,3 +114,35 @@ def row_count(rec) -> int:
 def step_failures(result) -> dict[str, str]:
     return {e.step_key: e.event_specific_data.error.message
             for e in result.all_events if e.event_type_value == "STEP_FAILURE"}
+
+
+def write_event_hour(store, dataset: str, table: str, hour: str, by_event: dict, schema: dict,
+                     granularity: str = "day", topic: str = "topic", partition: int = 0, first: int = 1000) -> str:
+    """A landing hour of a topic with an event-time table, as publish writes it: one file per event
+    hour (`by_event`: {event hour tag or None: records}), the event partitions marked, then the done
+    file. Offsets run from `first` in the order given; the done file's path."""
+    from kafka_landing.event_partitions import mark_event_partitions
+    from kafka_landing.handoff import content_sha
+
+    files = []
+    for event_hour, records in by_event.items():
+        if not records:
+            continue
+        last = first + len(records) - 1
+        name = landing_file_name(topic, partition, dataset, table, 1, first, last,
+                                 hour_from_tag(event_hour) if event_hour else None)
+        rel = f"{table_hour_dir(dataset, table, hour_from_tag(hour))}/{name}"
+        data = avro_file(schema, records)
+        store.write_atomic(rel, data)
+        files.append(LandedFile(rel, len(records), len(data), partition, first, last, 1, event_hour))
+        first = last + 1
+    rel = done_file_path(dataset, table, hour_from_tag(hour))
+    done = done_file(topic, dataset, table, hour, files)
+    content = done.to_bytes()
+    raw = store.read_json(rel) if store.exists(rel) else None
+    mark_event_partitions(store, done, content_sha(content), DoneFile.from_dict(raw) if raw else None, granularity)
+    store.write_atomic(rel, content)
+    for old in store.list(table_hour_dir(dataset, table, hour_from_tag(hour)), "*.avro"):
+        if old not in {f.path for f in files}:
+            store.delete(old)  # what the new done file no longer lists, as publish removes it
+    return rel

@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import TopicConfig
 from kafka_landing.crash_points import crash_point
-from kafka_landing.handoff import mark_pending
+from kafka_landing.event_partitions import mark_event_partitions
+from kafka_landing.handoff import content_sha, mark_pending
 from kafka_landing.kafka_slices.plan import RETENTION_AFTER_FREEZING, SlicePlan
 from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import (
@@ -86,6 +87,9 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
             # Written last, atomically: the hour of this table is now complete.
             rel = done_file_path(cfg.dataset, table, hour)
             content = done[table].to_bytes()
+            if cfg.event_granularity:  # before the done file: no crash leaves a changed event partition unmarked
+                mark_event_partitions(store, done[table], content_sha(content), _readable(store, rel),
+                                      cfg.event_granularity)
             held.fence()
             store.write_atomic(rel, content)
             mark_pending(store, rel, content)  # the bytes just written: no second read of the bucket
@@ -100,6 +104,16 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
             _remove_unlisted(store, table_hour_dir(dataset, table, hour), set(), held)
         _remove_unlisted(store, dead_letter_dir(plan.topic, hour), {f.path for f in dl.files}, held)
     return done
+
+
+def _readable(store: LandingStore, rel: str) -> DoneFile | None:
+    """The done file being replaced, for the event partitions it fed; None if absent or unreadable
+    (a done file nobody can read feeds nothing a versioning could find)."""
+    try:
+        raw = store.read_json(rel)
+        return DoneFile.from_dict(raw) if raw else None
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def _retired(before: dict | None, feeds: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -5,6 +5,9 @@
     <root>/<dataset>/<table>/_rewrite.json         while older hours are rewritten under a widened schema
     <root>/<dataset>/<table>/_loads/hour=2026-01-31T13.json
                                                    what was loaded: the done file's content hash
+    <root>/<dataset>/<table>__by_event/event_day=2026-01-31/data.parquet
+                                                   the event-time table (`by_event`): the same, per
+                                                   event day (or event_hour=), from a manifest version
 
 Loading hour H first checks that H's done file is what its path says (dataset,
 table, hour, files only from H's folder: `done_checks`), reads exactly the files
@@ -91,7 +94,7 @@ REWRITE_FILE = "_rewrite.json"  # the schema older hours are being rewritten to,
 
 
 def _hour_of(path: Path) -> str:
-    return path.parent.name[len("hour="):]
+    return path.parent.name.split("=", 1)[1]
 
 
 class ParquetWarehouse(Warehouse):
@@ -99,14 +102,19 @@ class ParquetWarehouse(Warehouse):
 
     kind = "parquet"
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, column: str = "hour"):
         self.root = root
+        self.column = column  # the Hive partition column: hour, or event_day / event_hour (`by_event`)
+
+    def by_event(self, granularity: str) -> ParquetWarehouse:
+        """The event-time tables: <root>/<dataset>/<table>__by_event/event_day=<D>/data.parquet."""
+        return ParquetWarehouse(self.root, column=f"event_{granularity}")
 
     def table_dir(self, dataset: str, table: str) -> Path:
         return _resolved(self.root) / check_identifier(dataset, "dataset") / check_identifier(table, "table")
 
     def hour_file(self, dataset: str, table: str, hour: str) -> Path:
-        return self.table_dir(dataset, table) / f"hour={hour}" / "data.parquet"
+        return self.table_dir(dataset, table) / f"{self.column}={hour}" / "data.parquet"
 
     def table_schema(self, dataset: str, table: str) -> dict | None:
         p = self.table_dir(dataset, table) / "_schema.json"
@@ -137,7 +145,7 @@ class ParquetWarehouse(Warehouse):
     # --- what was loaded ----------------------------------------------------------
 
     def _ledger(self, dataset: str, table: str, hour: str) -> Path:
-        return self.table_dir(dataset, table) / "_loads" / f"hour={hour}.json"
+        return self.table_dir(dataset, table) / "_loads" / f"{self.column}={hour}.json"
 
     def loaded(self, dataset: str, table: str, hour: str) -> dict | None:
         try:
@@ -152,7 +160,8 @@ class ParquetWarehouse(Warehouse):
         """Hour tags with a recorded load: one directory listing."""
         try:
             with os.scandir(self.table_dir(dataset, table) / "_loads") as it:
-                return {e.name[5:-5] for e in it if e.name.startswith("hour=") and e.name.endswith(".json")}
+                prefix = f"{self.column}="
+                return {e.name[len(prefix):-5] for e in it if e.name.startswith(prefix) and e.name.endswith(".json")}
         except FileNotFoundError:
             return set()
 
@@ -177,7 +186,7 @@ class ParquetWarehouse(Warehouse):
         tmp = tdir / f".{REWRITE_FILE}.{uuid.uuid4().hex}"
         tmp.write_text(json.dumps(schema))
         os.replace(tmp, marker)
-        files = sorted(tdir.glob("hour=*/data.parquet"))
+        files = sorted(tdir.glob(f"{self.column}=*/data.parquet"))
         rows = {_hour_of(f): pq.read_metadata(f).num_rows for f in files}
         by_schema: dict[str, list[str]] = {}  # after a kill, some hours may be rewritten already
         for f in files:
@@ -188,7 +197,7 @@ class ParquetWarehouse(Warehouse):
                 parts = []
                 for paths in by_schema.values():
                     old = session.read.parquet(*paths)
-                    hour = F.regexp_extract(F.col("_metadata.file_path"), r"hour=([^/]+)/data\.parquet$", 1)
+                    hour = F.regexp_extract(F.col("_metadata.file_path"), rf"{self.column}=([^/]+)/data\.parquet$", 1)
                     parts.append(_conform(old, schema).withColumn("_kl_hour", hour))
                 df = parts[0]
                 for other in parts[1:]:
@@ -200,7 +209,7 @@ class ParquetWarehouse(Warehouse):
                     raise LoadError(f"{where}: rewriting the table's hours under its widened schema gave other row "
                                     f"counts than they hold ({got} != {rows}); nothing was replaced. Look at {tdir}")
                 for h, p in staged.items():
-                    os.replace(p, tdir / f"hour={h}" / "data.parquet")
+                    os.replace(p, tdir / f"{self.column}={h}" / "data.parquet")
             tmp = tdir / f"._schema.{uuid.uuid4().hex}"
             tmp.write_text(json.dumps(schema, indent=2))
             os.replace(tmp, tdir / "_schema.json")

@@ -1,0 +1,312 @@
+"""Event partitions: a table's records by the time things happened, not by when they reached Kafka.
+
+A topic with `event_time_field` lands files that each hold one event hour (`LandedFile.event_hour`;
+None for records with no event time), so an event partition P (a day or an hour of event time, or
+`__unknown__`) is a set of files listed by done files: nothing is re-read from Kafka. Records of P
+arrive with many landing hours, some days late, so P is never appended to: it gets a new manifest
+version listing every file, its landing hour and rows, and the warehouse replaces P whole from it.
+
+In the landing root, per (dataset, table, P):
+
+    event_partitions/<ds>/<t>/<P>/from/hour=<H>.json   landing hour H's done file may list files of P
+                                                       (the index: so P's content is one listing away)
+    event_partitions/<ds>/<t>/<P>/v=000003.json        P's manifest versions, the newest last
+    pending_event_loads/<ds>/<t>/<P>/hour=<H>.json     H changed what P holds: version and load P again
+
+Publish (`mark_event_partitions`) writes the index entries and pending markers of every P the new
+done file lists and every P the old one listed, naming the new done file's hash, before it writes
+the done file: a crash can leave a marker for a done file that never came (loaded once for nothing),
+never a changed P without one. A versioning (`next_manifest`) reads P's index and each landing
+hour's current done file, so it sees P as the done files say it is now, whatever order things ran
+in; the pending markers it saw satisfied are removed by compare-and-delete (`clear_event_pending`).
+
+A version's identity is its content hash: the (landing hour, file, rows, checksum) it lists. A
+re-land that gives P the same files makes no new version; one that moves records between event
+partitions re-versions exactly those it took them from and gave them to. Pure: no Dagster, no Spark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from kafka_landing.errors import KafkaLandingError
+from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
+from kafka_landing.naming import (
+    done_file_path,
+    event_lock_path,
+    event_manifest_path,
+    event_partition,
+    event_partition_dir,
+    event_pending_dir,
+    event_pending_path,
+    event_source_path,
+    event_table,
+    hour_folder_tag,
+)
+from kafka_landing.store.base import HeldLock, LandingStore
+
+MANIFEST_VERSION = 1
+
+
+class EventPartitionError(KafkaLandingError, RuntimeError):
+    """An event partition that cannot be versioned as the done files stand (terminal unless said)."""
+
+
+def partitions_of(done: DoneFile | None, granularity: str) -> dict[str, list[LandedFile]]:
+    """The event partitions a done file's files fall in, with those files."""
+    out: dict[str, list[LandedFile]] = {}
+    for f in done.files if done else ():
+        out.setdefault(event_partition(f.event_hour, granularity), []).append(f)
+    return out
+
+
+# --- publish: what a landing hour leaves for the event-time table ----------------------
+
+def mark_event_partitions(store: LandingStore, done: DoneFile, sha: str, before: DoneFile | None,
+                          granularity: str) -> list[str]:
+    """Before `done` (content hash `sha`) replaces `before` as the hour's done file: index and mark
+    pending every event partition either lists. Returns those partitions."""
+    touched = sorted({*partitions_of(done, granularity), *partitions_of(before, granularity)})
+    body = json.dumps({"sha256": sha, "marked_at": _now().isoformat(timespec="seconds")}).encode()
+    with store.lock(event_lock_path(done.dataset, done.table)) as held:
+        for p in touched:
+            held.fence()
+            store.write_atomic(event_source_path(done.dataset, done.table, p, done.hour), body)
+            store.write_atomic(event_pending_path(done.dataset, done.table, p, done.hour), body)
+    return touched
+
+
+def pending_partitions(store: LandingStore, dataset: str, table: str) -> dict[str, dict[str, str | None]]:
+    """{partition: {landing hour: done-file hash its marker names}} of every partition waiting for a
+    version; a partition folder left empty is skipped. Costs a listing per pending partition."""
+    out = {}
+    for p in store.subdirs(event_pending_dir(dataset, table)):
+        try:
+            marks = read_pending(store, dataset, table, p)
+        except ValueError:
+            continue  # not a folder publish wrote
+        if marks:
+            out[p] = marks
+    return out
+
+
+def read_pending(store: LandingStore, dataset: str, table: str, partition: str) -> dict[str, str | None]:
+    """{landing hour: hash its marker names (None: unreadable)} of one partition."""
+    out = {}
+    for rel in store.list(event_pending_dir(dataset, table, partition), "hour=*.json"):
+        hour = hour_folder_tag(rel.rsplit("/", 1)[-1])
+        if hour:
+            out[hour] = _named_sha(store, rel)
+    return out
+
+
+def _named_sha(store: LandingStore, rel: str) -> str | None:
+    try:
+        sha = json.loads(store.read_bytes(rel)).get("sha256")
+    except (FileNotFoundError, ValueError, AttributeError):
+        return None
+    return sha if isinstance(sha, str) else None
+
+
+def clear_event_pending(store: LandingStore, dataset: str, table: str, partition: str,
+                        seen: dict[str, str | None]) -> int:
+    """Remove the partition's markers that name the done-file content a versioning read (`seen`,
+    {landing hour: hash}); a marker naming newer content stays. Returns how many went."""
+    removed = 0
+    with store.lock(event_lock_path(dataset, table)) as held:  # the lock publish marks under
+        for hour, sha in read_pending(store, dataset, table, partition).items():
+            if sha is not None and seen.get(hour) == sha:
+                held.fence()
+                store.delete(event_pending_path(dataset, table, partition, hour))
+                removed += 1
+    return removed
+
+
+# --- versions --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EventManifest:
+    """One version of an event partition: every file it holds, from which landing hour."""
+
+    dataset: str
+    table: str  # the landing-hour table; the warehouse loads it into `event_table(table)`
+    partition: str
+    granularity: str
+    version: int
+    sha256: str  # of the content: (landing hour, file, rows, checksum) of every file
+    rows: int
+    files: tuple[dict, ...]  # LandedFile fields plus "hour", the landing hour that listed it
+    hours: dict[str, dict]  # landing hour -> {"done_sha256", "rows", "files"}
+    amended_at: str  # when this version was made: P's last change
+    changed_hours: tuple[str, ...] = ()  # landing hours whose part differs from the previous version
+    previous_sha256: str | None = None
+    created_at: str | None = None  # when version 1 was made
+    format: int = MANIFEST_VERSION
+
+    @property
+    def path(self) -> str:
+        return event_manifest_path(self.dataset, self.table, self.partition, self.version)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), indent=2, sort_keys=True).encode()
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EventManifest:
+        return cls(**{**d, "files": tuple(d["files"]), "changed_hours": tuple(d.get("changed_hours", ()))})
+
+    def landed_files(self) -> tuple[LandedFile, ...]:
+        return tuple(LandedFile(**{k: v for k, v in f.items() if k != "hour"}) for f in self.files)
+
+    def as_done_file(self, topic: str) -> DoneFile:
+        """The version as a done file of the event-time table, whose "hour" is the partition: what
+        a warehouse backend loads, checks and records, as it does a landing hour's."""
+        files = self.landed_files()
+        return DoneFile(
+            topic=topic, dataset=self.dataset, table=event_table(self.table), hour=self.partition, rows=self.rows,
+            schema_ids=tuple(sorted({f.schema_id for f in files if f.schema_id is not None})), files=files,
+            dead_letters=DeadLetters(0, {}, ()), slice={}, topic_records_read=self.rows, offsets_without_record=0,
+            attempt=f"v{self.version}", landed_at=self.amended_at,
+        )
+
+    def settled(self, now: datetime, settle_hours: int) -> bool:
+        """No landing hour changed the partition for `settle_hours`."""
+        return now - datetime.fromisoformat(self.amended_at) >= timedelta(hours=settle_hours)
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """What one landing hour's current done file gives a partition."""
+
+    hour: str
+    done_sha256: str
+    files: tuple[LandedFile, ...] = field(default=())
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    def key(self) -> list:
+        return sorted([f.path, f.rows, f.crc32c, f.schema_id] for f in self.files)
+
+
+def content_sha(parts: dict[str, Contribution]) -> str:
+    body = json.dumps([[h, parts[h].key()] for h in sorted(parts) if parts[h].files])
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def sources(store: LandingStore, dataset: str, table: str, partition: str) -> list[str]:
+    """The landing hours whose done files may list files of the partition (its index)."""
+    rels = store.list(f"{event_partition_dir(dataset, table, partition)}/from", "hour=*.json")
+    return sorted(h for rel in rels if (h := hour_folder_tag(rel.rsplit("/", 1)[-1])))
+
+
+def read_done(store: LandingStore, dataset: str, table: str, hour: str) -> tuple[DoneFile, str] | None:
+    """A landing hour's done file and its hash; None if it is gone. One that cannot be read, or
+    that says it is another table's or hour's, stops the versioning, naming it."""
+    rel = done_file_path(dataset, table, hour)
+    try:
+        content = store.read_bytes(rel)
+    except FileNotFoundError:
+        return None
+    try:
+        done = DoneFile.from_dict(json.loads(content))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise EventPartitionError(f"{dataset}.{table}: the done file of landing hour {hour}, {store.location(rel)}, "
+                                  f"cannot be read ({type(exc).__name__}: {exc}); no event partition it feeds can be "
+                                  "versioned: re-land the hour (or fix its done file)") from None
+    if (done.dataset, done.table, done.hour) != (dataset, table, hour):
+        raise EventPartitionError(f"{store.location(rel)} says it is {done.dataset}.{done.table} hour {done.hour}; "
+                                  "no event partition it feeds can be versioned: re-land the hour")
+    return done, hashlib.sha256(content).hexdigest()
+
+
+def read_content(store: LandingStore, dataset: str, table: str, partition: str, granularity: str
+                 ) -> tuple[dict[str, Contribution], dict[str, str | None]]:
+    """(what each landing hour gives the partition now, the done-file hash read per indexed hour,
+    None where its done file is gone)."""
+    parts, seen = {}, {}
+    for hour in sources(store, dataset, table, partition):
+        got = read_done(store, dataset, table, hour)
+        if got is None:
+            seen[hour] = None
+            continue
+        done, sha = got
+        seen[hour] = sha
+        mine = partitions_of(done, granularity).get(partition, [])
+        if mine:
+            parts[hour] = Contribution(hour, sha, tuple(sorted(mine, key=lambda f: f.path)))
+    return parts, seen
+
+
+def versions(store: LandingStore, dataset: str, table: str, partition: str) -> list[int]:
+    rels = store.list(event_partition_dir(dataset, table, partition), "v=*.json")
+    return sorted(int(rel.rsplit("/", 1)[-1][2:-5]) for rel in rels)
+
+
+def latest_manifest(store: LandingStore, dataset: str, table: str, partition: str) -> EventManifest | None:
+    """The partition's newest version, None before its first."""
+    have = versions(store, dataset, table, partition)
+    if not have:
+        return None
+    rel = event_manifest_path(dataset, table, partition, have[-1])
+    try:
+        return EventManifest.from_dict(json.loads(store.read_bytes(rel)))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise EventPartitionError(f"{dataset}.{table} event partition {partition}: its manifest {store.location(rel)} "
+                                  f"cannot be read ({type(exc).__name__}: {exc}); remove it and the partition is "
+                                  "versioned again from the done files") from None
+
+
+def next_manifest(store: LandingStore, held: HeldLock, dataset: str, table: str, partition: str, granularity: str,
+                  now: datetime | None = None) -> tuple[EventManifest, bool, dict[str, str | None]]:
+    """(the partition's version as the done files stand now, whether it is new, the done-file hash read
+    per landing hour). Call under `event_lock_path(dataset, table, partition)`. A new version is
+    written when the content differs from the newest one. A landing hour in the newest version whose
+    done file is gone stops it: the partition would lose its rows without a trace."""
+    latest = latest_manifest(store, dataset, table, partition)
+    parts, seen = read_content(store, dataset, table, partition, granularity)
+    gone = sorted(h for h, part in (latest.hours if latest else {}).items() if part.get("rows") and seen.get(h) is None)
+    if gone:
+        raise EventPartitionError(
+            f"{dataset}.{table} event partition {partition}: landing hours {gone} are in its version "
+            f"{latest.version} and their done files are gone; a new version without them would drop their rows. "
+            "Nothing was changed: re-land those hours (or retire them, which leaves an empty done file), then "
+            "load the partition again")
+    sha = content_sha(parts)
+    if latest is not None and latest.sha256 == sha:
+        return latest, False, seen
+    now = now or _now()
+    hours = {h: {"done_sha256": c.done_sha256, "rows": c.rows, "files": len(c.files)} for h, c in sorted(parts.items())}
+    was = _keys_by_hour(latest.files if latest else ())
+    now_keys = {h: c.key() for h, c in parts.items()}
+    changed = sorted(h for h in {*was, *now_keys} if was.get(h) != now_keys.get(h))
+    manifest = EventManifest(
+        dataset=dataset, table=table, partition=partition, granularity=granularity,
+        version=(latest.version if latest else 0) + 1, sha256=sha, rows=sum(c.rows for c in parts.values()),
+        files=tuple({"hour": h, **asdict(f)} for h, c in sorted(parts.items()) for f in c.files),
+        hours=hours, amended_at=now.isoformat(timespec="seconds"), changed_hours=tuple(changed),
+        previous_sha256=latest.sha256 if latest else None,
+        created_at=latest.created_at if latest and latest.created_at else now.isoformat(timespec="seconds"),
+    )
+    held.fence()
+    store.write_atomic(manifest.path, manifest.to_bytes())
+    return manifest, True, seen
+
+
+def _keys_by_hour(files) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for f in files:
+        out.setdefault(f["hour"], []).append([f["path"], f["rows"], f.get("crc32c"), f.get("schema_id")])
+    return {h: sorted(k) for h, k in out.items()}
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+__all__ = ["Contribution", "EventManifest", "EventPartitionError", "clear_event_pending", "latest_manifest",
+           "mark_event_partitions", "next_manifest", "partitions_of", "pending_partitions", "read_content",
+           "read_done", "read_pending", "sources", "versions"]

@@ -1,0 +1,189 @@
+"""Event partitions: versions made from the done files as they stand, late landing hours amending
+a partition as a new version, re-lands re-versioning exactly the partitions whose files changed,
+records with no event time in __unknown__, and nothing lost on the way. A local landing root, no
+Spark: the versioning is pure."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kafka_landing.event_partitions import (
+    EventPartitionError,
+    clear_event_pending,
+    latest_manifest,
+    next_manifest,
+    pending_partitions,
+    read_done,
+    versions,
+)
+from kafka_landing.naming import UNKNOWN_EVENT, done_file_path, event_lock_path, event_pending_path
+from kafka_landing.store.local import LocalStore
+from kafka_landing_tests.helpers import write_event_hour
+
+DS, T = "shop", "orders"
+SCHEMA = {"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "string"}]}
+NOW = datetime(2026, 2, 10, tzinfo=timezone.utc)
+
+
+def recs(*ids: str) -> list[dict]:
+    return [{"order_id": i} for i in ids]
+
+
+@pytest.fixture
+def store(tmp_path):
+    return LocalStore(tmp_path)
+
+
+def version(store, partition: str, granularity: str = "day", now: datetime = NOW):
+    with store.lock(event_lock_path(DS, T, partition)) as held:
+        manifest, new, seen = next_manifest(store, held, DS, T, partition, granularity, now)
+    clear_event_pending(store, DS, T, partition, seen)
+    return manifest, new
+
+
+def ids_in(store, manifest) -> list[str]:
+    import io
+
+    import fastavro
+
+    out = []
+    for f in manifest.files:
+        out += [r["order_id"] for r in fastavro.reader(io.BytesIO(store.read_bytes(f["path"])))]
+    return sorted(out)
+
+
+def test_a_late_landing_hour_amends_the_day_as_a_new_version(store):
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": recs("a", "b")}, SCHEMA)
+    write_event_hour(store, DS, T, "2026-01-31T14", {"2026-01-31T13": recs("c"), "2026-01-31T14": recs("d")}, SCHEMA)
+    assert set(pending_partitions(store, DS, T)) == {"2026-01-31"}
+
+    v1, new = version(store, "2026-01-31")
+    assert new and v1.version == 1 and v1.rows == 4 and sorted(v1.hours) == ["2026-01-31T13", "2026-01-31T14"]
+    assert ids_in(store, v1) == ["a", "b", "c", "d"]
+    assert pending_partitions(store, DS, T) == {}  # the markers it saw are satisfied
+
+    # Three days later a landing hour brings a record of that day: version 2, the late hour named.
+    write_event_hour(store, DS, T, "2026-02-03T09", {"2026-01-31T23": recs("late"), "2026-02-03T09": recs("e")}, SCHEMA)
+    assert set(pending_partitions(store, DS, T)) == {"2026-01-31", "2026-02-03"}
+    later = NOW + timedelta(hours=1)
+    v2, new = version(store, "2026-01-31", now=later)
+    assert new and (v2.version, v2.rows, v2.changed_hours) == (2, 5, ("2026-02-03T09",))
+    assert v2.previous_sha256 == v1.sha256 and v2.amended_at == later.isoformat(timespec="seconds")
+    assert v2.created_at == v1.created_at
+    assert ids_in(store, v2) == ["a", "b", "c", "d", "late"]
+    assert versions(store, DS, T, "2026-01-31") == [1, 2]
+    assert latest_manifest(store, DS, T, "2026-01-31") == v2
+
+    # Versioned again with nothing changed: the same version.
+    again, new = version(store, "2026-01-31")
+    assert not new and again == v2
+
+
+def test_a_reland_re_versions_exactly_the_partitions_whose_files_changed(store):
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-30T10": recs("x"), "2026-01-31T13": recs("a", "b")}, SCHEMA)
+    write_event_hour(store, DS, T, "2026-01-31T14", {"2026-01-29T01": recs("y")}, SCHEMA)
+    for p in ("2026-01-29", "2026-01-30", "2026-01-31"):
+        version(store, p)
+
+    # Same records, same files: no partition changes.
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-30T10": recs("x"), "2026-01-31T13": recs("a", "b")}, SCHEMA)
+    assert {p: version(store, p)[1] for p in ("2026-01-30", "2026-01-31")} == {"2026-01-30": False, "2026-01-31": False}
+
+    # Event times corrected: b moves to Feb 1 and x is gone from Jan 30; Jan 29 is not touched.
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": recs("a"), "2026-02-01T00": recs("b")}, SCHEMA,
+                     first=2000)
+    assert set(pending_partitions(store, DS, T)) == {"2026-01-30", "2026-01-31", "2026-02-01"}
+    got = {p: version(store, p) for p in ("2026-01-29", "2026-01-30", "2026-01-31", "2026-02-01")}
+    assert {p: (m.version, new) for p, (m, new) in got.items()} == {
+        "2026-01-29": (1, False), "2026-01-30": (2, True), "2026-01-31": (2, True), "2026-02-01": (1, True)}
+    assert got["2026-01-30"][0].rows == 0 and got["2026-01-30"][0].changed_hours == ("2026-01-31T13",)
+    assert [ids_in(store, got[p][0]) for p in ("2026-01-31", "2026-02-01")] == [["a"], ["b"]]
+
+
+def test_records_with_no_event_time_have_a_partition_of_their_own(store):
+    write_event_hour(store, DS, T, "2026-01-31T13", {None: recs("n1", "n2"), "2026-01-31T13": recs("a")}, SCHEMA)
+    assert set(pending_partitions(store, DS, T)) == {UNKNOWN_EVENT, "2026-01-31"}
+    unknown, _ = version(store, UNKNOWN_EVENT)
+    assert (unknown.rows, ids_in(store, unknown)) == (2, ["n1", "n2"])
+
+
+def test_hour_granularity(store):
+    write_event_hour(store, DS, T, "2026-01-31T14", {"2026-01-31T13": recs("a"), "2026-01-31T14": recs("b")}, SCHEMA,
+                     granularity="hour")
+    assert set(pending_partitions(store, DS, T)) == {"2026-01-31T13", "2026-01-31T14"}
+    m, _ = version(store, "2026-01-31T13", granularity="hour")
+    assert ids_in(store, m) == ["a"]
+
+
+def test_a_gone_done_file_stops_the_next_version_naming_the_hour(store):
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": recs("a")}, SCHEMA)
+    version(store, "2026-01-31")
+    store.delete(done_file_path(DS, T, "2026-01-31T13"))
+    with pytest.raises(EventPartitionError, match=r"landing hours \['2026-01-31T13'\] are in its version 1"):
+        version(store, "2026-01-31")
+    assert versions(store, DS, T, "2026-01-31") == [1]
+
+
+def test_an_unreadable_done_file_stops_the_version_naming_it(store):
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": recs("a")}, SCHEMA)
+    store.write_atomic(done_file_path(DS, T, "2026-01-31T13"), b"{not json")
+    with pytest.raises(EventPartitionError, match=r"done file of landing hour 2026-01-31T13.*re-land the hour"):
+        version(store, "2026-01-31")
+
+
+def test_a_marker_naming_newer_content_stays(store):
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": recs("a")}, SCHEMA)
+    with store.lock(event_lock_path(DS, T, "2026-01-31")) as held:
+        _, _, seen = next_manifest(store, held, DS, T, "2026-01-31", "day", NOW)
+    # A re-land marks the partition again before the versioning clears what it saw.
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": recs("a", "b")}, SCHEMA)
+    assert clear_event_pending(store, DS, T, "2026-01-31", seen) == 0
+    assert store.exists(event_pending_path(DS, T, "2026-01-31", "2026-01-31T13"))
+    m, new = version(store, "2026-01-31")
+    assert new and m.rows == 2 and pending_partitions(store, DS, T) == {}
+
+
+@contextmanager
+def fresh_store(tmp_path_factory):
+    yield LocalStore(tmp_path_factory.mktemp("events"))
+
+
+LANDING_HOURS = [f"2026-01-{d:02d}T{h:02d}" for d in (30, 31) for h in (0, 12)]
+EVENT_HOURS = [None, "2026-01-29T05", "2026-01-30T00", "2026-01-30T23", "2026-01-31T12"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(LANDING_HOURS),
+                          st.dictionaries(st.sampled_from(EVENT_HOURS), st.integers(1, 3), max_size=3)),
+                min_size=1, max_size=8),
+       st.sampled_from(["day", "hour"]))
+def test_every_landed_record_is_in_exactly_one_event_partition_whatever_lands_and_relands(
+        tmp_path_factory, landings, granularity):
+    """Landing hours landed and re-landed in any order, each versioning every pending partition:
+    every landed offset is in exactly one newest version, no other, and a version is made only
+    when the partition's content changed."""
+    with fresh_store(tmp_path_factory) as store:
+        for n, (hour, spread) in enumerate(landings):
+            by_event = {e: recs(*(f"{hour}/{n}/{e}/{i}" for i in range(k))) for e, k in spread.items()}
+            write_event_hour(store, DS, T, hour, by_event, SCHEMA, granularity=granularity, first=1000 * (n + 1))
+            for p in sorted(pending_partitions(store, DS, T)):
+                before = latest_manifest(store, DS, T, p)
+                m, new = version(store, p, granularity)
+                assert new == (before is None or before.sha256 != m.sha256)
+        assert pending_partitions(store, DS, T) == {}
+        where: dict[tuple[str, int], list[str]] = {}
+        for p in store.subdirs(f"event_partitions/{DS}/{T}"):
+            m = latest_manifest(store, DS, T, p)
+            for f in m.files:
+                for off in range(f["first_offset"], f["last_offset"] + 1):
+                    where.setdefault((f["hour"], off), []).append(p)
+        landed = {}
+        for hour, _ in landings:
+            done, _ = read_done(store, DS, T, hour)
+            landed.update({(hour, off): 1 for f in done.files for off in range(f.first_offset, f.last_offset + 1)})
+        assert {k: len(v) for k, v in where.items()} == landed
