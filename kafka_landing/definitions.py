@@ -51,7 +51,7 @@ from kafka_landing.resources import (
     SparkResource,
 )
 from kafka_landing.spark_setup import spark_config
-from kafka_landing.warehouse.assets import build_warehouse_assets, warehouse_key
+from kafka_landing.warehouse.assets import build_warehouse_assets, event_key, warehouse_key
 from kafka_landing.warehouse.checks import build_warehouse_checks
 from kafka_landing.warehouse.jobs import retire_hours
 from kafka_landing.warehouse.resources import (
@@ -59,7 +59,7 @@ from kafka_landing.warehouse.resources import (
     ParquetWarehouseResource,
     WarehouseResource,
 )
-from kafka_landing.warehouse.sensors import build_done_file_sensor, build_retired_hours_sensor
+from kafka_landing.warehouse.sensors import build_done_file_sensor, build_event_sensor, build_retired_hours_sensor
 
 LOCAL = defaults.LOCAL
 
@@ -227,13 +227,15 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
     kind = "bigquery" if isinstance(resources["warehouse"], BigQueryWarehouseResource) else "parquet"
     tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
     hours = {(ds, t): topic_hours(config.topic(topic)) for ds, t, topic in config.destinations()}
+    events = {(ds, t): event_key(ds, t) for ds, t, topic in config.destinations() if config.topic(topic).event_granularity}
     jobs = {name: build_landing_job(cfg) for name, cfg in config.topics.items()}
     return Definitions(
         assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config, kind),
                 *build_warehouse_checks(config)],
         jobs=[*jobs.values(), plan_backfill, retire_hours],
         schedules=[build_schedule(config.topics[name], job) for name, job in jobs.items()],
-        sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables)],
+        sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables),
+                 *([build_event_sensor(events)] if events else [])],
         resources=resources,
         # A run's steps (freeze -> land -> checks, or load -> checks) follow one another: in the run's
         # own process they share one import of this code location and one Spark session, instead

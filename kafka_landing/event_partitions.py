@@ -122,7 +122,33 @@ def clear_event_pending(store: LandingStore, dataset: str, table: str, partition
                 held.fence()
                 store.delete(event_pending_path(dataset, table, partition, hour))
                 removed += 1
+        store.delete(f"{event_pending_dir(dataset, table, partition)}/{REFUSED}")
     return removed
+
+
+REFUSED = "_refused.json"  # beside a partition's markers: the marker set whose load failed for good
+
+
+def marks_sha(marks: dict[str, str | None]) -> str:
+    """The identity of a partition's pending markers: what a run is requested for, once."""
+    return hashlib.sha256(json.dumps(sorted(marks.items()), default=str).encode()).hexdigest()
+
+
+def refuse_event_pending(store: LandingStore, dataset: str, table: str, partition: str,
+                         marks: dict[str, str | None], why: str) -> None:
+    """Say that loading the partition as these markers stand failed for good (not a service briefly
+    away): the sensor does not ask again until a landing hour marks it anew."""
+    store.write_json_atomic(f"{event_pending_dir(dataset, table, partition)}/{REFUSED}", {
+        "marks_sha256": marks_sha(marks), "why": why[:4000], "at": _now().isoformat(timespec="seconds")})
+
+
+def event_refusal(store: LandingStore, dataset: str, table: str, partition: str,
+                  marks: dict[str, str | None]) -> str | None:
+    """Why loading the partition as `marks` stand failed for good, or None."""
+    raw = store.read_json(f"{event_pending_dir(dataset, table, partition)}/{REFUSED}")
+    if isinstance(raw, dict) and raw.get("marks_sha256") == marks_sha(marks):
+        return str(raw.get("why") or "refused")
+    return None
 
 
 # --- versions --------------------------------------------------------------------------
@@ -192,7 +218,7 @@ class Contribution:
         return sorted([f.path, f.rows, f.crc32c, f.schema_id] for f in self.files)
 
 
-def content_sha(parts: dict[str, Contribution]) -> str:
+def partition_sha(parts: dict[str, Contribution]) -> str:
     body = json.dumps([[h, parts[h].key()] for h in sorted(parts) if parts[h].files])
     return hashlib.sha256(body.encode()).hexdigest()
 
@@ -275,7 +301,7 @@ def next_manifest(store: LandingStore, held: HeldLock, dataset: str, table: str,
             f"{latest.version} and their done files are gone; a new version without them would drop their rows. "
             "Nothing was changed: re-land those hours (or retire them, which leaves an empty done file), then "
             "load the partition again")
-    sha = content_sha(parts)
+    sha = partition_sha(parts)
     if latest is not None and latest.sha256 == sha:
         return latest, False, seen
     now = now or _now()
@@ -307,6 +333,6 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-__all__ = ["Contribution", "EventManifest", "EventPartitionError", "clear_event_pending", "latest_manifest",
-           "mark_event_partitions", "next_manifest", "partitions_of", "pending_partitions", "read_content",
+__all__ = ["Contribution", "EventManifest", "EventPartitionError", "clear_event_pending", "event_refusal",
+           "latest_manifest", "mark_event_partitions", "marks_sha", "refuse_event_pending", "next_manifest", "partitions_of", "pending_partitions", "read_content",
            "read_done", "read_pending", "sources", "versions"]

@@ -320,6 +320,15 @@ def day_done_file_glob(dataset: str, table: str, hour: datetime | str) -> str:
     return f"{table_dir(dataset, table)}/hour={day_of(hour)}T*/_DONE.json"
 
 
+def event_load_ledger_path(dataset: str, table: str, partition: str) -> str:
+    """The record of the last load of an event-time table's partition (BigQuery)."""
+    return f"{load_ledger_dir(dataset, table)}/partition={check_event_partition(partition)}.json"
+
+
+def event_load_lock_path(dataset: str, table: str, partition: str) -> str:
+    return f"locks/{load_ledger_dir(dataset, table)}/partition={check_event_partition(partition)}.lock"
+
+
 def load_day_ledger_path(dataset: str, table: str, hour: datetime | str) -> str:
     """The record of the loads of a day partition (BigQuery tables partitioned by DAY)."""
     return f"{load_ledger_dir(dataset, table)}/day={day_of(hour)}.json"

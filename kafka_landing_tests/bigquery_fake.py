@@ -26,6 +26,14 @@ purpose:
 - a job id used before in the project -> 409 "Already Exists: Job ...";
 - a failed job changes nothing; WRITE_TRUNCATE on `table$YYYYMMDDHH` (or
   `$YYYYMMDD` in a table partitioned by DAY) replaces that partition only;
+  WRITE_TRUNCATE without a decorator replaces an unpartitioned table whole, its
+  schema included (and refuses schemaUpdateOptions, as BigQuery does);
+- a table partitioned on a column ("time-unit column partitioning", on a
+  TIMESTAMP, DATE or DATETIME column): each row goes to the partition of its
+  value (UTC; NULL -> __NULL__, before 1960 or after 2159 -> __UNPARTITIONED__),
+  and a decorator load whose rows fall outside the decorated partition fails
+  ("the partition ID specified in the decorator must match the data being
+  written", "Managing partitioned table data");
   schema changes follow the documented update rules;
 - BigQuery's quotas ("Quotas and limits"): a load that would add a partition to a
   table holding 10,000 fails; a table's load jobs past 1,500 in 24 hours fail
@@ -53,7 +61,7 @@ import socket
 import threading
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
@@ -86,7 +94,7 @@ _FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "field": ({"name", "type", "mode", "fields", "description"},
               {"policyTags", "dataPolicies", "maxLength", "precision", "scale", "timestampPrecision",
                "roundingMode", "collation", "defaultValueExpression", "rangeElementType", "foreignTypeDefinition"}),
-    "timePartitioning": ({"type"}, {"expirationMs", "field", "requirePartitionFilter"}),
+    "timePartitioning": ({"type", "field"}, {"expirationMs", "requirePartitionFilter"}),
     "job": ({"jobReference", "configuration"},
             {"kind", "etag", "id", "selfLink", "user_email", "statistics", "status", "principal_subject",
              "jobCreationReason"}),
@@ -158,6 +166,27 @@ _SQL_NAMES = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL", "RECORD
 # "Coerce to" of GoogleSQL's conversion rules, the only changes ALTER COLUMN SET DATA TYPE makes
 _COERCIONS = {("INTEGER", "NUMERIC"), ("INTEGER", "BIGNUMERIC"), ("INTEGER", "FLOAT"), ("NUMERIC", "BIGNUMERIC"),
               ("NUMERIC", "FLOAT"), ("BIGNUMERIC", "FLOAT")}
+
+
+def _column_partition(value, kind: str) -> str:
+    """The partition of a row's partitioning column value: UTC, NULL -> __NULL__, outside 1960-2159
+    -> __UNPARTITIONED__ ("Partitioned tables": time-unit column partitioning)."""
+    if value is None:
+        return "__NULL__"
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        value = value.astimezone(timezone.utc)
+    if not 1960 <= value.year <= 2159:
+        return "__UNPARTITIONED__"
+    return value.strftime(_DECORATOR_FORMAT[kind])
+
+
+def _partition_column(schema: list[dict], partitioning: dict, label: str) -> None:
+    col = next((c for c in schema if c["name"].lower() == partitioning["field"].lower()), None)
+    if col is None:
+        raise JobFailed("invalid", f"The field specified for partitioning cannot be found in the schema of {label}")
+    if col["type"] not in ("TIMESTAMP", "DATE", "DATETIME") or col.get("mode") == "REPEATED":
+        raise JobFailed("invalid", f"Partitioning field {partitioning['field']} of {label} must be a top-level "
+                                   f"TIMESTAMP, DATE or DATETIME field, not {col['type']}")
 
 
 class ApiError(Exception):
@@ -769,6 +798,11 @@ class FakeBigQuery:
             _check_fields(partitioning, "timePartitioning", "table.timePartitioning")
             if partitioning.get("type") not in _DECORATOR_DIGITS:
                 raise ApiError(400, f"Invalid value for type: {partitioning.get('type')} is not a valid value")
+            if partitioning.get("field"):
+                try:
+                    _partition_column(schema, partitioning, f"{p}:{d}.{t}")
+                except JobFailed as exc:
+                    raise ApiError(400, exc.message) from None
         table = self._new_table(p, d, t, schema, partitioning,
                                 {k: body[k] for k in ("labels", "description", "friendlyName") if k in body})
         return 200, self._table_resource(table)
@@ -785,6 +819,20 @@ class FakeBigQuery:
             raise JobFailed("invalid", f"Invalid partition decorator ${decorator} for table {label} partitioned by "
                                        f"{kind}")
         return decorator
+
+    @staticmethod
+    def _rows_in(table: dict, rows: list[dict], pid: str, label: str) -> None:
+        """A decorator load into a table partitioned on a column holds only rows of that partition."""
+        tp = table["resource"].get("timePartitioning") or {}
+        if not tp.get("field") or not pid:
+            return
+        for row in rows:
+            value = next((v for k, v in row.items() if k.lower() == tp["field"].lower()), None)
+            got = _column_partition(value, tp["type"])
+            if got != pid:
+                raise JobFailed("invalid", f"Some rows belong to different partitions rather than destination "
+                                           f"partition {pid} of table {label} (a row's {tp['field']} is {value!r}, "
+                                           f"partition {got})")
 
     def _tables_delete(self, p, d, t, body, params):
         name, _, decorator = t.partition("$")
@@ -866,8 +914,9 @@ class FakeBigQuery:
                             (load.get("writeDisposition") == "WRITE_TRUNCATE" and decorated)):
             raise ApiError(400, "Schema update options should only be specified with WRITE_APPEND disposition, or "
                                 "with WRITE_TRUNCATE disposition on a table partition.")
-        if not decorated:
-            raise ApiError(501, "bigquery_fake implements loads into a partition decorator (table$YYYYMMDDHH) only")
+        if not decorated and load.get("writeDisposition") != "WRITE_TRUNCATE":
+            raise ApiError(501, "bigquery_fake implements loads into a partition decorator (table$YYYYMMDDHH) and "
+                                "WRITE_TRUNCATE of a whole table only")
         if "timePartitioning" in load:
             _check_fields(load["timePartitioning"], "timePartitioning", "job.configuration.load.timePartitioning")
         if "schema" in load:
@@ -981,10 +1030,12 @@ class FakeBigQuery:
 
         table = self.tables.get((p, d, name))
         partitioning = load.get("timePartitioning")
+        if partitioning and partitioning.get("field"):
+            _partition_column(schema, partitioning, label)
         if table is None:
             if load.get("createDisposition", "CREATE_IF_NEEDED") == "CREATE_NEVER":
                 raise JobFailed("notFound", f"Not found: Table {label}")
-            if not partitioning:
+            if not partitioning and decorator:
                 raise JobFailed("invalid", f"Cannot load into a partition of the table {label}, which does not exist "
                                            "and is given no timePartitioning")
             new_schema, table = schema, None
@@ -994,21 +1045,31 @@ class FakeBigQuery:
                 raise JobFailed("invalid", f"Incompatible table partitioning specification. Expects partitioning "
                                            f"specification {json.dumps(have)}, but input partitioning specification "
                                            f"is {json.dumps(partitioning)}")
-            new_schema = _evolve(table["schema"], schema, set(load.get("schemaUpdateOptions", [])), label)
+            if decorator:
+                new_schema = _evolve(table["schema"], schema, set(load.get("schemaUpdateOptions", [])), label)
+            elif have:
+                raise JobFailed("invalid", f"bigquery_fake does not implement WRITE_TRUNCATE of the whole partitioned "
+                                           f"table {label}")
+            else:
+                new_schema = schema  # the whole table replaced: its schema is the load's
         # Everything checked: apply (a new table first, so the decorator is checked against its partitioning).
         if table is None:
             table = self._new_table(p, d, name, new_schema, partitioning, {})
             try:
-                pid = self._partition_id(table, label, decorator)
+                pid = self._partition_id(table, label, decorator) if decorator else ""
+                self._rows_in(table, rows, pid, label)
             except JobFailed:
                 del self.tables[(p, d, name)]
                 raise
         else:
-            pid = self._partition_id(table, label, decorator)
+            pid = self._partition_id(table, label, decorator) if decorator else ""
+            self._rows_in(table, rows, pid, label)
             if rows and pid not in table["partitions"] and len(table["partitions"]) >= self.max_partitions:
                 raise JobFailed("quotaExceeded", f"Quota exceeded: Your table {label} exceeded quota for number of "
                                                  f"partitions per table: {self.max_partitions}")
             table["schema"] = new_schema
+        if not decorator:
+            table["partitions"].clear()
         if load.get("writeDisposition", "WRITE_APPEND") == "WRITE_TRUNCATE":
             table["partitions"][pid] = rows
         else:

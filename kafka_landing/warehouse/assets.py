@@ -21,7 +21,9 @@ from datetime import timedelta
 from dagster import (
     AssetExecutionContext,
     AssetKey,
+    DynamicPartitionsDefinition,
     FreshnessPolicy,
+    MaterializeResult,
     MetadataValue,
     asset,
 )
@@ -30,7 +32,8 @@ from kafka_landing.avro_landing.assets import landing_key
 from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.errors import is_transient
 from kafka_landing.hours import SPARK_TAG, failure, history, run_hours, single_run, topic_hours
-from kafka_landing.naming import done_file_path, hour_from_key, hour_tag
+from kafka_landing.event_partitions import EventPartitionError, read_pending, refuse_event_pending
+from kafka_landing.naming import done_file_path, event_table, hour_from_key, hour_tag
 from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.warehouse.load import (
     DoneFileMismatch,
@@ -38,6 +41,7 @@ from kafka_landing.warehouse.load import (
     LoadError,
     load_done_file,
 )
+from kafka_landing.warehouse.event_load import load_event_partition, settling
 from kafka_landing.warehouse.resources import WarehouseResource
 
 GROUP = "warehouse"
@@ -70,12 +74,7 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
                pyspark: SparkResource):
         store = landing.store()
         backend = warehouse.backend(store)
-        try:  # once per run, before any hour: a warehouse that cannot be written fails fast, naming it
-            backend.check_writable()
-        except Exception as exc:  # noqa: BLE001 - each backend names its own service and what to check
-            raise failure(LoadError(f"{cfg.dataset}.{table}: the {backend.kind} warehouse cannot be written: {exc}. "
-                                    "Nothing was loaded; the landing files are untouched.",
-                                    transient=is_transient(exc))) from None
+        _writable(backend, f"{cfg.dataset}.{table}")
 
         def one_hour(partition_key: str):
             rel = done_file_path(cfg.dataset, table, hour_from_key(partition_key))
@@ -114,6 +113,88 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
     return _table
 
 
+def event_key(dataset: str, table: str) -> AssetKey:
+    return AssetKey([GROUP, dataset, event_table(table)])
+
+
+def event_partitions(dataset: str, table: str) -> DynamicPartitionsDefinition:
+    """An event-time table's partitions: the event days (or hours) that have records, and
+    __unknown__, added by the event sensor as landing hours bring them."""
+    return DynamicPartitionsDefinition(name=f"{dataset}__{event_table(table)}")
+
+
+def _writable(backend, name: str) -> None:
+    try:  # once per run, before any partition: a warehouse that cannot be written fails fast, naming it
+        backend.check_writable()
+    except Exception as exc:  # noqa: BLE001 - each backend names its own service and what to check
+        raise failure(LoadError(f"{name}: the {backend.kind} warehouse cannot be written: {exc}. Nothing was "
+                                "loaded; the landing files are untouched.", transient=is_transient(exc))) from None
+
+
+def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
+    """The event-time table beside `table`: one partition per event day (or hour) and __unknown__,
+    each replaced whole from its newest manifest version (`warehouse/event_load`)."""
+    key = event_key(cfg.dataset, table)
+    granularity = cfg.event_granularity
+    name = f"{cfg.dataset}.{event_table(table)}"
+
+    @asset(
+        key=key,
+        deps=[warehouse_key(cfg.dataset, table)],
+        partitions_def=event_partitions(cfg.dataset, table),
+        group_name=GROUP,
+        kinds={"parquet", "spark"} if kind == "parquet" else {kind},
+        description=f"Table `{name}`: the records of `{cfg.dataset}.{table}` by event {granularity} "
+                    f"(`{cfg.event_time_field}`), from every landing hour; a late record amends its partition "
+                    f"as a new version, replaced whole. Settled after {cfg.settle_hours} h without a change.",
+        op_tags={SPARK_TAG: "true"} if kind == "parquet" else {},
+        metadata={"dataset": cfg.dataset, "table": event_table(table), "topic": cfg.topic,
+                  "event_time_field": cfg.event_time_field, "event_time_partition": granularity},
+    )
+    def _by_event(context: AssetExecutionContext, landing: LandingResource, warehouse: WarehouseResource,
+                  pyspark: SparkResource):
+        store = landing.store()
+        backend = warehouse.backend(store)
+        _writable(backend, name)
+        partition = context.partition_key
+        marks = read_pending(store, cfg.dataset, table, partition)  # before the versioning reads the done files
+        try:
+            ev = load_event_partition(backend, store, cfg, table, partition, lambda: pyspark.spark_session)
+        except (EventPartitionError, LoadError, IncompatibleSchemaError) as exc:
+            if not exc.transient and marks:  # the same markers fail the same way: not asked for again
+                refuse_event_pending(store, cfg.dataset, table, partition, marks, str(exc))
+            raise failure(exc) from None
+        m = ev.manifest
+        settle = settling(store, cfg.dataset, table, partition, cfg.settle_hours, manifest=m)
+        if ev.result is not None:
+            for warning in ev.result.warnings:
+                context.log.warning(warning)
+            if ev.result.added_columns:
+                context.log.warning(f"{name}: added nullable column(s) {list(ev.result.added_columns)}")
+        context.log.info(f"{name} {partition}: version {m.version} ({'new' if ev.amended else 'unchanged'}), "
+                         f"{m.rows} rows from {len(m.hours)} landing hour(s); "
+                         f"{'loaded' if ev.result else 'already loaded'} at {ev.location}")
+        return MaterializeResult(metadata={
+            "dagster/row_count": m.rows,
+            "version": m.version,
+            "amended": ev.amended,
+            "amended_at": m.amended_at,
+            "created_at": m.created_at or m.amended_at,
+            "changed_hours": MetadataValue.json(list(m.changed_hours)),
+            "landing_hours": MetadataValue.json({h: part["rows"] for h, part in m.hours.items()}),
+            "settled": settle.settled,
+            "settles_at": settle.settles_at or "",
+            "manifest": MetadataValue.path(store.location(m.path)),
+            "manifest_sha256": m.sha256,
+            "location": MetadataValue.path(ev.location),
+            **({"job_id": ev.result.job_id} if ev.result and ev.result.job_id else {}),
+        })
+
+    return _by_event
+
+
 def build_warehouse_assets(config: LandingConfig, kind: str = "parquet") -> list:
-    """Each table's asset (its checks are in checks.py)."""
-    return [build_warehouse_asset(cfg, table, kind) for cfg in config.topics.values() for table in cfg.tables]
+    """Each table's asset, and its event-time table's where its topic has one (checks: checks.py)."""
+    return [*(build_warehouse_asset(cfg, table, kind) for cfg in config.topics.values() for table in cfg.tables),
+            *(build_event_asset(cfg, table, kind) for cfg in config.topics.values() if cfg.event_granularity
+              for table in cfg.tables)]

@@ -113,9 +113,13 @@ from kafka_landing.errors import KafkaLandingError, error_reason, is_transient, 
 from kafka_landing.handoff import content_sha
 from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import (
+    UNKNOWN_EVENT,
+    check_event_partition,
     check_identifier,
     day_done_file_glob,
     day_of,
+    event_load_ledger_path,
+    event_load_lock_path,
     hour_folder_tag,
     hour_from_tag,
     load_day_ledger_path,
@@ -197,9 +201,13 @@ class _Target:
     location: str  # project.dataset.table$YYYYMMDD[HH]
     ledger: str
     lock: str
+    pid: str | None = None  # an event partition's id in job ids (its hour is then the partition)
 
     def job_id(self, sha: str, attempt: int = 0) -> str:
-        return job_id(self.dataset, self.table, self.hour, sha, attempt, self.layout)
+        if self.pid is None:
+            return job_id(self.dataset, self.table, self.hour, sha, attempt, self.layout)
+        base = f"{JOB_PREFIX}_{self.dataset}_{self.table}_{self.pid}_{sha[:32]}"
+        return base if attempt == 0 else f"{base}_r{attempt}"
 
 
 @dataclass(frozen=True)
@@ -472,6 +480,9 @@ class BigQueryWarehouse(Warehouse):
             store.create_exclusive(rel, data)  # False: another load wrote the same schema first
         return store.location(rel)
 
+    def by_event(self, granularity: str, field: str) -> BigQueryEventWarehouse:
+        return BigQueryEventWarehouse(self, granularity, field)
+
     def _job_config(self, reference: str | None, create: str | None) -> bigquery.LoadJobConfig:
         config = bigquery.LoadJobConfig(
             source_format=bigquery.SourceFormat.AVRO,
@@ -741,4 +752,110 @@ class BigQueryWarehouse(Warehouse):
         return dict(sorted(hours.items()))
 
 
-__all__ = ["BigQueryWarehouse", "avro_columns", "job_id", "partition_id"]
+UNPARTITIONED = "NONE"  # the layout of the table of an event-time table's records with no event time
+UNKNOWN_TABLE_SUFFIX = "_unknown"
+
+
+class BigQueryEventWarehouse(BigQueryWarehouse):
+    """Event-time tables: `<table>__by_event` partitioned by DAY (or HOUR) on the event time column,
+    each event partition replaced whole by one load job into its decorator with WRITE_TRUNCATE (a
+    decorator load holds only that partition's rows by construction, and BigQuery refuses one whose
+    rows fall outside it). Records with no event time (`__unknown__`) would be the table's NULL
+    partition, which no documented decorator writes: they are `<table>__by_event_unknown`, an
+    unpartitioned table replaced whole the same way. Loads are recorded per partition:
+
+        <ledger>/warehouse_loads/bigquery/<dataset>/<table>__by_event/partition=2026-01-31.json
+    """
+
+    def __init__(self, base: BigQueryWarehouse, granularity: str, field: str):
+        super().__init__(base.client, base.ledger, base.project, base.location, datasets=base.datasets,
+                         job_timeout_seconds=base.job_timeout_seconds, max_job_attempts=base.max_job_attempts)
+        if granularity not in ("day", "hour"):
+            raise ValueError(f"event partitions are by 'day' or 'hour', not {granularity!r}")
+        self.layout_type = DAY if granularity == "day" else HOUR
+        self.field = field
+
+    def by_event(self, granularity: str, field: str) -> BigQueryEventWarehouse:
+        return BigQueryEventWarehouse(self, granularity, field)
+
+    def _target(self, dataset: str, table: str, hour: str, layout: str | None = None) -> _Target:
+        partition = check_event_partition(hour)
+        ledger, lock = event_load_ledger_path(dataset, table, partition), event_load_lock_path(dataset, table, partition)
+        if partition == UNKNOWN_EVENT:
+            unknown = check_identifier(f"{table}{UNKNOWN_TABLE_SUFFIX}", "table")
+            return _Target(dataset, unknown, partition, UNPARTITIONED, self.table_id(dataset, unknown), ledger, lock,
+                           pid="unknown")
+        pid = partition.replace("-", "").replace("T", "")
+        if len(pid) != (8 if self.layout_type == DAY else 10):
+            raise LoadError(f"{self.table_id(dataset, table)}: {partition!r} is not an event partition of a table "
+                            f"partitioned by {self.layout_type}")
+        return _Target(dataset, table, partition, self.layout_type, f"{self.table_id(dataset, table)}${pid}", ledger,
+                       lock, pid=pid)
+
+    def layout(self, dataset: str, table: str) -> str:
+        return self.layout_type
+
+    def loaded(self, dataset: str, table: str, hour: str) -> dict | None:
+        return self._read_record(event_load_ledger_path(dataset, table, hour))
+
+    def loaded_hours(self, dataset: str, table: str) -> set[str]:
+        names = (rel.rsplit("/", 1)[-1] for rel in self.ledger.list(load_ledger_dir(dataset, table), "partition=*.json"))
+        return {n[len("partition="):-len(".json")] for n in names}
+
+    def hour_rows(self, dataset: str, table: str, hour: str) -> int | None:
+        """The partition's rows as BigQuery holds them (INFORMATION_SCHEMA.PARTITIONS; the unknown
+        table's own row count); None if none."""
+        target = self._target(dataset, table, hour)
+        if target.layout != UNPARTITIONED:
+            return self._partition_rows(dataset, table, target.pid)
+        with self._api(f"reading table {target.location}"):
+            try:
+                return self.client.get_table(target.location).num_rows or None
+            except api_exceptions.NotFound:
+                return None
+
+    def _existing_table(self, dataset: str, table: str, layout: str | None = None) -> bigquery.Table | None:
+        ref = self.table_id(dataset, table)
+        with self._api(f"reading table {ref}"):
+            try:
+                found = self.client.get_table(ref)
+            except api_exceptions.NotFound:
+                return None
+        tp = found.time_partitioning
+        unknown = layout == UNPARTITIONED or (layout is None and table.endswith(UNKNOWN_TABLE_SUFFIX))
+        if (tp is not None) if unknown else (tp is None or tp.type_ != self.layout_type or tp.field != self.field):
+            how = "not partitioned" if tp is None else f"partitioned by {tp.type_}" + (f" on {tp.field}" if tp.field
+                                                                                      else " by ingestion time")
+            want = "not partitioned (it holds the records with no event time)" if unknown else \
+                f"partitioned by {self.layout_type} on column {self.field}"
+            raise LoadError(f"table {ref} exists but is {how}; kafka_landing needs it {want}: drop or rename it, "
+                            "or set the topic's event_time_partition to what it is")
+        return found
+
+    def _job_config(self, reference: str | None, create: str | None) -> bigquery.LoadJobConfig:
+        config = super()._job_config(reference, None)
+        if create == UNPARTITIONED:  # the whole table replaced: its schema is the load's, no update options
+            config.schema_update_options = None
+        elif create:
+            config.time_partitioning = bigquery.TimePartitioning(type_=create, field=self.field)
+        return config
+
+    def load_hour(self, store: LandingStore, done: DoneFile, spark: SparkFactory,
+                  done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
+        """Replace one event partition (`done.hour`) with exactly the files of a manifest version."""
+        dataset, table = check_identifier(done.dataset, "dataset"), check_identifier(done.table, "table")
+        sha = done_sha256 or content_sha(done.to_bytes())
+        target = self._target(dataset, table, done.hour)
+        where = f"{target.location} (event partition {done.hour})"
+        self._source_uris(store, [done])
+        verify_files(store, done)
+        with self.ledger.lock(target.lock) as held:  # one load of a partition at a time
+            job, earlier, added, warnings = self._replace(held, store, target, [done], sha, where)
+            self._record(held, target.ledger, self._hour_record(
+                done, done.rows, done_file, sha, job.job_id if job else None, target.location, earlier,
+                **({} if job else {"deleted_partition": True})))
+        return LoadResult(f"{dataset}.{table}", done.hour, done.rows, len(done.files), tuple(done.schema_ids), added,
+                          target.location, done_file, sha, job.job_id if job else None, warnings)
+
+
+__all__ = ["BigQueryEventWarehouse", "BigQueryWarehouse", "avro_columns", "job_id", "partition_id"]

@@ -9,6 +9,13 @@
   loaded, counted from the table's first landed hour (hours before a table's
   first data are not "behind"; every closed hour after it is, landed or not).
   It runs with every load, so a gap shows as soon as a later hour loads.
+
+And each event-time table's (per event partition):
+- `conservation_by_event` (ERROR): the warehouse holds the partition's newest version
+  (rows read back from it), and every landing hour in that version has all its landed
+  rows in exactly one event partition (summed over the partitions its done file feeds).
+- `settled` (WARN): no landing hour changed the partition for the topic's `settle_hours`
+  and none waits to: what to look at before reading a day as final.
 """
 
 import json
@@ -31,7 +38,8 @@ from kafka_landing.manifests import DoneFile
 from kafka_landing.naming import done_file_path, hour_from_key, hour_from_tag, hour_tag
 from kafka_landing.resources import LandingResource
 from kafka_landing.store.base import LandingStore
-from kafka_landing.warehouse.assets import warehouse_key
+from kafka_landing.warehouse.assets import event_key, event_partitions, warehouse_key
+from kafka_landing.warehouse.event_load import event_conservation, settling
 from kafka_landing.warehouse.done_checks import done_file_problems
 from kafka_landing.warehouse.load import Warehouse
 from kafka_landing.warehouse.load_queue import hours_behind
@@ -142,6 +150,38 @@ def build_table_checks(cfg: TopicConfig, table: str) -> list:
 
 
 
+CONSERVATION_BY_EVENT = "conservation_by_event"
+SETTLED = "settled"
+
+
+def build_event_checks(cfg: TopicConfig, table: str) -> list:
+    key = event_key(cfg.dataset, table)
+    partitions = event_partitions(cfg.dataset, table)
+
+    @asset_check(asset=key, name=CONSERVATION_BY_EVENT, partitions_def=partitions,
+                 description="The warehouse holds the partition's newest version (rows read back from it), and every "
+                             "landing hour in it has all its landed rows in exactly one event partition.")
+    def _conservation_by_event(context: AssetCheckExecutionContext, landing: LandingResource,
+                               warehouse: WarehouseResource):
+        store = landing.store()
+        ok, why, metadata = event_conservation(store, warehouse.backend(store), cfg, table, context.partition_key)
+        return AssetCheckResult(passed=ok, description=why, metadata={
+            k: MetadataValue.json(v) if isinstance(v, (dict, list)) else v for k, v in metadata.items()})
+
+    @asset_check(asset=key, name=SETTLED, partitions_def=partitions,
+                 description=f"No landing hour changed the partition for {cfg.settle_hours} h (settle_hours) and none "
+                             "waits to: late records may still amend a partition that is not settled.")
+    def _settled(context: AssetCheckExecutionContext, landing: LandingResource):
+        store = landing.store()
+        s = settling(store, cfg.dataset, table, context.partition_key, cfg.settle_hours)
+        return AssetCheckResult(passed=s.settled, severity=AssetCheckSeverity.WARN, description=s.why,
+                                metadata={"settles_at": s.settles_at or "", "settle_hours": cfg.settle_hours})
+
+    return [_conservation_by_event, _settled]
+
+
 def build_warehouse_checks(config) -> list:
-    """Every table's checks."""
-    return [c for cfg in config.topics.values() for table in cfg.tables for c in build_table_checks(cfg, table)]
+    """Every table's checks, and its event-time table's."""
+    return [*(c for cfg in config.topics.values() for table in cfg.tables for c in build_table_checks(cfg, table)),
+            *(c for cfg in config.topics.values() if cfg.event_granularity for table in cfg.tables
+              for c in build_event_checks(cfg, table))]

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from kafka_landing.config import TopicConfig
 from kafka_landing.event_partitions import (
     EventManifest,
     clear_event_pending,
@@ -39,18 +40,18 @@ class EventLoad:
     location: str
 
 
-def load_event_partition(warehouse: Warehouse, store: LandingStore, topic: str, dataset: str, table: str,
-                         partition: str, granularity: str, spark: SparkFactory,
-                         now: datetime | None = None) -> EventLoad:
-    """Make the partition's version current and loaded. EventPartitionError / LoadError change
-    nothing in the warehouse."""
-    backend = warehouse.by_event(granularity)
+def load_event_partition(warehouse: Warehouse, store: LandingStore, cfg: TopicConfig, table: str, partition: str,
+                         spark: SparkFactory, now: datetime | None = None) -> EventLoad:
+    """Make the partition's version of `cfg.dataset`.`table` current and loaded. EventPartitionError /
+    LoadError change nothing in the warehouse."""
+    dataset, granularity = cfg.dataset, cfg.event_granularity
+    backend = warehouse.by_event(granularity, cfg.event_time_field)
     etable = event_table(table)
     with store.lock(event_lock_path(dataset, table, partition)) as held:
         manifest, amended, seen = next_manifest(store, held, dataset, table, partition, granularity, now)
         result = None
         if backend.loaded_sha(dataset, etable, partition) != manifest.sha256:
-            result = backend.load_hour(store, manifest.as_done_file(topic), spark, done_file=manifest.path,
+            result = backend.load_hour(store, manifest.as_done_file(cfg.topic), spark, done_file=manifest.path,
                                        done_sha256=manifest.sha256)
         cleared = clear_event_pending(store, dataset, table, partition, seen)
     return EventLoad(manifest, amended, result, cleared, backend.hour_location(dataset, etable, partition))
@@ -84,12 +85,13 @@ def settling(store: LandingStore, dataset: str, table: str, partition: str, sett
                           f"(settled after {settle_hours} h)", None)
 
 
-def event_conservation(store: LandingStore, warehouse: Warehouse, dataset: str, table: str, partition: str,
-                       granularity: str) -> tuple[bool, str, dict]:
+def event_conservation(store: LandingStore, warehouse: Warehouse, cfg: TopicConfig, table: str,
+                       partition: str) -> tuple[bool, str, dict]:
     """(ok, why, metadata): the warehouse holds the partition's newest version (rows read back from
     the warehouse), and every landing hour in it has all its landed rows in exactly one event
     partition: summed over the partitions its done file feeds, as their newest versions list them."""
-    backend = warehouse.by_event(granularity)
+    dataset, granularity = cfg.dataset, cfg.event_granularity
+    backend = warehouse.by_event(granularity, cfg.event_time_field)
     etable = event_table(table)
     name = f"{dataset}.{etable} {partition}"
     manifest = latest_manifest(store, dataset, table, partition)

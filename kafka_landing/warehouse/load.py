@@ -85,9 +85,9 @@ class Warehouse(ABC):
         """Raise (naming the warehouse and what to check) unless loads can be written."""
 
     @abstractmethod
-    def by_event(self, granularity: str) -> Warehouse:
+    def by_event(self, granularity: str, field: str) -> Warehouse:
         """The backend of the event-time tables (`<table>__by_event`, partitioned by event "day" or
-        "hour"): the same interface, where an "hour" is an event partition and a done file is a
+        "hour" of column `field`): the same interface, where an "hour" is an event partition and a done file is a
         manifest version (`event_partitions.EventManifest.as_done_file`)."""
 
     def loaded_sha(self, dataset: str, table: str, hour: str) -> str | None:

@@ -106,7 +106,7 @@ class ParquetWarehouse(Warehouse):
         self.root = root
         self.column = column  # the Hive partition column: hour, or event_day / event_hour (`by_event`)
 
-    def by_event(self, granularity: str) -> ParquetWarehouse:
+    def by_event(self, granularity: str, field: str) -> ParquetWarehouse:
         """The event-time tables: <root>/<dataset>/<table>__by_event/event_day=<D>/data.parquet."""
         return ParquetWarehouse(self.root, column=f"event_{granularity}")
 

@@ -52,6 +52,7 @@ from collections.abc import Iterable
 from itertools import islice, zip_longest
 
 from dagster import (
+    AddDynamicPartitionsRequest,
     AssetKey,
     DefaultSensorStatus,
     PartitionsDefinition,
@@ -63,6 +64,7 @@ from dagster import (
     sensor,
 )
 
+from kafka_landing.event_partitions import event_refusal, marks_sha, pending_partitions
 from kafka_landing.handoff import (
     TableHour,
     clear_pending,
@@ -75,7 +77,7 @@ from kafka_landing.handoff import (
     refusal,
 )
 from kafka_landing.hours import REDO_DONE_HOURS_TAG, SPARK_TAG
-from kafka_landing.naming import hour_from_tag, hour_key, pending_dir
+from kafka_landing.naming import event_pending_dir, event_table, hour_from_tag, hour_key, pending_dir
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.done_checks import done_file_problems
 from kafka_landing.warehouse.jobs import RETIRE_JOB, retire_hours
@@ -84,16 +86,20 @@ from kafka_landing.warehouse.load_queue import (
     RUN_KEY_TAG,
     LoadGroup,
     PendingLoad,
+    FINISHED,
     ScanPosition,
     SeenRun,
     attempt_keys,
     covering_runs,
+    decide,
     plan_loads,
     reconcile,
 )
 from kafka_landing.warehouse.resources import WarehouseResource
 
 SENSOR_NAME = "done_file_sensor"
+EVENT_SENSOR_NAME = "event_partition_sensor"
+EVENT_TAG = "kafka_landing/event_partition"  # <dataset>.<event table>/<partition>, on every event load run
 RETIRED_SENSOR_NAME = "retired_hours_sensor"
 MAX_REQUESTS_PER_TICK = 200  # runs (each covers up to MAX_HOURS_PER_RUN hours)
 MAX_EXAMINED_PER_TICK = 2000
@@ -373,3 +379,78 @@ def build_retired_hours_sensor(tables: Iterable[tuple[str, str]]):
             f"{len(plan.waiting)} in flight, {len(aside)} moved aside"))
 
     return retired_hours_sensor
+
+
+def build_event_sensor(events: dict[tuple[str, str], AssetKey]):
+    """`events`: (dataset, landing-hour table) -> its event-time table's asset. Requests a load of
+    every event partition a landing hour marked (`event_partitions`), adding the partitions Dagster
+    does not know yet (its partitions are the event days that have records). One run per partition
+    and set of markers: a partition with a load in flight waits for it, so a backfill that lands a
+    day hour by hour versions each event day a few times, not once per hour; a failed load is asked
+    for again under a new run key, at most `MAX_ATTEMPTS` times, unless it failed for good (then only
+    when a landing hour marks the partition anew)."""
+
+    @sensor(
+        name=EVENT_SENSOR_NAME,
+        asset_selection=list(events.values()),
+        minimum_interval_seconds=30,
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Versions and loads the event partitions (days or hours of event time) that landed hours "
+                    "changed, late records included.",
+    )
+    def event_partition_sensor(context: SensorEvaluationContext, landing: LandingResource,
+                               warehouse: WarehouseResource):
+        started = _clock()
+        store = landing.store()
+        spark = {SPARK_TAG: "true"} if warehouse.backend(store).kind in SPARK_BACKENDS else {}
+        requests, adds, waiting, refused, given_up, left = [], [], 0, [], [], 0
+        for (dataset, table), key in sorted(events.items()):
+            pending = pending_partitions(store, dataset, table)
+            if not pending:
+                continue
+            name = f"{dataset}__{event_table(table)}"
+            known = set(context.instance.get_dynamic_partitions(name))
+            if new := sorted(p for p in pending if p not in known):
+                adds.append(AddDynamicPartitionsRequest(name, new))
+            for partition, marks in sorted(pending.items()):
+                if _clock() >= started + EXAMINE_SECONDS or len(requests) >= MAX_REQUESTS_PER_TICK:
+                    left += 1
+                    continue
+                where = f"{dataset}.{event_table(table)} {partition}"
+                if (why := event_refusal(store, dataset, table, partition, marks)) is not None:
+                    refused.append(f"{where}: {why[:300]}")
+                    continue
+                tag = f"{dataset}.{event_table(table)}/{partition}"
+                runs = context.instance.get_runs(filters=RunsFilter(tags={EVENT_TAG: tag}), limit=100)
+                if any(r.status.value not in FINISHED for r in runs):
+                    waiting += 1
+                    continue
+                target, sha = event_pending_dir(dataset, table, partition), marks_sha(marks)
+                statuses: dict[str, list[str]] = {}
+                for r in runs:
+                    statuses.setdefault(r.tags.get(RUN_KEY_TAG, ""), []).append(r.status.value)
+                decision = decide(target, sha, statuses)
+                if decision.action == "give_up":
+                    given_up.append(f"{where} (runs {[k for k, _ in decision.runs]})")
+                    continue
+                if decision.action == "wait":
+                    waiting += 1
+                    continue
+                requests.append(RunRequest(run_key=decision.run_key, partition_key=partition, asset_selection=[key],
+                                           tags={EVENT_TAG: tag, **spark}))
+        for what in refused:
+            context.log.warning(f"event partition not loaded and not requested again until a landing hour changes "
+                                f"it: {what}. Fix the cause, then materialise it (or re-land the hour).")
+        if given_up:
+            context.log.warning(f"{len(given_up)} event partition(s) failed {MAX_ATTEMPTS} times and are not requested "
+                                f"again until a landing hour changes them, e.g. {given_up[0]}: look at those runs, "
+                                "fix the cause and materialise them")
+        if left:
+            context.log.info(f"{left} pending event partition(s) left for the next tick")
+        if requests or adds:
+            return SensorResult(run_requests=requests, dynamic_partitions_requests=adds)
+        return SensorResult(skip_reason=SkipReason(
+            f"no event partition to load: {waiting} in flight, {len(refused)} refused for good, "
+            f"{len(given_up)} given up after {MAX_ATTEMPTS} attempts"))
+
+    return event_partition_sensor

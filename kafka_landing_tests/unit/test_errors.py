@@ -171,6 +171,9 @@ class _Refusing(Warehouse):
     def check_writable(self):
         pass
 
+    def by_event(self, granularity, field):
+        return self
+
 
 def _publish(store: LocalStore, hour: datetime, attempt: str) -> str:
     rel = f"tables/{DATASET}/{TABLE}/hour={hour_tag(hour)}/_DONE.json"
