@@ -907,7 +907,7 @@ class FakeBigQuery:
                 code = 501 if load[key] in ("WRITE_EMPTY", "WRITE_TRUNCATE_DATA") else 400
                 raise ApiError(code, f"Invalid value for {key}: {load[key]}")
         options = load.get("schemaUpdateOptions", [])
-        if not set(options) <= {"ALLOW_FIELD_ADDITION", "ALLOW_FIELD_RELAXATION"}:
+        if not isinstance(options, list) or not set(options) <= {"ALLOW_FIELD_ADDITION", "ALLOW_FIELD_RELAXATION"}:
             raise ApiError(400, f"Invalid value for schemaUpdateOptions: {options}")
         decorated = "$" in dest["tableId"]
         if options and not (load.get("writeDisposition") == "WRITE_APPEND" or

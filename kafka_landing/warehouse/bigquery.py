@@ -483,14 +483,17 @@ class BigQueryWarehouse(Warehouse):
     def by_event(self, granularity: str, field: str) -> BigQueryEventWarehouse:
         return BigQueryEventWarehouse(self, granularity, field)
 
-    def _job_config(self, reference: str | None, create: str | None) -> bigquery.LoadJobConfig:
+    def _job_config(self, reference: str | None, create: str | None, whole_table: bool = False
+                    ) -> bigquery.LoadJobConfig:
+        """`whole_table`: the load replaces a whole unpartitioned table, schema included, where BigQuery
+        refuses schema update options."""
         config = bigquery.LoadJobConfig(
             source_format=bigquery.SourceFormat.AVRO,
             use_avro_logical_types=True,
             write_disposition=bigquery.WriteDisposition.WRITE_TRUNCATE,
             create_disposition=bigquery.CreateDisposition.CREATE_IF_NEEDED,
-            schema_update_options=[bigquery.SchemaUpdateOption.ALLOW_FIELD_ADDITION,
-                                   bigquery.SchemaUpdateOption.ALLOW_FIELD_RELAXATION],
+            **({} if whole_table else {"schema_update_options": [bigquery.SchemaUpdateOption.ALLOW_FIELD_ADDITION,
+                                                                 bigquery.SchemaUpdateOption.ALLOW_FIELD_RELAXATION]}),
             # Without it a decimal wider than NUMERIC (scale > 9, or > 29 integer digits) fails the load.
             decimal_target_types=["NUMERIC", "BIGNUMERIC"],
         )
@@ -657,7 +660,8 @@ class BigQueryWarehouse(Warehouse):
             self._widen(plan, dataset, table, where)
             before = self._existing_table(dataset, table, target.layout)
         config = self._job_config(self._reader_uri(store, dataset, table, plan),
-                                  create=target.layout if before is None else None)
+                                  create=target.layout if before is None else None,
+                                  whole_table=target.layout == UNPARTITIONED)
         try:
             job, earlier = self._run_load(held, self._source_uris(store, dones), target, config, sha, where)
         except IncompatibleSchemaError:
@@ -832,11 +836,10 @@ class BigQueryEventWarehouse(BigQueryWarehouse):
                             "or set the topic's event_time_partition to what it is")
         return found
 
-    def _job_config(self, reference: str | None, create: str | None) -> bigquery.LoadJobConfig:
-        config = super()._job_config(reference, None)
-        if create == UNPARTITIONED:  # the whole table replaced: its schema is the load's, no update options
-            config.schema_update_options = None
-        elif create:
+    def _job_config(self, reference: str | None, create: str | None, whole_table: bool = False
+                    ) -> bigquery.LoadJobConfig:
+        config = super()._job_config(reference, None, whole_table=whole_table)
+        if create and create != UNPARTITIONED:
             config.time_partitioning = bigquery.TimePartitioning(type_=create, field=self.field)
         return config
 
