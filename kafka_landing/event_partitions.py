@@ -20,7 +20,7 @@ never a changed P without one. A versioning (`next_manifest`) reads P's index an
 hour's current done file, so it sees P as the done files say it is now, whatever order things ran
 in; the pending markers it saw satisfied are removed by compare-and-delete (`clear_event_pending`).
 
-A version's identity is its content hash: the (landing hour, file, rows, checksum) it lists. A
+A version's identity is its content hash: the (landing hour, file, rows, schema id) it lists. A
 re-land that gives P the same files makes no new version; one that moves records between event
 partitions re-versions exactly those it took them from and gave them to. Pure: no Dagster, no Spark.
 """
@@ -162,7 +162,7 @@ class EventManifest:
     partition: str
     granularity: str
     version: int
-    sha256: str  # of the content: (landing hour, file, rows, checksum) of every file
+    sha256: str  # of the content: (landing hour, file, rows, schema id) of every file
     rows: int
     files: tuple[dict, ...]  # LandedFile fields plus "hour", the landing hour that listed it
     hours: dict[str, dict]  # landing hour -> {"done_sha256", "rows", "files"}
@@ -215,7 +215,10 @@ class Contribution:
         return sum(f.rows for f in self.files)
 
     def key(self) -> list:
-        return sorted([f.path, f.rows, f.crc32c, f.schema_id] for f in self.files)
+        """What identifies the part: a file's name holds its partition, offsets, schema id and event
+        hour, so the same name and rows are the same records (not its checksum: a re-land writes the
+        same records with other Avro sync markers)."""
+        return sorted([f.path, f.rows, f.schema_id] for f in self.files)
 
 
 def partition_sha(parts: dict[str, Contribution]) -> str:
@@ -325,7 +328,7 @@ def next_manifest(store: LandingStore, held: HeldLock, dataset: str, table: str,
 def _keys_by_hour(files) -> dict[str, list]:
     out: dict[str, list] = {}
     for f in files:
-        out.setdefault(f["hour"], []).append([f["path"], f["rows"], f.get("crc32c"), f.get("schema_id")])
+        out.setdefault(f["hour"], []).append([f["path"], f["rows"], f.get("schema_id")])
     return {h: sorted(k) for h, k in out.items()}
 
 

@@ -135,7 +135,10 @@ def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: 
             raise NothingWritten(f"no record of schema id {schema_id} to write under {store.location(out)}") from None
         raise
     staged = []
-    for (hour, _task, table, part, eh), src in sorted(_group_files(store, out).items()):
+    # None (no chunk, no event time) sorts before any value: a partition's records with no event
+    # time and those with one are two groups of one task.
+    for (hour, _task, table, part, eh), src in sorted(_group_files(store, out).items(),
+                                                      key=lambda kv: [(v is not None, v) for v in kv[0]]):
         rows, first, last = _written(store, src)
         name = landing_file_name(cfg.topic, part, cfg.dataset, table, schema_id, first, last,
                                  hour_from_tag(eh) if eh else None)

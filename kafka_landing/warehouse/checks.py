@@ -14,6 +14,7 @@ And each event-time table's (per event partition):
 - `conservation_by_event` (ERROR): the warehouse holds the partition's newest version
   (rows read back from it), and every landing hour in that version has all its landed
   rows in exactly one event partition (summed over the partitions its done file feeds).
+  Rows missing only where another partition waits for its next version warn instead.
 - `settled` (WARN): no landing hour changed the partition for the topic's `settle_hours`
   and none waits to: what to look at before reading a day as final.
 """
@@ -164,9 +165,11 @@ def build_event_checks(cfg: TopicConfig, table: str) -> list:
     def _conservation_by_event(context: AssetCheckExecutionContext, landing: LandingResource,
                                warehouse: WarehouseResource):
         store = landing.store()
-        ok, why, metadata = event_conservation(store, warehouse.backend(store), cfg, table, context.partition_key)
-        return AssetCheckResult(passed=ok, description=why, metadata={
-            k: MetadataValue.json(v) if isinstance(v, (dict, list)) else v for k, v in metadata.items()})
+        c = event_conservation(store, warehouse.backend(store), cfg, table, context.partition_key)
+        # Off only where another partition waits for its next version: a warning until it is loaded.
+        return AssetCheckResult(passed=c.ok, severity=AssetCheckSeverity.WARN if c.waiting else AssetCheckSeverity.ERROR,
+                                description=c.why, metadata={k: MetadataValue.json(v) if isinstance(v, (dict, list))
+                                                             else v for k, v in c.metadata.items()})
 
     @asset_check(asset=key, name=SETTLED, partitions_def=partitions,
                  description=f"No landing hour changed the partition for {cfg.settle_hours} h (settle_hours) and none "

@@ -85,26 +85,35 @@ def settling(store: LandingStore, dataset: str, table: str, partition: str, sett
                           f"(settled after {settle_hours} h)", None)
 
 
+@dataclass(frozen=True)
+class Conservation:
+    ok: bool
+    why: str
+    metadata: dict
+    waiting: tuple[str, ...] = ()  # event partitions whose next version would settle the count: not yet a loss
+
+
 def event_conservation(store: LandingStore, warehouse: Warehouse, cfg: TopicConfig, table: str,
-                       partition: str) -> tuple[bool, str, dict]:
-    """(ok, why, metadata): the warehouse holds the partition's newest version (rows read back from
-    the warehouse), and every landing hour in it has all its landed rows in exactly one event
-    partition: summed over the partitions its done file feeds, as their newest versions list them."""
+                       partition: str) -> Conservation:
+    """The warehouse holds the partition's newest version (rows read back from the warehouse), and
+    every landing hour in it has all its landed rows in exactly one event partition: summed over the
+    partitions its done file feeds, as their newest versions list them. A count that is off only
+    where a partition waits for its next version (marked pending) is `waiting`, not a loss."""
     dataset, granularity = cfg.dataset, cfg.event_granularity
     backend = warehouse.by_event(granularity, cfg.event_time_field)
     etable = event_table(table)
     name = f"{dataset}.{etable} {partition}"
     manifest = latest_manifest(store, dataset, table, partition)
     if manifest is None:
-        return False, f"{name}: not versioned yet: load it", {}
-    problems = []
+        return Conservation(False, f"{name}: not versioned yet: load it", {})
+    problems, waiting = [], set()
     rows = backend.hour_rows(dataset, etable, partition) or 0
     if rows != manifest.rows:
         problems.append(f"the warehouse holds {rows} rows, version {manifest.version} lists {manifest.rows}")
     if backend.loaded_sha(dataset, etable, partition) != manifest.sha256:
         problems.append(f"the warehouse's last load is not version {manifest.version}")
     versions: dict[str, EventManifest | None] = {partition: manifest}
-    hours = {}
+    hours, behind = {}, []
     for hour in sorted(manifest.hours):
         got = read_done(store, dataset, table, hour)
         if got is None:
@@ -118,15 +127,22 @@ def event_conservation(store: LandingStore, warehouse: Warehouse, cfg: TopicConf
             spread[p] = (versions[p].hours.get(hour, {}).get("rows", 0) if versions[p] else 0)
         hours[hour] = {"landed": done.rows, "by_event_partition": spread}
         if sum(spread.values()) != done.rows:
-            behind = [p for p in spread if read_pending(store, dataset, table, p)]
-            problems.append(f"landing hour {hour} landed {done.rows} rows and its event partitions hold "
-                            f"{sum(spread.values())} ({spread})"
-                            + (f"; {behind} wait for a new version" if behind else ""))
-    metadata = {"version": manifest.version, "rows": manifest.rows, "warehouse_rows": rows, "landing_hours": hours}
+            pending = sorted(p for p in spread if read_pending(store, dataset, table, p))
+            text = f"landing hour {hour} landed {done.rows} rows and its event partitions hold {sum(spread.values())} ({spread})"
+            if pending and sum(spread.values()) < done.rows:
+                waiting.update(pending)
+                behind.append(f"{text}; {pending} wait for their next version")
+            else:
+                problems.append(text)
+    metadata = {"version": manifest.version, "rows": manifest.rows, "warehouse_rows": rows, "landing_hours": hours,
+                "waiting_for": sorted(waiting)}
     if problems:
-        return False, f"{name}: " + "; ".join(problems), metadata
-    return True, (f"{name}: version {manifest.version}, {rows} rows from {len(hours)} landing hour(s), each landing "
-                  "hour's rows in exactly one event partition"), metadata
+        return Conservation(False, f"{name}: " + "; ".join(problems + behind), metadata)
+    if behind:
+        return Conservation(False, f"{name}: " + "; ".join(behind) + " (the sensor asks for them)", metadata,
+                            tuple(sorted(waiting)))
+    return Conservation(True, f"{name}: version {manifest.version}, {rows} rows from {len(hours)} landing hour(s), "
+                              "each landing hour's rows in exactly one event partition", metadata)
 
 
-__all__ = ["EventLoad", "Settling", "event_conservation", "load_event_partition", "settling"]
+__all__ = ["Conservation", "EventLoad", "Settling", "event_conservation", "load_event_partition", "settling"]

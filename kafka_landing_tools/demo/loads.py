@@ -28,3 +28,19 @@ def run_load_request(defs, request: RunRequest, instance, resources: dict | None
                        resources=resources if resources is not None else build_resources(), instance=instance,
                        raise_on_error=raise_on_error,
                        tags={**request.tags, RUN_KEY_TAG: request.run_key, "dagster/sensor_name": SENSOR_NAME})
+
+
+def run_event_requests(defs, result, instance, resources: dict | None = None, raise_on_error: bool = True) -> list:
+    """Apply an event sensor tick's result in this process, as the daemon would: add the event
+    partitions it names, then run each of its requests with the event-time table's checks. Returns
+    the runs' results, in request order."""
+    from kafka_landing.warehouse.checks import CONSERVATION_BY_EVENT, SETTLED
+    from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME
+
+    for add in result.dynamic_partitions_requests or ():
+        instance.add_dynamic_partitions(add.partitions_def_name, list(add.partition_keys))
+    return [materialize(load_run_defs(defs, req.asset_selection, (CONSERVATION_BY_EVENT, SETTLED)),
+                        partition_key=req.partition_key, instance=instance, raise_on_error=raise_on_error,
+                        resources=resources if resources is not None else build_resources(),
+                        tags={**req.tags, RUN_KEY_TAG: req.run_key, "dagster/sensor_name": EVENT_SENSOR_NAME})
+            for req in result.run_requests or ()]

@@ -81,12 +81,12 @@ def test_an_event_day_is_one_decorator_load_and_a_late_hour_replaces_it_whole(en
     assert (second.manifest.version, second.manifest.changed_hours) == (2, ("2026-02-03T09",))
     assert ids(fake, "orders__by_event", "20260131") == ["a", "b", "c", "d", "late"]
     assert len(fake.jobs) == 2
-    ok, why, _ = event_conservation(store, warehouse(fake, store), CFG, T, "2026-01-31")
-    assert not ok and "2026-02-03" in why  # the late hour's own day is not versioned yet
+    c = event_conservation(store, warehouse(fake, store), CFG, T, "2026-01-31")
+    assert not c.ok and c.waiting == ("2026-02-03",)  # the late hour's own day is not versioned yet
     load(fake, store, "2026-02-03")
-    ok, why, metadata = event_conservation(store, warehouse(fake, store), CFG, T, "2026-01-31")
-    assert ok, why
-    assert metadata["landing_hours"]["2026-02-03T09"] == {"landed": 2, "by_event_partition": {
+    c = event_conservation(store, warehouse(fake, store), CFG, T, "2026-01-31")
+    assert c.ok, c.why
+    assert c.metadata["landing_hours"]["2026-02-03T09"] == {"landed": 2, "by_event_partition": {
         "2026-01-31": 1, "2026-02-03": 1}}
 
     # Loaded again with nothing changed: no job.
@@ -98,10 +98,10 @@ def test_conservation_fails_when_the_partition_in_bigquery_is_changed_by_other_h
     store, fake = env
     land(store, "2026-01-31T13", {"2026-01-31T13": ["a", "b"]})
     load(fake, store, "2026-01-31")
-    assert event_conservation(store, warehouse(fake, store), CFG, T, "2026-01-31")[0]
+    assert event_conservation(store, warehouse(fake, store), CFG, T, "2026-01-31").ok
     fake.tables[(PROJECT, DS, "orders__by_event")]["partitions"]["20260131"].pop()
-    ok, why, _ = event_conservation(store, warehouse(fake, store), CFG, T, "2026-01-31")
-    assert not ok and "holds 1 rows, version 1 lists 2" in why
+    c = event_conservation(store, warehouse(fake, store), CFG, T, "2026-01-31")
+    assert not c.ok and not c.waiting and "holds 1 rows, version 1 lists 2" in c.why
 
 
 def test_records_with_no_event_time_go_to_a_table_of_their_own_replaced_whole(env):

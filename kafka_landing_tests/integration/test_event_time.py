@@ -1,0 +1,205 @@
+"""Event-time tables on the real stack (broker, registry, Spark, a Dagster instance): records of one
+event day arriving over several landing hours, one of them days later, landed as a range and hour
+by hour; each amendment replaces the event day whole as a new version; every landed offset is in the
+event-time table exactly once, checked by (topic, partition, offset); re-lands re-version exactly the
+event partitions whose records changed."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import pandas as pd
+import pytest
+from dagster import AssetCheckSeverity, DagsterInstance, build_sensor_context, materialize
+
+from kafka_landing.avro_landing.framing import frame
+from kafka_landing.config import load_config
+from kafka_landing.definitions import build_definitions, build_resources
+from kafka_landing.event_partitions import latest_manifest, versions
+from kafka_landing.naming import ONE_HOUR, UNKNOWN_EVENT, floor_hour, hour_key, hour_tag, to_millis
+from kafka_landing.store.local import LocalStore
+from kafka_landing.warehouse.event_load import event_conservation
+from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME
+from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tools.demo.generate import encode, register
+from kafka_landing_tools.demo.loads import run_event_requests
+
+TS = {"type": "long", "logicalType": "timestamp-millis"}
+SCHEMA = {"type": "record", "name": "Order", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "created_at", "type": ["null", TS], "default": None},
+    {"name": "paid_at", "type": ["null", TS], "default": None}]}
+DS = "evt"
+
+
+@pytest.fixture
+def instance():
+    with DagsterInstance.ephemeral() as inst:
+        yield inst
+
+
+def land(defs, instance, first: datetime, last: datetime | None = None):
+    """Land one hour, or the hours first..last as one range (one run, as a backfill does)."""
+    keys = [k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] in ("kafka_slices", "avro_landing")]
+    tags = {} if last is None else {"dagster/asset_partition_range_start": hour_key(first),
+                                    "dagster/asset_partition_range_end": hour_key(last)}
+    result = materialize([defs.get_assets_def(k) for k in keys], instance=instance, resources=build_resources(),
+                         partition_key=hour_key(first) if last is None else None, tags=tags)
+    assert result.success
+
+
+def tick(defs, instance):
+    res = build_resources()
+    with build_sensor_context(instance=instance, resources={"landing": res["landing"],
+                                                            "warehouse": res["warehouse"]}) as ctx:
+        return defs.resolve_sensor_def(EVENT_SENSOR_NAME)(ctx)
+
+
+def load_events(defs, instance, landing) -> dict[str, dict]:
+    """One sensor tick and its runs; {partition: the materialisation's metadata}. Each run's checks are
+    evaluated (conservation may wait for a partition loaded later in the tick); once all ran, every
+    partition's conservation holds."""
+    result = tick(defs, instance)
+    out = {}
+    for req, run in zip(result.run_requests, run_event_requests(defs, result, instance)):
+        assert run.success
+        (mat,) = run.get_asset_materialization_events()
+        out[req.partition_key] = {k: v.value for k, v in mat.materialization.metadata.items()}
+        checks = {ev.check_name: ev for ev in run.get_asset_check_evaluations()}
+        conservation = checks["conservation_by_event"]
+        assert conservation.passed or conservation.severity == AssetCheckSeverity.WARN, conservation.description
+        assert not checks["settled"].passed  # just versioned: late records may still amend it
+    cfg = load_config().topics[next(iter(load_config().topics))]
+    warehouse = build_resources()["warehouse"].backend(landing)
+    for p in out:
+        c = event_conservation(landing, warehouse, cfg, "orders", p)
+        assert c.ok, c.why
+    return out
+
+
+def table(root, partition: str) -> pd.DataFrame:
+    import duckdb
+
+    return duckdb.sql(f"select * from read_parquet('{root}/{DS}/orders__by_event/*/*.parquet', "
+                      "hive_partitioning=true, union_by_name=true)").df().query(f"event_day == '{partition}'")
+
+
+def keys(df: pd.DataFrame) -> list[tuple]:
+    return sorted(zip(df["_kafka_topic"], df["_kafka_partition"], df["_kafka_offset"]))
+
+
+def test_late_records_amend_their_event_day_and_relands_re_version_what_they_touch(
+        code_location, instance, make_topic, send, registry, spark, tmp_path):
+    topic = make_topic(partitions=2)
+    sid = register(registry.client(), f"{topic}-value", SCHEMA)
+    now = utcnow()
+    day = (floor_hour(now) - timedelta(days=3)).replace(hour=20)  # the event day's evening, three days ago
+    h0, h1, late = day + ONE_HOUR, day + 2 * ONE_HOUR, floor_hour(now) - 2 * ONE_HOUR
+    d, late_day = hour_tag(day)[:10], hour_tag(late)[:10]
+
+    def rec(n: int, landing_hour: datetime, created: datetime | None, paid: datetime | None = None):
+        value = {"id": n, "created_at": created, "paid_at": paid}
+        return (topic, n % 2, to_millis(landing_hour + timedelta(minutes=10 + n % 40)), None,
+                frame(sid, encode(SCHEMA, value)))
+
+    sent = send([
+        *(rec(n, h0, day + timedelta(minutes=5 * n)) for n in range(6)),  # event day d, landing hour h0
+        *(rec(n, h1, h1 + timedelta(minutes=n), paid=h1 + timedelta(days=1)) for n in range(6, 10)),  # d, hour h1
+        rec(10, h1, None),  # no event time: __unknown__
+        rec(11, late, day + timedelta(hours=-8)),  # three days late, still day d
+        rec(12, late, late + timedelta(minutes=1)),  # on time, in the late hour's own day
+    ])
+    by_id = {json_id: (s.topic, s.partition, s.offset) for json_id, s in zip(range(13), sent_in_id_order(sent))}
+    code_location({topic: {"dataset": DS, "table": "orders", "event_time_field": "created_at"}},
+                  first_hour=hour_key(h0))
+    defs = build_definitions()
+    landing = LocalStore(tmp_path / "landing")
+
+    # The event day's two landing hours as one range: version 1 of day d, and __unknown__.
+    land(defs, instance, h0, h1)
+    first = load_events(defs, instance, landing)
+    assert set(first) == {d, UNKNOWN_EVENT}
+    assert (first[d]["version"], first[d]["dagster/row_count"], first[d]["settled"]) == (1, 10, False)
+    assert first[d]["landing_hours"] == {hour_tag(h0): 6, hour_tag(h1): 4}
+    assert keys(table(tmp_path / "warehouse", d)) == sorted(by_id[i] for i in range(10))
+    assert keys(table(tmp_path / "warehouse", UNKNOWN_EVENT)) == [by_id[10]]
+    assert tick(defs, instance).run_requests == []  # nothing changed since: nothing asked
+
+    # Three days later a landing hour brings one more record of day d: version 2 replaces it whole.
+    land(defs, instance, late)
+    second = load_events(defs, instance, landing)
+    assert set(second) == {d, late_day}
+    assert (second[d]["version"], second[d]["changed_hours"], second[d]["dagster/row_count"]) == \
+        (2, [hour_tag(late)], 11)
+    got = keys(table(tmp_path / "warehouse", d))
+    assert got == sorted([*(by_id[i] for i in range(10)), by_id[11]])  # each offset once
+    assert keys(table(tmp_path / "warehouse", late_day)) == [by_id[12]]
+    manifest = latest_manifest(landing, DS, "orders", d)
+    assert sorted(manifest.hours) == [hour_tag(h0), hour_tag(h1), hour_tag(late)]
+
+    # Re-landing the late hour as it was changes no event partition's files: no new version.
+    land(defs, instance, late)
+    again = load_events(defs, instance, landing)
+    assert {p: (m["version"], m["amended"]) for p, m in again.items()} == {d: (2, False), late_day: (1, False)}
+
+    # The event time changes (another field): re-landing h1 moves its records from day d to the next
+    # day. Day d and the next day get new versions; __unknown__ (h1's record with neither time) is
+    # looked at and keeps its version; the late hour's day is not touched.
+    code_location({topic: {"dataset": DS, "table": "orders", "event_time_field": "paid_at"}},
+                  first_hour=hour_key(h0))
+    defs = build_definitions()
+    land(defs, instance, h1)
+    next_day = hour_tag(h1 + timedelta(days=1))[:10]
+    third = load_events(defs, instance, landing)
+    assert set(third) == {d, next_day, UNKNOWN_EVENT}
+    assert (third[d]["version"], third[d]["dagster/row_count"]) == (3, 7)
+    assert (third[next_day]["version"], third[UNKNOWN_EVENT]["version"], third[UNKNOWN_EVENT]["amended"]) == \
+        (1, 1, False)
+    assert keys(table(tmp_path / "warehouse", next_day)) == sorted(by_id[i] for i in range(6, 10))
+    assert keys(table(tmp_path / "warehouse", d)) == sorted([*(by_id[i] for i in range(6)), by_id[11]])
+    assert versions(landing, DS, "orders", late_day) == [1]
+    # Every landed offset is in exactly one event partition.
+    everything = duckdb_all(tmp_path / "warehouse")
+    assert len(everything) == len(set(keys(everything))) == 13
+
+
+def sent_in_id_order(sent):
+    """The produced records in the order of their ids (decoded from their values)."""
+    import io
+
+    import fastavro
+
+    def rid(s):
+        return fastavro.schemaless_reader(io.BytesIO(s.value[5:]), fastavro.parse_schema(SCHEMA))["id"]
+
+    return sorted(sent, key=rid)
+
+
+def duckdb_all(root) -> pd.DataFrame:
+    import duckdb
+
+    return duckdb.sql(f"select * from read_parquet('{root}/{DS}/orders__by_event/*/*.parquet', "
+                      "hive_partitioning=true, union_by_name=true)").df()
+
+
+def test_a_manifest_names_every_file_and_its_landing_hour(code_location, instance, make_topic, send, registry,
+                                                           spark, tmp_path):
+    topic = make_topic(partitions=1)
+    sid = register(registry.client(), f"{topic}-value", SCHEMA)
+    hour = floor_hour(utcnow()) - 3 * ONE_HOUR
+    send([(topic, 0, to_millis(hour + timedelta(minutes=m)), None,
+           frame(sid, encode(SCHEMA, {"id": m, "created_at": hour + timedelta(minutes=m), "paid_at": None})))
+          for m in range(3)])
+    code_location({topic: {"dataset": DS, "table": "orders", "event_time_field": "created_at",
+                           "event_time_partition": "hour"}}, first_hour=hour_key(hour))
+    defs = build_definitions()
+    landing = LocalStore(tmp_path / "landing")
+    land(defs, instance, hour)
+    got = load_events(defs, instance, landing)
+    assert set(got) == {hour_tag(hour)}
+    m = latest_manifest(LocalStore(tmp_path / "landing"), DS, "orders", hour_tag(hour))
+    raw = json.loads((tmp_path / "landing" / m.path).read_text())
+    assert [(f["hour"], f["rows"]) for f in raw["files"]] == [(hour_tag(hour), 3)]
+    assert raw["granularity"] == "hour" and raw["version"] == 1
+    assert (tmp_path / "warehouse" / DS / "orders__by_event" / f"event_hour={hour_tag(hour)}" / "data.parquet").exists()
