@@ -19,6 +19,8 @@ signal that needs no run: when loads stop altogether nothing re-runs
 from datetime import timedelta
 
 from dagster import (
+    AllPartitionMapping,
+    AssetDep,
     AssetExecutionContext,
     AssetKey,
     DynamicPartitionsDefinition,
@@ -140,7 +142,8 @@ def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
 
     @asset(
         key=key,
-        deps=[warehouse_key(cfg.dataset, table)],
+        # Any landing hour may feed any event day (late records): which ones, the manifests say.
+        deps=[AssetDep(warehouse_key(cfg.dataset, table), partition_mapping=AllPartitionMapping())],
         partitions_def=event_partitions(cfg.dataset, table),
         group_name=GROUP,
         kinds={"parquet", "spark"} if kind == "parquet" else {kind},

@@ -146,6 +146,27 @@ def produce(bootstrap: str, items: list[tuple], flush_timeout: float = 60) -> li
     return sorted(sent, key=lambda s: (s.topic, s.partition, s.offset))
 
 
+LATE_DAYS = 2  # how late the demo's late orders are: their devices were offline for two days
+
+
+def late_orders(bootstrap: str, registry_url: str, hour: datetime, n: int = 5, seed: int = 11,
+                topic: str = ORDERS) -> list[Sent]:
+    """`n` orders that reach Kafka in `hour` but were created `LATE_DAYS` days before: what the
+    event-time table shows as an amendment of an event day already loaded (or a day of its own)."""
+    rng = random.Random(seed)
+    registry = SchemaRegistryClient({"url": registry_url})
+    schema = load_schema("order_v1")
+    sid = register(registry, f"{topic}-value", schema)
+    items = []
+    for _ in range(n):
+        ts = hour + timedelta(milliseconds=rng.randrange(3_600_000))
+        record = _order(rng, ts, v2=False)
+        record["created_at"] = ts - timedelta(days=LATE_DAYS)
+        items.append((topic, rng.randrange(PARTITIONS[ORDERS]), to_millis(ts), record["order_id"].encode(),
+                      frame(sid, encode(schema, record)), None, record, sid, None))
+    return produce(bootstrap, items)
+
+
 def generate(
     bootstrap: str, registry_url: str, hours: int = 3, per_hour: int = 400,
     now: datetime | None = None, seed: int = 7, topics: dict[str, str] | None = None,

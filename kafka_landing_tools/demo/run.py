@@ -1,7 +1,12 @@
 """`make demo`: produce demo data (once), land the last closed hours, let the
 done-file sensor request the warehouse loads and run them, all on the Dagster
 instance in $DAGSTER_HOME, then print a per-hour summary. The Makefile then
-opens the UI on the same instance, where the runs, checks and metadata show."""
+opens the UI on the same instance, where the runs, checks and metadata show.
+
+The last hour is landed after the others, as the hourly schedule would, and
+brings a few orders created two days before: the event-time table
+`shop.orders__by_event` shows today's day amended by it (a new version), and
+the late orders in a day of their own."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from dagster import DagsterInstance, build_sensor_context
 
 from kafka_landing_tools import devstack
 from kafka_landing.config import FIRST_HOUR_ENV, load_config
-from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hour_count, demo_hours, generate
+from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hour_count, demo_hours, generate, late_orders
 from kafka_landing.naming import hour_key
 
 HOURS = demo_hour_count()
@@ -31,8 +36,8 @@ from kafka_landing.definitions import (  # noqa: E402 - after the first hour abo
     build_resources,
     landing_job_name,
 )
-from kafka_landing_tools.demo.loads import run_load_request  # noqa: E402
-from kafka_landing.warehouse.sensors import SENSOR_NAME  # noqa: E402
+from kafka_landing_tools.demo.loads import run_event_requests, run_load_request  # noqa: E402
+from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME, SENSOR_NAME  # noqa: E402
 
 
 def _demo_data_present(bootstrap: str, registry_url: str) -> bool:
@@ -92,10 +97,45 @@ def load_through_sensor(defs, instance) -> int:
     return len(requests)
 
 
+def load_event_partitions(defs, instance) -> int:
+    """One tick of the event sensor, and its runs (one per event partition a landing hour changed)."""
+    resources = build_resources()
+    with build_sensor_context(instance=instance, resources={"landing": resources["landing"],
+                                                            "warehouse": resources["warehouse"]}) as ctx:
+        result = defs.resolve_sensor_def(EVENT_SENSOR_NAME)(ctx)
+    for req, run in zip(result.run_requests or [], run_event_requests(defs, result, instance, resources=resources)):
+        _record_checks(run, req.partition_key)
+    return len(result.run_requests or [])
+
+
+def event_summary(instance, defs) -> str:
+    """Each event-time table's partitions as their last load left them: version, rows, the landing
+    hours they hold, what the last version changed and whether they are settled."""
+    lines = []
+    for key in sorted(defs.resolve_asset_graph().get_all_asset_keys()):
+        if not key.path[-1].endswith("__by_event"):
+            continue
+        lines.append(f"\n{key.to_user_string()} (by event day; a new version each time a landing hour changes a day)")
+        lines.append(f"{'partition':<12} {'version':>7} {'rows':>6}  {'landing hours (rows)':<44} last change")
+        latest = {}
+        for r in instance.fetch_materializations(key, limit=500).records:  # newest first
+            latest.setdefault(r.partition_key, r)
+        for partition in sorted(latest):
+            md = {k: v.value for k, v in latest[partition].asset_materialization.metadata.items()}
+            hours = ", ".join(f"{h[5:]} ({n})" for h, n in md["landing_hours"].items())
+            changed = ", ".join(md["changed_hours"])
+            note = (f"amended by {changed}" if md["version"] > 1 else f"created by {changed}") + \
+                   ("; settled" if md["settled"] else f"; settles {md['settles_at'][:16]} unless amended")
+            checks = CHECKS.get((key.to_user_string(), partition), [])
+            lines.append(f"{partition:<12} {md['version']:>7} {md['dagster/row_count']:>6}  {hours:<44} {note}"
+                         + (f"  [{', '.join(checks[-2:])}]" if checks else ""))
+    return "\n".join(lines)
+
+
 def summary(instance, defs, hours) -> str:
     lines = [f"{'hour':<17} {'asset':<34} {'rows':>6}  checks / notes"]
     for key in sorted(defs.resolve_asset_graph().get_all_asset_keys()):
-        if key.path[0] not in ("kafka_slices", "avro_landing", "warehouse"):
+        if key.path[0] not in ("kafka_slices", "avro_landing", "warehouse") or key.path[-1].endswith("__by_event"):
             continue
         latest = {}
         for r in instance.fetch_materializations(key, limit=200).records:  # newest first
@@ -141,15 +181,23 @@ def main() -> None:
         print("demo topics exist already: reusing their data (`make demo-reset` starts over)")
     else:
         sent = generate(devstack.BOOTSTRAP, devstack.REGISTRY_URL, hours=HOURS, per_hour=PER_HOUR, now=now)
-        print(f"produced {len(sent.records)} records to {ORDERS} and {WEB} over the last {HOURS} closed hours")
+        late = late_orders(devstack.BOOTSTRAP, devstack.REGISTRY_URL, demo_hours(now, HOURS)[-1])
+        print(f"produced {len(sent.records)} records to {ORDERS} and {WEB} over the last {HOURS} closed hours, and "
+              f"{len(late)} orders created two days before that reach Kafka in the last hour")
     hours = demo_hours(now, HOURS)
     defs = build_definitions()
     instance = DagsterInstance.get()
-    land(defs, instance, hours)
+    # The hours before the last, then the last one: the event-time table is versioned after each.
+    land(defs, instance, hours[:-1])
     runs = load_through_sensor(defs, instance)
+    events = load_event_partitions(defs, instance)
+    land(defs, instance, hours[-1:])
+    runs += load_through_sensor(defs, instance)
+    events += load_event_partitions(defs, instance)
     print(f"the done-file sensor requested {runs} warehouse load run(s) (one per table and stretch of "
-          "consecutive hours); all ran\n")
+          f"consecutive hours), the event sensor {events} event partition load(s); all ran\n")
     print(summary(instance, defs, hours))
+    print(event_summary(instance, defs))
 
 
 if __name__ == "__main__":
