@@ -111,6 +111,12 @@ def load_event_partitions(defs, instance) -> int:
 def event_summary(instance, defs) -> str:
     """Each event-time table's partitions as their last load left them: version, rows, the landing
     hours they hold, what the last version changed and whether they are settled."""
+    from kafka_landing.warehouse.event_load import event_conservation
+
+    resources = build_resources()
+    store = resources["landing"].store()
+    warehouse = resources["warehouse"].backend(store)
+    cfg = {(c.dataset, t): c for c in load_config().topics.values() if c.event_granularity for t in c.tables}
     lines = []
     for key in sorted(defs.resolve_asset_graph().get_all_asset_keys()):
         if not key.path[-1].endswith("__by_event"):
@@ -126,9 +132,12 @@ def event_summary(instance, defs) -> str:
             changed = ", ".join(md["changed_hours"])
             note = (f"amended by {changed}" if md["version"] > 1 else f"created by {changed}") + \
                    ("; settled" if md["settled"] else f"; settles {md['settles_at'][:16]} unless amended")
-            checks = CHECKS.get((key.to_user_string(), partition), [])
-            lines.append(f"{partition:<12} {md['version']:>7} {md['dagster/row_count']:>6}  {hours:<44} {note}"
-                         + (f"  [{', '.join(checks[-2:])}]" if checks else ""))
+            # Conservation as it stands now: a run that loaded one day before another it shares a landing
+            # hour with warned that the other waited; both are loaded now.
+            table = key.path[-1][:-len("__by_event")]
+            c = event_conservation(store, warehouse, cfg[(key.path[1], table)], table, partition)
+            lines.append(f"{partition:<12} {md['version']:>7} {md['dagster/row_count']:>6}  {hours:<44} {note}; "
+                         f"conservation now: {'ok' if c.ok else c.why}")
     return "\n".join(lines)
 
 
