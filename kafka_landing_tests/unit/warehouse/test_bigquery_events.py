@@ -159,3 +159,16 @@ def test_an_event_table_of_another_partitioning_is_named_and_left_alone(env):
     with pytest.raises(LoadError, match=r"orders__by_event exists but is not partitioned; kafka_landing needs it "
                                         r"partitioned by DAY on column created_at"):
         load(fake, store, "2026-01-31")
+
+
+def test_an_event_time_of_epoch_milliseconds_cannot_partition_a_bigquery_table_and_says_so(env):
+    store, fake = env
+    millis = {"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "string"},
+                                                           {"name": "created_at", "type": "long"}]}
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": [{"order_id": "a", "created_at": 1}]}, millis,
+                     topic="orders")
+    with pytest.raises(LoadError, match=r"Partitioning field created_at .* must be a top-level TIMESTAMP, DATE or "
+                                        r"DATETIME field, not INTEGER.*Nothing was replaced") as err:
+        load(fake, store, "2026-01-31")
+    assert not err.value.transient
+    assert (PROJECT, DS, "orders__by_event") not in fake.tables
