@@ -56,7 +56,7 @@ SAMPLE_S = 1.0  # how often the process trees' peaks are read (the kernel keeps 
 SHORT_READ_ENV = "KAFKA_LANDING_BENCH_RAW_READS_ONE_LESS"
 SECTIONS = ("Setup", "Summary", "Producing the data", "Landing throughput", "Fixed cost",
             "Where the per-record time goes", "Backfill",
-            "Warehouse load", "Many topics", "Memory", "Goals")
+            "Warehouse load", "Amending an event day", "Many topics", "Memory", "Goals")
 # The many-topics case: topics x the cases' hours, this many records per topic and hour, landed
 # (one asset backfill per topic) and loaded (the done-file sensor) by a real daemon.
 MANY_TOPICS, MANY_PER_HOUR = 20, 2_500
@@ -218,8 +218,10 @@ def fastavro_encode(parsed, record: dict) -> bytes:
 
 
 def produce_bench_topic(bootstrap: str, registry_url: str, topic: str, kind: str, hours: list[datetime],
-                        per_hour: int) -> dict:
-    """`per_hour` records in each hour, timestamps spread evenly; round robin over the partitions."""
+                        per_hour: int, event_ts: int | None = None, first_n: int = 0) -> dict:
+    """`per_hour` records in each hour, timestamps spread evenly; round robin over the partitions.
+    `event_ts`: every record's `ts` field (its event time) instead of its Kafka timestamp: late
+    records; `first_n`: the first record's number (ids and keys go on from there)."""
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -232,12 +234,12 @@ def produce_bench_topic(bootstrap: str, registry_url: str, topic: str, kind: str
                          "batch.num.messages": 100_000, "compression.type": "lz4",
                          "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 1_048_576})
     produce, value_of = producer.produce, maker.value
-    size, n = 0, 0
+    size, n = 0, first_n
     for hour in hours:
         base = int(hour.timestamp() * 1000)
         for i in range(per_hour):
             ts = base + (i * 3_600_000) // per_hour
-            value = value_of(n, ts)
+            value = value_of(n, ts if event_ts is None else event_ts)
             size += len(value)
             try:
                 produce(topic, value, b"%d" % n, partition=n % PARTITIONS, timestamp=ts)
@@ -252,6 +254,7 @@ def produce_bench_topic(bootstrap: str, registry_url: str, topic: str, kind: str
         raise BenchError(f"producing {topic}: {left} messages still unsent after 300 s; is the broker "
                          f"at {bootstrap} up (make stack-status)?")
     seconds = time.monotonic() - t0
+    n -= first_n
     return {"topic": topic, "messages": n, "mb": round(size / 2**20, 2), "seconds": round(seconds, 2),
             "messages_per_s": round(n / seconds) if seconds else 0}
 
@@ -582,6 +585,65 @@ def contender_spark_stages(args) -> dict:
     return {"records": records.pop(), "stages": seconds}
 
 
+def contender_event_amendment(args) -> dict:
+    """What a late landing hour costs an event-time table, against what it costs the landing-hour
+    tables, in one process on the warm engine, through Dagster as production runs them: (1) the
+    first versions of the day's event partitions (one run each, as the event sensor requests them);
+    then the late hour is landed (not timed); (2) its landing-hour load (one run, every table);
+    (3) the amendment: each event day it brought records to versioned again and replaced whole
+    (one run each). The rows are those of the amended partitions."""
+    os.environ["KAFKA_LANDING_WAREHOUSE"] = "parquet"
+    os.environ["KAFKA_LANDING_WAREHOUSE_ROOT"] = args.warehouse_root
+    cfg = _only_topic(args)
+    from dagster import DagsterInstance, build_sensor_context, materialize
+
+    from kafka_landing.definitions import build_definitions, build_resources, landing_job_name
+    from kafka_landing.event_partitions import latest_manifest
+    from kafka_landing.warehouse.assets import warehouse_key
+    from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME
+    from kafka_landing_tools.demo.loads import load_run_defs, run_event_requests
+
+    defs, resources = build_definitions(), build_resources()
+    store = resources["landing"].store()
+
+    def event_runs(instance) -> list[str]:
+        with build_sensor_context(instance=instance, resources={"landing": resources["landing"],
+                                                                "warehouse": resources["warehouse"]}) as ctx:
+            tick = defs.resolve_sensor_def(EVENT_SENSOR_NAME)(ctx)
+        runs = run_event_requests(defs, tick, instance, resources=resources, raise_on_error=False)
+        if not all(r.success for r in runs):
+            raise BenchError(f"{args.topic}: an event partition load failed; its log is above")
+        return [f"{req.asset_selection[0].path[-1]} {req.partition_key}" for req in tick.run_requests]
+
+    seconds = {}
+    with DagsterInstance.ephemeral() as instance:
+        t0 = time.monotonic()
+        first = event_runs(instance)
+        seconds[f"first versions of the day ({len(first)} event partitions, one run each)"] = \
+            round(time.monotonic() - t0, 2)
+        landed = defs.resolve_job_def(landing_job_name(args.topic)).execute_in_process(
+            instance=instance, resources=resources, raise_on_error=False, partition_key=args.late_hour)
+        if not landed.success:
+            raise BenchError(f"landing the late hour {args.late_hour} of {args.topic} failed; its log is above")
+        t0 = time.monotonic()
+        loaded = materialize(load_run_defs(defs, [warehouse_key(cfg.dataset, t) for t in cfg.tables]),
+                             instance=instance, resources=resources, partition_key=args.late_hour, raise_on_error=False)
+        if not loaded.success:
+            raise BenchError(f"loading the late hour {args.late_hour} of {args.topic} failed; its log is above")
+        seconds[f"the late hour's landing-hour load ({len(cfg.tables)} tables, one run)"] = round(time.monotonic() - t0, 2)
+        t0 = time.monotonic()
+        amended = event_runs(instance)
+        seconds[f"the amendment ({len(amended)} event partitions, one run each)"] = round(time.monotonic() - t0, 2)
+    rows = 0
+    for name in amended:
+        table, partition = name.split(" ")
+        m = latest_manifest(store, cfg.dataset, table[:-len("__by_event")], partition)
+        if m.version < 2 and partition in {p.split(" ")[1] for p in first}:
+            raise BenchError(f"{args.topic}: {name} was not amended (version {m.version})")
+        rows += m.rows
+    return {"records": rows, "stages": seconds}
+
+
 CONTENDERS = {
     "kafka_landing": contender_kafka_landing,
     "kafka_landing_cold": contender_kafka_landing_cold,
@@ -590,7 +652,7 @@ CONTENDERS = {
     "librdkafka_raw": contender_librdkafka_raw,
 }
 TOOLS = {"startup": contender_startup, "spark_stages": contender_spark_stages, "hourly_processes": contender_hourly_processes, "warehouse": contender_warehouse,
-         "freeze": contender_freeze, "many_topics": contender_many_topics}
+         "event_amendment": contender_event_amendment, "freeze": contender_freeze, "many_topics": contender_many_topics}
 
 
 # --- measuring -----------------------------------------------------------------------------
@@ -749,7 +811,8 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
         # empty topic is left to its own measurement: an hourly run freezes and lands.
         spec = {**{t: keys for t in data.cases}, data.day: day_keys}
         frozen = measure([Job("freeze", "freeze", ["--freeze-spec", json.dumps(spec), *data.where(work)],
-                              sum(p["messages"] for p in data.production), "every produced topic")], env, work)
+                              sum(p["messages"] for p in data.production if not p.get("late")),
+                              "every produced topic (the late hour is frozen when it lands)")], env, work)
         _say(f"froze the slices in {frozen['freeze']['seconds']} s")
         # The day in single-hour runs lands into a root of its own with the same frozen slices:
         # both ways land hours never landed before, and the warehouse loads read the other root.
@@ -783,6 +846,7 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
                              "processes": m["backfill hourly processes"]},
                 "warehouse": {"tables": day_tables(), "hours": day_hours, "all_hours": m["warehouse all hours"],
                               "one_hour": m["warehouse one hour"]},
+                "amendment": {"late_records": data.late_records, "hours": day_hours, **m["event amendment"]},
             }
         if data.many:
             report["many_topics"] = {"topics": len(data.many), "hours": hours, "per_hour": many_per_hour,
@@ -814,6 +878,8 @@ class _BenchData:
         self.topics_cfg: dict[str, dict] = {}
         self.created: list[str] = []
         self.many: list[str] = []  # the many-topics case's topics, in a config of their own
+        self.late_key = _after(day_keys[-1])  # the day topic's late hour: records of its first event day
+        self.late_records = 0
         self.many_records = 0
 
     def produce(self, bootstrap: str, registry_url: str, cases, messages: int) -> None:
@@ -832,11 +898,19 @@ class _BenchData:
             self.topics_cfg[topic] = {"dataset": "bench", "table": f"{kind}_{scale}x", "rows_per_task": 100_000}
             _say(f"produced {p['messages']:>9,} {p['case']} messages ({p['mb']} MB) in {p['seconds']} s")
         self.created.append(self.day)
+        per_day_hour = max(1, messages // len(day))
         p = {"case": f"day ({len(day)} hours, routed)",
-             **produce_bench_topic(bootstrap, registry_url, self.day, "event", day, max(1, messages // len(day)))}
+             **produce_bench_topic(bootstrap, registry_url, self.day, "event", day, per_day_hour)}
         self.production.append(p)
-        self.topics_cfg[self.day] = {"dataset": "bench", "route": DAY_ROUTE, "rows_per_task": 100_000}
+        # With an event-time table by day: the late hour below amends the day's first event day.
+        self.topics_cfg[self.day] = {"dataset": "bench", "route": DAY_ROUTE, "rows_per_task": 100_000,
+                                     "event_time_field": "ts"}
         _say(f"produced {p['messages']:>9,} day messages ({p['mb']} MB) in {p['seconds']} s")
+        late = produce_bench_topic(bootstrap, registry_url, self.day, "event", [hour_from_key(self.late_key)],
+                                   max(1, per_day_hour // 10), event_ts=int(day[0].timestamp() * 1000) + 60_000,
+                                   first_n=p["messages"])
+        self.production.append({"case": "late hour of the day (event time in its first hour)", "late": True, **late})
+        self.late_records = late["messages"]
         self.created.append(self.empty)
         ensure_topics(bootstrap, {self.empty: 1})
         self.topics_cfg[self.empty] = {"dataset": "bench", "table": "empty"}
@@ -918,7 +992,8 @@ class _BenchData:
         ]
 
     def warehouse_jobs(self, work: Path) -> list[Job]:
-        """After the backfill in one run: every table of the day, all hours against one hour."""
+        """After the backfill in one run: every table of the day, all hours against one hour; then the
+        late hour landed, loaded and amending its event day (it lands into the backfill's root, last)."""
         day, n, last = self.day, len(self.day_keys), self.day_keys[-1:]
         tables = ", ".join(day_tables())
         return [
@@ -928,7 +1003,16 @@ class _BenchData:
             Job("warehouse one hour", "warehouse",
                 self._argv(work, day, last, "--warehouse-root", str(work / "warehouse_one")),
                 self._records(work, day, last), f"{day} ({tables}), hour {last[0]}, in the warehouse"),
+            Job("event amendment", "event_amendment",
+                self._argv(work, day, self.day_keys, "--warehouse-root", str(work / "warehouse_events"),
+                           "--late-hour", self.late_key), None, f"{day}: the event days the late hour amended"),
         ]
+
+
+def _after(key: str) -> str:
+    from kafka_landing.naming import ONE_HOUR, hour_from_key, hour_key
+
+    return hour_key(hour_from_key(key) + ONE_HOUR)
 
 
 def _done(job: Job, m: dict) -> None:
@@ -1150,6 +1234,21 @@ def stage_table(report: dict) -> list[str]:
             "write, the dead-letter count and publishing."]
 
 
+def amendment_table(report: dict) -> list[str]:
+    """A late hour's cost to the event-time tables beside its cost to the landing-hour tables."""
+    a = report.get("amendment")
+    if not a or not a.get("stages"):
+        return []
+    (first, s1), (load, s2), (amend, s3) = a["stages"].items()
+    return [(f"The day's topic has an event-time table by day beside each of its tables. After its {a['hours']} "
+             f"hours, a late hour brings {a['late_records']:,} records whose event time is in the day's first "
+             "event day: that day is versioned again and replaced whole, while the landing-hour tables load one "
+             "new hour. One process, the warm engine, each load a Dagster run as the sensors request them."), "",
+            *_table(["what", "seconds", "rows replaced"], [
+                [first, s1, "-"], [load, s2, a["late_records"]], [amend, s3, a["records"]],
+                ["amendment / landing-hour load", f"{s3 / s2:.2f}" if s2 else "-", "-"]])]
+
+
 def markdown(report: dict) -> str:
     """The report as Markdown: one table per section (`SECTIONS`), the goals last."""
     p, mc = report["parameters"], report["machine"]
@@ -1222,6 +1321,8 @@ def markdown(report: dict) -> str:
             ["all hours / one hour", "-", f"{a['seconds'] / one['seconds']:.2f}", "-", "-"]])
     else:
         out.append("Not measured in this run.")
+    out += ["", "### Amending an event day", ""]
+    out += amendment_table(report) or ["Not measured in this run."]
     out += ["", "### Many topics", ""]
     if mt := report.get("many_topics"):
         out += [(f"{mt['topics']} topics x {mt['hours']} hours x {mt['per_hour']:,} records, each topic's hours "
@@ -1269,6 +1370,7 @@ def main() -> None:
     ap.add_argument("--hour-keys", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--freeze-spec", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="range", help=argparse.SUPPRESS)
+    ap.add_argument("--late-hour", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--registry", help=argparse.SUPPRESS)
     ap.add_argument("--topics-config", help=argparse.SUPPRESS)

@@ -5,7 +5,15 @@ import copy
 
 import pytest
 
-from kafka_landing_tools.bench import GOALS, SECTIONS, evaluate_goals, markdown, memory_rows, stage_table
+from kafka_landing_tools.bench import (
+    GOALS,
+    SECTIONS,
+    amendment_table,
+    evaluate_goals,
+    markdown,
+    memory_rows,
+    stage_table,
+)
 
 
 def _m(seconds, records=0, rss=100, contender="kafka_landing"):
@@ -242,3 +250,20 @@ def test_a_run_without_stages_says_so():
     del report["stages"]
     report["goals"] = evaluate_goals(report)
     assert "### Where the per-record time goes\n\nNot measured in this run." in markdown(report)
+
+
+def test_an_amendment_is_shown_beside_the_late_hours_landing_hour_load():
+    report = _report()
+    report["amendment"] = {"late_records": 1_250, "hours": 24, "records": 151_250, "seconds": 30.0,
+                           "stages": {"first versions of the day (6 event partitions, one run each)": 9.0,
+                                      "the late hour's landing-hour load (3 tables, one run)": 2.0,
+                                      "the amendment (3 event partitions, one run each)": 5.0}}
+    lines = amendment_table(report)
+    assert any("| the amendment (3 event partitions, one run each) | 5.00 | 151,250 |" in line for line in lines)
+    assert any("| amendment / landing-hour load | 2.50 |" in line for line in lines)
+    assert "### Amending an event day\n\nThe day's topic" in markdown({**report, "goals": evaluate_goals(report)})
+
+
+def test_a_run_without_an_amendment_says_so():
+    md = markdown({**_report(), "goals": evaluate_goals(_report())})
+    assert "### Amending an event day\n\nNot measured in this run." in md
