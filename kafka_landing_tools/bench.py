@@ -878,7 +878,7 @@ class _BenchData:
         self.topics_cfg: dict[str, dict] = {}
         self.created: list[str] = []
         self.many: list[str] = []  # the many-topics case's topics, in a config of their own
-        self.late_key = _after(day_keys[-1])  # the day topic's late hour: records of its first event day
+        self.late_key = _after(day_keys[-1])  # the day topic's late hour: records of an event day of it
         self.late_records = 0
         self.many_records = 0
 
@@ -902,14 +902,16 @@ class _BenchData:
         p = {"case": f"day ({len(day)} hours, routed)",
              **produce_bench_topic(bootstrap, registry_url, self.day, "event", day, per_day_hour)}
         self.production.append(p)
-        # With an event-time table by day: the late hour below amends the day's first event day.
+        # With an event-time table by day: the late hour below amends one of the day's event days.
         self.topics_cfg[self.day] = {"dataset": "bench", "route": DAY_ROUTE, "rows_per_task": 100_000,
                                      "event_time_field": "ts"}
         _say(f"produced {p['messages']:>9,} day messages ({p['mb']} MB) in {p['seconds']} s")
+        # The late records' event time: the hour in the middle of the day, whose UTC day holds most of its
+        # hours (the 24 hours rarely start at midnight): the amendment replaces a full event day.
         late = produce_bench_topic(bootstrap, registry_url, self.day, "event", [hour_from_key(self.late_key)],
-                                   max(1, per_day_hour // 10), event_ts=int(day[0].timestamp() * 1000) + 60_000,
-                                   first_n=p["messages"])
-        self.production.append({"case": "late hour of the day (event time in its first hour)", "late": True, **late})
+                                   max(1, per_day_hour // 10),
+                                   event_ts=int(day[len(day) // 2].timestamp() * 1000) + 60_000, first_n=p["messages"])
+        self.production.append({"case": "late hour of the day (event time in its middle hour)", "late": True, **late})
         self.late_records = late["messages"]
         self.created.append(self.empty)
         ensure_topics(bootstrap, {self.empty: 1})
@@ -1241,9 +1243,9 @@ def amendment_table(report: dict) -> list[str]:
         return []
     (first, s1), (load, s2), (amend, s3) = a["stages"].items()
     return [(f"The day's topic has an event-time table by day beside each of its tables. After its {a['hours']} "
-             f"hours, a late hour brings {a['late_records']:,} records whose event time is in the day's first "
-             "event day: that day is versioned again and replaced whole, while the landing-hour tables load one "
-             "new hour. One process, the warm engine, each load a Dagster run as the sensors request them."), "",
+             f"hours, a late hour brings {a['late_records']:,} records whose event time is in its middle hour: "
+             "that hour's event day is versioned again and replaced whole in each table, while the landing-hour "
+             "tables load one new hour. One process, the warm engine, each load a Dagster run as the sensors request them."), "",
             *_table(["what", "seconds", "rows replaced"], [
                 [first, s1, "-"], [load, s2, a["late_records"]], [amend, s3, a["records"]],
                 ["amendment / landing-hour load", f"{s3 / s2:.2f}" if s2 else "-", "-"]])]

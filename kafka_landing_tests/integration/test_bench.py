@@ -31,8 +31,8 @@ def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp
     assert len(warehouse["tables"]) == 3, "the day is routed into several tables, and all of them are loaded"
     assert (warehouse["all_hours"]["records"], warehouse["one_hour"]["records"]) == (200, 100)
     amendment = report["amendment"]
-    # The late hour's 10 records all belong to the day's first event day, in each of the 3 tables it
-    # feeds: those event days are replaced whole, holding the day's first hours' records and the late ones.
+    # The late hour's 10 records all belong to one event day of the day, in each of the 3 tables it
+    # feeds: those event days are replaced whole, holding their hours' records and the late ones.
     assert amendment["late_records"] == 10 and amendment["records"] >= 10
     assert [k.split(" (")[0] for k in amendment["stages"]] == [
         "first versions of the day", "the late hour's landing-hour load", "the amendment"]
