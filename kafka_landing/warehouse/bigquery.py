@@ -571,13 +571,14 @@ class BigQueryWarehouse(Warehouse):
         return LoadError(text + " Fix the cause and run the load again: it uses the next job id")
 
     def _run_load(self, held: HeldLock, uris: list[str], target: _Target, config: bigquery.LoadJobConfig,
-                  sha: str, where: str) -> tuple[bigquery.LoadJob, list[dict]]:
+                  sha: str, where: str) -> tuple[bigquery.LoadJob, list[dict], int]:
+        """(the job that loaded this content, earlier job ids of it, the table's load jobs today)."""
         earlier: list[dict] = []
         recorded = self._read_record(target.ledger)
         for attempt in range(self.max_job_attempts):
             jid = target.job_id(sha, attempt)
             self._mark_running(held, target, recorded, jid, sha)
-            self._count_job(held, target, jid)
+            jobs_today = self._count_job(held, target, jid)
             fresh = True
             held.fence()  # the job replaces the partition: a commit too
             try:
@@ -604,30 +605,33 @@ class BigQueryWarehouse(Warehouse):
                 earlier.append({"job_id": jid, "why": "succeeded before a later load of the partition "
                                                       f"({recorded.get('job_id') or 'an empty one'})"})
                 continue
-            return job, earlier
+            return job, earlier, jobs_today
         self._clear_running(held, target)
         raise LoadError(f"{where}: {self.max_job_attempts} job ids of this content are used up "
                         f"({', '.join(e['job_id'] for e in earlier[-3:])} ...): look at these jobs in BigQuery")
 
-    def _count_job(self, held: HeldLock, target: _Target, jid: str) -> None:
+    def _count_job(self, held: HeldLock, target: _Target, jid: str) -> int:
         """One empty object per job started, by UTC day: listing them is a count that concurrent loads
-        of other days of the table cannot lose. A job met again (409) is counted once."""
+        of other days of the table cannot lose. A job met again (409) is counted once. Returns the
+        table's jobs today, this one included (one listing: the warnings use it too)."""
         day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
         today = load_jobs_dir(target.dataset, target.table, day)
-        if not self.ledger.list(today):  # the table's first job today: the counts of two days ago are done with
+        listed = self.ledger.list(today)
+        if not listed:  # the table's first job today: the counts of two days ago are done with
             held.fence()
             self.ledger.sweep(load_jobs_root(target.dataset, target.table), "day=*/*", JOB_COUNTS_KEPT_SECONDS)
         held.fence()
         self.ledger.create_exclusive(f"{today}/{jid}", b"")
+        return len(listed) + (f"{today}/{jid}" not in listed)
 
     def load_jobs_today(self, dataset: str, table: str) -> int:
         day = datetime.now(timezone.utc).strftime("%Y-%m-%d")
         return len(self.ledger.list(load_jobs_dir(dataset, table, day)))
 
-    def _warnings(self, target: _Target, table: bigquery.Table | None) -> tuple[str, ...]:
+    def _warnings(self, target: _Target, table: bigquery.Table | None, jobs: int) -> tuple[str, ...]:
+        """`jobs`: the table's load jobs started today, as `_count_job` counted them."""
         out = []
         ref = self.table_id(target.dataset, target.table)
-        jobs = self.load_jobs_today(target.dataset, target.table)
         if jobs >= LOAD_JOBS_WARNING:
             out.append(f"{ref}: {jobs} load jobs started today (UTC); BigQuery refuses the table's loads past "
                        f"{MAX_LOAD_JOBS} in 24 hours, failed ones included (its quota refills over 24 hours). Load "
@@ -663,7 +667,8 @@ class BigQueryWarehouse(Warehouse):
                                   create=target.layout if before is None else None,
                                   whole_table=target.layout == UNPARTITIONED)
         try:
-            job, earlier = self._run_load(held, self._source_uris(store, dones), target, config, sha, where)
+            job, earlier, jobs_today = self._run_load(held, self._source_uris(store, dones), target, config, sha,
+                                                      where)
         except IncompatibleSchemaError:
             now = self._existing_table(dataset, table)
             if [f.to_api_repr() for f in (now.schema if now else [])] != \
@@ -683,7 +688,7 @@ class BigQueryWarehouse(Warehouse):
             after = self.client.get_table(self.table_id(dataset, table))
         old = {f.name.lower() for f in before.schema} if before is not None else set()
         added = tuple(f.name for f in after.schema if f.name.lower() not in old) if before is not None else ()
-        return job, earlier, added, self._warnings(target, after)
+        return job, earlier, added, self._warnings(target, after, jobs_today)
 
     def load_hour(self, store: LandingStore, done: DoneFile, spark: SparkFactory,
                   done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
@@ -708,8 +713,12 @@ class BigQueryWarehouse(Warehouse):
             self._source_uris(store, [done])
             with self.ledger.lock(target.lock) as held:  # one load of a day at a time: each replaces it whole
                 hours = self._day_hours(store, target, done, done_file, sha, where)
-                for h in hours.values():
-                    verify_files(store, h.done)
+                loaded = (self._read_record(target.ledger) or {}).get("hours") or {}
+                for hour, h in hours.items():
+                    # An hour the day's last load verified and loaded with this same content is not
+                    # read again: an hourly schedule would otherwise verify the day's every file 24 times.
+                    if hour == done.hour or (loaded.get(hour) or {}).get("sha256") != h.sha:
+                        verify_files(store, h.done)
                 content = day_sha({hour: h.sha for hour, h in hours.items()})
                 job, earlier, added, warnings = self._replace(held, store, target, [h.done for h in hours.values()],
                                                               content, where)

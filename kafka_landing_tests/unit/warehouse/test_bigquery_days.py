@@ -255,3 +255,48 @@ def test_property_a_day_holds_the_last_landed_content_of_each_of_its_hours(tmp_p
                 assert wh.hour_rows(DATASET, TABLE, h) == (len(ids) or None)
     finally:
         fake.stop()
+
+
+def test_an_hours_load_verifies_only_the_hours_of_its_day_not_loaded_with_the_same_content(env):
+    """An hourly schedule loads a day 24 times: each load verifies its own hour's files and those of
+    hours changed since the day's last load, not every landed hour of the day again."""
+    store, fake = env
+    read: list[str] = []
+    rows_of = store.avro_rows
+
+    def avro_rows(rel, *args, **kw):
+        read.append(rel.rsplit("/", 2)[-2])
+        return rows_of(rel, *args, **kw)
+
+    store.avro_rows = avro_rows
+    a = land(store, H13, ["a0", "a1"])
+    load_done_file(warehouse(fake, store), store, a, NO_SPARK)
+    read.clear()
+    b = land(store, H14, ["b0"])
+    load_done_file(warehouse(fake, store), store, b, NO_SPARK)
+    assert read == [f"hour={H14}"]  # H13 was verified and loaded with this content by the day's last load
+
+    read.clear()
+    land(store, H13, ["a0", "a1", "a2"])  # H13 re-landed: its new content is verified with the next load
+    c = land(store, H15, ["c0"])
+    load_done_file(warehouse(fake, store), store, c, NO_SPARK)
+    assert sorted(read) == [f"hour={H13}", f"hour={H15}"]
+    assert day_ids(fake, H13) == ["a0", "a1", "a2", "b0", "c0"]
+
+
+def test_a_load_counts_its_job_and_warns_from_one_listing(env, monkeypatch):
+    store, fake = env
+    monkeypatch.setattr(bq, "LOAD_JOBS_WARNING", 2)
+    listed: list[str] = []
+    lister = store.list
+
+    def list_(rel_dir, pattern="*"):
+        listed.append(rel_dir)
+        return lister(rel_dir, pattern)
+
+    store.list = list_
+    wh = warehouse(fake, store)
+    load_done_file(wh, store, land(store, H13, ["a0"]), NO_SPARK)
+    first = load_done_file(wh, store, land(store, NEXT_DAY, ["n0"]), NO_SPARK)
+    assert sum("/jobs/day=" in d for d in listed) == 2  # one listing per job, none more for the warning
+    assert any("2 load jobs started today" in w for w in first.warnings)
