@@ -82,11 +82,11 @@ from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.done_checks import done_file_problems
 from kafka_landing.warehouse.jobs import RETIRE_JOB, retire_hours
 from kafka_landing.warehouse.load_queue import (
+    FINISHED,
     MAX_ATTEMPTS,
     RUN_KEY_TAG,
     LoadGroup,
     PendingLoad,
-    FINISHED,
     ScanPosition,
     SeenRun,
     attempt_keys,
