@@ -11,7 +11,7 @@ import pandas as pd
 import yaml
 from google.cloud import storage
 
-from kafka_landing.definitions import build_definitions
+from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.naming import hour_key
 from kafka_landing_tests.bigquery_fake import FakeBigQuery
@@ -26,6 +26,23 @@ from kafka_landing_tests.integration.test_end_to_end import (  # noqa: F401
 )
 
 HOURS = 2
+
+
+def event_runs(defs, instance) -> list[str]:
+    """One tick of the event sensor and its runs, each passing its conservation check; the days loaded."""
+    from dagster import build_sensor_context
+
+    from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME
+    from kafka_landing_tools.demo.loads import run_event_requests
+
+    res = build_resources()
+    with build_sensor_context(instance=instance, resources={"landing": res["landing"],
+                                                            "warehouse": res["warehouse"]}) as ctx:
+        result = defs.resolve_sensor_def(EVENT_SENSOR_NAME)(ctx)
+    assert result.run_requests, "the landed orders marked their event days"
+    for run in run_event_requests(defs, result, instance):
+        assert run.success
+    return sorted(r.partition_key for r in result.run_requests)
 
 
 def assert_checks_download_no_landing_file(bucket: str, topic: str, dataset: str, hour, monkeypatch) -> None:
@@ -112,6 +129,14 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
     got = sorted(zip(rows["_kafka_topic"], rows["_kafka_partition"], rows["_kafka_offset"]))
     assert got == sorted((s.topic, s.partition, s.offset) for s in sent.records if not s.bad)
 
+    # The orders' event-time table, from the same files in the bucket: every landed order exactly once.
+    event_days = event_runs(defs, instance)
+    by_event = read_table(tmp_path / "warehouse", f"gshop_{suffix}", "orders__by_event")
+    order_keys = sorted((s.topic, s.partition, s.offset) for s in sent.records
+                        if s.topic == topics[ORDERS] and not s.bad)
+    assert sorted(zip(by_event["_kafka_topic"], by_event["_kafka_partition"], by_event["_kafka_offset"])) == order_keys
+    assert set(by_event["event_day"].astype(str)) == set(event_days)
+
     # The same landed hours into BigQuery, by configuration only: the sensor finds them not loaded in
     # BigQuery, the loads run as free load jobs from the bucket, and the conservation checks read
     # each partition back. The BigQuery fake serves the REST API; the client is real.
@@ -139,6 +164,23 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
         days = {h.strftime("%Y%m%d") for h in hours}
         assert len(fake.job_ids("kl-flow")) == len(days) * 3, "one load job per (table, day)"
         assert not tick(bq_defs, instance).run_requests
+
+        # The event-time table in BigQuery: each event day one decorator load of its version's files
+        # into a table partitioned on created_at; every landed order exactly once.
+        from kafka_landing.config import load_config
+        from kafka_landing.store import open_store
+        from kafka_landing.warehouse.event_load import event_conservation, load_event_partition
+
+        store = open_store(f"gs://{gcs_bucket}/landing")
+        cfg = load_config().topic(topics[ORDERS])
+        backend = build_resources()["warehouse"].backend(store)
+        for day in event_days:
+            load_event_partition(backend, store, cfg, "orders", day, lambda: None)
+            c = event_conservation(store, backend, cfg, "orders", day)
+            assert c.ok, c.why
+        rows_bq = [r for pid in fake.partition_counts("kl-flow", f"gshop_{suffix}", "orders__by_event")
+                   for r in fake.partition_rows("kl-flow", f"gshop_{suffix}", "orders__by_event", pid)]
+        assert sorted((r["_kafka_topic"], r["_kafka_partition"], r["_kafka_offset"]) for r in rows_bq) == order_keys
     finally:
         fake.stop()
         monkeypatch.delenv("BIGQUERY_EMULATOR_HOST")
