@@ -51,7 +51,7 @@ from kafka_landing.resources import (
     SparkResource,
 )
 from kafka_landing.spark_setup import spark_config
-from kafka_landing.warehouse.assets import build_warehouse_assets, event_key, warehouse_key
+from kafka_landing.warehouse.assets import build_warehouse_assets, event_key, event_partitions, warehouse_key
 from kafka_landing.warehouse.checks import build_warehouse_checks
 from kafka_landing.warehouse.jobs import retire_hours
 from kafka_landing.warehouse.resources import (
@@ -235,7 +235,7 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
         jobs=[*jobs.values(), plan_backfill, retire_hours],
         schedules=[build_schedule(config.topics[name], job) for name, job in jobs.items()],
         sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables),
-                 *([build_event_sensor(events)] if events else [])],
+                 *([build_event_sensor(events, {k: event_partitions(*k) for k in events})] if events else [])],
         resources=resources,
         # A run's steps (freeze -> land -> checks, or load -> checks) follow one another: in the run's
         # own process they share one import of this code location and one Spark session, instead

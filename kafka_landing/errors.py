@@ -23,17 +23,34 @@ TRANSIENT_REASONS = frozenset({"backendError", "internalError", "rateLimitExceed
                                "jobInternalError"})
 
 
+# Google API error reasons that are terminal for a step but heal with time: a quota refills (BigQuery's
+# daily quotas "at regular intervals throughout the day"), so the queue asks again after this many seconds.
+HEALS_WITH_TIME = {"quotaExceeded": 3600}
+
+
 class KafkaLandingError(Exception):
     """The root of every error the package raises on purpose. Terminal unless its class (or,
     for an error that wraps a service's answer, the raise site through `transient_status` or
-    `is_transient` of the cause) says a service was briefly away."""
+    `is_transient` of the cause) says a service was briefly away.
+
+    `heals_after`: terminal for this step, but the same input may pass after that many seconds
+    (a spent quota): not retried in the step, asked for again by the queue then.
+    `elsewhere`: the failure is about another unit than the one being loaded (another hour of
+    the day, a source file replaced meanwhile): the unit being loaded is not refused for it."""
 
     transient: bool = False
+    heals_after: float | None = None
+    elsewhere: bool = False
 
-    def __init__(self, *args, transient: bool | None = None):
+    def __init__(self, *args, transient: bool | None = None, heals_after: float | None = None,
+                 elsewhere: bool | None = None):
         super().__init__(*args)
         if transient is not None:
             self.transient = transient
+        if heals_after is not None:
+            self.heals_after = heals_after
+        if elsewhere is not None:
+            self.elsewhere = elsewhere
 
 
 class ServiceUnavailable(KafkaLandingError):
@@ -58,6 +75,11 @@ def transient_status(http_status: int | None) -> bool:
 def transient_reason(reason: str | None) -> bool:
     """A Google API error reason (an API answer's, or a failed BigQuery job's errorResult) worth trying again."""
     return reason in TRANSIENT_REASONS
+
+
+def heals_after(reason: str | None) -> float | None:
+    """Seconds after which a failure for this Google API reason may pass (None: it will not by itself)."""
+    return HEALS_WITH_TIME.get(reason or "")
 
 
 def error_reason(exc: BaseException) -> str | None:

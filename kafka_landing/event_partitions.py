@@ -6,19 +6,14 @@ None for records with no event time), so an event partition P (a day or an hour 
 arrive with many landing hours, some days late, so P is never appended to: it gets a new manifest
 version listing every file, its landing hour and rows, and the warehouse replaces P whole from it.
 
-In the landing root, per (dataset, table, P):
+In the landing root, per (dataset, table, P), beside the index and markers publish leaves
+(`handoff/event_index`):
 
-    event_partitions/<ds>/<t>/<P>/from/hour=<H>.json   landing hour H's done file may list files of P
-                                                       (the index: so P's content is one listing away)
     event_partitions/<ds>/<t>/<P>/v=000003.json        P's manifest versions, the newest last
-    pending_event_loads/<ds>/<t>/<P>/hour=<H>.json     H changed what P holds: version and load P again
 
-Publish (`mark_event_partitions`) writes the index entries and pending markers of every P the new
-done file lists and every P the old one listed, naming the new done file's hash, before it writes
-the done file: a crash can leave a marker for a done file that never came (loaded once for nothing),
-never a changed P without one. A versioning (`next_manifest`) reads P's index and each landing
-hour's current done file, so it sees P as the done files say it is now, whatever order things ran
-in; the pending markers it saw satisfied are removed by compare-and-delete (`clear_event_pending`).
+A versioning (`next_manifest`) reads P's index and each landing hour's current done file, so it
+sees P as the done files say it is now, whatever order things ran in; the load step then clears
+the markers it saw satisfied (`warehouse/event_load`).
 
 A version's identity is its content hash: the (landing hour, file, rows, schema id) it lists. A
 re-land that gives P the same files makes no new version; one that moves records between event
@@ -33,18 +28,19 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from kafka_landing.errors import KafkaLandingError
-from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
+from kafka_landing.handoff.event_index import partitions_of, sources
+from kafka_landing.handoff.manifests import (
+    DeadLetters,
+    DoneFile,
+    DoneFileError,
+    LandedFile,
+    read_done_file_or_none,
+)
 from kafka_landing.naming import (
     done_file_path,
-    event_lock_path,
     event_manifest_path,
-    event_partition,
     event_partition_dir,
-    event_pending_dir,
-    event_pending_path,
-    event_source_path,
     event_table,
-    hour_folder_tag,
 )
 from kafka_landing.store.base import HeldLock, LandingStore
 
@@ -53,102 +49,6 @@ MANIFEST_VERSION = 1
 
 class EventPartitionError(KafkaLandingError, RuntimeError):
     """An event partition that cannot be versioned as the done files stand (terminal unless said)."""
-
-
-def partitions_of(done: DoneFile | None, granularity: str) -> dict[str, list[LandedFile]]:
-    """The event partitions a done file's files fall in, with those files."""
-    out: dict[str, list[LandedFile]] = {}
-    for f in done.files if done else ():
-        out.setdefault(event_partition(f.event_hour, granularity), []).append(f)
-    return out
-
-
-# --- publish: what a landing hour leaves for the event-time table ----------------------
-
-def mark_event_partitions(store: LandingStore, done: DoneFile, sha: str, before: DoneFile | None,
-                          granularity: str) -> list[str]:
-    """Before `done` (content hash `sha`) replaces `before` as the hour's done file: index and mark
-    pending every event partition either lists. Returns those partitions."""
-    touched = sorted({*partitions_of(done, granularity), *partitions_of(before, granularity)})
-    body = json.dumps({"sha256": sha, "marked_at": _now().isoformat(timespec="seconds")}).encode()
-    with store.lock(event_lock_path(done.dataset, done.table)) as held:
-        for p in touched:
-            held.fence()
-            store.write_atomic(event_source_path(done.dataset, done.table, p, done.hour), body)
-            store.write_atomic(event_pending_path(done.dataset, done.table, p, done.hour), body)
-    return touched
-
-
-def pending_partitions(store: LandingStore, dataset: str, table: str) -> dict[str, dict[str, str | None]]:
-    """{partition: {landing hour: done-file hash its marker names}} of every partition waiting for a
-    version; a partition folder left empty is skipped. Costs a listing per pending partition."""
-    out = {}
-    for p in store.subdirs(event_pending_dir(dataset, table)):
-        try:
-            marks = read_pending(store, dataset, table, p)
-        except ValueError:
-            continue  # not a folder publish wrote
-        if marks:
-            out[p] = marks
-    return out
-
-
-def read_pending(store: LandingStore, dataset: str, table: str, partition: str) -> dict[str, str | None]:
-    """{landing hour: hash its marker names (None: unreadable)} of one partition."""
-    out = {}
-    for rel in store.list(event_pending_dir(dataset, table, partition), "hour=*.json"):
-        hour = hour_folder_tag(rel.rsplit("/", 1)[-1])
-        if hour:
-            out[hour] = _named_sha(store, rel)
-    return out
-
-
-def _named_sha(store: LandingStore, rel: str) -> str | None:
-    try:
-        sha = json.loads(store.read_bytes(rel)).get("sha256")
-    except (FileNotFoundError, ValueError, AttributeError):
-        return None
-    return sha if isinstance(sha, str) else None
-
-
-def clear_event_pending(store: LandingStore, dataset: str, table: str, partition: str,
-                        seen: dict[str, str | None]) -> int:
-    """Remove the partition's markers that name the done-file content a versioning read (`seen`,
-    {landing hour: hash}); a marker naming newer content stays. Returns how many went."""
-    removed = 0
-    with store.lock(event_lock_path(dataset, table)) as held:  # the lock publish marks under
-        for hour, sha in read_pending(store, dataset, table, partition).items():
-            if sha is not None and seen.get(hour) == sha:
-                held.fence()
-                store.delete(event_pending_path(dataset, table, partition, hour))
-                removed += 1
-        store.delete(f"{event_pending_dir(dataset, table, partition)}/{REFUSED}")
-    return removed
-
-
-REFUSED = "_refused.json"  # beside a partition's markers: the marker set whose load failed for good
-
-
-def marks_sha(marks: dict[str, str | None]) -> str:
-    """The identity of a partition's pending markers: what a run is requested for, once."""
-    return hashlib.sha256(json.dumps(sorted(marks.items()), default=str).encode()).hexdigest()
-
-
-def refuse_event_pending(store: LandingStore, dataset: str, table: str, partition: str,
-                         marks: dict[str, str | None], why: str) -> None:
-    """Say that loading the partition as these markers stand failed for good (not a service briefly
-    away): the sensor does not ask again until a landing hour marks it anew."""
-    store.write_json_atomic(f"{event_pending_dir(dataset, table, partition)}/{REFUSED}", {
-        "marks_sha256": marks_sha(marks), "why": why[:4000], "at": _now().isoformat(timespec="seconds")})
-
-
-def event_refusal(store: LandingStore, dataset: str, table: str, partition: str,
-                  marks: dict[str, str | None]) -> str | None:
-    """Why loading the partition as `marks` stand failed for good, or None."""
-    raw = store.read_json(f"{event_pending_dir(dataset, table, partition)}/{REFUSED}")
-    if isinstance(raw, dict) and raw.get("marks_sha256") == marks_sha(marks):
-        return str(raw.get("why") or "refused")
-    return None
 
 
 # --- versions --------------------------------------------------------------------------
@@ -170,6 +70,7 @@ class EventManifest:
     changed_hours: tuple[str, ...] = ()  # landing hours whose part differs from the previous version
     previous_sha256: str | None = None
     created_at: str | None = None  # when version 1 was made
+    previous_amended_at: str | None = None  # when the previous version was made (absent from older manifests)
     format: int = MANIFEST_VERSION
 
     @property
@@ -226,30 +127,15 @@ def partition_sha(parts: dict[str, Contribution]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def sources(store: LandingStore, dataset: str, table: str, partition: str) -> list[str]:
-    """The landing hours whose done files may list files of the partition (its index)."""
-    rels = store.list(f"{event_partition_dir(dataset, table, partition)}/from", "hour=*.json")
-    return sorted(h for rel in rels if (h := hour_folder_tag(rel.rsplit("/", 1)[-1])))
-
-
 def read_done(store: LandingStore, dataset: str, table: str, hour: str) -> tuple[DoneFile, str] | None:
-    """A landing hour's done file and its hash; None if it is gone. One that cannot be read, or
-    that says it is another table's or hour's, stops the versioning, naming it."""
-    rel = done_file_path(dataset, table, hour)
+    """A landing hour's done file and its hash (the one reader); None if it is gone. One that cannot
+    be read as what its path says stops the versioning, naming it."""
     try:
-        content = store.read_bytes(rel)
-    except FileNotFoundError:
-        return None
-    try:
-        done = DoneFile.from_dict(json.loads(content))
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise EventPartitionError(f"{dataset}.{table}: the done file of landing hour {hour}, {store.location(rel)}, "
-                                  f"cannot be read ({type(exc).__name__}: {exc}); no event partition it feeds can be "
-                                  "versioned: re-land the hour (or fix its done file)") from None
-    if (done.dataset, done.table, done.hour) != (dataset, table, hour):
-        raise EventPartitionError(f"{store.location(rel)} says it is {done.dataset}.{done.table} hour {done.hour}; "
-                                  "no event partition it feeds can be versioned: re-land the hour")
-    return done, hashlib.sha256(content).hexdigest()
+        return read_done_file_or_none(store, done_file_path(dataset, table, hour))
+    except DoneFileError as exc:
+        raise EventPartitionError(f"{dataset}.{table}: the done file of landing hour {hour} cannot be used: {exc}; "
+                                  "no event partition it feeds can be versioned: re-land the hour (or fix its done "
+                                  "file)", transient=exc.transient) from None
 
 
 def read_content(store: LandingStore, dataset: str, table: str, partition: str, granularity: str
@@ -318,6 +204,7 @@ def next_manifest(store: LandingStore, held: HeldLock, dataset: str, table: str,
         files=tuple({"hour": h, **asdict(f)} for h, c in sorted(parts.items()) for f in c.files),
         hours=hours, amended_at=now.isoformat(timespec="seconds"), changed_hours=tuple(changed),
         previous_sha256=latest.sha256 if latest else None,
+        previous_amended_at=latest.amended_at if latest else None,
         created_at=latest.created_at if latest and latest.created_at else now.isoformat(timespec="seconds"),
     )
     held.fence()
@@ -336,6 +223,5 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-__all__ = ["Contribution", "EventManifest", "EventPartitionError", "clear_event_pending", "event_refusal",
-           "latest_manifest", "mark_event_partitions", "marks_sha", "refuse_event_pending", "next_manifest", "partitions_of", "pending_partitions", "read_content",
-           "read_done", "read_pending", "sources", "versions"]
+__all__ = ["Contribution", "EventManifest", "EventPartitionError", "latest_manifest", "next_manifest",
+           "partitions_of", "read_content", "read_done", "sources", "versions"]

@@ -282,6 +282,23 @@ def pending_lock_path(dataset: str, table: str) -> str:
     return f"locks/{PENDING_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}.lock"
 
 
+# A unit's refusal (its load failed for good, or until `heals_at`) and, for an event partition, the
+# record that the queue gave up on it: beside the unit's markers, in one format for every unit.
+REFUSED_DIR = "_refused"
+EVENT_GIVEN_UP_DIR = f"{EVENT_PENDING_DIR}/_given_up"
+
+
+def refusal_path(kind: str, dataset: str, table: str, partition: str) -> str:
+    if kind == "event":
+        return f"{event_pending_dir(dataset, table, partition)}/{REFUSED_DIR}.json"
+    return f"{pending_dir(False, dataset, table)}/{REFUSED_DIR}/hour={_tag(partition)}.json"
+
+
+def event_given_up_path(dataset: str, table: str, partition: str) -> str:
+    return f"{EVENT_GIVEN_UP_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}/" \
+           f"{check_event_partition(partition)}.json"
+
+
 LOAD_LEDGER_DIR = "warehouse_loads/bigquery"  # BigQuery's loads, recorded beside the landing files
 
 

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import fastavro
 
-from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
+from kafka_landing.handoff.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import done_file_path, hour_from_tag, landing_file_name, table_hour_dir
 from kafka_landing.store.local import LocalStore
 
@@ -121,8 +121,8 @@ def write_event_hour(store, dataset: str, table: str, hour: str, by_event: dict,
     """A landing hour of a topic with an event-time table, as publish writes it: one file per event
     hour (`by_event`: {event hour tag or None: records}), the event partitions marked, then the done
     file. Offsets run from `first` in the order given; the done file's path."""
-    from kafka_landing.event_partitions import mark_event_partitions
-    from kafka_landing.handoff import content_sha
+    from kafka_landing.handoff.event_index import mark_event_partitions
+    from kafka_landing.handoff.markers import content_sha
 
     files = []
     for event_hour, records in by_event.items():

@@ -19,10 +19,12 @@ the JVM included: each process's own peak is never missed between reads, at the 
 /proc reads. Every contender must land exactly the
 records the frozen slices hold, or the benchmark fails: a fast wrong answer cannot win.
 The report (`bench.md`, `bench.json` under --out) has one table per section and ends
-with the issue's goals, each evaluated from the numbers measured in this run.
+with the issue's goals, each evaluated from the numbers measured in this run. A full run (not
+--quick, not --no-docs) also writes it into docs/benchmark.md as the latest run, between the
+page's two markers (`LATEST_BEGIN`, `LATEST_END`); the text around them is written by hand.
 
     python -m kafka_landing_tools.bench [--messages 300000] [--hours 4] [--day-hours 24] [--out bench/results]
-    python -m kafka_landing_tools.bench --quick      # a smoke run: small sizes, a few minutes
+    python -m kafka_landing_tools.bench --quick      # a smoke run: small sizes, a few minutes; docs untouched
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ SAMPLE_S = 1.0  # how often the process trees' peaks are read (the kernel keeps 
 # Set to 1 (the test that proves a wrong count fails the benchmark), librdkafka_raw
 # reads one record less than its slices hold.
 SHORT_READ_ENV = "KAFKA_LANDING_BENCH_RAW_READS_ONE_LESS"
+#: The page a full run writes its report into, as the latest run: between these two lines, which
+#: the page holds once each (the text around them is written by hand, and stays).
+DOCS_PAGE = ROOT / "docs" / "benchmark.md"
+LATEST_BEGIN = "<!-- bench: latest run begin: `make bench` rewrites what follows, up to the end marker -->"
+LATEST_END = "<!-- bench: latest run end -->"
 SECTIONS = ("Setup", "Summary", "Producing the data", "Landing throughput", "Fixed cost",
             "Where the per-record time goes", "Backfill",
             "Warehouse load", "Amending an event day", "Many topics", "Memory", "Goals")
@@ -310,7 +317,7 @@ def _landing_job(args):
 
 
 def _landed_rows(args, cfg) -> int:
-    from kafka_landing.manifests import DoneFile
+    from kafka_landing.handoff.manifests import DoneFile
     from kafka_landing.naming import done_file_path, hour_from_key
     from kafka_landing.store import open_store
 
@@ -783,10 +790,14 @@ def measure(jobs: list[Job], env: dict, work: Path, workers: int = 1, on_done=No
 
 def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "results", cases=CASES,
         day_hours: int = 24, contenders: tuple[str, ...] = tuple(CONTENDERS), workers: int = 1,
-        keep_work: bool = False, many_topics: int = 0, many_per_hour: int = MANY_PER_HOUR) -> dict:
+        keep_work: bool = False, many_topics: int = 0, many_per_hour: int = MANY_PER_HOUR,
+        docs_page: Path | None = None) -> dict:
     """The whole benchmark; returns the report it writes. `contenders` and `workers`
     change only for the tests (a subset; several processes at once); `many_topics` 0 leaves
-    the many-topics case out (the tests drive the daemon on their own)."""
+    the many-topics case out (the tests drive the daemon on their own). `docs_page` (a full
+    run's: DOCS_PAGE) gets the report as its latest run, checked for its markers first."""
+    if docs_page is not None:
+        _latest_run_span(docs_page.read_text(), docs_page)  # before the run, not after its minutes
     from kafka_landing_tools import devstack
     from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, slice_dir
 
@@ -856,6 +867,9 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
         report["goals"] = evaluate_goals(report)
         (out / "bench.json").write_text(json.dumps(report, indent=2))
         (out / "bench.md").write_text(markdown(report))
+        if docs_page is not None:
+            write_latest_run(report, docs_page)
+            _say(f"wrote the latest run into {docs_page}")
         print(markdown(report), flush=True)
         ok = True
         return report
@@ -1350,6 +1364,28 @@ def markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def latest_run(report: dict) -> str:
+    """The report as the docs page's latest run: the day it ran, then every section."""
+    return (f"The latest run on this machine ({report['when'][:10]}; the runs before it are in git history):\n\n"
+            + markdown(report))
+
+
+def _latest_run_span(text: str, page: Path) -> tuple[int, int]:
+    """Where the latest run sits in the page's text: after the begin marker's line, up to the end marker."""
+    begin, end = text.find(LATEST_BEGIN), text.find(LATEST_END)
+    if text.count(LATEST_BEGIN) != 1 or text.count(LATEST_END) != 1 or end < begin:
+        raise ValueError(f"{page}: the latest run goes between one line {LATEST_BEGIN!r} and one line "
+                         f"{LATEST_END!r} after it; put them back where the run should go")
+    return begin + len(LATEST_BEGIN), end
+
+
+def write_latest_run(report: dict, page: Path = DOCS_PAGE) -> None:
+    """Replace the page's latest run by this report's; everything outside the markers stays as it was."""
+    text = page.read_text()
+    begin, end = _latest_run_span(text, page)
+    page.write_text(f"{text[:begin]}\n\n{latest_run(report)}\n{text[end:]}")
+
+
 # --- entry point -------------------------------------------------------------------------------
 
 def main() -> None:
@@ -1363,6 +1399,8 @@ def main() -> None:
                          "day, the small cases only")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="where bench.md and bench.json go")
     ap.add_argument("--keep-work", action="store_true", help="keep the landed files under --out/work_*")
+    ap.add_argument("--no-docs", action="store_true",
+                    help=f"leave {DOCS_PAGE.relative_to(ROOT)} as it is (a --quick run always does)")
     # Internal: run one contender in this process.
     ap.add_argument("--contender", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
@@ -1393,7 +1431,7 @@ def main() -> None:
     for k in ("messages", "hours", "day_hours", "many_topics"):
         if getattr(args, k) is not None:
             sizes[k] = getattr(args, k)
-    run(out=args.out, keep_work=args.keep_work, **sizes)
+    run(out=args.out, keep_work=args.keep_work, docs_page=None if args.quick or args.no_docs else DOCS_PAGE, **sizes)
 
 
 if __name__ == "__main__":

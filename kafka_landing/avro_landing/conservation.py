@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
 from kafka_landing.kafka_slices.plan import SlicePlan
-from kafka_landing.manifests import DoneFile, LandedFile
+from kafka_landing.handoff.manifests import DoneFile, LandedFile
 from kafka_landing.naming import (
     dead_letter_dir,
     dead_letter_manifest_path,

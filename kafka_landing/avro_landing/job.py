@@ -51,7 +51,7 @@ from kafka_landing.config import TopicConfig
 from kafka_landing.crash_points import crash_point
 from kafka_landing.errors import DeadLetterLimitExceeded, LandingError, is_transient
 from kafka_landing.kafka_slices.plan import SlicePlan, hour_tasks
-from kafka_landing.manifests import DeadLetters, DoneFile
+from kafka_landing.handoff.manifests import DeadLetters, DoneFile
 from kafka_landing.naming import STAGING_GLOB, staging_dir, staging_path
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 

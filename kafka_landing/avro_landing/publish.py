@@ -10,10 +10,11 @@ from datetime import datetime, timezone
 from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import TopicConfig
 from kafka_landing.crash_points import crash_point
-from kafka_landing.event_partitions import mark_event_partitions
-from kafka_landing.handoff import content_sha, mark_pending
+from kafka_landing.handoff.event_index import granularity_of, mark_event_partitions
+from kafka_landing.handoff.manifests import content_sha
+from kafka_landing.handoff.markers import mark_pending
 from kafka_landing.kafka_slices.plan import RETENTION_AFTER_FREEZING, SlicePlan
-from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
+from kafka_landing.handoff.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import (
     dead_letter_dir,
     dead_letter_manifest_path,
@@ -147,6 +148,10 @@ def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, atte
         landed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), retired=why,
     )
     body = content.to_bytes()
+    if granularity := granularity_of(store, dataset, table):
+        # Its event-time table held the hour's records too: re-version the partitions they were in, so
+        # they leave that table as they leave this one (before the done file, as publish marks them).
+        mark_event_partitions(store, content, content_sha(body), old, granularity)
     held.fence()
     mark_pending(store, rel, body)
     held.fence()

@@ -28,7 +28,7 @@ from kafka_landing.avro_landing import avro_schemas
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import KafkaLandingError, LandingError
 from kafka_landing.kafka_slices.plan import TASKS_PER_READ
-from kafka_landing.manifests import LandedFile
+from kafka_landing.handoff.manifests import LandedFile
 from kafka_landing.naming import (
     dead_letter_dir,
     dead_letter_file_name,

@@ -34,7 +34,8 @@ from kafka_landing.avro_landing.assets import landing_key
 from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.errors import is_transient
 from kafka_landing.hours import SPARK_TAG, failure, history, run_hours, single_run, topic_hours
-from kafka_landing.event_partitions import EventPartitionError, read_pending, refuse_event_pending
+from kafka_landing.errors import KafkaLandingError
+from kafka_landing.handoff.units import event_unit
 from kafka_landing.naming import done_file_path, event_table, hour_from_key, hour_tag
 from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.warehouse.load import (
@@ -42,8 +43,9 @@ from kafka_landing.warehouse.load import (
     IncompatibleSchemaError,
     LoadError,
     load_done_file,
+    load_unit,
 )
-from kafka_landing.warehouse.event_load import load_event_partition, settling
+from kafka_landing.warehouse.event_load import settling
 from kafka_landing.warehouse.resources import WarehouseResource
 
 GROUP = "warehouse"
@@ -160,12 +162,10 @@ def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
         backend = warehouse.backend(store)
         _writable(backend, name)
         partition = context.partition_key
-        marks = read_pending(store, cfg.dataset, table, partition)  # before the versioning reads the done files
-        try:
-            ev = load_event_partition(backend, store, cfg, table, partition, lambda: pyspark.spark_session)
-        except (EventPartitionError, LoadError, IncompatibleSchemaError) as exc:
-            if not exc.transient and marks:  # the same markers fail the same way: not asked for again
-                refuse_event_pending(store, cfg.dataset, table, partition, marks, str(exc))
+        try:  # the load step owns the markers: it refuses what failed for good, clears what loaded
+            ev = load_unit(backend, store, event_unit(cfg.dataset, table, partition), lambda: pyspark.spark_session,
+                           cfg)
+        except KafkaLandingError as exc:
             raise failure(exc) from None
         m = ev.manifest
         settle = settling(store, cfg.dataset, table, partition, cfg.settle_hours, manifest=m)

@@ -109,9 +109,9 @@ from typing import Iterable, Iterator
 from google.api_core import exceptions as api_exceptions
 from google.cloud import bigquery
 
-from kafka_landing.errors import KafkaLandingError, error_reason, is_transient, transient_reason
-from kafka_landing.handoff import content_sha
-from kafka_landing.manifests import DoneFile
+from kafka_landing.errors import KafkaLandingError, error_reason, heals_after, is_transient, transient_reason
+from kafka_landing.handoff.markers import content_sha
+from kafka_landing.handoff.manifests import DoneFile
 from kafka_landing.naming import (
     UNKNOWN_EVENT,
     check_event_partition,
@@ -133,7 +133,7 @@ from kafka_landing.naming import (
 )
 from kafka_landing.store.base import HeldLock, LandingStore
 from kafka_landing.warehouse.bigquery_schema import FileSchema, LoadSchema, avro_columns, plan_load
-from kafka_landing.warehouse.done_checks import DoneFileMismatch, check_done_file
+from kafka_landing.handoff.manifests import DoneFileError, read_done_file
 from kafka_landing.warehouse.load import (
     LoadError,
     LoadResult,
@@ -292,6 +292,9 @@ class BigQueryWarehouse(Warehouse):
                         "BigQuery Data Editor (roles/bigquery.dataEditor) on the dataset or project " + self.project)
                 raise LoadError(f"BigQuery denied {what} ({said}): grant the identity running kafka_landing {role} "
                                 f"(loads need {_ROLES})") from None
+            if (after := heals_after(error_reason(exc))) is not None:
+                raise LoadError(f"BigQuery refused {what}: {exc.code} {_said(exc)}; the quota refills with time: "
+                                f"asked for again in {after / 3600:g} h", heals_after=after) from None
             raise LoadError(f"BigQuery refused {what}: {exc.code} {_said(exc)}") from None
         except Exception as exc:
             if not is_transient(exc):  # a bug, not BigQuery's answer: as it is
@@ -560,6 +563,14 @@ class BigQueryWarehouse(Warehouse):
         if transient_reason(error.get("reason")):
             return LoadError(text + " BigQuery was briefly unable to run it: the load is tried again (next job id)",
                              transient=True)
+        if (after := heals_after(error.get("reason"))) is not None:
+            return LoadError(text + f" The quota refills with time: the load is asked for again in {after / 3600:g} h",
+                             heals_after=after)
+        if error.get("reason") == "notFound" and "URI" in message:
+            # A source file removed after the job was planned: a re-land of one of the hours replaced its
+            # files meanwhile. The next load reads the done files as they are then.
+            return LoadError(text + " A landing file was replaced while the job ran (a re-land): the load is tried "
+                                    "again with the files as they are now", transient=True)
         if _SCHEMA_REFUSED.search(message):
             return IncompatibleSchemaError(
                 text + " The landing files' schema cannot be applied to the table: only new optional fields and "
@@ -732,6 +743,9 @@ class BigQueryWarehouse(Warehouse):
                     self._record(held, load_ledger_path(dataset, table, hour), self._hour_record(
                         h.done, h.done.rows, h.done_file, h.sha, jid, target.location, earlier, day_sha256=content,
                         **({} if job else {"deleted_partition": True})))
+            return LoadResult(name, done.hour, done.rows, len(done.files), tuple(done.schema_ids), added,
+                              target.location, done_file, sha, jid, warnings,
+                              tuple((hour, h.sha) for hour, h in hours.items() if hour != done.hour))
         return LoadResult(name, done.hour, done.rows, len(done.files), tuple(done.schema_ids), added,
                           target.location, done_file, sha, job.job_id if job else None, warnings)
 
@@ -746,22 +760,21 @@ class BigQueryWarehouse(Warehouse):
             if hour is None or hour == done.hour:
                 continue
             try:
-                content = store.read_bytes(rel)
-            except FileNotFoundError:
-                continue  # removed since the listing: as if never listed (checked below against the ledger)
-            try:
-                other = check_done_file(rel, json.loads(content))
-            except (ValueError, DoneFileMismatch) as exc:
+                other, other_sha = read_done_file(store, rel)
+            except DoneFileError as exc:
+                if exc.gone:
+                    continue  # removed since the listing: as if never listed (checked below against the ledger)
                 raise LoadError(f"{where}: the day's partition holds every landed hour of it, and the done file of "
                                 f"hour {hour}, {store.location(rel)}, cannot be read ({exc}). Nothing was loaded: "
-                                f"re-land hour {hour} (or fix its done file), then load again") from None
-            hours[hour] = _DayHour(other, rel, content_sha(content))
+                                f"re-land hour {hour} (or fix its done file), then load again",
+                                transient=exc.transient, elsewhere=True) from None
+            hours[hour] = _DayHour(other, rel, other_sha)
         day = self._read_record(target.ledger) or {}
         gone = sorted(h for h, r in (day.get("hours") or {}).items() if h not in hours and r.get("rows"))
         if gone:
             raise LoadError(f"{where}: hours {gone} were loaded into {target.location} and their done files are gone; "
                             "replacing the day without them would drop their rows. Nothing was loaded: re-land those "
-                            "hours (or retire them, which leaves an empty done file), then load again")
+                            "hours (or retire them, which leaves an empty done file), then load again", elsewhere=True)
         return dict(sorted(hours.items()))
 
 

@@ -10,13 +10,24 @@
   first data are not "behind"; every closed hour after it is, landed or not).
   It runs with every load, so a gap shows as soon as a later hour loads.
 
-And each event-time table's (per event partition):
-- `conservation_by_event` (ERROR): the warehouse holds the partition's newest version
-  (rows read back from it), and every landing hour in that version has all its landed
-  rows in exactly one event partition (summed over the partitions its done file feeds).
-  Rows missing only where another partition waits for its next version warn instead.
-- `settled` (WARN): no landing hour changed the partition for the topic's `settle_hours`
-  and none waits to: what to look at before reading a day as final.
+And each event-time table's (per event partition), so that what the UI shows is true now
+(a check's latest result per partition; exact data never stays red):
+- `conservation_by_event` (ERROR): the warehouse holds the partition's newest version (rows
+  read back from it), and every landing hour in that version has all its landed rows in exactly
+  one event partition (summed over the partitions its done file feeds). Rows missing only where
+  another partition Q waits for its next version (marked, not versioned yet) warn instead, and
+  that warning is evaluated again when Q is loaded: Q's own check re-counts every partition that
+  shares a landing hour with Q whose latest result waited for Q (or whose check has yet to report
+  after its load: it may have counted before Q was versioned) and stores the new result on that
+  partition's latest materialisation, as `hour_check_events` does for the hours of a range. Why
+  not simply pass while waiting: the warning is true (those rows are not in the event-time table
+  yet), lasts only until the sensor's next load, and stays visible if that load never succeeds;
+  re-evaluating costs a count per neighbour, bounded by Q's own landing hours, not by history.
+- `settled` (WARN): passes while the partition may still be amended, saying until when
+  (`settles_at`: `settle_hours` after its last change, unless a landing hour changes it
+  meanwhile; `settled` once it is final), and fails only when a version was made after the
+  previous one had settled: a day readers were told was final changed after all, the signal
+  worth an alert. A fact about the newest version, so the result does not go stale as time passes.
 """
 
 import json
@@ -24,26 +35,32 @@ from datetime import datetime, timezone
 
 from dagster import (
     AssetCheckExecutionContext,
+    AssetCheckKey,
     AssetCheckResult,
     AssetCheckSeverity,
+    AssetKey,
+    AssetRecordsFilter,
+    DagsterInstance,
     MetadataValue,
     Output,
     asset_check,
 )
+from dagster._core.event_api import PartitionKeyFilter  # not exported; what the check-record queries take
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
-from kafka_landing.handoff import content_sha, landed_hours, list_pending
+from kafka_landing.handoff.markers import content_sha, landed_hours, list_pending
 from kafka_landing.hours import CONSERVATION, hour_check_events, topic_hours
-from kafka_landing.manifests import DoneFile
-from kafka_landing.naming import done_file_path, hour_from_key, hour_from_tag, hour_tag
+from kafka_landing.handoff.manifests import DoneFile
+from kafka_landing.naming import done_file_path, event_table, hour_from_key, hour_from_tag, hour_tag
 from kafka_landing.resources import LandingResource
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.assets import event_key, event_partitions, warehouse_key
-from kafka_landing.warehouse.event_load import event_conservation, settling
-from kafka_landing.warehouse.done_checks import done_file_problems
+from kafka_landing.warehouse.event_load import Conservation, event_conservation, settling
+from kafka_landing.handoff.manifests import done_file_problems
 from kafka_landing.warehouse.load import Warehouse
-from kafka_landing.warehouse.load_queue import hours_behind
+from kafka_landing.warehouse.queue.reconcile import hours_behind
 from kafka_landing.warehouse.resources import WarehouseResource
 
 MISSING_SHOWN = 48  # missing hours listed in the check's metadata (the count is always whole)
@@ -161,26 +178,83 @@ def build_event_checks(cfg: TopicConfig, table: str) -> list:
 
     @asset_check(asset=key, name=CONSERVATION_BY_EVENT, partitions_def=partitions,
                  description="The warehouse holds the partition's newest version (rows read back from it), and every "
-                             "landing hour in it has all its landed rows in exactly one event partition.")
+                             "landing hour in it has all its landed rows in exactly one event partition. A count off "
+                             "only because another partition waits for its next version warns, and is evaluated "
+                             "again when that partition is loaded; a loss is an error.")
     def _conservation_by_event(context: AssetCheckExecutionContext, landing: LandingResource,
                                warehouse: WarehouseResource):
         store = landing.store()
-        c = event_conservation(store, warehouse.backend(store), cfg, table, context.partition_key)
-        # Off only where another partition waits for its next version: a warning until it is loaded.
-        return AssetCheckResult(passed=c.ok, severity=AssetCheckSeverity.WARN if c.waiting else AssetCheckSeverity.ERROR,
-                                description=c.why, metadata={k: MetadataValue.json(v) if isinstance(v, (dict, list))
-                                                             else v for k, v in c.metadata.items()})
+        backend = warehouse.backend(store)
+        partition = context.partition_key
+        c = event_conservation(store, backend, cfg, table, partition)
+        yield _conservation_result(c)
+        # The partitions whose latest result waited for this one: evaluated again now, on their own
+        # partition and latest materialisation, so none stays red once its data are exact.
+        again = {p: [_conservation_result(event_conservation(store, backend, cfg, table, p), after=partition)]
+                 for p in c.neighbours if _waited_for(context.instance, key, p, partition)}
+        if again:
+            context.log.info(f"{cfg.dataset}.{event_table(table)}: {CONSERVATION_BY_EVENT} of {sorted(again)} "
+                             f"waited for {partition}: evaluated again")
+            yield from hour_check_events(context.instance, key, again)
 
     @asset_check(asset=key, name=SETTLED, partitions_def=partitions,
-                 description=f"No landing hour changed the partition for {cfg.settle_hours} h (settle_hours) and none "
-                             "waits to: late records may still amend a partition that is not settled.")
+                 description=f"When the partition is final: {cfg.settle_hours} h (settle_hours) after its last "
+                             "change, unless a landing hour changes it meanwhile (metadata `settles_at`, `settled`). "
+                             "Fails only when a partition that had settled is amended after all.")
     def _settled(context: AssetCheckExecutionContext, landing: LandingResource):
         store = landing.store()
         s = settling(store, cfg.dataset, table, context.partition_key, cfg.settle_hours)
-        return AssetCheckResult(passed=s.settled, severity=AssetCheckSeverity.WARN, description=s.why,
-                                metadata={"settles_at": s.settles_at or "", "settle_hours": cfg.settle_hours})
+        return AssetCheckResult(passed=s.ok, severity=AssetCheckSeverity.WARN, description=s.why,
+                                metadata={"settled": s.settled, "settles_at": s.settles_at or "",
+                                          "settle_hours": cfg.settle_hours,
+                                          "amended_after_it_settled_at": s.previous_settled_at or ""})
 
     return [_conservation_by_event, _settled]
+
+
+def _conservation_result(c: Conservation, after: str | None = None) -> AssetCheckResult:
+    """A count off only where another partition waits for its next version warns (it is evaluated again
+    when that partition is loaded); anything else off is a loss, an error."""
+    metadata = {k: MetadataValue.json(v) if isinstance(v, (dict, list)) else v for k, v in c.metadata.items()}
+    why = c.why
+    if after is not None:
+        metadata["evaluated_again_after"] = after
+        why = f"{why} (evaluated again when {after} was loaded)"
+    return AssetCheckResult(check_name=CONSERVATION_BY_EVENT, passed=c.ok, description=why, metadata=metadata,
+                            severity=AssetCheckSeverity.WARN if c.waiting else AssetCheckSeverity.ERROR)
+
+
+def _waited_for(instance: DagsterInstance, key: AssetKey, partition: str, loaded: str) -> bool:
+    """Whether `partition`'s conservation is to be evaluated again now that `loaded` is loaded: its latest
+    result waited for `loaded`, or its check has yet to report after a load that is done (its result
+    may have been counted before `loaded` was versioned; the evaluation stored here is the newer row,
+    so it is the one the UI shows). Not while a load of `partition` is under way: its own check, run
+    after that load, counts with `loaded` versioned already."""
+    check_key = AssetCheckKey(key, CONSERVATION_BY_EVENT)
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [check_key], partition_filter=PartitionKeyFilter(key=partition)).get(check_key)
+    if latest is None:
+        return False
+    if latest.status == AssetCheckExecutionRecordStatus.PLANNED:
+        stale = True
+    else:
+        evaluation = latest.evaluation
+        waited = evaluation.metadata.get("waiting_for") if evaluation is not None else None
+        stale = evaluation is not None and not evaluation.passed and loaded in (waited.value if waited else ())
+    return stale and not _load_in_flight(instance, key, partition)
+
+
+def _load_in_flight(instance: DagsterInstance, key: AssetKey, partition: str) -> bool:
+    """A run planned to materialise the partition has not done so and has not finished."""
+    planned = instance.get_latest_planned_materialization_info(key, partition)
+    if planned is None:
+        return False
+    done = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition]),
+                                           limit=1).records
+    if done and done[0].storage_id > planned.storage_id:
+        return False
+    run = instance.get_run_by_id(planned.run_id)
+    return run is not None and not run.is_finished
 
 
 def build_warehouse_checks(config) -> list:

@@ -13,22 +13,28 @@ no Dagster; Spark only through the factory a backend may call.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from typing import TYPE_CHECKING
+
 from kafka_landing.config import TopicConfig
-from kafka_landing.event_partitions import (
-    EventManifest,
-    clear_event_pending,
-    latest_manifest,
-    next_manifest,
-    partitions_of,
-    read_done,
-    read_pending,
-)
-from kafka_landing.naming import event_lock_path, event_table
+from kafka_landing.event_partitions import EventManifest, latest_manifest, next_manifest, read_done
+from kafka_landing.handoff import markers
+from kafka_landing.handoff.event_index import partitions_of
+from kafka_landing.handoff.manifests import content_sha
+from kafka_landing.handoff.units import event_unit
+from kafka_landing.naming import done_file_path, event_lock_path, event_manifest_path, event_table, publish_lock_path
 from kafka_landing.store.base import LandingStore
-from kafka_landing.warehouse.load import LoadResult, SparkFactory, Warehouse
+
+if TYPE_CHECKING:  # load.py imports this module: the interface only for annotations
+    from kafka_landing.warehouse.load import LoadResult, SparkFactory, Warehouse
+
+
+def read_pending(store: LandingStore, dataset: str, table: str, partition: str) -> dict[str, str | None]:
+    """{landing hour: hash its marker names} of one event partition's markers."""
+    return dict(markers.marks_of(store, event_unit(dataset, table, partition)).by_hour)
 
 
 @dataclass(frozen=True)
@@ -53,36 +59,94 @@ def load_event_partition(warehouse: Warehouse, store: LandingStore, cfg: TopicCo
         if backend.loaded_sha(dataset, etable, partition) != manifest.sha256:
             result = backend.load_hour(store, manifest.as_done_file(cfg.topic), spark, done_file=manifest.path,
                                        done_sha256=manifest.sha256)
-        cleared = clear_event_pending(store, dataset, table, partition, seen)
+        unit = event_unit(dataset, table, partition)
+        cleared = markers.clear(store, unit, seen)
+        cleared += _clear_stale(store, cfg.topic, unit, seen)
     return EventLoad(manifest, amended, result, cleared, backend.hour_location(dataset, etable, partition))
+
+
+def _clear_stale(store: LandingStore, topic: str, unit, seen: dict[str, str | None]) -> int:
+    """Markers left after the versioning that name content no done file has, with no publish of
+    their landing hour in flight: a re-land that marked the partition and died before its done file.
+    Nothing would ever clear them (the partition would never settle). Checked under the hour's publish
+    lock, so a publish under way (its done file not written yet) keeps its marker."""
+    removed = 0
+    for hour, sha in markers.marks_of(store, unit).by_hour.items():
+        if sha is not None and seen.get(hour) == sha:
+            continue  # cleared meanwhile by another load
+        with store.lock(publish_lock_path(topic, hour)):
+            try:
+                now = content_sha(store.read_bytes(done_file_path(unit.dataset, unit.table, hour)))
+            except FileNotFoundError:
+                now = None
+            if sha != now and seen.get(hour) == now:  # the version holds the hour as its done file is now
+                removed += markers.clear(store, unit, {hour: sha})
+    return removed
 
 
 @dataclass(frozen=True)
 class Settling:
-    settled: bool
+    """When an event partition is final, and whether its newest version broke that promise.
+
+    A partition is `settled` (final) once no landing hour changed it for `settle_hours` and none
+    waits to. Not being final yet is the normal state of every recent day, not a failure: the check
+    passes and says until when late records may amend it (`settles_at`). It fails (`ok` False) only
+    when the newest version was made after the previous one had settled: a day readers were told was
+    final changed after all, the one signal worth an alert. That is a fact about the version, true
+    for as long as it is the newest, so the result never goes stale as time passes."""
+
+    settled: bool  # final now: versioned, no landing hour waiting to change it, unchanged for settle_hours
     why: str
-    settles_at: str | None  # when it settles if nothing changes it (None: settled, or never versioned)
+    settles_at: str | None  # when it is (was) final if nothing changes it; None: not versioned, or a landing hour waits
+    ok: bool = True  # False: the newest version amended the partition after it had settled
+    previous_settled_at: str | None = None  # when the version it replaced had settled (set when ok is False)
 
 
 def settling(store: LandingStore, dataset: str, table: str, partition: str, settle_hours: int,
              now: datetime | None = None, manifest: EventManifest | None = None) -> Settling:
-    """Settled: versioned, no landing hour waiting to change it, and unchanged for `settle_hours`."""
+    """Whether the partition is final (see `Settling`); costs a listing of its markers, and a read of
+    its previous version only for a manifest written before `previous_amended_at` existed."""
     now = now or datetime.now(timezone.utc)
     manifest = manifest or latest_manifest(store, dataset, table, partition)
     name = f"{dataset}.{event_table(table)} {partition}"
     if manifest is None:
-        return Settling(False, f"{name}: not versioned yet", None)
+        return Settling(False, f"{name}: not versioned yet: nothing of it is final until it is loaded", None)
+    window = timedelta(hours=settle_hours)
+    made = datetime.fromisoformat(manifest.amended_at)
+    at = (made + window).isoformat(timespec="seconds")
+    before = _previous_amended_at(store, manifest)
+    had_settled = before is not None and datetime.fromisoformat(before) + window <= made
+    previous_settled_at = ((datetime.fromisoformat(before) + window).isoformat(timespec="seconds") if had_settled
+                           else None)
+    alert = (f"version {manifest.version}, made at {manifest.amended_at} from landing hours "
+             f"{list(manifest.changed_hours)}, amended it after it had settled at {previous_settled_at} (version "
+             f"{manifest.version - 1} was made at {before}, {settle_hours} h earlier or more): whoever read it as "
+             "final read rows that changed since; " if had_settled else "")
     waiting = sorted(read_pending(store, dataset, table, partition))
-    at = datetime.fromisoformat(manifest.amended_at) + timedelta(hours=settle_hours)
     if waiting:
-        return Settling(False, f"{name}: landing hours {waiting} changed it since version {manifest.version}; it "
-                               "is versioned again by its next load", at.isoformat(timespec="seconds"))
-    if not manifest.settled(now, settle_hours):
-        return Settling(False, f"{name}: version {manifest.version} was made at {manifest.amended_at}; late records "
-                               f"may still amend it until {at.isoformat(timespec='seconds')} ({settle_hours} h "
-                               "without a change)", at.isoformat(timespec="seconds"))
-    return Settling(True, f"{name}: version {manifest.version}, unchanged since {manifest.amended_at} "
-                          f"(settled after {settle_hours} h)", None)
+        return Settling(False, f"{name}: {alert}landing hours {waiting} changed it since version {manifest.version}; "
+                               f"it is versioned again by its next load and final {settle_hours} h after its last "
+                               "change", None, not had_settled, previous_settled_at)
+    if now < made + window:
+        return Settling(False, f"{name}: {alert}version {manifest.version} was made at {manifest.amended_at}; late "
+                               f"records may still amend it until {at} ({settle_hours} h without a change), then it is "
+                               "final", at, not had_settled, previous_settled_at)
+    return Settling(True, f"{name}: {alert}final since {at}: version {manifest.version}, unchanged since "
+                          f"{manifest.amended_at} ({settle_hours} h without a change)", at, not had_settled,
+                    previous_settled_at)
+
+
+def _previous_amended_at(store: LandingStore, manifest: EventManifest) -> str | None:
+    """When the version `manifest` replaced was made: recorded in it, or (a manifest written before
+    that field existed) read from the previous version's file; None for a first version."""
+    if manifest.previous_amended_at or manifest.version <= 1:
+        return manifest.previous_amended_at
+    rel = event_manifest_path(manifest.dataset, manifest.table, manifest.partition, manifest.version - 1)
+    try:
+        before = json.loads(store.read_bytes(rel)).get("amended_at")
+    except (FileNotFoundError, ValueError, AttributeError):
+        return None  # unknown: not reported as an amendment of a settled day
+    return before if isinstance(before, str) else None
 
 
 @dataclass(frozen=True)
@@ -91,6 +155,7 @@ class Conservation:
     why: str
     metadata: dict
     waiting: tuple[str, ...] = ()  # event partitions whose next version would settle the count: not yet a loss
+    neighbours: tuple[str, ...] = ()  # the other partitions its landing hours feed: their counts may wait for it
 
 
 def event_conservation(store: LandingStore, warehouse: Warehouse, cfg: TopicConfig, table: str,
@@ -136,13 +201,16 @@ def event_conservation(store: LandingStore, warehouse: Warehouse, cfg: TopicConf
                 problems.append(text)
     metadata = {"version": manifest.version, "rows": manifest.rows, "warehouse_rows": rows, "landing_hours": hours,
                 "waiting_for": sorted(waiting)}
+    neighbours = tuple(sorted({p for spread in (h["by_event_partition"] for h in hours.values()) for p in spread}
+                              - {partition}))
     if problems:
-        return Conservation(False, f"{name}: " + "; ".join(problems + behind), metadata)
+        return Conservation(False, f"{name}: " + "; ".join(problems + behind), metadata, (), neighbours)
     if behind:
-        return Conservation(False, f"{name}: " + "; ".join(behind) + " (the sensor asks for them)", metadata,
-                            tuple(sorted(waiting)))
+        return Conservation(False, f"{name}: " + "; ".join(behind) + " (the sensor asks for them; this check is "
+                                   "evaluated again when they are loaded)", metadata, tuple(sorted(waiting)),
+                            neighbours)
     return Conservation(True, f"{name}: version {manifest.version}, {rows} rows from {len(hours)} landing hour(s), "
-                              "each landing hour's rows in exactly one event partition", metadata)
+                              "each landing hour's rows in exactly one event partition", metadata, (), neighbours)
 
 
 __all__ = ["Conservation", "EventLoad", "Settling", "event_conservation", "load_event_partition", "settling"]

@@ -3,7 +3,7 @@
 Loading (table, hour) reads exactly the files the hour's done file lists and
 replaces that hour's partition of the table, atomically: a reader sees the old
 hour or the new one, never both, and a reload never duplicates rows. Before
-that, the done file is checked against its path (`done_checks`) and every
+that, the done file is checked against its path (`handoff.manifests`) and every
 listed file against the rows it promises. After it, the backend records the
 content it loaded (the done file's hash), so the sensor and `hours_behind` know
 what is loaded without asking Dagster.
@@ -15,17 +15,19 @@ Dagster; Spark only through the factory a backend may call.
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable
 
+from datetime import datetime, timedelta, timezone
+
 from kafka_landing.avro_files import AvroFileError
+from kafka_landing.config import TopicConfig
 from kafka_landing.errors import KafkaLandingError
-from kafka_landing.handoff import clear_pending, content_sha, refuse_pending
-from kafka_landing.manifests import DoneFile
+from kafka_landing.handoff import markers
+from kafka_landing.handoff.manifests import DoneFile, DoneFileMismatch, content_sha, read_done_file
+from kafka_landing.handoff.units import EVENT, HOUR, LoadUnit, hour_unit
 from kafka_landing.store.base import LandingStore
-from kafka_landing.warehouse.done_checks import DoneFileMismatch, check_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 SparkFactory = Callable[[], object]  # () -> SparkSession, started only by a backend that needs it
@@ -48,6 +50,7 @@ class LoadResult:
     done_sha256: str | None = None  # the content loaded
     job_id: str | None = None  # the backend's job, where it has one
     warnings: tuple[str, ...] = ()  # what a person should know before it becomes a failure
+    also_loaded: tuple[tuple[str, str], ...] = ()  # (hour, done-file hash) of other hours the load recorded (a day)
 
 
 class Warehouse(ABC):
@@ -112,30 +115,53 @@ def verify_files(store: LandingStore, done: DoneFile) -> None:
                             f"the done file says {f.rows}", transient=True)
 
 
-def load_done_file(warehouse: Warehouse, store: LandingStore, done_file: str, spark: SparkFactory) -> LoadResult:
-    """Load the hour of one done file (relative to the landing root), after checking it is
-    what its path says; clear its pending marker if the marker still names that content, or
-    mark that content refused if the load failed terminally."""
+def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: SparkFactory,
+              cfg: TopicConfig | None = None) -> LoadResult | EventLoad:
+    """Load one unit and own its markers: the one load step every asset and job calls.
+
+    Reads the unit's markers first (a marker written after the read is newer content), loads, then
+    clears what the load satisfied: for a landing hour, its marker and every hour the load recorded
+    besides it (a BigQuery day load holds the whole day), given-up ones included; for an event
+    partition, the markers its versioning saw (`event_load`). A terminal failure refuses the marks
+    it saw (until `heals_after` where the cause heals with time), so the queue does not ask again
+    until they change; a failure about another unit (`elsewhere`: another hour of the day, a source
+    file replaced meanwhile) refuses nothing. `cfg`: the topic of an event partition."""
+    seen = markers.marks_of(store, unit)
     try:
-        content = store.read_bytes(done_file)
-    except FileNotFoundError:
-        raise LoadError(f"done file {store.location(done_file)} does not exist: land the hour first") from None
-    try:
-        raw = json.loads(content)
-    except ValueError as exc:
-        raise DoneFileMismatch(f"done file {store.location(done_file)} is not JSON ({exc}); nothing was loaded from "
-                               "it: re-land the hour or fix the tool that wrote it") from None
-    done = check_done_file(done_file, raw)
-    sha = content_sha(content)
-    try:
-        result = warehouse.load_hour(store, done, spark, done_file=done_file, done_sha256=sha)
+        if unit.kind == EVENT:
+            if cfg is None:
+                raise ValueError(f"{unit}: an event partition is loaded with its topic's config")
+            return load_event_partition(warehouse, store, cfg, unit.table, unit.partition, spark)
+        done, sha = read_done_file(store, unit.done_file)
+        result = warehouse.load_hour(store, done, spark, done_file=unit.done_file, done_sha256=sha)
     except KafkaLandingError as exc:
-        if not exc.transient:  # the same content fails the same way: the sensor must not ask again
-            refuse_pending(store, done_file, sha, str(exc))
+        if not exc.transient and not exc.elsewhere and seen:
+            if unit.kind == HOUR:
+                seen = markers.Marks({unit.partition: _sha_or(store, unit, seen)})
+            after = exc.heals_after
+            markers.refuse(store, unit, seen, str(exc),
+                           datetime.now(timezone.utc) + timedelta(seconds=after) if after else None)
         raise
-    clear_pending(store, done_file, sha)
+    markers.clear(store, unit, {unit.partition: sha})
+    for hour, hour_sha in result.also_loaded:  # the day now holds these hours as this content
+        markers.clear(store, hour_unit(unit.dataset, unit.table, hour), {hour: hour_sha})
     return result
 
 
-__all__ = ["DoneFileMismatch", "IncompatibleSchemaError", "LoadError", "LoadResult", "SparkFactory", "Warehouse",
-           "load_done_file", "verify_files"]
+def _sha_or(store: LandingStore, unit: LoadUnit, seen: markers.Marks) -> str | None:
+    """The content a failed load tried: the done file's hash now (a refusal names content, not a marker)."""
+    try:
+        return content_sha(store.read_bytes(unit.done_file))
+    except FileNotFoundError:
+        return seen.by_hour.get(unit.partition)
+
+
+def load_done_file(warehouse: Warehouse, store: LandingStore, done_file: str, spark: SparkFactory) -> LoadResult:
+    """`load_unit` of the landing hour of one done file (relative to the landing root)."""
+    return load_unit(warehouse, store, markers.parse_done_path(done_file), spark)
+
+
+from kafka_landing.warehouse.event_load import EventLoad, load_event_partition  # noqa: E402 (it uses the interface above)
+
+__all__ = ["DoneFileMismatch", "EventLoad", "IncompatibleSchemaError", "LoadError", "LoadResult", "SparkFactory",
+           "Warehouse", "load_done_file", "load_unit", "verify_files"]

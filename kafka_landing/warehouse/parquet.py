@@ -10,7 +10,7 @@
                                                    event day (or event_hour=), from a manifest version
 
 Loading hour H first checks that H's done file is what its path says (dataset,
-table, hour, files only from H's folder: `done_checks`), reads exactly the files
+table, hour, files only from H's folder: `handoff.manifests`), reads exactly the files
 it lists (after checking that each exists and holds the rows the manifest says),
 and replaces H's file with one atomic rename: a reader sees the old hour or the
 new one, never both, and a reload can never duplicate rows. Then it records the
@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from kafka_landing.crash_points import crash_point
-from kafka_landing.manifests import DoneFile
+from kafka_landing.handoff.manifests import DoneFile
 from kafka_landing.naming import check_identifier
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 from kafka_landing.warehouse.load import (

@@ -5,6 +5,7 @@ is configuration and changes no asset."""
 from __future__ import annotations
 
 import os
+from typing import ClassVar
 
 from dagster import ConfigurableResource
 from pydantic import Field
@@ -14,7 +15,11 @@ from kafka_landing.warehouse.load import Warehouse
 
 
 class WarehouseResource(ConfigurableResource):
-    """Where the landed hours are loaded. Use a subclass."""
+    """Where the landed hours are loaded. Use a subclass; it says what its loads need."""
+
+    #: whether its loads start Spark (their runs then take a Spark slot); the kinds shown in the UI
+    needs_spark: ClassVar[bool] = False
+    kinds: ClassVar[frozenset[str]] = frozenset()
 
     def backend(self, store: LandingStore) -> Warehouse:
         """The backend; `store` is the landing root (where loads are recorded, for backends
@@ -27,6 +32,9 @@ class ParquetWarehouseResource(WarehouseResource):
     """The embedded default: a local Parquet table per destination, loaded with Spark."""
 
     root: str = Field(description="Folder of the Parquet tables: <root>/<dataset>/<table>/hour=<H>/data.parquet.")
+
+    needs_spark: ClassVar[bool] = True
+    kinds: ClassVar[frozenset[str]] = frozenset({"parquet", "spark"})
 
     def backend(self, store: LandingStore) -> Warehouse:
         from kafka_landing.warehouse.parquet import ParquetWarehouse
@@ -45,6 +53,8 @@ class BigQueryWarehouseResource(WarehouseResource):
                                                            "us-central1; the bucket should be in the same one.")
     gcp_credentials: str | None = Field(default=None, description="A service-account key's JSON, base64-encoded, "
                                         "only through an EnvVar; unset: Application Default Credentials.")
+
+    kinds: ClassVar[frozenset[str]] = frozenset({"bigquery"})
 
     def backend(self, store: LandingStore) -> Warehouse:
         from kafka_landing.warehouse.bigquery import BigQueryWarehouse

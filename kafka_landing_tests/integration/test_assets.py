@@ -104,7 +104,7 @@ def test_offsets_deleted_after_freezing_are_skipped_only_on_request_and_counted(
     from kafka_landing.avro_landing.framing import frame
     from kafka_landing.config import TopicConfig
     from kafka_landing.kafka_slices.freeze import frozen_slice
-    from kafka_landing.manifests import DoneFile
+    from kafka_landing.handoff.manifests import DoneFile
     from kafka_landing.naming import done_file_path
     from kafka_landing.store.local import LocalStore
     from kafka_landing_tests.integration.test_landing import SIMPLE, encode, register

@@ -20,8 +20,8 @@ from google.cloud import bigquery
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.handoff import mark_pending, parse_done_path, read_marker, refusal
-from kafka_landing.manifests import DoneFile
+from kafka_landing.handoff.markers import Marks, mark_pending, parse_done_path, refusal
+from kafka_landing.handoff.manifests import DoneFile
 from kafka_landing.naming import (
     hour_from_tag,
     table_hour_dir,
@@ -509,4 +509,5 @@ def test_a_change_bigquery_cannot_make_fails_once_naming_the_field(warehouse, st
     assert "STRING" in message and "BYTES" in message and "Nothing was loaded" in message
     assert len(fake.jobs) == jobs_before and fake.ddl == []  # no load job spent on what cannot load
     assert fake.schema(PROJECT, dataset, "orders") == schema_before and rows_of(fake, dataset, H2) == []
-    assert refusal(read_marker(store, parse_done_path(bad_rel)), content_sha(content)) == message
+    th = parse_done_path(bad_rel)  # the refusal is its own record beside the marker now
+    assert refusal(store, th, Marks({th.hour: content_sha(content)})).why == message

@@ -54,7 +54,7 @@ def assert_checks_download_no_landing_file(bucket: str, topic: str, dataset: str
     from kafka_landing.config import TopicConfig
     from kafka_landing.errors import KafkaLandingError
     from kafka_landing.kafka_slices.freeze import frozen_slice
-    from kafka_landing.manifests import DoneFile
+    from kafka_landing.handoff.manifests import DoneFile
     from kafka_landing.naming import done_file_path
     from kafka_landing.store import open_store
     from kafka_landing.warehouse.load import verify_files

@@ -30,7 +30,7 @@ from kafka_landing_tools.demo.generate import (
 from kafka_landing.errors import DeadLetterLimitExceeded, LandingError
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.kafka_slices.plan import check_still_in_kafka
-from kafka_landing.manifests import DoneFile
+from kafka_landing.handoff.manifests import DoneFile
 from kafka_landing.naming import (
     ONE_HOUR,
     done_file_path,

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kafka_landing.avro_landing.avro_schemas import landing_schema
-from kafka_landing.manifests import DoneFile, LandedFile
+from kafka_landing.handoff.manifests import DoneFile, LandedFile
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.parquet import REWRITE_FILE, ParquetWarehouse
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError

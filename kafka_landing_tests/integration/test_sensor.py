@@ -126,7 +126,7 @@ def write_done(landing: Path, hour: datetime, body: dict, mtime: float | None = 
 
 def publish(landing: Path, hour: datetime, body: dict) -> str:
     """A done file as kafka_landing's publish() writes it: the done file, then its pending marker."""
-    from kafka_landing.handoff import mark_pending
+    from kafka_landing.handoff.markers import mark_pending
 
     rel = write_done(landing, hour, body)
     mark_pending(LocalStore(landing), rel, (landing / rel).read_bytes())
@@ -157,7 +157,7 @@ def hours_of(req) -> list[str]:
 
 def members_of(tags) -> set[str]:
     """The done files a load request (or run) covers, from its member tags."""
-    from kafka_landing.warehouse.load_queue import MEMBER_TAG_PREFIX
+    from kafka_landing.warehouse.queue.runs import MEMBER_TAG_PREFIX
 
     dataset, table = tags["kafka_landing/table"].split(".")
     return {f"tables/{dataset}/{table}/hour={v.split('@')[0]}/_DONE.json"
@@ -237,7 +237,7 @@ def test_a_failed_load_is_requested_again_until_it_loads(roots, instance, spark)
 
 
 def test_retries_are_bounded_and_the_give_up_is_visible_until_fixed(roots, instance, spark, warnings_logged):
-    from kafka_landing.warehouse.load_queue import MAX_ATTEMPTS
+    from kafka_landing.warehouse.queue.runs import MAX_ATTEMPTS
 
     landing, warehouse = roots()
     defs = build_definitions()
@@ -315,7 +315,7 @@ class RelandDuringLoad(LocalStore):
 
 
 def test_a_reland_during_a_load_stays_pending(roots, instance, spark):
-    from kafka_landing.handoff import content_sha
+    from kafka_landing.handoff.markers import content_sha
 
     landing, warehouse = roots()
     defs = build_definitions()
@@ -370,7 +370,7 @@ def build_history(landing: Path, warehouse: Path, tables: int, hours: list[datet
     """Done files for every (table, hour), plain os calls; the warehouse's load records for
     all but the last `unloaded` hours of each table, whose done files carry a pending marker
     (as publish leaves them). Returns the done files not loaded."""
-    from kafka_landing.handoff import content_sha, mark_pending
+    from kafka_landing.handoff.markers import content_sha, mark_pending
 
     store, pending = LocalStore(landing), set()
     for i in range(tables):
@@ -446,7 +446,7 @@ def retired_tick(defs, instance, cursor=None):
 
 def run_retire(defs, instance, req):
     """Run a retired-hours request as the daemon would: its job, config, tags and run key."""
-    from kafka_landing.warehouse.load_queue import RUN_KEY_TAG
+    from kafka_landing.warehouse.queue.runs import RUN_KEY_TAG
 
     return defs.resolve_job_def(req.job_name or RETIRE_JOB).execute_in_process(
         run_config=req.run_config, instance=instance, raise_on_error=False,

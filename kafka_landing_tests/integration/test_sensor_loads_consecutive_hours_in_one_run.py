@@ -24,10 +24,10 @@ from kafka_landing.definitions import (
     landing_job_name,
 )
 from kafka_landing_tools.demo.generate import encode, register
-from kafka_landing.handoff import content_sha
+from kafka_landing.handoff.markers import content_sha
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
 from kafka_landing.warehouse.assets import warehouse_key
-from kafka_landing.warehouse.load_queue import MAX_ATTEMPTS
+from kafka_landing.warehouse.queue.runs import MAX_ATTEMPTS
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.integration.test_sensor import (  # noqa: F401 - fixtures
     DATASET,
@@ -238,7 +238,7 @@ def run_as_a_run_worker(req, home: Path, event_logs: Path) -> dict:
 
 
 def test_a_bigquery_run_never_starts_spark_nor_takes_a_spark_slot(gcs_bucket, gcs_client, tmp_path, monkeypatch):
-    from kafka_landing.handoff import mark_pending
+    from kafka_landing.handoff.markers import mark_pending
     from kafka_landing.store.gcs import GcsStore
     from kafka_landing_tests.bigquery_fake import FakeBigQuery
 

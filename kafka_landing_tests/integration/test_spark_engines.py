@@ -17,7 +17,7 @@ import fastavro
 from confluent_kafka.schema_registry import Schema
 
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing.manifests import DoneFile
+from kafka_landing.handoff.manifests import DoneFile
 from kafka_landing.naming import ONE_HOUR, asset_safe, floor_hour, hour_key, to_millis
 from kafka_landing.spark_setup import CONNECT_MARK, default_parallelism, is_connect, pieces_of_a_range
 from kafka_landing_tests.conftest import utcnow

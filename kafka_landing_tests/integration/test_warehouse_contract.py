@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kafka_landing.errors import is_transient
-from kafka_landing.handoff import content_sha
+from kafka_landing.handoff.markers import content_sha
 from kafka_landing.store.base import LandingStore
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, partition_id

@@ -28,7 +28,7 @@ from kafka_landing.errors import (
     ServiceUnavailable,
     is_transient,
 )
-from kafka_landing.handoff import mark_pending, read_marker, refusal
+from kafka_landing.handoff.markers import Marks, given_up, given_up_why, mark_pending, read_marker, refusal
 from kafka_landing.hours import failure, run_hours
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
 from kafka_landing.kafka_slices.plan import (
@@ -42,7 +42,7 @@ from kafka_landing.kafka_slices.plan import (
 from kafka_landing.naming import ONE_HOUR, NameError_, floor_hour, hour_key, hour_tag
 from kafka_landing.store.gcs import LockLost, LockTimeout
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.done_checks import DoneFileMismatch
+from kafka_landing.handoff.manifests import DoneFileMismatch
 from kafka_landing.warehouse.load import LoadError, LoadResult, Warehouse, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.unit.warehouse.test_sensors_groups import DATASET, TABLE, landing  # noqa: F401 - a fixture
@@ -206,10 +206,15 @@ def test_a_load_that_failed_for_good_is_not_requested_again_until_the_done_file_
 
     with pytest.raises(IncompatibleSchemaError):
         load_done_file(_Refusing(IncompatibleSchemaError("column x: INTEGER to STRING")), landing, rel, lambda: None)
-    marker = read_marker(landing, _th(rel))
-    assert refusal(marker, marker["sha256"]) and "INTEGER to STRING" in refusal(marker, marker["sha256"])
+    th = _th(rel)
+    marker = read_marker(landing, th)
+    refused = refusal(landing, th, Marks({th.hour: marker["sha256"]}))
+    assert refused and "INTEGER to STRING" in refused.why
     tick = _tick()
-    assert tick.run_requests == [] and "1 refused for good" in tick.skip_message
+    # Moved aside for the refusal (the skip message no longer counts refusals apart: its given-up record says why).
+    assert tick.run_requests == [] and "1 moved aside this tick" in tick.skip_message
+    assert "failed for good" in given_up_why(given_up(landing, th))
+    assert "INTEGER to STRING" in given_up_why(given_up(landing, th))
 
     _publish(landing, hour, "a2")  # re-landed: new content
     (again,) = _tick().run_requests
@@ -221,13 +226,14 @@ def test_a_load_that_failed_on_a_service_briefly_away_stays_requested(landing):
     rel = _publish(landing, hour, "a1")
     with pytest.raises(LoadError):
         load_done_file(_Refusing(LoadError("BigQuery 503", transient=True)), landing, rel, lambda: None)
-    marker = read_marker(landing, _th(rel))
-    assert refusal(marker, marker["sha256"]) is None
+    th = _th(rel)
+    marker = read_marker(landing, th)
+    assert refusal(landing, th, Marks({th.hour: marker["sha256"]})) is None
     assert len(_tick().run_requests) == 1
 
 
 def _th(rel):
-    from kafka_landing.handoff import parse_done_path
+    from kafka_landing.handoff.markers import parse_done_path
 
     return parse_done_path(rel)
 

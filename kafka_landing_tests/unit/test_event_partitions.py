@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 
 from kafka_landing.event_partitions import (
     EventPartitionError,
-    clear_event_pending,
     latest_manifest,
     next_manifest,
-    pending_partitions,
     read_done,
     versions,
 )
+from kafka_landing.handoff import markers
+from kafka_landing.handoff.units import EVENT, event_unit
 from kafka_landing.naming import UNKNOWN_EVENT, done_file_path, event_lock_path, event_pending_path
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.helpers import write_event_hour
@@ -37,6 +37,16 @@ def recs(*ids: str) -> list[dict]:
 @pytest.fixture
 def store(tmp_path):
     return LocalStore(tmp_path)
+
+
+def pending_partitions(store, dataset: str, table: str) -> dict[str, dict[str, str | None]]:
+    """{partition: {landing hour: hash its marker names}} of every event partition with a marker."""
+    return {u.partition: dict(markers.marks_of(store, u).by_hour)
+            for u in markers.list_units(store, EVENT, [(dataset, table)])}
+
+
+def clear_event_pending(store, dataset: str, table: str, partition: str, seen: dict[str, str | None]) -> int:
+    return markers.clear(store, event_unit(dataset, table, partition), seen)
 
 
 def version(store, partition: str, granularity: str = "day", now: datetime = NOW):

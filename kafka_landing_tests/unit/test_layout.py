@@ -44,9 +44,12 @@ def test_spark_only_where_the_heavy_work_runs():
 # The flow: kafka_slices -> avro_landing -> warehouse. A module imports only what comes before
 # it (or beside it); the shared modules below every layer import no layer; nothing in the product
 # imports the code location, and nothing in the product imports the tools that drive it
-# (kafka_landing_tools: the local stack, the demo, the benchmark) or the tests.
-SHARED = {"config.py", "naming.py", "manifests.py", "handoff.py", "errors.py", "avro_files.py", "crash_points.py",
+# (kafka_landing_tools: the local stack, the demo, the benchmark) or the tests. A package inside a
+# layer (warehouse/queue/) is part of that layer; a shared package (handoff/: the contract landing
+# writes and loading reads) sits below every layer like the shared modules.
+SHARED = {"config.py", "naming.py", "errors.py", "avro_files.py", "crash_points.py",
           "hours.py", "hourly_schedule.py", "defaults.py", "spark_setup.py", "run_worker.py", "run_launcher.py"}
+SHARED_PACKAGES = ("handoff",)
 OUTSIDE = ("kafka_landing_tools", "kafka_landing_tests")  # packages beside the product that use it
 ENTRY_POINTS = {"definitions.py", "__main__.py"}
 
@@ -84,7 +87,7 @@ def backwards_imports(rel: str, imported: set[str]) -> list[str]:
     if top == "warehouse":
         found += never("loading uses earlier layers only through their assets' keys", "avro_landing", "kafka_slices",
                        but=("avro_landing.assets", "kafka_slices.assets"))
-    if top == "store" or rel in SHARED:
+    if top == "store" or top in SHARED_PACKAGES or rel in SHARED:
         found += never("shared modules sit below every layer", "kafka_slices", "avro_landing", "warehouse",
                        "resources")
     return found
@@ -97,7 +100,12 @@ def test_imports_follow_the_flow():
 
 
 def test_a_backwards_import_fails_the_flow_rule():
-    assert backwards_imports("avro_landing/publish.py", {"kafka_landing.warehouse.load_queue"}) != []
+    assert backwards_imports("avro_landing/publish.py", {"kafka_landing.warehouse.queue.runs"}) != []
+    assert backwards_imports("handoff/markers.py", {"kafka_landing.warehouse.queue.runs"}) != []
+    assert backwards_imports("handoff/event_index.py", {"kafka_landing.avro_landing.publish"}) != []
+    assert backwards_imports("handoff/manifests.py", {"kafka_landing.resources"}) != []
+    assert backwards_imports("warehouse/queue/tick.py", {"kafka_landing.avro_landing.publish"}) != []
+    assert backwards_imports("warehouse/queue/runs.py", {"kafka_landing.definitions"}) != []
     assert backwards_imports("kafka_slices/dry_run.py", {"kafka_landing.avro_landing.job"}) != []
     assert backwards_imports("warehouse/sensors.py", {"kafka_landing.definitions"}) != []
     assert backwards_imports("config.py", {"kafka_landing.kafka_slices.plan"}) != []
@@ -107,6 +115,12 @@ def test_a_backwards_import_fails_the_flow_rule():
     assert backwards_imports("warehouse/assets.py", {"kafka_landing.avro_landing.assets"}) == []
     assert backwards_imports("avro_landing/job.py", {"kafka_landing.kafka_slices.plan", "kafka_landing.handoff"}) == []
     assert backwards_imports("__main__.py", {"kafka_landing.definitions"}) == []
+    assert backwards_imports("avro_landing/publish.py", {"kafka_landing.handoff.markers",
+                                                         "kafka_landing.handoff.event_index"}) == []
+    assert backwards_imports("warehouse/queue/tick.py", {"kafka_landing.handoff.markers",
+                                                         "kafka_landing.warehouse.queue.runs"}) == []
+    assert backwards_imports("handoff/event_index.py", {"kafka_landing.handoff.markers", "kafka_landing.naming",
+                                                        "kafka_landing.store.base"}) == []
 
 
 def test_the_tools_are_outside_the_product():
@@ -209,8 +223,10 @@ def test_the_vacuous_assert_check_can_fail():
 
 def misplaced_unit_tests(rel_paths: list[str]) -> list[str]:
     """Unit test files that do not say which module they test: `unit/<layer>/test_<module>[_<aspect>].py`
-    for a step module of that layer, `unit/test_<module>[_<aspect>].py` for a shared module (or a
-    tool of `kafka_landing_tools/`, or a test support module of `kafka_landing_tests/`); `test_layout.py` tests the package itself."""
+    for a step module of that layer (`unit/<layer>/<package>/...` for a module of a package inside it,
+    `unit/<package>/...` for a module of a shared package), `unit/test_<module>[_<aspect>].py` for a
+    shared module (or a tool of `kafka_landing_tools/`, or a test support module of `kafka_landing_tests/`);
+    `test_layout.py` tests the package itself."""
     def modules(folder: Path) -> set[str]:
         return {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
 
@@ -218,9 +234,9 @@ def misplaced_unit_tests(rel_paths: list[str]) -> list[str]:
     found = []
     for rel in rel_paths:
         *layer, name = Path(rel).parts
-        known = modules(PACKAGE / layer[0]) if layer else shared
+        known = modules(PACKAGE.joinpath(*layer)) if layer else shared  # no such package: no module
         stem = name[len("test_"):-len(".py")]
-        if len(layer) > 1 or not any(stem == m or stem.startswith(f"{m}_") for m in known):
+        if not any(stem == m or stem.startswith(f"{m}_") for m in known):
             found.append(rel)
     return found
 
@@ -236,4 +252,8 @@ def test_a_unit_test_named_after_no_module_is_found():
     assert misplaced_unit_tests(["warehouse/test_planning.py", "test_sensor_scale.py", "kafka_slices/x/test_plan.py",
                                  "avro_landing/test_plan.py"]) == [
         "warehouse/test_planning.py", "test_sensor_scale.py", "kafka_slices/x/test_plan.py", "avro_landing/test_plan.py"]
-    assert misplaced_unit_tests(["kafka_slices/test_plan_tasks.py", "test_config.py", "test_bigquery_fake.py"]) == []
+    assert misplaced_unit_tests(["warehouse/queue/test_sensors.py", "queue/test_tick.py", "handoff/test_load.py",
+                                 "test_markers.py"]) == [
+        "warehouse/queue/test_sensors.py", "queue/test_tick.py", "handoff/test_load.py", "test_markers.py"]
+    assert misplaced_unit_tests(["kafka_slices/test_plan_tasks.py", "test_config.py", "test_bigquery_fake.py",
+                                 "warehouse/queue/test_tick.py", "handoff/test_markers.py"]) == []

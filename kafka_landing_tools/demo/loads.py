@@ -7,7 +7,7 @@ from dagster import RunRequest, materialize
 
 from kafka_landing.definitions import build_resources
 from kafka_landing.hours import CONSERVATION
-from kafka_landing.warehouse.load_queue import RUN_KEY_TAG
+from kafka_landing.warehouse.queue.runs import RUN_KEY_TAG
 from kafka_landing.warehouse.sensors import SENSOR_NAME
 
 

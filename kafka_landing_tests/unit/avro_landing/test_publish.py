@@ -8,9 +8,9 @@ from kafka_landing.avro_landing.conservation import check_landed_hour
 from kafka_landing.avro_landing.publish import publish
 from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import Route, TopicConfig
-from kafka_landing.handoff import clear_pending, content_sha, marker_sha, parse_done_path
+from kafka_landing.handoff.markers import clear_pending, content_sha, marks_of, parse_done_path
 from kafka_landing.kafka_slices.plan import PartitionSlice, SlicePlan, SliceTask
-from kafka_landing.manifests import DeadLetters, DoneFile, LandedFile
+from kafka_landing.handoff.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import (
     dead_letter_manifest_path,
     done_file_path,
@@ -96,5 +96,6 @@ def test_a_retired_hour_is_marked_pending_so_the_warehouse_empties_it(tmp_path):
     rel = done_file_path("w", "clicks", HOUR)
     clear_pending(store, rel, content_sha(store.read_bytes(rel)))  # the warehouse loaded the first landing
     land(store, TopicConfig("web", "w", table="web_clicks"), "web_clicks", "a2")
-    assert marker_sha(store, parse_done_path(rel)) == content_sha(store.read_bytes(rel))
+    th = parse_done_path(rel)
+    assert marks_of(store, th).by_hour.get(th.hour) == content_sha(store.read_bytes(rel))
     assert DoneFile.from_dict(store.read_json(rel)).retired

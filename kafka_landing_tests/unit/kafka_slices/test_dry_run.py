@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafka_landing.config import TopicConfig
-from kafka_landing.handoff import content_sha
+from kafka_landing.handoff.markers import content_sha
 from kafka_landing.kafka_slices.dry_run import (
     ERROR,
     FROZEN,

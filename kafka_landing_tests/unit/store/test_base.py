@@ -14,7 +14,7 @@ from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import TopicConfig
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.kafka_slices.plan import PartitionSlice, SlicePlan
-from kafka_landing.manifests import DeadLetters, LandedFile
+from kafka_landing.handoff.manifests import DeadLetters, LandedFile
 from kafka_landing.naming import ONE_HOUR, dead_letter_dir, done_file_path, hour_from_tag, table_hour_dir
 from kafka_landing.store.base import LockLost
 from kafka_landing.store.local import LocalStore
@@ -147,36 +147,49 @@ def test_freezing_a_slice_is_fenced(tmp_path):
 
 def test_every_commit_of_the_load_queue_is_fenced(tmp_path):
     """mark_pending (also what publish calls under the hour lock: the table lock is the innermost),
-    refuse_pending, give_up_pending and clear_pending fence each marker write and delete."""
-    from kafka_landing.handoff import (
+    refuse, give_up and clear_pending fence each marker (and refusal record) write and delete."""
+    from kafka_landing.handoff.markers import (
+        Marks,
         TableHour,
         clear_pending,
         content_sha,
-        give_up_pending,
+        give_up,
+        given_up_path,
         mark_pending,
-        refuse_pending,
+        marker_path,
+        refusal,
+        refuse,
     )
+    from kafka_landing.naming import refusal_path
 
     store = Recording(tmp_path)
     done, th = "tables/shop/orders/hour=2026-11-20T13/_DONE.json", TableHour("2026-11-20T13", "shop", "orders")
+    marker, aside, refused = marker_path(th), given_up_path(th), refusal_path(th.kind, th.dataset, th.table, th.hour)
+
+    def marks(content: bytes) -> Marks:
+        return Marks({th.hour: content_sha(content)})
+
     mark_pending(store, done, b"A")
-    assert give_up_pending(store, th, content_sha(b"A"), content_sha(b"A"), "tried enough")
-    assert refuse_pending(store, done, content_sha(b"A"), "bad data")  # on the marker moved aside
-    mark_pending(store, done, b"B")  # new content: the marker given up on goes
-    assert refuse_pending(store, done, content_sha(b"B"), "bad data")
-    assert give_up_pending(store, th, content_sha(b"B"), content_sha(b"B"), "tried enough")
+    assert give_up(store, th, marks(b"A"), content_sha(b"A"), "tried enough")
+    refuse(store, th, marks(b"A"), "bad data")  # of the load given up on (its record beside the markers)
+    assert refusal(store, th, marks(b"A")).why == "bad data"
+    mark_pending(store, done, b"B")  # new content: the marker given up on and the refusal go
+    assert refusal(store, th, marks(b"A")) is None
+    refuse(store, th, marks(b"B"), "bad data")
+    assert refusal(store, th, marks(b"B")).why == "bad data"
+    assert give_up(store, th, marks(b"B"), content_sha(b"B"), "tried enough")
     mark_pending(store, done, b"C")
-    assert give_up_pending(store, th, content_sha(b"C"), content_sha(b"C"), "tried enough")
+    assert give_up(store, th, marks(b"C"), content_sha(b"C"), "tried enough")
     mark_pending(store, done, b"D")
-    store.write_atomic(th.given_up_marker, b"{}")  # outside the lock: a marker given up on beside the pending one
+    store.write_atomic(aside, b"{}")  # outside the lock: a marker given up on beside the pending one
     assert clear_pending(store, done, content_sha(b"D"))  # removes both
 
     commits = [e for e in store.events if e[0] == "commit"]
     kinds = {(op, rel) for _, op, rel in commits}
-    assert {("write", th.marker), ("write", th.given_up_marker), ("delete", th.marker),
-            ("delete", th.given_up_marker)} <= kinds, kinds
+    assert {("write", marker), ("write", aside), ("delete", marker), ("delete", aside),
+            ("write", refused), ("delete", refused)} <= kinds, kinds
     assert not unfenced(store.events, "locks/pending_loads/"), store.events
-    assert not store.exists(th.marker) and not store.exists(th.given_up_marker)
+    assert not store.exists(marker) and not store.exists(aside)
 
 
 def test_a_publish_fences_its_pending_marker_under_the_table_lock(tmp_path):
@@ -191,29 +204,41 @@ def test_a_marker_change_whose_lock_was_lost_stops_before_it_commits(tmp_path, l
     """The flock's file is removed while clear_pending (mark_pending) holds it, as a sweep or a
     person would: someone else may lock the new file now, so the marker is neither deleted nor
     replaced (nor the marker given up on deleted)."""
-    from kafka_landing.handoff import TableHour, clear_pending, content_sha, mark_pending
+    from kafka_landing.handoff.markers import TableHour, clear_pending, content_sha, given_up_path, mark_pending, marker_path
 
     done, th = "tables/shop/orders/hour=2026-11-20T13/_DONE.json", TableHour("2026-11-20T13", "shop", "orders")
+    marker, aside = marker_path(th), given_up_path(th)
 
     class LosesItsLock(LocalStore):
         armed = False
+        holding = False  # a call made before the lock is taken (clear_pending looks first) loses nothing
 
-        def exists(self, rel):  # mark_pending and clear_pending both read before (or between) commits
-            if self.armed:
+        @contextlib.contextmanager
+        def lock(self, rel):
+            with super().lock(rel) as held:
+                self.holding = True
+                try:
+                    yield held
+                finally:
+                    self.holding = False
+
+        def _lose(self):
+            if self.armed and self.holding:
                 (tmp_path / "locks/pending_loads/shop/orders.lock").unlink()
                 self.armed = False
+
+        def exists(self, rel):  # mark_pending and clear_pending both read before (or between) commits
+            self._lose()
             return super().exists(rel)
 
         def read_bytes(self, rel):
-            if self.armed:
-                (tmp_path / "locks/pending_loads/shop/orders.lock").unlink()
-                self.armed = False
+            self._lose()
             return super().read_bytes(rel)
 
     store = LosesItsLock(tmp_path)
     mark_pending(store, done, b"A")
-    store.write_atomic(th.given_up_marker, b'{"sha256": "old"}')
-    before = {rel: store.read_bytes(rel) for rel in (th.marker, th.given_up_marker)}
+    store.write_atomic(aside, b'{"sha256": "old"}')
+    before = {rel: store.read_bytes(rel) for rel in (marker, aside)}
     store.armed = True
     with pytest.raises(LockLost, match="orders.lock was removed"):
         if lost_at == "clear":
@@ -221,9 +246,9 @@ def test_a_marker_change_whose_lock_was_lost_stops_before_it_commits(tmp_path, l
         else:
             mark_pending(store, done, b"B")
     assert not store.armed, "the lock was never lost: the test tests nothing"
-    after = {rel: store.read_bytes(rel) for rel in (th.marker, th.given_up_marker)}
+    after = {rel: store.read_bytes(rel) for rel in (marker, aside)}
     if lost_at == "mark":  # lost after the marker was written (its fence passed), before the delete
-        assert after[th.marker] != before[th.marker] and after[th.given_up_marker] == before[th.given_up_marker]
+        assert after[marker] != before[marker] and after[aside] == before[aside]
     else:
         assert after == before
 

@@ -11,7 +11,8 @@ import pytest
 from google.cloud import bigquery
 
 from kafka_landing.config import TopicConfig
-from kafka_landing.event_partitions import pending_partitions
+from kafka_landing.handoff import markers
+from kafka_landing.handoff.units import EVENT
 from kafka_landing.naming import UNKNOWN_EVENT
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse
 from kafka_landing.warehouse.event_load import event_conservation, load_event_partition
@@ -120,12 +121,12 @@ def test_a_reland_reloads_exactly_the_event_partitions_whose_files_changed(env):
     store, fake = env
     land(store, "2026-01-31T13", {"2026-01-30T10": ["x"], "2026-01-31T13": ["a", "b"]})
     land(store, "2026-01-31T14", {"2026-01-29T01": ["y"]}, first=2000)
-    for p in sorted(pending_partitions(store, DS, T)):
+    for p in sorted([u.partition for u in markers.list_units(store, EVENT, [(DS, T)])]):
         load(fake, store, p)
     jobs = len(fake.jobs)
 
     land(store, "2026-01-31T13", {"2026-01-31T13": ["a"], "2026-02-01T00": ["b"]}, first=4000)
-    touched = sorted(pending_partitions(store, DS, T))
+    touched = sorted([u.partition for u in markers.list_units(store, EVENT, [(DS, T)])])
     assert touched == ["2026-01-30", "2026-01-31", "2026-02-01"]
     results = {p: load(fake, store, p) for p in touched}
     assert {p: r.manifest.version for p, r in results.items()} == {"2026-01-30": 2, "2026-01-31": 2, "2026-02-01": 1}

@@ -17,7 +17,7 @@ import pytest
 import requests
 from google.api_core import exceptions as gexc
 
-from kafka_landing.manifests import DoneFile
+from kafka_landing.handoff.manifests import DoneFile
 from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, partition_id
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError

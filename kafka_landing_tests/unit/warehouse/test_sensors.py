@@ -22,13 +22,24 @@ from dagster import (
 )
 from dagster._core.utils import make_new_run_id
 
-from kafka_landing.handoff import clear_pending, content_sha, list_pending, mark_pending, refuse_pending
+from kafka_landing.handoff.markers import (
+    Marks,
+    clear_pending,
+    content_sha,
+    list_pending,
+    mark_pending,
+    parse_done_path,
+    refusal,
+    refuse,
+)
 from kafka_landing.naming import ONE_HOUR, done_file_path, floor_hour, hour_tag
 from kafka_landing.resources import LandingResource
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse import load_queue, sensors
+from kafka_landing.warehouse import sensors
 from kafka_landing.warehouse.assets import warehouse_key
-from kafka_landing.warehouse.load_queue import ATTEMPT_TAG, member_tag
+from kafka_landing.warehouse.queue import reconcile as queue_reconcile
+from kafka_landing.warehouse.queue import tick as queue_tick
+from kafka_landing.warehouse.queue.runs import ATTEMPT_TAG, member_tag
 from kafka_landing.warehouse.parquet import ParquetWarehouse
 from kafka_landing.warehouse.resources import ParquetWarehouseResource
 from kafka_landing.warehouse.sensors import build_done_file_sensor
@@ -112,7 +123,7 @@ def test_loads_of_one_table_that_cannot_go_on_do_not_starve_another_table(tmp_pa
     """STUCK older hours of d.a that fill the examined cap, and one ready hour of d.b: d.b is
     requested, d.a is told about in one warning (not one per hour), and what will not be asked
     for again is not read again on the next tick."""
-    monkeypatch.setattr(sensors, "MAX_EXAMINED_PER_TICK", STUCK)
+    monkeypatch.setattr(queue_tick, "MAX_EXAMINED_PER_TICK", STUCK)
     store = ReadsLogged(tmp_path / "landing")
     monkeypatch.setattr(LandingResource, "store", lambda self: store)
     first = NOW - ONE_HOUR * 200
@@ -124,7 +135,9 @@ def test_loads_of_one_table_that_cannot_go_on_do_not_starve_another_table(tmp_pa
             over = {"dataset": "elsewhere"} if kind == "invalid" else None
             rel, shas[h] = publish(store, "d", "a", h, over=over)
             if kind == "refused":
-                assert refuse_pending(store, rel, shas[h], "BigQuery: Cannot add required fields")
+                th, marks = parse_done_path(rel), Marks({hour_tag(h): shas[h]})
+                refuse(store, th, marks, "BigQuery: Cannot add required fields")
+                assert refusal(store, th, marks).why == "BigQuery: Cannot add required fields"
         if kind in ("given_up", "in_flight"):
             status = DagsterRunStatus.FAILURE if kind == "given_up" else DagsterRunStatus.STARTED
             add_run(instance, [(h, shas[h]) for h in stuck], status, attempt=3)
@@ -293,7 +306,7 @@ def test_reconciliation_does_not_read_again_what_it_checked_and_each_tick_fits_t
         os.utime(tmp_path / "landing" / rewritten, (old, old))
         store.done_reads.clear()
         assert not sensor.tick(instance).run_requests and store.done_reads == []
-        clock.now += load_queue.RECONCILE_AGAIN_AFTER
+        clock.now += queue_reconcile.RECONCILE_AGAIN_AFTER
         for n in range(200):
             store.done_reads.clear()
             started = clock.now

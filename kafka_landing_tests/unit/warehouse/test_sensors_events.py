@@ -11,13 +11,15 @@ import logging
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, build_sensor_context
 from dagster._core.utils import make_new_run_id
 
-from kafka_landing.event_partitions import pending_partitions, refuse_event_pending
+from kafka_landing.handoff import markers
+from kafka_landing.handoff.units import event_unit
 from kafka_landing.resources import LandingResource
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.assets import event_key
-from kafka_landing.warehouse.load_queue import RUN_KEY_TAG
+from kafka_landing.warehouse.assets import event_key, event_partitions
+from kafka_landing.warehouse.queue.runs import RUN_KEY_TAG
 from kafka_landing.warehouse.resources import ParquetWarehouseResource
-from kafka_landing.warehouse.sensors import EVENT_TAG, build_event_sensor
+from kafka_landing.warehouse.queue.runs import EVENT_TAG
+from kafka_landing.warehouse.sensors import build_event_sensor
 from kafka_landing_tests.helpers import write_event_hour
 
 SCHEMA = {"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "string"}]}
@@ -34,7 +36,8 @@ class Warnings(logging.Handler):
 
 
 def tick(tmp_path, instance, warnings: Warnings | None = None):
-    sensor = build_event_sensor({("d", "orders"): event_key("d", "orders")})
+    sensor = build_event_sensor({("d", "orders"): event_key("d", "orders")},
+                                {("d", "orders"): event_partitions("d", "orders")})
     resources = {"landing": LandingResource(landing_root=str(tmp_path / "landing")),
                  "warehouse": ParquetWarehouseResource(root=str(tmp_path / "warehouse"))}
     with build_sensor_context(instance=instance, resources=resources) as ctx:
@@ -103,10 +106,11 @@ def test_a_load_that_failed_for_good_is_not_asked_for_again_until_a_landing_hour
     land(tmp_path, "2026-01-31T13", {"2026-01-31T13": [{"order_id": "a"}]})
     with DagsterInstance.ephemeral() as instance:
         assert len(tick(tmp_path, instance).run_requests) == 1
-        refuse_event_pending(store, "d", "orders", DAY, pending_partitions(store, "d", "orders")[DAY], "gone done file")
+        unit = event_unit("d", "orders", DAY)
+        markers.refuse(store, unit, markers.marks_of(store, unit), "gone done file")
         warnings = Warnings()
         result = tick(tmp_path, instance, warnings)
-        assert result.run_requests == [] and "1 refused for good" in result.skip_reason.skip_message
+        assert result.run_requests == [] and ", 1 refused," in result.skip_reason.skip_message
         assert any(f"d.orders__by_event {DAY}: gone done file" in m for m in warnings.messages)
         land(tmp_path, "2026-02-02T09", {"2026-01-31T23": [{"order_id": "late"}]}, first=2000)
         assert [r.partition_key for r in tick(tmp_path, instance).run_requests] == [DAY]

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from dagster import DagsterInstance, build_sensor_context
 
-from kafka_landing.handoff import mark_pending
+from kafka_landing.handoff.markers import mark_pending
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.load_queue import MEMBER_TAG_PREFIX
+from kafka_landing.warehouse.queue.runs import MEMBER_TAG_PREFIX
 
 DATASET, TABLE = "ux", "events"
 
@@ -80,9 +80,9 @@ def test_consecutive_hours_resolve_to_one_range_run_and_a_lone_hour_to_its_parti
 
 def test_the_cap_per_tick_counts_runs_not_hours(landing, monkeypatch):
     from kafka_landing.definitions import build_definitions
-    from kafka_landing.warehouse import sensors
+    from kafka_landing.warehouse.queue import tick
 
-    monkeypatch.setattr(sensors, "MAX_REQUESTS_PER_TICK", 2)
+    monkeypatch.setattr(tick, "MAX_REQUESTS_PER_TICK", 2)
     now = floor_hour(datetime.now(timezone.utc))
     for start in (30, 20, 10):  # three runs of five consecutive hours
         for i in range(5):
@@ -98,7 +98,7 @@ def test_a_reland_between_the_sensors_reads_keeps_its_marker(landing, monkeypatc
     """The sensor reads a done file whose content is loaded and clears its marker; a re-land that
     writes new content and its marker right after that read must stay pending (review N6)."""
     from kafka_landing.definitions import build_definitions
-    from kafka_landing.handoff import content_sha, list_pending, marker_sha
+    from kafka_landing.handoff.markers import content_sha, list_pending, marks_of
     from kafka_landing.warehouse.parquet import ParquetWarehouse
 
     hour = floor_hour(datetime.now(timezone.utc)) - 3 * ONE_HOUR
@@ -110,7 +110,8 @@ def test_a_reland_between_the_sensors_reads_keeps_its_marker(landing, monkeypatc
 
     def read_then_reland(self, path):
         got = real_read(self, path)
-        by_sensor = sys._getframe(1).f_code.co_name == "done_file_sensor"  # not the reconciliation's read
+        # the queue tick's read of the done file (LandingHours.examine -> read_done_file), not the reconciliation's
+        by_sensor = (sys._getframe(1).f_code.co_name, sys._getframe(2).f_code.co_name) == ("read_done_file", "examine")
         if path == rel and by_sensor and not relanded:  # publish() of a re-land, just after the sensor's read
             relanded.append(True)
             self.write_atomic(rel, newer)
@@ -121,4 +122,4 @@ def test_a_reland_between_the_sensors_reads_keeps_its_marker(landing, monkeypatc
     evaluate(build_definitions())
     assert relanded
     (th,) = list_pending(landing)
-    assert marker_sha(landing, th) == content_sha(newer), "the re-land's marker was removed"
+    assert marks_of(landing, th).by_hour.get(th.hour) == content_sha(newer), "the re-land's marker was removed"

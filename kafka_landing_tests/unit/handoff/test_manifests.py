@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_landing.warehouse.done_checks import (
+from kafka_landing.handoff.manifests import (
     DoneFileMismatch,
     check_done_file,
     done_file_problems,

@@ -1,4 +1,4 @@
-"""Grouping ready loads into runs (`load_queue.plan_loads`): one run per table and run of
+"""Grouping ready loads into runs (`queue.runs.plan_loads`): one run per table and run of
 consecutive ready hours, run keys that a duplicate tick repeats and a retry never reuses,
 member tags that find every run that covered a load, and bounded, per-member retries,
 checked by example and against a model of Dagster's run-key rule."""
@@ -13,9 +13,9 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.handoff import TableHour, content_sha
+from kafka_landing.handoff.markers import TableHour, content_sha
 from kafka_landing.naming import ONE_HOUR, hour_from_tag, hour_tag
-from kafka_landing.warehouse.load_queue import (
+from kafka_landing.warehouse.queue.runs import (
     FINISHED,
     MAX_ATTEMPTS,
     MAX_HOURS_PER_RUN,

@@ -12,36 +12,37 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.handoff import (
+from kafka_landing.handoff.markers import (
+    Marks,
     TableHour,
     clear_pending,
     content_sha,
-    give_up_pending,
+    give_up,
     given_up_why,
     landed_hours,
     list_pending,
     mark_pending,
-    marker_sha,
+    marker_path,
+    marks_of,
     read_marker,
     refusal,
-    refuse_pending,
+    refuse,
 )
 from kafka_landing.naming import ONE_HOUR, hour_tag, last_closed_hour
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.load_queue import (
-    FINISHED,
-    MAX_ATTEMPTS,
-    RECONCILE_AGAIN_AFTER,
-    ScanPosition,
-    attempt_keys,
-    decide,
-    hours_behind,
-    reconcile,
-    run_key,
-)
+from kafka_landing.warehouse.queue.reconcile import RECONCILE_AGAIN_AFTER, ScanPosition, hours_behind, reconcile
+from kafka_landing.warehouse.queue.runs import FINISHED, MAX_ATTEMPTS, attempt_keys, decide, run_key
 
 DONE = "tables/shop/orders/hour=2026-11-20T13/_DONE.json"
 TH = TableHour("2026-11-20T13", "shop", "orders")
+
+
+def marker_sha(store, th):
+    return marks_of(store, th).by_hour.get(th.hour)
+
+
+def give_up_pending(store, th, seen, sha, why, runs=()):
+    return give_up(store, th, Marks({th.hour: seen}), sha, why, runs)
 
 
 def write_done(store: LocalStore, dataset: str, table: str, hour: str, body: bytes, mtime: float | None = None):
@@ -61,7 +62,7 @@ def test_a_marker_names_the_content_and_a_load_clears_only_that_content(tmp_path
     marker = mark_pending(store, DONE, b"A")
     assert marker == "pending_loads/shop/orders/hour=2026-11-20T13.json"
     assert json.loads(store.read_bytes(marker)) | {"marked_at": None} == {
-        "done_file": DONE, "sha256": content_sha(b"A"), "marked_at": None}
+        "unit": "hour", "done_file": DONE, "sha256": content_sha(b"A"), "marked_at": None}
     assert list_pending(store) == [TH]
     mark_pending(store, DONE, b"B")  # re-landed while A was being loaded
     assert not clear_pending(store, DONE, content_sha(b"A")), "the load of A must not clear B"
@@ -73,7 +74,7 @@ def test_a_marker_names_the_content_and_a_load_clears_only_that_content(tmp_path
 
 def test_an_unreadable_marker_still_means_look_here(tmp_path):
     store = LocalStore(tmp_path)
-    store.write_atomic(TH.marker, b"{not json")
+    store.write_atomic(marker_path(TH), b"{not json")
     assert list_pending(store) == [TH] and marker_sha(store, TH) is None
     assert clear_pending(store, DONE, None)
 
@@ -101,12 +102,13 @@ def test_a_load_given_up_on_is_moved_aside_until_re_landed_or_loaded(tmp_path):
     assert aside["sha256"] == content_sha(b"A") and aside["given_up"]["runs"] == ["r1"]
     assert given_up_why(aside) == "finished 3 times"
     assert not give_up_pending(store, TH, content_sha(b"A"), content_sha(b"A"), "x"), "moved once"
-    # Tried again by hand and failed for good: said on the marker moved aside.
-    assert refuse_pending(store, DONE, content_sha(b"A"), "Cannot add required fields")
-    assert refusal(read_marker(store, TH, given_up=True), content_sha(b"A")) == "Cannot add required fields"
+    # Tried again by hand and failed for good: said beside the marker moved aside (its `_refused` record).
+    refuse(store, TH, Marks({TH.hour: content_sha(b"A")}), "Cannot add required fields")
+    assert refusal(store, TH, Marks({TH.hour: content_sha(b"A")})).why == "Cannot add required fields"
     # Loaded by hand: gone, whatever content it named (the done file may have been fixed by hand).
     assert clear_pending(store, DONE, content_sha(b"fixed"))
     assert list_pending(store, given_up=True) == []
+    assert refusal(store, TH, Marks({TH.hour: content_sha(b"A")})) is None, "the refusal went with it"
     # Re-landed: the new content is pending, what was given up on is gone.
     mark_pending(store, DONE, b"A")
     assert give_up_pending(store, TH, content_sha(b"A"), content_sha(b"A"), "x")
@@ -132,17 +134,17 @@ def test_first_attempt_keeps_the_earlier_key_format():
 def test_retry_rule():
     sha = content_sha(b"A")
     k1, k2, k3 = attempt_keys(DONE, sha)
-    assert decide(DONE, sha, {}).run_key == k1
-    assert decide(DONE, sha, {k1: ["QUEUED"]}).action == "wait"
-    assert decide(DONE, sha, {k1: ["FAILURE"]}).run_key == k2
-    assert decide(DONE, sha, {k1: ["FAILURE"], k2: ["STARTED"]}).action == "wait"
-    assert decide(DONE, sha, {k1: ["FAILURE"], k2: ["CANCELED"]}).run_key == k3
+    assert decide(attempt_keys(DONE, sha), {}).run_key == k1
+    assert decide(attempt_keys(DONE, sha), {k1: ["QUEUED"]}).action == "wait"
+    assert decide(attempt_keys(DONE, sha), {k1: ["FAILURE"]}).run_key == k2
+    assert decide(attempt_keys(DONE, sha), {k1: ["FAILURE"], k2: ["STARTED"]}).action == "wait"
+    assert decide(attempt_keys(DONE, sha), {k1: ["FAILURE"], k2: ["CANCELED"]}).run_key == k3
     # A success that did not leave the content loaded (the warehouse was wiped since): load again.
-    assert decide(DONE, sha, {k1: ["SUCCESS"]}).run_key == k2
-    given_up = decide(DONE, sha, {k1: ["FAILURE"], k2: ["FAILURE"], k3: ["FAILURE"]})
+    assert decide(attempt_keys(DONE, sha), {k1: ["SUCCESS"]}).run_key == k2
+    given_up = decide(attempt_keys(DONE, sha), {k1: ["FAILURE"], k2: ["FAILURE"], k3: ["FAILURE"]})
     assert given_up.action == "give_up" and given_up.attempt == MAX_ATTEMPTS and len(given_up.runs) == 3
     # Another content of the same done file starts over.
-    assert decide(DONE, content_sha(b"B"), {k1: ["FAILURE"], k2: ["FAILURE"], k3: ["FAILURE"]}).attempt == 1
+    assert decide(attempt_keys(DONE, content_sha(b"B")), {k1: ["FAILURE"], k2: ["FAILURE"], k3: ["FAILURE"]}).attempt == 1
 
 
 STATUSES = sorted(FINISHED) + ["QUEUED", "NOT_STARTED", "STARTING", "STARTED", "CANCELING"]
@@ -153,7 +155,7 @@ def test_a_requested_key_never_has_a_run_and_a_run_in_flight_is_never_doubled(ru
     sha = content_sha(b"A")
     keys = attempt_keys(DONE, sha)
     statuses = {keys[a - 1]: s for a, s in runs_by_attempt.items()}
-    d = decide(DONE, sha, statuses)
+    d = decide(attempt_keys(DONE, sha), statuses)
     in_flight = any(s not in FINISHED for ss in statuses.values() for s in ss)
     assert (d.action == "wait") == in_flight
     if d.action == "request":

@@ -1,0 +1,211 @@
+"""Done files: the manifest of one (table, hour), written last, and the one way to read one.
+
+A done file lists every file of the hour with its row count, offsets and
+schema id, the topic's dead letters and the slice the hour came from, so a
+loader needs nothing else, and a person can trace any row to Kafka.
+
+A done file is the only thing a load reads to know what an hour holds, and
+tools other than kafka_landing may write them. One copied to the wrong folder,
+or listing a file of another hour (or `../../etc/passwd`), would load the
+wrong rows into the wrong partition, silently. So `read_done_file`, the one
+reader every consumer uses, checks the dataset, table and hour inside against
+the path and every listed file against that hour's folder
+(`tables/<dataset>/<table>/hour=<H>/`, see `naming.table_hour_dir`), and raises
+one `DoneFileError` saying whether a retry can help. Pure: no Dagster, no Spark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass
+
+from kafka_landing.errors import KafkaLandingError
+from kafka_landing.naming import DONE_FILE_RE, table_hour_dir
+
+DONE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    path: str  # relative to the landing root
+    rows: int
+    bytes: int
+    partition: int
+    first_offset: int
+    last_offset: int
+    schema_id: int | None = None  # None for dead-letter files
+    event_hour: str | None = None
+    crc32c: str | None = None  # on a bucket, the object's when its rows were counted: checks compare it
+
+    @property
+    def counted(self) -> tuple[int, str] | None:
+        """(rows, CRC32C) as counted when written, for `LandingStore.avro_rows`; None where unknown."""
+        return (self.rows, self.crc32c) if self.crc32c else None
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    rows: int
+    by_reason: dict[str, int]
+    files: tuple[LandedFile, ...]
+
+
+@dataclass(frozen=True)
+class DoneFile:
+    topic: str
+    dataset: str
+    table: str
+    hour: str
+    rows: int
+    schema_ids: tuple[int, ...]
+    files: tuple[LandedFile, ...]
+    dead_letters: DeadLetters
+    slice: dict  # {"manifest": path, "records": n, "partitions": [{partition, start, end}]}
+    topic_records_read: int
+    offsets_without_record: int  # offsets of the slice Kafka returned no record for (control records, compaction)
+    attempt: str
+    landed_at: str
+    retired: str | None = None  # why the hour no longer feeds this table (its rows are 0): the routing changed
+    skipped: tuple[dict, ...] = ()  # offset ranges of the slice retention deleted before landing, skipped on request
+    version: int = DONE_VERSION
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_bytes(self) -> bytes:
+        """The done file as publish writes it: its hash (`content_sha`) names this content."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True).encode()
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DoneFile":
+        d = dict(d)
+        if "offset_gaps" in d:  # written before the field had the name it has everywhere else
+            d.setdefault("offsets_without_record", d.pop("offset_gaps"))
+        dl = d.pop("dead_letters")
+        return cls(
+            **{k: v for k, v in d.items() if k not in ("files", "schema_ids", "skipped")},
+            skipped=tuple(d.get("skipped", ())),
+            files=tuple(LandedFile(**f) for f in d["files"]),
+            schema_ids=tuple(d["schema_ids"]),
+            dead_letters=DeadLetters(rows=dl["rows"], by_reason=dict(dl["by_reason"]),
+                                     files=tuple(LandedFile(**f) for f in dl["files"])),
+        )
+
+
+
+_OTHER_HOUR = re.compile(r"^tables/([^/]+)/([^/]+)/hour=([^/]+)/")
+
+
+def content_sha(content: bytes) -> str:
+    """A done file's identity: the SHA-256 of its bytes (markers, ledgers and run keys name it)."""
+    return hashlib.sha256(content).hexdigest()
+
+
+class DoneFileError(KafkaLandingError, ValueError):
+    """A done file that cannot be read as what its path says: unreadable, not JSON, contradicting
+    its path or listing files outside its hour. Terminal (the same bytes fail the same way) unless
+    the store itself did not answer. `gone`: there is no done file at that path."""
+
+    def __init__(self, *args, transient: bool | None = None, gone: bool = False):
+        super().__init__(*args, transient=transient)
+        self.gone = gone
+
+
+DoneFileMismatch = DoneFileError  # the name the checks used before there was one reader
+
+
+def _listed_path_problem(path: object, folder: str) -> str | None:
+    if not isinstance(path, str) or not path:
+        return "is not a path"
+    if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
+        return "is an absolute path"
+    if "\\" in path:
+        return "contains a backslash"
+    parts = path.split("/")
+    if ".." in parts:
+        return "contains '..'"
+    if any(p in ("", ".") for p in parts):
+        return "contains an empty or '.' path component"
+    if not path.startswith(folder):
+        other = _OTHER_HOUR.match(path)
+        if other:
+            return f"belongs to {other[1]}.{other[2]} hour {other[3]}, not to this done file's hour"
+        return "lies outside the hour's folder"
+    if any(p.startswith(("_", ".")) for p in path[len(folder):].split("/")):
+        return "is a hidden or staging file (its name starts with '_' or '.')"
+    return None
+
+
+def done_file_problems(rel: str, raw: object) -> list[str]:
+    """Every way the done file at `rel` (relative to the landing root) contradicts its
+    path; empty when it can be trusted. Each problem names the done file and the field."""
+    m = DONE_FILE_RE.match(rel)
+    if not m:
+        return [f"done file {rel}: its path is not tables/<dataset>/<table>/hour=<YYYY-MM-DDTHH>/_DONE.json"]
+    if not isinstance(raw, dict):
+        return [f"done file {rel}: is not a JSON object"]
+    problems = []
+    for field in ("dataset", "table", "hour"):
+        if raw.get(field) != m[field]:
+            problems.append(f"done file {rel}: field '{field}' is {raw.get(field)!r}, its path says {m[field]!r}")
+    folder = table_hour_dir(m["dataset"], m["table"], m["hour"]) + "/"
+    files = raw.get("files")
+    if not isinstance(files, list):
+        problems.append(f"done file {rel}: field 'files' is not a list")
+        files = []
+    for i, f in enumerate(files):
+        path = f.get("path") if isinstance(f, dict) else None
+        why = _listed_path_problem(path, folder)
+        if why:
+            problems.append(f"done file {rel}: field 'files[{i}].path' {path!r} {why}; "
+                            f"a done file lists only files under {folder}")
+    if not problems:
+        try:
+            done = DoneFile.from_dict(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            return [f"done file {rel}: is not a done file this version reads ({type(exc).__name__}: {exc})"]
+        listed = sum(f.rows for f in done.files)
+        if done.rows != listed:
+            problems.append(f"done file {rel}: field 'rows' is {done.rows}, its files list {listed} rows")
+    return problems
+
+
+def check_done_file(rel: str, raw: object) -> DoneFile:
+    """The parsed done file, or DoneFileMismatch naming every problem and what to do."""
+    problems = done_file_problems(rel, raw)
+    if problems:
+        raise DoneFileError(
+            "; ".join(problems)
+            + ". Nothing was loaded from it: re-land the hour (materialise its avro_landing asset) "
+              "or fix the tool that wrote this done file."
+        )
+    return DoneFile.from_dict(raw)  # type: ignore[arg-type]
+
+
+def read_done_file(store, rel: str) -> tuple[DoneFile, str]:
+    """The done file at `rel` (relative to the landing root), checked against its path, and its
+    content hash: the one reader. DoneFileError (`gone` when absent) names the file, every
+    problem and what to do; a store that does not answer raises its own (transient) error."""
+    try:
+        content = store.read_bytes(rel)
+    except FileNotFoundError:
+        raise DoneFileError(f"done file {store.location(rel)} does not exist: land the hour first",
+                            gone=True) from None
+    try:
+        raw = json.loads(content)
+    except ValueError as exc:
+        raise DoneFileError(f"done file {store.location(rel)} is not JSON ({exc}); nothing was loaded from it: "
+                            "re-land the hour or fix the tool that wrote it") from None
+    return check_done_file(rel, raw), content_sha(content)
+
+
+def read_done_file_or_none(store, rel: str) -> tuple[DoneFile, str] | None:
+    """`read_done_file`, None where there is no done file."""
+    try:
+        return read_done_file(store, rel)
+    except DoneFileError as exc:
+        if exc.gone:
+            return None
+        raise

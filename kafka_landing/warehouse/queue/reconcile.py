@@ -1,0 +1,228 @@
+"""Done files nobody marked, and hours behind: what the queue finds without a marker.
+
+Why: a done file's mtime says nothing about whether it was loaded (copies keep
+old mtimes), and globbing every done file ever written on every tick grows
+without bound. So done files written by other tools (no marker) are found by a
+reconciliation (`reconcile`) that remembers which hours it checked, so a tick
+reads only done files of hours it has not checked yet, and checks everything
+again once a day (what changed in place without a marker).
+
+Pure: no Dagster, no Spark.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from kafka_landing.handoff.manifests import content_sha
+from kafka_landing.handoff.markers import TableHour, given_up, mark_pending, marker_path, subfolders
+from kafka_landing.naming import (
+    HOUR_TAG_FORMAT,
+    ONE_HOUR,
+    hour_folder_tag,
+    hour_from_tag,
+    hour_tag,
+    last_closed_hour,
+    table_dir,
+)
+from kafka_landing.store.base import LandingStore
+
+
+def _hour_tags(store: LandingStore, dataset: str, table: str) -> list[str]:
+    """The hour tags of the table's hour=<H> folders, oldest first."""
+    return [h for n in subfolders(store, table_dir(dataset, table)) if (h := hour_folder_tag(n))]
+
+
+# --- reconciliation: done files nobody marked -----------------------------------------
+#
+# A bucket tells a done file's name for the price of a listing (a page of names per call)
+# but its content, or even its mtime (which copies may set back anyway), only for one call
+# per object. So what reconciliation remembers is names: per table, the hours whose done
+# file it has checked. Each call lists each table's hour folders and first reads the hours
+# never checked (a new hour, or one whose folder had gone and came back, put there by
+# another tool with whatever mtime). What changes in place without a marker (a copy over an
+# existing hour, a publish that crashed between the done file and its marker, a warehouse
+# that forgot its loads) has no cheaper sign: a table whose hours were all checked
+# `RECONCILE_AGAIN_AFTER` ago has them read again, oldest first, with what budget the hours
+# never checked leave.
+
+RECONCILE_AGAIN_AFTER = 24 * 3600  # seconds
+
+
+def _hour_number(tag: str) -> int:
+    return int(hour_from_tag(tag).timestamp()) // 3600
+
+
+def _runs(numbers: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """Sorted inclusive runs of consecutive numbers: a table's hours are one run or a few."""
+    out: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return tuple((a, b) for a, b in out)
+
+
+@dataclass(frozen=True)
+class TableScan:
+    since: float  # when the hours checked were last all read (seconds since the epoch)
+    hours: tuple[tuple[int, int], ...] = ()  # runs of hour numbers (hours since the epoch) checked
+    again: tuple[float, int] | None = None  # a reading again under way: (when it began, last hour read)
+
+    def checked(self) -> set[int]:
+        return {n for a, b in self.hours for n in range(a, b + 1)}
+
+
+@dataclass(frozen=True)
+class ScanPosition:
+    """Where reconciliation stands (the sensor keeps it in its cursor): per "dataset.table",
+    what was checked; and the table the next call starts with, so that tables take turns
+    when a call runs out of budget."""
+
+    table: str | None = None
+    tables: Mapping[str, TableScan] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"next": self.table,
+                "tables": {k: {"since": int(v.since), "hours": [list(r) for r in v.hours],
+                               **({"again": [int(v.again[0]), v.again[1]]} if v.again else {})}
+                           for k, v in sorted(self.tables.items())}}
+
+    @classmethod
+    def from_json(cls, raw: object) -> ScanPosition:
+        """Anything unreadable (an older cursor) starts again: every done file is read once."""
+        try:
+            tables = {}
+            for k, v in raw["tables"].items():
+                again = (float(v["again"][0]), int(v["again"][1])) if v.get("again") else None
+                tables[str(k)] = TableScan(float(v["since"]), tuple((int(a), int(b)) for a, b in v["hours"]), again)
+            return cls(raw.get("next"), tables)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return cls()
+
+
+def _reconcile_one(store: LandingStore, th: TableHour, loaded_sha: Callable[[str, str, str], str | None]
+                   ) -> bool | None:
+    """Mark the done file of `th` pending if its content is not loaded, not pending and not
+    given up on. True if marked; None if there is no done file (yet)."""
+    try:
+        content = store.read_bytes(th.done_file)
+    except FileNotFoundError:
+        return None
+    sha = content_sha(content)
+    if loaded_sha(th.dataset, th.table, th.hour) == sha or store.exists(marker_path(th)):
+        return False
+    if (given_up(store, th) or {}).get("sha256") == sha:
+        return False
+    mark_pending(store, th.done_file, content)
+    return True
+
+
+def reconcile(
+    store: LandingStore,
+    tables: Sequence[tuple[str, str]],
+    loaded_sha: Callable[[str, str, str], str | None],
+    position: ScanPosition,
+    budget: int,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.time,
+    again_after: float = RECONCILE_AGAIN_AFTER,
+) -> tuple[ScanPosition, list[TableHour], int]:
+    """Read the done files of the configured `tables` that `position` says were never
+    checked, then those due to be read again, at most `budget` of them and until `clock()`
+    passes `deadline`; mark every one whose content is not the content loaded
+    (`loaded_sha(dataset, table, hour)`) and that has no marker (pending, or given up on for
+    that content). Returns (the new position, hours marked, done files read)."""
+    tables = sorted(tables)
+    names = [f"{d}.{t}" for d, t in tables]
+    if not names:
+        return ScanPosition(), [], 0
+    start = names.index(position.table) if position.table in names else 0
+    now = clock()
+    scans = {k: v for k, v in position.tables.items() if k in names}
+    listed: dict[str, dict[int, str]] = {}
+    marked, scanned = [], 0
+
+    def out_of_budget() -> bool:
+        return scanned >= budget or (deadline is not None and clock() >= deadline)
+
+    def read(th: TableHour) -> bool:
+        nonlocal scanned
+        scanned += 1
+        found = _reconcile_one(store, th, loaded_sha)
+        if found:
+            marked.append(th)
+        return found is not None
+
+    # Hours never checked, each table in turn from where the last call ran out.
+    for i in [*range(start, len(names)), *range(start)]:
+        name, (dataset, table) = names[i], tables[i]
+        if out_of_budget():
+            return ScanPosition(name, scans), marked, scanned
+        scan = scans.get(name) or TableScan(now)
+        listed[name] = {_hour_number(h): h for h in _hour_tags(store, dataset, table)}
+        checked = scan.checked() & listed[name].keys()  # a folder gone and back is new again
+        stopped = False
+        for n in sorted(listed[name].keys() - checked):
+            if stopped := out_of_budget():
+                break
+            if read(TableHour(listed[name][n], dataset, table)):
+                checked.add(n)  # a folder without its done file (yet) is looked at again
+        scans[name] = TableScan(scan.since, _runs(checked), scan.again)
+        if stopped:
+            return ScanPosition(name, scans), marked, scanned
+
+    # Everything checked: a table whose hours were all read long enough ago has them read again.
+    for name, (dataset, table) in zip(names, tables):
+        scan = scans[name]
+        if scan.again is None and now - scan.since < again_after:
+            continue
+        began, last = scan.again or (now, -1)
+        checked = scan.checked()
+        for n in sorted(k for k in listed[name] if k > last and k in checked):
+            if out_of_budget():
+                scans[name] = TableScan(scan.since, scan.hours, (began, last))
+                return ScanPosition(None, scans), marked, scanned
+            read(TableHour(listed[name][n], dataset, table))
+            last = n
+        scans[name] = TableScan(began, scan.hours)
+    return ScanPosition(None, scans), marked, scanned
+
+
+# --- hours behind ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Behind:
+    first_landed_hour: str | None  # the first landed (or loaded) hour: where counting starts
+    last_closed_hour: str | None
+    missing: tuple[str, ...]  # closed hours from first_landed_hour on with nothing loaded, oldest first
+
+    @property
+    def hours(self) -> int:
+        return len(self.missing)
+
+
+def hours_behind(landed: Iterable[str], loaded: Iterable[str], now: datetime, grace_minutes: int) -> Behind:
+    """Closed hours not loaded, counted from the table's first landed or loaded hour: hours
+    before a table's first data are not "behind" (a new table, or a partitions start that
+    predates the topic), every closed hour after it is, landed or not."""
+    loaded = set(loaded)
+    known = set(landed) | loaded
+    last = last_closed_hour(now, grace_minutes)
+    if not known:
+        return Behind(None, hour_tag(last), ())
+    first = min(known)
+    missing = []
+    h = hour_from_tag(first)
+    while h <= last:
+        tag = h.strftime(HOUR_TAG_FORMAT)
+        if tag not in loaded:
+            missing.append(tag)
+        h += ONE_HOUR
+    return Behind(first, hour_tag(last), tuple(missing))
+
+

@@ -1,0 +1,228 @@
+"""The event-time table's checks as the UI shows them: each check's latest evaluation per partition,
+read from a real (ephemeral) Dagster instance after the runs the event sensor asks for, on the
+BigQuery backend (the strict fake, no Spark). After a late landing hour, a topic whose every event
+partition holds exactly its records shows no failing check; a loss still fails with ERROR, and a day
+amended after it had settled fails `settled`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from dagster import AssetCheckKey, AssetCheckSeverity, DagsterInstance, materialize
+from dagster._core.event_api import PartitionKeyFilter
+
+from kafka_landing.config import TopicConfig
+from kafka_landing.naming import event_manifest_path, event_pending_dir
+from kafka_landing.resources import LandingResource, SparkResource
+from kafka_landing.warehouse.assets import build_event_asset, event_key
+from kafka_landing.warehouse.checks import CONSERVATION_BY_EVENT, SETTLED, build_event_checks
+from kafka_landing.warehouse.resources import BigQueryWarehouseResource
+from kafka_landing_tests.bigquery_fake import serving_folder
+from kafka_landing_tests.helpers import GsLikeStore, write_event_hour
+
+PROJECT = "kl-event-checks"
+DS, T = "shop", "orders"
+CFG = TopicConfig(topic="orders", dataset=DS, table=T, event_time_field="created_at")  # settle_hours 48
+KEY = event_key(DS, T)
+SCHEMA = {"type": "record", "name": "Order", "fields": [
+    {"name": "order_id", "type": "string"},
+    {"name": "created_at", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]}]}
+DAY, LATE_DAY = "2026-01-31", "2026-02-03"
+
+
+AFTER_WRITE: dict[str, object] = {}  # landing path -> what a test does right after it is written, once
+
+
+class HookedStore(GsLikeStore):
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        super().write_atomic(rel, data)
+        if (then := AFTER_WRITE.pop(rel, None)) is not None:
+            then()
+
+
+class GsLikeLanding(LandingResource):
+    """The landing root as a gs:// bucket, as the BigQuery backend loads from it (see GsLikeStore)."""
+
+    def store(self) -> GsLikeStore:
+        return HookedStore(self.landing_root)
+
+
+@dataclass
+class World:
+    store: GsLikeStore
+    fake: object  # the BigQuery fake
+    instance: DagsterInstance
+    root: str
+
+    def __iter__(self):
+        return iter((self.store, self.fake, self.instance))
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    fake = serving_folder(tmp_path)
+    monkeypatch.setenv("BIGQUERY_EMULATOR_HOST", fake.url)
+    with DagsterInstance.ephemeral() as instance:
+        yield World(GsLikeStore(tmp_path), fake, instance, str(tmp_path))
+    fake.stop()
+    AFTER_WRITE.clear()
+
+
+def land(store, hour: str, spread: dict[str, list[str]], first: int) -> None:
+    def at(tag):
+        return datetime.strptime(tag, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc) + timedelta(minutes=7)
+
+    write_event_hour(store, DS, T, hour, {e: [{"order_id": i, "created_at": at(e)} for i in ids]
+                                          for e, ids in spread.items()}, SCHEMA, topic="orders", first=first)
+
+
+def run(world, partition: str):
+    """A run of the event partition with the table's checks, as the event sensor requests it."""
+    store, _, instance = world
+    instance.add_dynamic_partitions(f"{DS}__orders__by_event", [partition])
+    assets = [build_event_asset(CFG, T, "bigquery"), *build_event_checks(CFG, T)]
+    result = materialize(assets, partition_key=partition, instance=instance, resources={
+                             "landing": GsLikeLanding(landing_root=world.root),
+                             "warehouse": BigQueryWarehouseResource(project=PROJECT, location="US"),
+                             "pyspark": SparkResource(remote="sc://127.0.0.1:1")})  # never opened
+    assert result.success
+    return result
+
+
+def latest(instance, check: str) -> dict:
+    """{partition: the check's latest evaluation}, as the UI reads them."""
+    out = {}
+    for partition in instance.get_dynamic_partitions(f"{DS}__orders__by_event"):
+        key = AssetCheckKey(KEY, check)
+        rec = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [key], partition_filter=PartitionKeyFilter(key=partition)).get(key)
+        if rec is not None:
+            out[partition] = rec.evaluation
+    return out
+
+
+def ids(fake, pid: str) -> list[str]:
+    return sorted(r["order_id"] for r in fake.partition_rows(PROJECT, DS, "orders__by_event", pid))
+
+
+def exact_after_a_late_hour(world) -> None:
+    """Jan 31 loaded, then a landing hour three days later brings one more record of it: the event
+    sensor asks for Jan 31 and Feb 3, in that order. Every record ends up in its day once."""
+    store, fake, _ = world
+    land(store, "2026-01-31T13", {"2026-01-31T13": ["a", "b"]}, first=1000)
+    run(world, DAY)
+    land(store, "2026-02-03T09", {"2026-01-31T23": ["late"], "2026-02-03T09": ["e"]}, first=2000)
+    first = run(world, DAY)
+    # Jan 31 was counted before Feb 3 had its version: it waited for Feb 3 (a warning, not a loss).
+    waited = {e.check_name: e for e in first.get_asset_check_evaluations()}[CONSERVATION_BY_EVENT]
+    assert (waited.passed, waited.severity) == (False, AssetCheckSeverity.WARN), waited.description
+    run(world, LATE_DAY)
+    assert (ids(fake, "20260131"), ids(fake, "20260203")) == (["a", "b", "late"], ["e"])
+
+
+def test_after_a_late_hour_no_check_of_exact_data_stays_red(world):
+    store, _, instance = world
+    exact_after_a_late_hour(world)
+    for check in (CONSERVATION_BY_EVENT, SETTLED):
+        shown = latest(instance, check)
+        assert sorted(shown) == [DAY, LATE_DAY], check
+        assert {p: e.passed for p, e in shown.items()} == {DAY: True, LATE_DAY: True}, {
+            p: e.description for p, e in shown.items()}
+    again = latest(instance, CONSERVATION_BY_EVENT)[DAY]
+    assert again.metadata["evaluated_again_after"].value == LATE_DAY
+    # The result shown is on Jan 31's latest materialisation: current, as the UI judges it.
+    infos = {i.partition_key: i for i in instance.event_log_storage.get_asset_check_partition_info(
+        [AssetCheckKey(KEY, CONSERVATION_BY_EVENT)])}
+    assert sorted(infos) == [DAY, LATE_DAY] and infos[DAY].is_current and infos[LATE_DAY].is_current
+    settled = latest(instance, SETTLED)[DAY]
+    assert settled.metadata["settled"].value is False and settled.metadata["settles_at"].value
+    assert "may still amend it until" in settled.description
+
+
+def test_rows_lost_in_the_warehouse_fail_conservation_with_error(world):
+    store, fake, instance = world
+    exact_after_a_late_hour(world)
+    fake.tables[(PROJECT, DS, "orders__by_event")]["partitions"]["20260131"].pop()  # other hands
+    run(world, DAY)  # materialised again: the warehouse holds this version already, so nothing is loaded
+    shown = latest(instance, CONSERVATION_BY_EVENT)[DAY]
+    assert (shown.passed, shown.severity) == (False, AssetCheckSeverity.ERROR)
+    assert "holds 2 rows, version 2 lists 3" in shown.description
+
+
+def test_a_late_hour_whose_other_day_was_never_marked_fails_with_error(world):
+    """The late day's markers gone without a version (a lost load): nothing waits, Jan 31's count is a loss."""
+    store, _, instance = world
+    land(store, "2026-01-31T13", {"2026-01-31T13": ["a"]}, first=1000)
+    land(store, "2026-02-03T09", {"2026-01-31T23": ["late"], "2026-02-03T09": ["e"]}, first=2000)
+    for rel in store.list(event_pending_dir(DS, T, LATE_DAY), "*.json"):
+        store.delete(rel)
+    run(world, DAY)
+    shown = latest(instance, CONSERVATION_BY_EVENT)[DAY]
+    assert (shown.passed, shown.severity) == (False, AssetCheckSeverity.ERROR), shown.description
+
+
+def test_a_day_amended_after_it_had_settled_fails_settled(world):
+    store, _, instance = world
+    land(store, "2026-01-31T13", {"2026-01-31T13": ["a", "b"]}, first=1000)
+    run(world, DAY)
+    # Three days pass: version 1 of Jan 31 settled (it was made 72 h ago).
+    rel = event_manifest_path(DS, T, DAY, 1)
+    v1 = json.loads(store.read_bytes(rel))
+    made = (datetime.fromisoformat(v1["amended_at"]) - timedelta(hours=72)).isoformat(timespec="seconds")
+    store.write_atomic(rel, json.dumps({**v1, "amended_at": made, "created_at": made}).encode())
+    land(store, "2026-02-03T09", {"2026-01-31T23": ["late"], "2026-02-03T09": ["e"]}, first=2000)
+    run(world, DAY)
+    run(world, LATE_DAY)
+    shown = latest(instance, SETTLED)
+    assert sorted(shown) == [DAY, LATE_DAY]
+    assert (shown[DAY].passed, shown[DAY].severity) == (False, AssetCheckSeverity.WARN)
+    assert "amended it after it had settled at" in shown[DAY].description
+    assert shown[DAY].metadata["amended_after_it_settled_at"].value
+    assert shown[LATE_DAY].passed  # a new day: nothing had settled
+    conservation = latest(instance, CONSERVATION_BY_EVENT)  # and the data are exact
+    assert {p: e.passed for p, e in conservation.items()} == {DAY: True, LATE_DAY: True}
+
+
+def test_a_count_made_while_the_late_day_was_being_loaded_does_not_stay_red(world, monkeypatch):
+    """Two runs at once: Jan 31's check counts before Feb 3 has its version, and Feb 3's whole run
+    (version, load, checks) ends before Jan 31's result is stored. Feb 3's check finds Jan 31's check
+    still to report after its load and evaluates it again: that newer result is the one shown."""
+    from kafka_landing.warehouse import checks
+
+    store, _, instance = world
+    land(store, "2026-01-31T13", {"2026-01-31T13": ["a", "b"]}, first=1000)
+    land(store, "2026-02-03T09", {"2026-01-31T23": ["late"], "2026-02-03T09": ["e"]}, first=2000)
+    count, raced = checks.event_conservation, []
+
+    def racing(store_, backend, cfg, table, partition):
+        c = count(store_, backend, cfg, table, partition)
+        if partition == DAY and not raced:
+            raced.append(LATE_DAY)
+            run(world, LATE_DAY)  # the other run, start to end, between Jan 31's count and its store
+        return c
+
+    monkeypatch.setattr(checks, "event_conservation", racing)
+    own = {e.check_name: e for e in run(world, DAY).get_asset_check_evaluations()}[CONSERVATION_BY_EVENT]
+    assert len(raced) == 1 and (own.passed, own.severity) == (False, AssetCheckSeverity.WARN)  # counted early
+    shown = latest(instance, CONSERVATION_BY_EVENT)
+    assert {p: e.passed for p, e in shown.items()} == {DAY: True, LATE_DAY: True}, {
+        p: e.description for p, e in shown.items()}
+
+
+def test_a_partition_being_loaded_is_not_evaluated_again_by_another_s_run(world):
+    """Feb 3's whole run happens while Jan 31's run has written its new version but not loaded it yet:
+    counting Jan 31 then would find the warehouse one version behind and report a loss that the load
+    under way is about to end. Its own check, after its load, reports it."""
+    store, _, instance = world
+    land(store, "2026-01-31T13", {"2026-01-31T13": ["a", "b"]}, first=1000)
+    run(world, DAY)
+    land(store, "2026-02-03T09", {"2026-01-31T23": ["late"], "2026-02-03T09": ["e"]}, first=2000)
+    AFTER_WRITE[event_manifest_path(DS, T, DAY, 2)] = lambda: run(world, LATE_DAY)
+    run(world, DAY)
+    assert not AFTER_WRITE  # Feb 3's run did happen in between
+    shown = latest(instance, CONSERVATION_BY_EVENT)
+    assert {p: e.passed for p, e in shown.items()} == {DAY: True, LATE_DAY: True}, {
+        p: e.description for p, e in shown.items()}
