@@ -1,18 +1,24 @@
 """The benchmark's verdicts: each goal of issue 21 met or not from the two numbers it
-compares, at its boundary too, and a report that shows every section and goal."""
+compares, at its boundary too, and a report that shows every section and goal; a full run
+writes it into docs/benchmark.md as the latest run, and nothing else of that page."""
 
 import copy
 
 import pytest
 
+from kafka_landing_tools import bench
 from kafka_landing_tools.bench import (
+    DOCS_PAGE,
     GOALS,
+    LATEST_BEGIN,
+    LATEST_END,
     SECTIONS,
     amendment_table,
     evaluate_goals,
     markdown,
     memory_rows,
     stage_table,
+    write_latest_run,
 )
 
 
@@ -267,3 +273,71 @@ def test_an_amendment_is_shown_beside_the_late_hours_landing_hour_load():
 def test_a_run_without_an_amendment_says_so():
     md = markdown({**_report(), "goals": evaluate_goals(_report())})
     assert "### Amending an event day\n\nNot measured in this run." in md
+
+
+def _full_report():
+    report = _report()
+    report["goals"] = evaluate_goals(report)
+    return report
+
+
+def _page(latest: str) -> str:
+    return (f"# Benchmark\n\nMethod, by hand.\n\n{LATEST_BEGIN}\n\n{latest}\n{LATEST_END}\n\n"
+            "## Where the time goes\n\nBy hand.\n")
+
+
+def test_the_latest_run_replaces_the_one_between_the_markers_and_nothing_else(tmp_path):
+    page = tmp_path / "benchmark.md"
+    page.write_text(_page("The latest run on this machine (2026-01-01; ...):\n\n### Setup\n\nan old run\n"))
+    write_latest_run(_full_report(), page)
+    text = page.read_text()
+    before, rest = text.split(LATEST_BEGIN)
+    latest, after = rest.split(LATEST_END)
+    assert before == "# Benchmark\n\nMethod, by hand.\n\n"
+    assert after == "\n\n## Where the time goes\n\nBy hand.\n"
+    assert "an old run" not in text
+    assert latest == f"\n\nThe latest run on this machine (2026-11-21; the runs before it are in git history):\n\n" \
+                     f"{markdown(_full_report())}\n"
+    # a second run replaces the first, the page keeps one latest run
+    write_latest_run(_full_report(), page)
+    assert page.read_text() == text
+
+
+@pytest.mark.parametrize("latest", [None, "reversed", "twice"])
+def test_a_page_without_its_markers_is_refused_and_left_as_it_was(tmp_path, latest):
+    page = tmp_path / "benchmark.md"
+    text = {None: "# Benchmark\n\nno markers\n",
+            "reversed": f"{LATEST_END}\nold\n{LATEST_BEGIN}\n",
+            "twice": _page("old") + _page("old")}[latest]
+    page.write_text(text)
+    with pytest.raises(ValueError, match="the latest run goes between"):
+        write_latest_run(_full_report(), page)
+    assert page.read_text() == text
+
+
+def test_the_docs_page_holds_a_latest_run_in_the_reports_own_sections():
+    """docs/benchmark.md has the markers once each, in order, and between them a report with
+    every section the benchmark writes, so the next `make bench` replaces it like for like."""
+    text = DOCS_PAGE.read_text()
+    assert text.count(LATEST_BEGIN) == 1 and text.count(LATEST_END) == 1
+    latest = text.split(LATEST_BEGIN)[1].split(LATEST_END)[0]
+    assert latest.lstrip().startswith("The latest run on this machine (")
+    assert [line[4:] for line in latest.splitlines() if line.startswith("### ")] == list(SECTIONS)
+
+
+@pytest.mark.parametrize("argv, page", [([], DOCS_PAGE), (["--quick"], None), (["--no-docs"], None),
+                                        (["--messages", "1000"], DOCS_PAGE)])
+def test_a_full_run_writes_the_docs_page_and_a_smoke_run_does_not(monkeypatch, argv, page):
+    calls = []
+    monkeypatch.setattr(bench, "run", lambda **kw: calls.append(kw))
+    monkeypatch.setattr("sys.argv", ["bench", *argv])
+    bench.main()
+    assert len(calls) == 1 and calls[0]["docs_page"] == page
+
+
+def test_a_run_checks_the_pages_markers_before_it_measures_anything(tmp_path, monkeypatch):
+    page = tmp_path / "benchmark.md"
+    page.write_text("# Benchmark\n")
+    monkeypatch.setattr("kafka_landing_tools.devstack.up", lambda: pytest.fail("the run started"))
+    with pytest.raises(ValueError, match="the latest run goes between"):
+        bench.run(out=tmp_path, docs_page=page)
