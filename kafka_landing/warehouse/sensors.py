@@ -33,7 +33,7 @@ from dagster import (
 
 from kafka_landing.handoff import markers
 from kafka_landing.handoff.markers import listed_tables
-from kafka_landing.handoff.units import LoadUnit
+from kafka_landing.handoff.units import HOUR, LoadUnit
 from kafka_landing.hours import REDO_DONE_HOURS_TAG, SPARK_TAG
 from kafka_landing.naming import hour_from_tag, hour_key, pending_dir
 from kafka_landing.resources import LandingResource
@@ -94,8 +94,9 @@ def _warn_given_up(log, plan: TickPlan, store, what: str, remedy: str) -> None:
     moved = {u.name: (u, why) for u, _, why in reversed(plan.moved)}
     for name, units in sorted(plan.given_up.items()):
         u, why = moved.get(name) or (units[0], markers.given_up_why(markers.given_up(store, units[0])))
+        example = u.done_file if u.kind == HOUR else str(u)
         log.warning(f"{name}: {len(units)} {what} not loaded and not requested again ({units[0].partition} to "
-                    f"{units[-1].partition}), e.g. {u}: {why[:1000]}. {remedy}")
+                    f"{units[-1].partition}), e.g. {example}: {why[:1000]}. {remedy}")
 
 
 def load_run_request(group: LoadGroup, key: AssetKey, spark: bool) -> RunRequest:
