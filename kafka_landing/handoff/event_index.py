@@ -66,11 +66,6 @@ def sources(store: LandingStore, dataset: str, table: str, partition: str) -> li
     return sorted(h for rel in rels if (h := hour_folder_tag(rel.rsplit("/", 1)[-1])))
 
 
-def indexed_tables(store: LandingStore, dataset: str) -> list[str]:
-    """Tables of `dataset` that have event partitions (a retired table's too): one listing."""
-    return [t for t in store.subdirs(f"{EVENTS_DIR}/{dataset}") if not t.startswith("_")]
-
-
 def granularity_of(store: LandingStore, dataset: str, table: str) -> str | None:
     """'day' or 'hour': what a table's event partitions were cut by, from their names (one listing);
     None if it has none."""

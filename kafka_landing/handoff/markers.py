@@ -53,7 +53,6 @@ from kafka_landing.naming import (
     check_event_partition,
     dataset_dir,
     done_file_glob,
-    done_file_path,
     event_given_up_path,
     event_lock_path,
     event_pending_dir,
@@ -365,7 +364,3 @@ def listed_tables(store: LandingStore) -> list[tuple[str, str]]:
     """(dataset, table) folders under tables/: cheap, to warn about unconfigured ones."""
     return [(d, t) for d in subfolders(store, TABLES_DIR) for t in subfolders(store, dataset_dir(d))]
 
-
-def done_file_of(unit: LoadUnit, hour: str) -> str:
-    """The done file of landing hour `hour` of the unit's table."""
-    return done_file_path(unit.dataset, unit.table, hour)

@@ -25,7 +25,7 @@ from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff import markers
-from kafka_landing.handoff.manifests import DoneFile, DoneFileMismatch, content_sha, read_done_file
+from kafka_landing.handoff.manifests import DoneFile, DoneFileMismatch, read_done_file
 from kafka_landing.handoff.units import EVENT, HOUR, LoadUnit, hour_unit
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
@@ -127,6 +127,7 @@ def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: 
     until they change; a failure about another unit (`elsewhere`: another hour of the day, a source
     file replaced meanwhile) refuses nothing. `cfg`: the topic of an event partition."""
     seen = markers.marks_of(store, unit)
+    sha = None  # the content a landing hour's load tried: what a refusal names
     try:
         if unit.kind == EVENT:
             if cfg is None:
@@ -135,9 +136,9 @@ def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: 
         done, sha = read_done_file(store, unit.done_file)
         result = warehouse.load_hour(store, done, spark, done_file=unit.done_file, done_sha256=sha)
     except KafkaLandingError as exc:
-        if not exc.transient and not exc.elsewhere and seen:
-            if unit.kind == HOUR:
-                seen = markers.Marks({unit.partition: _sha_or(store, unit, seen)})
+        if not exc.transient and not exc.elsewhere and seen and (unit.kind == EVENT or sha is not None):
+            if unit.kind == HOUR:  # a done file that cannot be read is moved aside by the queue, not refused
+                seen = markers.Marks({unit.partition: sha})
             after = exc.heals_after
             markers.refuse(store, unit, seen, str(exc),
                            datetime.now(timezone.utc) + timedelta(seconds=after) if after else None)
@@ -146,14 +147,6 @@ def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: 
     for hour, hour_sha in result.also_loaded:  # the day now holds these hours as this content
         markers.clear(store, hour_unit(unit.dataset, unit.table, hour), {hour: hour_sha})
     return result
-
-
-def _sha_or(store: LandingStore, unit: LoadUnit, seen: markers.Marks) -> str | None:
-    """The content a failed load tried: the done file's hash now (a refusal names content, not a marker)."""
-    try:
-        return content_sha(store.read_bytes(unit.done_file))
-    except FileNotFoundError:
-        return seen.by_hour.get(unit.partition)
 
 
 def load_done_file(warehouse: Warehouse, store: LandingStore, done_file: str, spark: SparkFactory) -> LoadResult:
