@@ -9,7 +9,8 @@ import pytest
 
 from kafka_landing.errors import is_transient
 from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, day_sha, job_id, partition_id
-from kafka_landing.warehouse.load import LoadError, content_sha, load_done_file
+from kafka_landing.handoff.manifests import content_sha
+from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing_tests.bigquery_fake import serving_folder
 from kafka_landing_tests.helpers import GsLikeStore, write_hour
 
