@@ -234,7 +234,7 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
                 *build_warehouse_checks(config)],
         jobs=[*jobs.values(), plan_backfill, retire_hours],
         schedules=[build_schedule(config.topics[name], job) for name, job in jobs.items()],
-        sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables),
+        sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables, events),
                  *([build_event_sensor(events, {k: event_partitions(*k) for k in events})] if events else [])],
         resources=resources,
         # A run's steps (freeze -> land -> checks, or load -> checks) follow one another: in the run's

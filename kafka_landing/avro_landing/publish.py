@@ -11,11 +11,18 @@ from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import TopicConfig
 from kafka_landing.crash_points import crash_point
 from kafka_landing.handoff.event_index import granularity_of, mark_event_partitions
-from kafka_landing.handoff.manifests import content_sha
+from kafka_landing.handoff.manifests import (
+    DeadLetters,
+    DoneFile,
+    DoneFileError,
+    LandedFile,
+    content_sha,
+    read_done_file_or_none,
+)
 from kafka_landing.handoff.markers import mark_pending
 from kafka_landing.kafka_slices.plan import RETENTION_AFTER_FREEZING, SlicePlan
-from kafka_landing.handoff.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import (
+    TABLES_DIR,
     dead_letter_dir,
     dead_letter_manifest_path,
     done_file_path,
@@ -66,7 +73,7 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
             store.move(s.src, s.rel)  # same name, same rows as a previous attempt's file
         crash_point("landing:files_moved")
         manifest_rel = dead_letter_manifest_path(plan.topic, hour)
-        retired = _retired(store.read_json(manifest_rel), feeds)
+        retired = _retired(store, plan.topic, hour, store.read_json(manifest_rel), feeds)
         held.fence()
         store.write_json_atomic(manifest_rel, {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **asdict(dl),
                                                "tables": [list(t) for t in feeds], "retired": [list(t) for t in retired]})
@@ -117,13 +124,31 @@ def _readable(store: LandingStore, rel: str) -> DoneFile | None:
         return None
 
 
-def _retired(before: dict | None, feeds: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def _retired(store: LandingStore, topic: str, hour: datetime, before: dict | None,
+             feeds: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The tables an earlier landing of the hour fed (or retired) that the topic's routing no
     longer feeds: their done files must stop listing the hour's records, or they count twice."""
     if before is None:
         return []
-    earlier = {tuple(t) for t in [*before.get("tables", ()), *before.get("retired", ())]}
+    fed = before["tables"] if "tables" in before else _fed_by(store, topic, hour)
+    earlier = {tuple(t) for t in [*fed, *before.get("retired", ())]}
     return sorted(earlier - set(feeds))
+
+
+def _fed_by(store: LandingStore, topic: str, hour: datetime) -> list[tuple[str, str]]:
+    """The tables whose done file of the hour names the topic: what the hour fed when it was landed
+    before its dead-letter manifest listed its tables. A listing per dataset and a read per table,
+    once per such hour (the manifest written now lists them)."""
+    fed = []
+    for dataset in store.subdirs(TABLES_DIR):
+        for table in store.subdirs(f"{TABLES_DIR}/{dataset}"):
+            try:
+                found = read_done_file_or_none(store, done_file_path(dataset, table, hour))
+            except DoneFileError:
+                continue  # unreadable: no landing of ours wrote it, nothing of the topic to retire
+            if found is not None and found[0].topic == topic:
+                fed.append((dataset, table))
+    return fed
 
 
 def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, attempt: str,

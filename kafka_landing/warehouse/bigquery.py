@@ -793,7 +793,9 @@ class BigQueryEventWarehouse(BigQueryWarehouse):
         <ledger>/warehouse_loads/bigquery/<dataset>/<table>__by_event/partition=2026-01-31.json
     """
 
-    def __init__(self, base: BigQueryWarehouse, granularity: str, field: str):
+    def __init__(self, base: BigQueryWarehouse, granularity: str, field: str | None):
+        """`field` None: the column the table is partitioned on now (a retired table's, whose topic's
+        config is gone); such a table is never created."""
         super().__init__(base.client, base.ledger, base.project, base.location, datasets=base.datasets,
                          job_timeout_seconds=base.job_timeout_seconds, max_job_attempts=base.max_job_attempts)
         if granularity not in ("day", "hour"):
@@ -801,7 +803,7 @@ class BigQueryEventWarehouse(BigQueryWarehouse):
         self.layout_type = DAY if granularity == "day" else HOUR
         self.field = field
 
-    def by_event(self, granularity: str, field: str) -> BigQueryEventWarehouse:
+    def by_event(self, granularity: str, field: str | None) -> BigQueryEventWarehouse:
         return BigQueryEventWarehouse(self, granularity, field)
 
     def _target(self, dataset: str, table: str, hour: str, layout: str | None = None) -> _Target:
@@ -849,11 +851,12 @@ class BigQueryEventWarehouse(BigQueryWarehouse):
                 return None
         tp = found.time_partitioning
         unknown = layout == UNPARTITIONED or (layout is None and table.endswith(UNKNOWN_TABLE_SUFFIX))
-        if (tp is not None) if unknown else (tp is None or tp.type_ != self.layout_type or tp.field != self.field):
+        field = self.field or (tp.field if tp is not None else None)
+        if (tp is not None) if unknown else (tp is None or tp.type_ != self.layout_type or tp.field != field):
             how = "not partitioned" if tp is None else f"partitioned by {tp.type_}" + (f" on {tp.field}" if tp.field
                                                                                       else " by ingestion time")
             want = "not partitioned (it holds the records with no event time)" if unknown else \
-                f"partitioned by {self.layout_type} on column {self.field}"
+                f"partitioned by {self.layout_type} on column {field or 'its event time'}"
             raise LoadError(f"table {ref} exists but is {how}; kafka_landing needs it {want}: drop or rename it, "
                             "or set the topic's event_time_partition to what it is")
         return found
@@ -872,6 +875,11 @@ class BigQueryEventWarehouse(BigQueryWarehouse):
         sha = done_sha256 or content_sha(done.to_bytes())
         target = self._target(dataset, table, done.hour)
         where = f"{target.location} (event partition {done.hour})"
+        if self.field is None and done.rows and target.layout != UNPARTITIONED and \
+                self._existing_table(dataset, table, target.layout) is None:
+            raise LoadError(f"{where}: the table does not exist and its event-time column is unknown (no topic's "
+                            "config names the table any more), so it is not created. Route a topic to it again, or "
+                            "remove the partition's markers if its records are not wanted there")
         self._source_uris(store, [done])
         verify_files(store, done)
         with self.ledger.lock(target.lock) as held:  # one load of a partition at a time

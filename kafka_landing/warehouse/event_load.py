@@ -20,12 +20,26 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from kafka_landing.config import TopicConfig
-from kafka_landing.event_partitions import EventManifest, latest_manifest, next_manifest, read_done
+from kafka_landing.event_partitions import (
+    EventManifest,
+    EventPartitionError,
+    latest_manifest,
+    next_manifest,
+    read_done,
+)
 from kafka_landing.handoff import markers
-from kafka_landing.handoff.event_index import partitions_of
-from kafka_landing.handoff.manifests import content_sha
-from kafka_landing.handoff.units import event_unit
-from kafka_landing.naming import done_file_path, event_lock_path, event_manifest_path, event_table, publish_lock_path
+from kafka_landing.handoff.event_index import granularity_of, partitions_of, sources
+from kafka_landing.handoff.manifests import DoneFileError, content_sha, read_done_file_or_none
+from kafka_landing.handoff.units import LoadUnit, event_unit
+from kafka_landing.naming import (
+    done_file_path,
+    event_lock_path,
+    event_manifest_path,
+    event_partition_dir,
+    event_pending_dir,
+    event_table,
+    publish_lock_path,
+)
 from kafka_landing.store.base import LandingStore
 
 if TYPE_CHECKING:  # load.py imports this module: the interface only for annotations
@@ -46,8 +60,39 @@ class EventLoad:
     location: str
 
 
-def load_event_partition(warehouse: Warehouse, store: LandingStore, cfg: TopicConfig, table: str, partition: str,
-                         spark: SparkFactory, now: datetime | None = None) -> EventLoad:
+@dataclass(frozen=True)
+class EventSource:
+    """What loading a table's event partitions needs of its topic (a `TopicConfig` answers the same
+    names): for a table in no topic's config, read from what it landed (`retired_source`)."""
+
+    topic: str
+    dataset: str
+    event_granularity: str  # "day" or "hour"
+    event_time_field: str | None  # the event-time column; None: as the warehouse table has it
+
+
+def retired_source(store: LandingStore, unit: LoadUnit) -> EventSource:
+    """The source of an event partition of a table no topic's config feeds any more (a routing change
+    retired it): its cut from its partitions' names, its topic from the done files its markers name
+    (or its index lists). The column stays as the warehouse table has it."""
+    granularity = granularity_of(store, unit.dataset, unit.table)
+    hours = [*markers.marks_of(store, unit).by_hour, *sources(store, unit.dataset, unit.table, unit.partition)]
+    for hour in hours:
+        try:
+            found = read_done_file_or_none(store, done_file_path(unit.dataset, unit.table, hour))
+        except DoneFileError:
+            continue
+        if found is not None and granularity:
+            return EventSource(found[0].topic, unit.dataset, granularity, None)
+    raise EventPartitionError(
+        f"{unit}: no done file of {unit.dataset}.{unit.table} names the topic that fed this event partition "
+        f"(landing hours {hours or 'none'} in its index): nothing to version it from. If the table is retired for "
+        f"good, remove {event_partition_dir(unit.dataset, unit.table, unit.partition)} and its markers under "
+        f"{event_pending_dir(unit.dataset, unit.table)}/")
+
+
+def load_event_partition(warehouse: Warehouse, store: LandingStore, cfg: TopicConfig | EventSource, table: str,
+                         partition: str, spark: SparkFactory, now: datetime | None = None) -> EventLoad:
     """Make the partition's version of `cfg.dataset`.`table` current and loaded. EventPartitionError /
     LoadError change nothing in the warehouse."""
     dataset, granularity = cfg.dataset, cfg.event_granularity
@@ -213,4 +258,5 @@ def event_conservation(store: LandingStore, warehouse: Warehouse, cfg: TopicConf
                               "each landing hour's rows in exactly one event partition", metadata, (), neighbours)
 
 
-__all__ = ["Conservation", "EventLoad", "Settling", "event_conservation", "load_event_partition", "settling"]
+__all__ = ["Conservation", "EventLoad", "EventSource", "Settling", "event_conservation", "load_event_partition",
+           "retired_source", "settling"]

@@ -3,7 +3,8 @@
 - `done_file_sensor`: landing hours of the configured tables; first reconciles done files
   nobody marked (`queue/reconcile`), then one queue tick; a table's consecutive ready hours
   load in one run (a single-run partition range).
-- `retired_hours_sensor`: retired hours of tables in no topic's config, emptied by `retire_hours`.
+- `retired_hours_sensor`: retired hours of tables in no topic's config, and the event partitions
+  they fed, emptied by `retire_hours`.
 - `event_partition_sensor`: event partitions, each versioned and loaded by its own run; it adds
   the partitions Dagster does not know yet.
 
@@ -179,40 +180,61 @@ def _info_progress(log, plan: TickPlan) -> None:
         log.info(f"{plan.more_ready} more load runs ready; requested on later ticks (oldest first)")
 
 
-def build_retired_hours_sensor(tables: Iterable[tuple[str, str]]):
-    """Requests `retire_hours` for the retired done files of tables in no topic's config (a
-    routing change re-landed their hours elsewhere): the warehouse then drops those hours' rows.
-    A done file of such a table that is not retired is left to its warning in the done-file sensor."""
-    configured = set(tables)
+def build_retired_hours_sensor(tables: Iterable[tuple[str, str]], events: Iterable[tuple[str, str]] = ()):
+    """Requests `retire_hours` for what a routing change left in tables no topic's config feeds:
+    their retired done files (the warehouse drops those hours' rows) and the event partitions those
+    hours fed (versioned again without them). `tables`: the configured tables; `events`: those with
+    an event-time table (their partitions are the event sensor's). A done file of such a table that
+    is not retired is left to its warning in the done-file sensor."""
+    configured, with_events = set(tables), set(events)
 
     @sensor(
         name=RETIRED_SENSOR_NAME,
         job=retire_hours,
         minimum_interval_seconds=60,
         default_status=DefaultSensorStatus.RUNNING,
-        description="Empties the warehouse hours of tables a routing change retired (their re-landed hours now "
-                    "feed another table), so no record counts in two tables.",
+        description="Empties the warehouse hours, and the event partitions they fed, of tables a routing change "
+                    "retired (their re-landed hours now feed another table), so no record counts in two tables.",
     )
     def retired_hours_sensor(context: SensorEvaluationContext, landing: LandingResource,
                              warehouse: WarehouseResource):
-        store = landing.store()
-        backend = warehouse.backend(store)
-        plan = queue.tick(store, queue.RetiredHours(configured, backend.loaded_sha), _runs_of(context.instance),
-                          clock=_clock)
-        for u, reason, why in plan.moved:
-            context.log.warning(f"{u}: the retired hour is not emptied and not requested again: {why}. Fix the "
-                                f"cause, then launch {RETIRE_JOB} with done file {u.done_file}, or drop the hour "
-                                "by hand.")
+        started, store = _clock(), landing.store()
+        kinds = {"hours": queue.RetiredHours(configured, warehouse.backend(store).loaded_sha),
+                 "events": queue.EventPartitions(with_events, retired=True)}
+        cursors = _cursors(context.cursor)
+        plans = {name: queue.tick(store, kind, _runs_of(context.instance), cursors.get(name, Cursor()),
+                                  started=started, clock=_clock) for name, kind in kinds.items()}
+        for u, reason, why in [*plans["hours"].moved, *plans["events"].moved]:
+            context.log.warning(f"{u}: not emptied and not requested again: {why}. Fix the cause, then launch "
+                                f"{RETIRE_JOB} with {_retire_config(u)}, or drop it by hand.")
+        for u, why in plans["events"].refused:
+            context.log.warning(f"{u}: not emptied and not requested again until a landing hour changes it: {why}")
         requests = [RunRequest(run_key=g.run_key, tags={**g.tags(), **_spark(warehouse)}, run_config={"ops": {
-                        "retire_hours_op": {"config": {"done_files": [ld.unit.done_file for ld in g.loads]}}}})
-                    for g in plan.groups]
+                        "retire_hours_op": {"config": _retire_config(*(ld.unit for ld in g.loads))}}})
+                    for plan in plans.values() for g in plan.groups]
+        cursor = json.dumps({"v": 4, **{name: plan.cursor.to_json() for name, plan in plans.items()}})
         if requests:
-            return SensorResult(run_requests=requests)
-        return SensorResult(skip_reason=SkipReason(
-            f"no retired hour to empty: {plan.examined} pending load(s) of tables in no topic config examined, "
-            f"{plan.waiting} in flight, {len(plan.moved)} moved aside"))
+            return SensorResult(run_requests=requests, cursor=cursor)
+        return SensorResult(cursor=cursor, skip_reason=SkipReason(
+            f"nothing retired to empty: {plans['hours'].examined} hour(s) and {plans['events'].examined} event "
+            f"partition(s) of tables in no topic config examined, {plans['hours'].waiting + plans['events'].waiting} "
+            f"in flight, {len(plans['hours'].moved) + len(plans['events'].moved)} moved aside"))
 
     return retired_hours_sensor
+
+
+def _retire_config(*units: LoadUnit) -> dict[str, list[str]]:
+    """The `retire_hours` run config of some units: done files, and event partitions by name."""
+    return {"done_files": [u.done_file for u in units if u.kind == HOUR],
+            "event_partitions": [f"{u.name}/{u.partition}" for u in units if u.kind != HOUR]}
+
+
+def _cursors(raw: str | None) -> dict[str, Cursor]:
+    try:
+        d = json.loads(raw) if raw else {}
+    except ValueError:
+        d = {}
+    return {k: Cursor.from_json(v) for k, v in d.items() if k != "v"} if isinstance(d, dict) else {}
 
 
 def build_event_sensor(events: dict[tuple[str, str], AssetKey], partitions: dict[tuple[str, str], object]):

@@ -90,6 +90,10 @@ class Kind:
     def takes_table(self, dataset: str, table: str) -> bool:
         return True
 
+    def listed_tables(self) -> Iterable[tuple[str, str]] | None:
+        """The tables whose markers to list; None: every table's (filtered by `takes_table`)."""
+        return None
+
     def takes(self, unit: LoadUnit) -> str | None:
         """None if the unit is this kind's to load; otherwise why not (warned once per table)."""
         return None
@@ -169,16 +173,22 @@ class RetiredHours(LandingHours):
 
 
 class EventPartitions(Kind):
-    """Event partitions of the event-time tables: version and load each marker set once."""
+    """Event partitions of the configured event-time tables (or, `retired`, of every other table: a
+    routing change left them holding records the topic now lands elsewhere): version and load each
+    marker set once."""
 
     kind = EVENT
     moves_aside_refused = False  # its markers stay (its versioning reads them); the refusal says it all
 
-    def __init__(self, tables: Iterable[tuple[str, str]]):
+    def __init__(self, tables: Iterable[tuple[str, str]], retired: bool = False):
         self.tables = frozenset(tables)
+        self.retired = retired
 
     def takes_table(self, dataset: str, table: str) -> bool:
-        return (dataset, table) in self.tables
+        return ((dataset, table) in self.tables) != self.retired
+
+    def listed_tables(self) -> Iterable[tuple[str, str]] | None:
+        return None if self.retired else sorted(self.tables)
 
     def examine(self, store: LandingStore, unit: LoadUnit, now: datetime) -> Examined:
         seen = markers.marks_of(store, unit)
@@ -265,7 +275,7 @@ def tick(store: LandingStore, kind: Kind, runs_of: Callable[[Sequence[PendingLoa
     def out_of_time(seconds: float) -> bool:
         return clock() >= started + seconds
 
-    tables = None if kind.kind == HOUR else [t for t in getattr(kind, "tables", ())]
+    tables = kind.listed_tables()
     listed = markers.list_units(store, kind.kind, tables)
     given_up = {u for u in markers.list_units(store, kind.kind, tables, given_up=True)}
     candidates = []
