@@ -46,6 +46,75 @@ def asset_safe(topic: str) -> str:
 
 # --- hours -------------------------------------------------------------------
 
+HOUR_TAG_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}")
+ONE_HOUR = timedelta(hours=1)
+
+
+class Hour(str):
+    """One UTC hour, the value every layer names an hour by. It is its tag (`2026-01-31T13`), the
+    form paths, manifests, markers and run tags hold, so it sorts, compares, hashes and serialises
+    as the tag; every other form is one method here, not a conversion at each use.
+
+    `Hour(x)` takes an Hour, a tag or an aware datetime (the hour that holds it)."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: Hour | str | datetime) -> Hour:
+        if type(value) is cls:
+            return value
+        if isinstance(value, datetime):
+            if value.tzinfo is None:
+                raise NameError_(f"{value!r} has no time zone: an hour is a UTC hour")
+            return super().__new__(cls, value.astimezone(timezone.utc).strftime(HOUR_TAG_FORMAT))
+        if isinstance(value, str) and HOUR_TAG_RE.fullmatch(value):
+            try:
+                datetime.strptime(value, HOUR_TAG_FORMAT)
+            except ValueError:
+                pass
+            else:
+                return super().__new__(cls, value)
+        raise NameError_(f"{value!r} is not an hour tag like 2026-01-31T13")
+
+    @classmethod
+    def from_key(cls, key: str) -> Hour:
+        """From a Dagster hourly partition key (`2026-01-31-13:00`)."""
+        return cls(hour_from_key(key))
+
+    @property
+    def start(self) -> datetime:
+        """When it begins (aware, UTC)."""
+        return datetime.strptime(self, HOUR_TAG_FORMAT).replace(tzinfo=timezone.utc)
+
+    @property
+    def key(self) -> str:
+        """Its Dagster hourly partition key: 2026-01-31-13:00."""
+        return self.start.strftime(HOUR_KEY_FORMAT)
+
+    @property
+    def day(self) -> str:
+        """Its UTC day: 2026-01-31."""
+        return self[:10]
+
+    @property
+    def number(self) -> int:
+        """Hours since the epoch: consecutive hours differ by one."""
+        return int(self.start.timestamp()) // 3600
+
+    def decorator(self, by_day: bool = False) -> str:
+        """Its BigQuery partition id: 2026013113, or its day's, 20260131."""
+        return self.day.replace("-", "") if by_day else self.replace("-", "").replace("T", "")
+
+    def plus(self, hours: int) -> Hour:
+        return Hour(self.start + timedelta(hours=hours))
+
+    def closes(self, grace_minutes: int) -> datetime:
+        """When it is closed: its end plus the topic's grace (records stamped in it may still arrive until then)."""
+        return hour_closes(self.start, grace_minutes)
+
+    def __repr__(self) -> str:
+        return f"Hour({str(self)!r})"
+
+
 def hour_from_key(key: str) -> datetime:
     try:
         return datetime.strptime(key, HOUR_KEY_FORMAT).replace(tzinfo=timezone.utc)
@@ -73,9 +142,6 @@ def to_millis(t: datetime) -> int:
     return int(t.timestamp() * 1000)
 
 
-ONE_HOUR = timedelta(hours=1)
-
-
 def hour_closes(hour: datetime, grace_minutes: int) -> datetime:
     """When an hour is closed: its end plus the topic's grace (records stamped in it may still arrive until then)."""
     return hour + ONE_HOUR + timedelta(minutes=grace_minutes)
@@ -87,17 +153,7 @@ def last_closed_hour(now: datetime, grace_minutes: int) -> datetime:
 
 
 # --- landing layout (relative to the landing root) ----------------------------
-# Hours come as datetimes or as tags already (checked): the same path either way.
-
-HOUR_TAG_RE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}")
-
-
-def _tag(hour: datetime | str) -> str:
-    if isinstance(hour, str):
-        if not HOUR_TAG_RE.fullmatch(hour):
-            raise NameError_(f"{hour!r} is not an hour tag like 2026-01-31T13")
-        return hour
-    return hour_tag(hour)
+# Every builder takes an `Hour` (a tag, checked; a datetime is taken as its hour).
 
 
 def _check_attempt(attempt: str) -> str:
@@ -106,14 +162,17 @@ def _check_attempt(attempt: str) -> str:
     return attempt
 
 
-def hour_folder_tag(name: str) -> str | None:
+def hour_folder_tag(name: str) -> Hour | None:
     """The hour of a folder or file named `hour=<tag>[.json]`; None for any other name."""
     m = re.fullmatch(r"hour=(\d{4}-\d{2}-\d{2}T\d{2})(?:\.json)?", name)
-    return m[1] if m else None
+    try:
+        return Hour(m[1]) if m else None
+    except NameError_:
+        return None
 
 
-def slice_manifest_path(topic: str, hour: datetime | str) -> str:
-    return f"slices/{check_topic(topic)}/hour={_tag(hour)}.json"
+def slice_manifest_path(topic: str, hour: Hour) -> str:
+    return f"slices/{check_topic(topic)}/hour={Hour(hour)}.json"
 
 
 def slice_dir(topic: str) -> str:
@@ -132,14 +191,14 @@ def staging_dir(topic: str) -> str:
 STAGING_GLOB = "hour=*/*"  # an attempt's folder under staging_dir, what the sweep ages
 
 
-def staging_path(topic: str, first_hour: datetime | str, attempt: str) -> str:
+def staging_path(topic: str, first_hour: Hour, attempt: str) -> str:
     """A landing attempt's private folder: never listed by readers, swept when old."""
-    return f"{staging_dir(topic)}/hour={_tag(first_hour)}/{_check_attempt(attempt)}"
+    return f"{staging_dir(topic)}/hour={Hour(first_hour)}/{_check_attempt(attempt)}"
 
 
-def publish_lock_path(topic: str, hour: datetime | str) -> str:
+def publish_lock_path(topic: str, hour: Hour) -> str:
     """One publisher of a topic's hour at a time."""
-    return f"locks/{check_topic(topic)}/hour={_tag(hour)}.lock"
+    return f"locks/{check_topic(topic)}/hour={Hour(hour)}.lock"
 
 
 TABLES_DIR = "tables"
@@ -153,8 +212,8 @@ def table_dir(dataset: str, table: str) -> str:
     return f"{dataset_dir(dataset)}/{check_identifier(table, 'table')}"
 
 
-def table_hour_dir(dataset: str, table: str, hour: datetime | str) -> str:
-    return f"{table_dir(dataset, table)}/hour={_tag(hour)}"
+def table_hour_dir(dataset: str, table: str, hour: Hour) -> str:
+    return f"{table_dir(dataset, table)}/hour={Hour(hour)}"
 
 
 def reader_schema_path(dataset: str, table: str, sha256: str) -> str:
@@ -165,7 +224,7 @@ def reader_schema_path(dataset: str, table: str, sha256: str) -> str:
     return f"{table_dir(dataset, table)}/_reader_schemas/{sha256}.avro"
 
 
-def done_file_path(dataset: str, table: str, hour: datetime | str) -> str:
+def done_file_path(dataset: str, table: str, hour: Hour) -> str:
     return f"{table_hour_dir(dataset, table, hour)}/_DONE.json"
 
 
@@ -194,16 +253,15 @@ def event_table(table: str) -> str:
     return f"{check_identifier(table, 'table')}{EVENT_TABLE_SUFFIX}"
 
 
-def event_partition(event_hour: str | None, granularity: str) -> str:
+def event_partition(event_hour: Hour | None, granularity: str) -> str:
     """The event partition of a file's event hour: its day (2026-01-31), its hour (2026-01-31T13),
     or __unknown__ for records with no event time."""
     if event_hour is None:
         return UNKNOWN_EVENT
-    tag = _tag(event_hour)
     if granularity == "day":
-        return tag[:10]
+        return Hour(event_hour).day
     if granularity == "hour":
-        return tag
+        return Hour(event_hour)
     raise ValueError(f"event partitions are by 'day' or 'hour', not {granularity!r}")
 
 
@@ -218,9 +276,9 @@ def event_partition_dir(dataset: str, table: str, partition: str) -> str:
            f"{check_event_partition(partition)}"
 
 
-def event_source_path(dataset: str, table: str, partition: str, hour: datetime | str) -> str:
+def event_source_path(dataset: str, table: str, partition: str, hour: Hour) -> str:
     """Says that landing hour H's done file may list files of the partition (the index; never removed)."""
-    return f"{event_partition_dir(dataset, table, partition)}/from/hour={_tag(hour)}.json"
+    return f"{event_partition_dir(dataset, table, partition)}/from/hour={Hour(hour)}.json"
 
 
 def event_manifest_path(dataset: str, table: str, partition: str, version: int) -> str:
@@ -232,9 +290,9 @@ def event_pending_dir(dataset: str, table: str, partition: str | None = None) ->
     return base if partition is None else f"{base}/{check_event_partition(partition)}"
 
 
-def event_pending_path(dataset: str, table: str, partition: str, hour: datetime | str) -> str:
+def event_pending_path(dataset: str, table: str, partition: str, hour: Hour) -> str:
     """Landing hour H changed what the partition holds: load it again."""
-    return f"{event_pending_dir(dataset, table, partition)}/hour={_tag(hour)}.json"
+    return f"{event_pending_dir(dataset, table, partition)}/hour={Hour(hour)}.json"
 
 
 def event_lock_path(dataset: str, table: str, partition: str | None = None) -> str:
@@ -244,15 +302,15 @@ def event_lock_path(dataset: str, table: str, partition: str | None = None) -> s
     return f"locks/{event_partition_dir(dataset, table, partition)}.lock"
 
 
-def dead_letter_dir(topic: str, hour: datetime | str) -> str:
-    return f"dead_letters/{check_topic(topic)}/hour={_tag(hour)}"
+def dead_letter_dir(topic: str, hour: Hour) -> str:
+    return f"dead_letters/{check_topic(topic)}/hour={Hour(hour)}"
 
 
-def dead_letter_manifest_path(topic: str, hour: datetime | str) -> str:
+def dead_letter_manifest_path(topic: str, hour: Hour) -> str:
     return f"{dead_letter_dir(topic, hour)}/_MANIFEST.json"
 
 
-def rejected_dead_letter_dir(topic: str, hour: datetime | str, attempt: str) -> str:
+def rejected_dead_letter_dir(topic: str, hour: Hour, attempt: str) -> str:
     """Dead letters of an attempt over its limit: beside the hour's published ones, never over them."""
     return f"{dead_letter_dir(topic, hour)}/rejected/{_check_attempt(attempt)}"
 
@@ -273,9 +331,9 @@ def pending_dir(given_up: bool = False, dataset: str | None = None, table: str |
     return "/".join(parts)
 
 
-def pending_marker_path(dataset: str, table: str, hour: datetime | str, given_up: bool = False) -> str:
+def pending_marker_path(dataset: str, table: str, hour: Hour, given_up: bool = False) -> str:
     """The marker saying (table, hour) waits for a load (or was given up on: `given_up`)."""
-    return f"{pending_dir(given_up, dataset, table)}/hour={_tag(hour)}.json"
+    return f"{pending_dir(given_up, dataset, table)}/hour={Hour(hour)}.json"
 
 
 def pending_lock_path(dataset: str, table: str) -> str:
@@ -291,7 +349,7 @@ EVENT_GIVEN_UP_DIR = f"{EVENT_PENDING_DIR}/_given_up"
 def refusal_path(kind: str, dataset: str, table: str, partition: str) -> str:
     if kind == "event":
         return f"{event_pending_dir(dataset, table, partition)}/{REFUSED_DIR}.json"
-    return f"{pending_dir(False, dataset, table)}/{REFUSED_DIR}/hour={_tag(partition)}.json"
+    return f"{pending_dir(False, dataset, table)}/{REFUSED_DIR}/hour={Hour(partition)}.json"
 
 
 def event_given_up_path(dataset: str, table: str, partition: str) -> str:
@@ -306,13 +364,13 @@ def load_ledger_dir(dataset: str, table: str) -> str:
     return f"{LOAD_LEDGER_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}"
 
 
-def load_ledger_path(dataset: str, table: str, hour: datetime | str) -> str:
-    return f"{load_ledger_dir(dataset, table)}/hour={_tag(hour)}.json"
+def load_ledger_path(dataset: str, table: str, hour: Hour) -> str:
+    return f"{load_ledger_dir(dataset, table)}/hour={Hour(hour)}.json"
 
 
-def load_lock_path(dataset: str, table: str, hour: datetime | str) -> str:
+def load_lock_path(dataset: str, table: str, hour: Hour) -> str:
     """One load of a table's hour at a time."""
-    return f"locks/{load_ledger_dir(dataset, table)}/hour={_tag(hour)}.lock"
+    return f"locks/{load_ledger_dir(dataset, table)}/hour={Hour(hour)}.lock"
 
 
 def load_jobs_root(dataset: str, table: str) -> str:
@@ -327,12 +385,12 @@ def load_jobs_dir(dataset: str, table: str, day: str) -> str:
     return f"{load_jobs_root(dataset, table)}/day={day}"
 
 
-def day_of(hour: datetime | str) -> str:
+def day_of(hour: Hour) -> str:
     """The UTC day of an hour: 2026-01-31T13 -> 2026-01-31."""
-    return _tag(hour)[:10]
+    return Hour(hour).day
 
 
-def day_done_file_glob(dataset: str, table: str, hour: datetime | str) -> str:
+def day_done_file_glob(dataset: str, table: str, hour: Hour) -> str:
     """The done files of every hour of an hour's day: one listing by prefix."""
     return f"{table_dir(dataset, table)}/hour={day_of(hour)}T*/_DONE.json"
 
@@ -346,19 +404,19 @@ def event_load_lock_path(dataset: str, table: str, partition: str) -> str:
     return f"locks/{load_ledger_dir(dataset, table)}/partition={check_event_partition(partition)}.lock"
 
 
-def load_day_ledger_path(dataset: str, table: str, hour: datetime | str) -> str:
+def load_day_ledger_path(dataset: str, table: str, hour: Hour) -> str:
     """The record of the loads of a day partition (BigQuery tables partitioned by DAY)."""
     return f"{load_ledger_dir(dataset, table)}/day={day_of(hour)}.json"
 
 
-def load_day_lock_path(dataset: str, table: str, hour: datetime | str) -> str:
+def load_day_lock_path(dataset: str, table: str, hour: Hour) -> str:
     """One load of a table's day at a time: every hour's load replaces the whole day."""
     return f"locks/{load_ledger_dir(dataset, table)}/day={day_of(hour)}.lock"
 
 
 def landing_file_name(
     topic: str, partition: int, dataset: str, table: str, schema_id: int,
-    first_offset: int, last_offset: int, event_hour: datetime | None = None,
+    first_offset: int, last_offset: int, event_hour: Hour | None = None,
 ) -> str:
     """topic+partition+dataset.table+schema+first+last[+event hour].avro.
 
@@ -368,7 +426,7 @@ def landing_file_name(
     check_topic(topic), check_identifier(dataset, "dataset"), check_identifier(table, "table")
     name = f"{topic}+{int(partition)}+{dataset}.{table}+{int(schema_id)}+{int(first_offset):020d}+{int(last_offset):020d}"
     if event_hour is not None:
-        name += f"+{hour_tag(event_hour)}"
+        name += f"+{Hour(event_hour)}"
     return name + ".avro"
 
 

@@ -30,7 +30,6 @@ from kafka_landing.naming import (
     asset_safe,
     dead_letter_dir,
     hour_from_key,
-    hour_from_tag,
     table_hour_dir,
 )
 from kafka_landing.resources import (
@@ -55,7 +54,7 @@ class LandingRunConfig(Config):
 
 
 def landing_metadata(result: LandingResult, store, cfg: TopicConfig, plan: SlicePlan) -> dict:
-    hour = hour_from_tag(plan.hour)
+    hour = plan.hour
     schema_ids = sorted({s for d in result.done.values() for s in d.schema_ids})
     meta = {
         "dagster/row_count": result.rows,
@@ -144,7 +143,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
             if not plans:
                 return out
             attempt = f"{context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
-            first = min(hour_from_tag(p.hour) for p in plans.values())
+            first = min(p.hour for p in plans.values()).start
             try:
                 landed = land_hours(lambda: pyspark.spark_session, store, fetch, kafka.spark_options(), cfg,
                                     [to_land[k] for k in plans], attempt, likely_ids=likely_schema_ids(store, registry, cfg, first),

@@ -26,7 +26,7 @@ from kafka_landing.naming import (
     dead_letter_dir,
     dead_letter_manifest_path,
     done_file_path,
-    hour_from_tag,
+    Hour,
     publish_lock_path,
     rejected_dead_letter_dir,
     slice_manifest_path,
@@ -64,7 +64,7 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
     """Make the hour visible: files in place first, then the manifests, then, only once the
     new done files are in place, remove what they no longer list. A crash at any point
     leaves either the previous complete hour or the new one readable through the done files."""
-    hour = hour_from_tag(plan.hour)
+    hour = plan.hour
     tables = {t: sorted((s for s in good if s.table == t), key=lambda s: s.rel) for t in cfg.tables}
     feeds = [(cfg.dataset, t) for t in cfg.tables]
     with store.lock(publish_lock_path(plan.topic, plan.hour)) as held:
@@ -124,7 +124,7 @@ def _readable(store: LandingStore, rel: str) -> DoneFile | None:
         return None
 
 
-def _retired(store: LandingStore, topic: str, hour: datetime, before: dict | None,
+def _retired(store: LandingStore, topic: str, hour: Hour, before: dict | None,
              feeds: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The tables an earlier landing of the hour fed (or retired) that the topic's routing no
     longer feeds: their done files must stop listing the hour's records, or they count twice."""
@@ -135,7 +135,7 @@ def _retired(store: LandingStore, topic: str, hour: datetime, before: dict | Non
     return sorted(earlier - set(feeds))
 
 
-def _fed_by(store: LandingStore, topic: str, hour: datetime) -> list[tuple[str, str]]:
+def _fed_by(store: LandingStore, topic: str, hour: Hour) -> list[tuple[str, str]]:
     """The tables whose done file of the hour names the topic: what the hour fed when it was landed
     before its dead-letter manifest listed its tables. A listing per dataset and a read per table,
     once per such hour (the manifest written now lists them)."""
@@ -158,7 +158,7 @@ def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, atte
     empty hour, which drops its rows from the warehouse. The landing conservation check counts
     it. Written once, not on every re-land; the marker goes first, so a crash between the two
     leaves the old done file, retired again by the next re-land."""
-    rel = done_file_path(dataset, table, hour_from_tag(plan.hour))
+    rel = done_file_path(dataset, table, plan.hour)
     raw = store.read_json(rel)
     if raw is None or raw.get("retired"):
         return

@@ -32,7 +32,7 @@ from kafka_landing.handoff.manifests import LandedFile
 from kafka_landing.naming import (
     dead_letter_dir,
     dead_letter_file_name,
-    hour_from_tag,
+    Hour,
     landing_file_name,
     table_hour_dir,
 )
@@ -140,9 +140,8 @@ def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: 
     for (hour, _task, table, part, eh), src in sorted(_group_files(store, out).items(),
                                                       key=lambda kv: [(v is not None, v) for v in kv[0]]):
         rows, first, last = _written(store, src)
-        name = landing_file_name(cfg.topic, part, cfg.dataset, table, schema_id, first, last,
-                                 hour_from_tag(eh) if eh else None)
-        rel = f"{table_hour_dir(cfg.dataset, table, hour_from_tag(hour))}/{name}"
+        name = landing_file_name(cfg.topic, part, cfg.dataset, table, schema_id, first, last, Hour(eh) if eh else None)
+        rel = f"{table_hour_dir(cfg.dataset, table, Hour(hour))}/{name}"
         staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last, schema_id, eh,
                                                       crc32c=store.crc32c(src)),
                              hour, table))
@@ -177,7 +176,7 @@ def write_dead_letters(dead: DataFrame, topic: str, store: LandingStore,
     staged = []
     for (hour, _t, _table, part, _e), src in sorted(files.items()):
         rows, first, last = _written(store, src, "offset")
-        rel = f"{dead_letter_dir(topic, hour_from_tag(hour))}/{dead_letter_file_name(topic, part, first, last)}"
+        rel = f"{dead_letter_dir(topic, Hour(hour))}/{dead_letter_file_name(topic, part, first, last)}"
         staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last,
                                                       crc32c=store.crc32c(src)), hour))
     return staged, by_reason

@@ -21,8 +21,7 @@ from kafka_landing.naming import (
     done_file_path,
     event_pending_dir,
     event_table,
-    hour_from_tag,
-    hour_key,
+    Hour,
 )
 
 HOUR = "hour"
@@ -31,7 +30,7 @@ EVENT = "event"
 
 @dataclass(frozen=True, order=True)
 class LoadUnit:
-    partition: str  # an hour tag (2026-11-20T13) or an event partition (2026-11-20, __unknown__); first: sorts by time
+    partition: str  # an Hour (2026-11-20T13) or an event partition (2026-11-20, __unknown__); first: sorts by time
     dataset: str
     table: str  # the landing-hour table
     kind: str = HOUR
@@ -40,12 +39,12 @@ class LoadUnit:
         if self.kind == EVENT:
             check_event_partition(self.partition)
         elif self.kind == HOUR:
-            hour_from_tag(self.partition)  # raises on anything but an hour tag
+            object.__setattr__(self, "partition", Hour(self.partition))  # raises on anything but an hour
         else:
             raise ValueError(f"a load unit is a {HOUR!r} or an {EVENT!r} partition, not {self.kind!r}")
 
     @property
-    def hour(self) -> str:
+    def hour(self) -> Hour:
         """The landing hour of an HOUR unit."""
         if self.kind != HOUR:
             raise ValueError(f"{self} is an event partition, not a landing hour")
@@ -69,7 +68,7 @@ class LoadUnit:
     @property
     def partition_key(self) -> str:
         """Its Dagster partition key: the hour's key, or the event partition itself."""
-        return hour_key(hour_from_tag(self.partition)) if self.kind == HOUR else self.partition
+        return self.partition.key if self.kind == HOUR else self.partition
 
     @property
     def queue_key(self) -> str:
@@ -80,7 +79,7 @@ class LoadUnit:
         return f"{self.name} {self.partition}"
 
 
-def hour_unit(dataset: str, table: str, hour: str) -> LoadUnit:
+def hour_unit(dataset: str, table: str, hour: Hour) -> LoadUnit:
     return LoadUnit(hour, dataset, table, HOUR)
 
 

@@ -33,7 +33,7 @@ from kafka_landing.naming import (
     done_file_path,
     floor_hour,
     hour_key,
-    hour_tag,
+    Hour,
 )
 from kafka_landing.store.base import LandingStore
 
@@ -46,7 +46,7 @@ LoadedLookup = Callable[[str, str, str], "dict | None"]
 
 @dataclass(frozen=True)
 class HourRow:
-    hour: str  # hour tag, 2026-11-20T13
+    hour: Hour  # 2026-11-20T13
     state: str  # FROZEN, PLANNED, OPEN or ERROR
     plan: SlicePlan | None
     error: str | None = None
@@ -81,7 +81,7 @@ def _landed_loaded(store: LandingStore, cfg: TopicConfig, hour: datetime,
         shas.append((table, content_sha(store.read_bytes(rel))))
     if loaded is None:
         return True, False
-    return True, all((loaded(cfg.dataset, t, hour_tag(hour)) or {}).get("sha256") == sha for t, sha in shas)
+    return True, all((loaded(cfg.dataset, t, Hour(hour)) or {}).get("sha256") == sha for t, sha in shas)
 
 
 def dry_run(
@@ -111,11 +111,11 @@ def _plan_hour(cfg: TopicConfig, hour: datetime, now: datetime, log, store: Land
     """One hour's row; a planned slice joins `known`, so the next hour chains to it."""
     landed, was_loaded = _landed_loaded(store, cfg, hour, loaded)
     if hour in frozen:
-        return HourRow(hour_tag(hour), FROZEN, frozen[hour], None, landed, was_loaded)
+        return HourRow(Hour(hour), FROZEN, frozen[hour], None, landed, was_loaded)
     try:
         check_closed(hour, now, cfg.grace_minutes)
     except HourNotClosedError as exc:
-        return HourRow(hour_tag(hour), OPEN, None, str(exc), landed, was_loaded)
+        return HourRow(Hour(hour), OPEN, None, str(exc), landed, was_loaded)
     try:
         plan = plan_slice(
             cfg.topic, hour, now, log, known, grace_minutes=cfg.grace_minutes,
@@ -125,9 +125,9 @@ def _plan_hour(cfg: TopicConfig, hour: datetime, now: datetime, log, store: Land
     except UnknownTopicError:
         raise
     except PlanningError as exc:
-        return HourRow(hour_tag(hour), ERROR, None, str(exc), landed, was_loaded)
+        return HourRow(Hour(hour), ERROR, None, str(exc), landed, was_loaded)
     known[hour] = plan
-    return HourRow(hour_tag(hour), PLANNED, plan, None, landed, was_loaded)
+    return HourRow(Hour(hour), PLANNED, plan, None, landed, was_loaded)
 
 
 def _notes(plan: SlicePlan, partition: int) -> str:

@@ -14,7 +14,7 @@ from kafka_landing.config import (
 )
 from kafka_landing.crash_points import crash_point
 from kafka_landing.kafka_slices.plan import LogView, SlicePlan, check_closed, frozen_for_planning, plan_slice
-from kafka_landing.naming import floor_hour, hour_from_tag, plan_lock_path, slice_dir, slice_manifest_path
+from kafka_landing.naming import floor_hour, hour_folder_tag, plan_lock_path, slice_dir, slice_manifest_path
 from kafka_landing.store.base import LandingStore
 
 
@@ -23,14 +23,15 @@ def load_frozen(store: LandingStore, topic: str) -> dict[datetime, SlicePlan]:
     for rel in store.list(slice_dir(topic), "hour=*.json"):
         d = store.read_json(rel)
         if d is not None:
-            plans[hour_from_tag(d["hour"])] = SlicePlan.from_dict(d)
+            plan = SlicePlan.from_dict(d)
+            plans[plan.hour.start] = plan
     return plans
 
 
 def frozen_hours(store: LandingStore, topic: str) -> list[datetime]:
     """The topic's frozen hours, oldest first, from the manifest names: one listing, no reads."""
     names = store.list(slice_dir(topic), "hour=*.json")
-    return [hour_from_tag(rel.rsplit("hour=", 1)[1][: -len(".json")]) for rel in names]
+    return [h.start for rel in names if (h := hour_folder_tag(rel.rsplit("/", 1)[-1]))]
 
 
 class _OnceLog:
@@ -58,7 +59,8 @@ class _OnceLog:
 def first_frozen_hour(store: LandingStore, topic: str) -> datetime | None:
     """The earliest hour of the topic with a frozen slice (names sort as hours do)."""
     rel = store.first(slice_dir(topic), "hour=*.json")
-    return hour_from_tag(rel.rsplit("hour=", 1)[1][: -len(".json")]) if rel else None
+    h = hour_folder_tag(rel.rsplit("/", 1)[-1]) if rel else None
+    return h.start if h else None
 
 
 def settle_first_hours(store: LandingStore, config: LandingConfig) -> LandingConfig:

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Mapping, Protocol
 
 from kafka_landing.config import FAIL, FUTURE_POLICIES, LAND
 from kafka_landing.errors import KafkaLandingError, LandingError
-from kafka_landing.naming import ONE_HOUR, floor_hour, hour_closes, hour_tag, slice_dir, to_millis
+from kafka_landing.naming import ONE_HOUR, Hour, floor_hour, hour_closes, slice_dir, to_millis
 
 MANIFEST_VERSION = 1
 
@@ -103,7 +103,7 @@ class SliceTask:
 @dataclass(frozen=True)
 class SlicePlan:
     topic: str
-    hour: str  # hour tag, e.g. 2026-01-31T13
+    hour: Hour  # 2026-01-31T13
     planned_at: str  # ISO timestamp
     grace_minutes: int
     rows_per_task: int
@@ -127,7 +127,7 @@ class SlicePlan:
     @classmethod
     def from_dict(cls, d: Mapping) -> "SlicePlan":
         return cls(
-            topic=d["topic"], hour=d["hour"], planned_at=d["planned_at"],
+            topic=d["topic"], hour=Hour(d["hour"]), planned_at=d["planned_at"],
             grace_minutes=d["grace_minutes"], rows_per_task=d["rows_per_task"],
             partitions=tuple(PartitionSlice(**p) for p in d["partitions"]),
             tasks=tuple(SliceTask(**t) for t in d["tasks"]),
@@ -163,7 +163,7 @@ def check_closed(hour: datetime, now: datetime, grace_minutes: int) -> None:
     closes = hour_closes(hour, grace_minutes)
     if closes > now:
         raise HourNotClosedError(
-            f"hour {hour_tag(hour)} is still open: it closes at {closes.isoformat()} "
+            f"hour {Hour(hour)} is still open: it closes at {closes.isoformat()} "
             f"(end of hour + {grace_minutes} min grace); now is {now.isoformat(timespec='seconds')}"
         )
 
@@ -357,7 +357,7 @@ class _Search:
             raise FutureTimestampError(
                 f"topic {self.topic!r} partition {self.partition}: offset {offset} is stamped {_iso(stamped)}, "
                 f"more than max_future_minutes={minutes} past the boundary {_iso(millis)} of hour "
-                f"{hour_tag(self.hour)}, and the records after it are stamped earlier. Kafka's "
+                f"{Hour(self.hour)}, and the records after it are stamped earlier. Kafka's "
                 "offsets_for_times would hold every later boundary of this partition at that offset, making "
                 "the following hours silently empty. Nothing was planned. Either land it where it sits by "
                 "setting `on_future_timestamp: land` for this topic (it is recorded in the slice manifest), "
@@ -395,7 +395,7 @@ def plan_slice(
         raise UnknownTopicError(f"topic {topic!r} does not exist on the Kafka cluster")
     partitions = sorted(partitions)
     topic_id = log.topic_id(topic)
-    check_same_topic(topic, topic_id, frozen.values(), f"Nothing was planned for hour {hour_tag(hour)}.")
+    check_same_topic(topic, topic_id, frozen.values(), f"Nothing was planned for hour {Hour(hour)}.")
     # A partition no frozen hour below knows was added after those hours were planned.
     known_below = {ps.partition for h, plan in frozen.items() if h < hour for ps in plan.partitions}
 
@@ -414,7 +414,7 @@ def plan_slice(
                 raise LogRewoundError(
                     f"topic {topic!r} partition {p}: frozen hours of this topic reach offset {frozen_offset}, "
                     f"but the log now ends at {log_end}: the topic was deleted and re-created (or the partition "
-                    f"truncated). Nothing was planned for hour {hour_tag(hour)}. The frozen slices under "
+                    f"truncated). Nothing was planned for hour {Hour(hour)}. The frozen slices under "
                     f"{slice_dir(topic)}/ describe the old topic: land the new one under another name, or move that "
                     "folder aside to start the topic's landing history anew."
                 )
@@ -438,7 +438,7 @@ def plan_slice(
             lost_to = min(log_start, end)
             if not skip_retention_gaps:
                 raise RetentionGapError(
-                    f"topic {topic!r} partition {p}: offsets [{start}, {lost_to}) of hour {hour_tag(hour)} "
+                    f"topic {topic!r} partition {p}: offsets [{start}, {lost_to}) of hour {Hour(hour)} "
                     f"were deleted by retention (the log now starts at {log_start}). Nothing was planned. "
                     "To land the rest of the hour and record the loss, run with skip_retention_gaps=true."
                 )
@@ -451,7 +451,7 @@ def plan_slice(
         future = [f for f in future if f["partition"] != p or start <= f["offset"] < end]
 
     return SlicePlan(
-        topic=topic, hour=hour_tag(hour), planned_at=now.isoformat(timespec="seconds"),
+        topic=topic, hour=Hour(hour), planned_at=now.isoformat(timespec="seconds"),
         grace_minutes=grace_minutes, rows_per_task=rows_per_task, partitions=tuple(slices),
         tasks=split_tasks(slices, rows_per_task), skipped=tuple(skipped), future_records=tuple(future),
         topic_id=topic_id,

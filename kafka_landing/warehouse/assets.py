@@ -36,7 +36,7 @@ from kafka_landing.errors import is_transient
 from kafka_landing.hours import SPARK_TAG, failure, history, run_hours, single_run, topic_hours
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff.units import event_unit
-from kafka_landing.naming import done_file_path, event_table, hour_from_key, hour_tag
+from kafka_landing.naming import Hour, done_file_path, event_table
 from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.warehouse.load import (
     DoneFileMismatch,
@@ -81,10 +81,10 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
         _writable(backend, f"{cfg.dataset}.{table}")
 
         def one_hour(partition_key: str):
-            rel = done_file_path(cfg.dataset, table, hour_from_key(partition_key))
+            hour = Hour.from_key(partition_key)
+            rel = done_file_path(cfg.dataset, table, hour)
             if not store.exists(rel):
-                raise failure(LoadError(f"no done file for {cfg.dataset}.{table} "
-                                        f"{hour_tag(hour_from_key(partition_key))} ({rel}): land "
+                raise failure(LoadError(f"no done file for {cfg.dataset}.{table} {hour} ({rel}): land "
                                         f"{landing_key(cfg.topic).to_user_string()} for that hour first"))
             try:  # the factory, not a session: only a backend that needs Spark starts it, once per run
                 result = load_done_file(backend, store, rel, lambda: pyspark.spark_session)

@@ -36,7 +36,7 @@ from kafka_landing.handoff import markers
 from kafka_landing.handoff.markers import listed_tables
 from kafka_landing.handoff.units import HOUR, LoadUnit
 from kafka_landing.hours import REDO_DONE_HOURS_TAG, SPARK_TAG
-from kafka_landing.naming import hour_from_tag, hour_key, pending_dir
+from kafka_landing.naming import pending_dir
 from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.jobs import RETIRE_JOB, retire_hours
 from kafka_landing.warehouse.queue import tick as queue
@@ -102,7 +102,7 @@ def _warn_given_up(log, plan: TickPlan, store, what: str, remedy: str) -> None:
 
 def load_run_request(group: LoadGroup, key: AssetKey, spark: bool) -> RunRequest:
     """One run loading every hour of `group`: its partition, or a single-run partition range."""
-    first, last = (hour_key(hour_from_tag(h)) for h in (group.hours[0], group.hours[-1]))
+    first, last = (ld.unit.partition_key for ld in (group.loads[0], group.loads[-1]))
     tags = {**group.tags(), REDO_DONE_HOURS_TAG: "true", **({SPARK_TAG: "true"} if spark else {})}
     if first == last:
         return RunRequest(run_key=group.run_key, partition_key=first, asset_selection=[key], tags=tags)

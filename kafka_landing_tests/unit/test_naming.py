@@ -5,9 +5,12 @@ record can leave the root."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import json
+from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kafka_landing import naming as n
 
@@ -57,3 +60,36 @@ def test_an_attempt_that_could_leave_its_folder_is_refused(bad):
                                         ("hour=2026-01-31", None), ("_given_up", None), ("hours=2026-01-31T13", None)])
 def test_hour_folder_tag_reads_back_only_hour_folders(name, hour):
     assert n.hour_folder_tag(name) == hour
+
+
+# --- the Hour value --------------------------------------------------------------------------
+
+_hours = st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(9998, 12, 31), timezones=st.just(timezone.utc))
+
+
+@given(_hours, st.integers(-100_000, 100_000))
+def test_every_form_of_an_hour_is_one_method_of_one_value_and_they_agree(t, k):
+    h = n.Hour(t)
+    start = t.replace(minute=0, second=0, microsecond=0)
+    assert h.start == start and h == start.strftime("%Y-%m-%dT%H")
+    assert n.Hour(h) is h and n.Hour(str(h)) == h and n.Hour.from_key(h.key) == h
+    assert h.day == start.date().isoformat() and h.decorator(by_day=True) == start.strftime("%Y%m%d")
+    assert h.decorator() == start.strftime("%Y%m%d%H")
+    if datetime(1970, 1, 1, tzinfo=timezone.utc) <= start + timedelta(hours=k) < datetime(9999, 1, 1, tzinfo=timezone.utc):
+        later = h.plus(k)
+        assert later.number - h.number == k and later.start == start + timedelta(hours=k)
+        assert (later > h) == (k > 0)  # the tag sorts as time does
+
+
+def test_an_hour_is_its_tag_wherever_a_tag_was_written():
+    h = n.Hour("2026-01-31T13")
+    assert json.dumps({"hour": h}) == '{"hour": "2026-01-31T13"}' and {"2026-01-31T13": 1}[h] == 1
+    assert n.done_file_path("d", "t", h) == n.done_file_path("d", "t", "2026-01-31T13") == "tables/d/t/hour=2026-01-31T13/_DONE.json"
+    assert h.closes(15) == datetime(2026, 1, 31, 14, 15, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("bad", ["2026-01-31", "2026-13-01T00", "2026-01-31T24", "2026-01-31-13:00", "x",
+                                 datetime(2026, 1, 31, 13), 1234])
+def test_what_is_not_an_hour_is_refused_naming_it(bad):
+    with pytest.raises(n.NameError_, match="hour"):
+        n.Hour(bad)

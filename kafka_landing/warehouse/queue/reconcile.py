@@ -19,20 +19,12 @@ from datetime import datetime
 
 from kafka_landing.handoff.manifests import content_sha
 from kafka_landing.handoff.markers import TableHour, given_up, mark_pending, marker_path, subfolders
-from kafka_landing.naming import (
-    HOUR_TAG_FORMAT,
-    ONE_HOUR,
-    hour_folder_tag,
-    hour_from_tag,
-    hour_tag,
-    last_closed_hour,
-    table_dir,
-)
+from kafka_landing.naming import Hour, hour_folder_tag, last_closed_hour, table_dir
 from kafka_landing.store.base import LandingStore
 
 
-def _hour_tags(store: LandingStore, dataset: str, table: str) -> list[str]:
-    """The hour tags of the table's hour=<H> folders, oldest first."""
+def _hours(store: LandingStore, dataset: str, table: str) -> list[Hour]:
+    """The hours of the table's hour=<H> folders, oldest first."""
     return [h for n in subfolders(store, table_dir(dataset, table)) if (h := hour_folder_tag(n))]
 
 
@@ -50,10 +42,6 @@ def _hour_tags(store: LandingStore, dataset: str, table: str) -> list[str]:
 # never checked leave.
 
 RECONCILE_AGAIN_AFTER = 24 * 3600  # seconds
-
-
-def _hour_number(tag: str) -> int:
-    return int(hour_from_tag(tag).timestamp()) // 3600
 
 
 def _runs(numbers: Iterable[int]) -> tuple[tuple[int, int], ...]:
@@ -164,7 +152,7 @@ def reconcile(
         if out_of_budget():
             return ScanPosition(name, scans), marked, scanned
         scan = scans.get(name) or TableScan(now)
-        listed[name] = {_hour_number(h): h for h in _hour_tags(store, dataset, table)}
+        listed[name] = {h.number: h for h in _hours(store, dataset, table)}
         checked = scan.checked() & listed[name].keys()  # a folder gone and back is new again
         stopped = False
         for n in sorted(listed[name].keys() - checked):
@@ -197,32 +185,26 @@ def reconcile(
 
 @dataclass(frozen=True)
 class Behind:
-    first_landed_hour: str | None  # the first landed (or loaded) hour: where counting starts
-    last_closed_hour: str | None
-    missing: tuple[str, ...]  # closed hours from first_landed_hour on with nothing loaded, oldest first
+    first_landed_hour: Hour | None  # the first landed (or loaded) hour: where counting starts
+    last_closed_hour: Hour | None
+    missing: tuple[Hour, ...]  # closed hours from first_landed_hour on with nothing loaded, oldest first
 
     @property
     def hours(self) -> int:
         return len(self.missing)
 
 
-def hours_behind(landed: Iterable[str], loaded: Iterable[str], now: datetime, grace_minutes: int) -> Behind:
+def hours_behind(landed: Iterable[Hour], loaded: Iterable[Hour], now: datetime, grace_minutes: int) -> Behind:
     """Closed hours not loaded, counted from the table's first landed or loaded hour: hours
     before a table's first data are not "behind" (a new table, or a partitions start that
     predates the topic), every closed hour after it is, landed or not."""
     loaded = set(loaded)
     known = set(landed) | loaded
-    last = last_closed_hour(now, grace_minutes)
+    last = Hour(last_closed_hour(now, grace_minutes))
     if not known:
-        return Behind(None, hour_tag(last), ())
-    first = min(known)
-    missing = []
-    h = hour_from_tag(first)
-    while h <= last:
-        tag = h.strftime(HOUR_TAG_FORMAT)
-        if tag not in loaded:
-            missing.append(tag)
-        h += ONE_HOUR
-    return Behind(first, hour_tag(last), tuple(missing))
+        return Behind(None, last, ())
+    first = Hour(min(known))
+    missing = [h for h in (first.plus(n) for n in range(last.number - first.number + 1)) if h not in loaded]
+    return Behind(first, last, tuple(missing))
 
 

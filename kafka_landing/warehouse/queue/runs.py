@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kafka_landing.handoff.units import EVENT, HOUR, LoadUnit
-from kafka_landing.naming import ONE_HOUR, hour_from_tag, table_dir
+from kafka_landing.naming import Hour, table_dir
 
 MAX_ATTEMPTS = 3
 # Run statuses (Dagster's names) after which a run will not change anything any more.
@@ -85,10 +85,10 @@ _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _ATTEMPT_SUFFIX = re.compile(r"#attempt(\d+)$")
 
 
-def member_tag(hour: str) -> str:
-    """The run tag key a member of `hour` (an hour tag) is named under: its hour of the week,
-    e.g. `kafka_landing/load.Fri13`. Distinct for any 168 consecutive hours."""
-    h = hour_from_tag(hour)
+def member_tag(hour: Hour) -> str:
+    """The run tag key a member of `hour` is named under: its hour of the week, e.g.
+    `kafka_landing/load.Fri13`. Distinct for any 168 consecutive hours."""
+    h = Hour(hour).start
     return f"{MEMBER_TAG_PREFIX}{_WEEKDAYS[h.weekday()]}{h.hour:02d}"
 
 
@@ -216,6 +216,7 @@ class LoadGroup:
 
     @property
     def hours(self) -> list[str]:
+        """Its units' partitions: hours (a landing-hour group), or the one event partition."""
         return [ld.unit.partition for ld in self.loads]
 
     @property
@@ -276,7 +277,7 @@ def plan_loads(loads: Iterable[PendingLoad], runs: Mapping[PendingLoad, Sequence
         prev = current[-1].unit if current else None
         joins = (prev is not None and not alone and a == attempt and len(current) < max_hours
                  and (prev.dataset, prev.table) == (ld.unit.dataset, ld.unit.table)
-                 and hour_from_tag(ld.unit.partition) - hour_from_tag(prev.hour) == ONE_HOUR)
+                 and ld.unit.hour.number - prev.hour.number == 1)
         if joins:
             current.append(ld)
             continue
