@@ -43,9 +43,9 @@ from kafka_landing.hours import SPARK_TAG, topic_hours
 from kafka_landing.kafka_slices.assets import build_slice_assets, slice_key
 from kafka_landing.kafka_slices.freeze import settle_first_hours
 from kafka_landing.kafka_slices.jobs import plan_backfill
+from kafka_landing.kafka_slices.resources import KafkaResource
 from kafka_landing.naming import asset_safe, hour_key
 from kafka_landing.resources import (
-    KafkaResource,
     LandingResource,
     SchemaRegistryResource,
     SparkResource,

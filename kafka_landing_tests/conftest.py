@@ -25,8 +25,8 @@ os.environ.setdefault("KAFKA_LANDING_FIRST_HOUR", "2026-01-01-00:00")
 
 from kafka_landing_tools import devstack  # noqa: E402
 from kafka_landing_tools.demo.generate import produce
+from kafka_landing.kafka_slices.resources import KafkaResource
 from kafka_landing.resources import (
-    KafkaResource,
     LandingResource,
     SchemaRegistryResource,
 )

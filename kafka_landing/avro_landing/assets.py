@@ -26,6 +26,7 @@ from kafka_landing.kafka_slices.plan import (
     SlicePlan,
     check_still_in_kafka,
 )
+from kafka_landing.kafka_slices.resources import KafkaResource
 from kafka_landing.naming import (
     asset_safe,
     dead_letter_dir,
@@ -33,7 +34,6 @@ from kafka_landing.naming import (
     table_hour_dir,
 )
 from kafka_landing.resources import (
-    KafkaResource,
     LandingResource,
     SchemaRegistryResource,
     SparkResource,

@@ -26,8 +26,9 @@ from kafka_landing.hours import failure, history, run_hours, single_run, topic_h
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
 from kafka_landing.kafka_slices.plan import PlanningError, SlicePlan
+from kafka_landing.kafka_slices.resources import KafkaResource
 from kafka_landing.naming import asset_safe, hour_from_key, slice_manifest_path
-from kafka_landing.resources import KafkaResource, LandingResource
+from kafka_landing.resources import LandingResource
 
 GROUP = "kafka_slices"
 

@@ -30,8 +30,9 @@ from kafka_landing.kafka_slices.dry_run import (
     hours_between,
 )
 from kafka_landing.kafka_slices.freeze import load_frozen, settled_first_hour
+from kafka_landing.kafka_slices.resources import KafkaResource
 from kafka_landing.naming import hour_from_key
-from kafka_landing.resources import KafkaResource, LandingResource
+from kafka_landing.resources import LandingResource
 
 
 class PlanConfig(Config):

@@ -78,7 +78,7 @@ def test_registry_down_fails_before_spark_starts_naming_it(topic_config, make_to
 
 
 def test_broker_down_fails_naming_the_bootstrap_servers(topic_config):
-    from kafka_landing.resources import KafkaResource
+    from kafka_landing.kafka_slices.resources import KafkaResource
 
     topic_config({"any_topic": {"dataset": "d", "table": "t"}})
     defs = build_definitions()

@@ -27,8 +27,8 @@ from dagster._core.launcher.default_run_launcher import GRPC_INFO_TAG
 from kafka_landing.config import TopicConfig
 from kafka_landing.hours import TRANSIENT_RETRIES
 from kafka_landing.kafka_slices.assets import build_slice_asset
+from kafka_landing.kafka_slices.resources import KafkaResource
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key
-from kafka_landing.resources import KafkaResource
 from kafka_landing.run_launcher import ProcessCheckingRunLauncher
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.run_monitoring import a_sigkilled_run_worker_is_failed

@@ -11,7 +11,7 @@ import kafka_landing
 
 PACKAGE = Path(kafka_landing.__file__).parent
 TOOLS_PACKAGE = PACKAGE.parent / "kafka_landing_tools"
-LAYERS = ("kafka_slices", "avro_landing", "warehouse", "store")
+LAYERS = ("kafka_slices", "avro_landing", "warehouse")  # the flow's, in its order
 DAGSTER_ROLES = {"assets.py", "checks.py", "sensors.py", "resources.py", "jobs.py"}
 # Outside the layers: the code location, hourly partitions and per-hour reporting, the run launcher.
 DAGSTER_TOP = {"definitions.py", "hours.py", "resources.py", "run_launcher.py"}
@@ -46,12 +46,30 @@ def test_spark_only_where_the_heavy_work_runs():
 # imports the code location, and nothing in the product imports the tools that drive it
 # (kafka_landing_tools: the local stack, the demo, the benchmark) or the tests. A package inside a
 # layer (warehouse/queue/) is part of that layer; a shared package (handoff/: the contract landing
-# writes and loading reads) sits below every layer like the shared modules.
-SHARED = {"config.py", "naming.py", "errors.py", "avro_files.py", "crash_points.py",
-          "hours.py", "hourly_schedule.py", "defaults.py", "spark_setup.py", "run_worker.py", "run_launcher.py"}
-SHARED_PACKAGES = ("handoff",)
+# writes and loading reads; store/: the landing root) sits below every layer like the shared modules.
+# The shared resources (resources.py: the registry, the landing root, Spark) are Dagster wiring
+# the layers share: above the shared modules, below every layer; a layer's own resources are in
+# its resources.py. Every module falls under exactly one of these rule sets (`rule_sets`).
+SHARED = {"__init__.py", "config.py", "naming.py", "errors.py", "avro_files.py", "crash_points.py",
+          "hours.py", "hourly_schedule.py", "defaults.py", "spark_setup.py", "run_worker.py", "run_launcher.py",
+          "event_partitions.py"}
+SHARED_PACKAGES = ("handoff", "store")
+SHARED_RESOURCES = {"resources.py"}
 OUTSIDE = ("kafka_landing_tools", "kafka_landing_tests")  # packages beside the product that use it
 ENTRY_POINTS = {"definitions.py", "__main__.py"}
+
+
+def rule_sets(rel: str) -> list[str]:
+    """The rule sets of the flow that module `rel` (path inside the package) falls under."""
+    parts = rel.split("/")
+    inside = parts[0] if len(parts) > 1 else None  # the package at the top that holds it
+    held = {
+        f"layer {inside}": inside in LAYERS,
+        "shared": rel in SHARED or inside in SHARED_PACKAGES,
+        "shared resources": rel in SHARED_RESOURCES,
+        "entry point": rel in ENTRY_POINTS,
+    }
+    return [name for name, holds in held.items() if holds]
 
 
 def project_imports(source: str) -> set[str]:
@@ -87,10 +105,29 @@ def backwards_imports(rel: str, imported: set[str]) -> list[str]:
     if top == "warehouse":
         found += never("loading uses earlier layers only through their assets' keys", "avro_landing", "kafka_slices",
                        but=("avro_landing.assets", "kafka_slices.assets"))
-    if top == "store" or top in SHARED_PACKAGES or rel in SHARED:
+    if "shared" in rule_sets(rel):
         found += never("shared modules sit below every layer", "kafka_slices", "avro_landing", "warehouse",
                        "resources")
+    if rel in SHARED_RESOURCES:
+        found += never("the shared resources sit below every layer (a layer's own are in its resources.py)",
+                       "kafka_slices", "avro_landing", "warehouse")
     return found
+
+
+def test_every_module_falls_under_exactly_one_rule_set():
+    modules = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py"))
+    assert len(modules) > 40 and {"event_partitions.py", "resources.py", "__init__.py"} <= set(modules)
+    assert {rel: rule_sets(rel) for rel in modules if len(rule_sets(rel)) != 1} == {}
+
+
+def test_a_module_under_no_rule_set_or_two_is_found(monkeypatch):
+    assert rule_sets("new_module.py") == [] and rule_sets("new_package/steps.py") == []
+    assert rule_sets("event_partitions.py") == ["shared"] and rule_sets("store/gcs.py") == ["shared"]
+    assert rule_sets("resources.py") == ["shared resources"]
+    assert rule_sets("kafka_slices/resources.py") == ["layer kafka_slices"]
+    assert rule_sets("warehouse/queue/tick.py") == ["layer warehouse"]
+    monkeypatch.setitem(globals(), "SHARED", SHARED | {"resources.py"})
+    assert rule_sets("resources.py") == ["shared", "shared resources"]
 
 
 def test_imports_follow_the_flow():
@@ -111,10 +148,22 @@ def test_a_backwards_import_fails_the_flow_rule():
     assert backwards_imports("config.py", {"kafka_landing.kafka_slices.plan"}) != []
     assert backwards_imports("spark_setup.py", {"kafka_landing_tools.devstack"}) != []
     assert backwards_imports("warehouse/checks.py", {"kafka_landing.avro_landing.conservation"}) != []
+    assert backwards_imports("event_partitions.py", {"kafka_landing.warehouse.load"}) != []
+    assert backwards_imports("event_partitions.py", {"kafka_landing.resources"}) != []
+    assert backwards_imports("resources.py", {"kafka_landing.kafka_slices.kafka_log"}) != []
+    assert backwards_imports("resources.py", {"kafka_landing.definitions"}) != []
+    assert backwards_imports("store/gcs.py", {"kafka_landing.warehouse.bigquery"}) != []
+    assert backwards_imports("__init__.py", {"kafka_landing.avro_landing.job"}) != []
+    assert backwards_imports("warehouse/jobs.py", {"kafka_landing.kafka_slices.resources"}) != []
     # and what the flow allows
     assert backwards_imports("warehouse/assets.py", {"kafka_landing.avro_landing.assets"}) == []
     assert backwards_imports("avro_landing/job.py", {"kafka_landing.kafka_slices.plan", "kafka_landing.handoff"}) == []
     assert backwards_imports("__main__.py", {"kafka_landing.definitions"}) == []
+    assert backwards_imports("resources.py", {"kafka_landing.config", "kafka_landing.store"}) == []
+    assert backwards_imports("kafka_slices/resources.py", {"kafka_landing.kafka_slices.kafka_log"}) == []
+    assert backwards_imports("avro_landing/assets.py", {"kafka_landing.kafka_slices.resources",
+                                                        "kafka_landing.resources"}) == []
+    assert backwards_imports("event_partitions.py", {"kafka_landing.handoff.event_index", "kafka_landing.naming"}) == []
     assert backwards_imports("avro_landing/publish.py", {"kafka_landing.handoff.markers",
                                                          "kafka_landing.handoff.event_index"}) == []
     assert backwards_imports("warehouse/queue/tick.py", {"kafka_landing.handoff.markers",
@@ -130,7 +179,7 @@ def test_the_tools_are_outside_the_product():
 
 def test_every_layer_holds_its_steps():
     for layer, steps in {
-        "kafka_slices": ["plan.py", "freeze.py", "kafka_log.py", "assets.py"],
+        "kafka_slices": ["plan.py", "freeze.py", "kafka_log.py", "resources.py", "assets.py"],
         "avro_landing": ["read.py", "decode.py", "route.py", "write.py", "publish.py", "job.py", "assets.py"],
         "warehouse": ["load.py", "parquet.py", "bigquery.py", "assets.py", "checks.py", "sensors.py"],
         "store": ["base.py", "local.py", "gcs.py"],
