@@ -103,11 +103,24 @@ def is_transient(exc: BaseException) -> bool:
             or type(exc).__name__ == "RetryError"
     if module.startswith(("httpx", "httpcore", "requests.exceptions", "urllib3", "google.auth")):  # httpx2 too
         return type(exc).__name__ in _TRANSPORT_ERRORS
-    if module.startswith("pyspark.errors"):  # the Spark Connect client's retries of a server away ran out
-        return type(exc).__name__ == "RetriesExceeded"
+    if module.startswith("pyspark.errors"):
+        return spark_server_gone(exc)
     if module.startswith("grpc") and callable(getattr(exc, "code", None)):  # a Spark Connect call's own answer
         return getattr(exc.code(), "name", None) in _TRANSIENT_GRPC
     return False
+
+
+def spark_server_gone(exc: BaseException) -> bool:
+    """A Spark Connect error that says the server, not the work, failed: the client's retries of a
+    server away ran out, or the server restarted under the session (its handles are gone; pyspark
+    then closes the client, and a new session works). The session must be reopened to go on."""
+    name = type(exc).__name__
+    if name == "RetriesExceeded":
+        return True
+    condition = getattr(exc, "getCondition", lambda: None)() or ""
+    if condition.startswith("INVALID_HANDLE."):
+        return True
+    return name == "PySparkAssertionError" and "server side session identifier" in str(exc)
 
 
 # gRPC statuses that mean "no answer" or "not now" (a Spark Connect server restarting or busy).

@@ -70,6 +70,11 @@ class SparkResource(ConfigurableResource):
 
     @property
     def spark_session(self):
+        """The run's session; on Connect, a new one when the server dropped the last (it restarted:
+        pyspark closes a client whose server-side session is gone), so a retry goes on where the
+        failed attempt could not."""
+        if self._spark_session is not None and self.remote and self._spark_session.is_stopped:
+            self._spark_session = None
         if self._spark_session is None:
             self._spark_session = open_session(self.remote, self.spark_config)
         return self._spark_session

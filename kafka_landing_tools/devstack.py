@@ -266,32 +266,36 @@ def spark_connect_ready() -> bool:
     return _port_open(PORTS.spark_connect)
 
 
-def _spark_server_config() -> dict:
+def _spark_server_config(port: int, memory: str) -> dict:
     """The whole process's settings, as a classic session would have them, with gs:// on the
     stack's emulator; sessions set their own spark.sql.* on top."""
     from kafka_landing.spark_setup import gcs_config, spark_config
 
     return {
-        **spark_config(driver_memory=os.environ.get("KAFKA_LANDING_STACK_SPARK_MEMORY", "3g")),
+        **spark_config(driver_memory=memory),
         **gcs_config({"STORAGE_EMULATOR_HOST": GCS_EMULATOR_URL}),
         "spark.connect.grpc.binding.address": "127.0.0.1",
-        "spark.connect.grpc.binding.port": str(PORTS.spark_connect),
+        "spark.connect.grpc.binding.port": str(port),
         "spark.app.name": "kafka_landing-connect",
     }
 
 
-def start_spark_connect() -> str:
-    """Start the warm Spark engine unless one answers already; its URL (for SPARK_REMOTE)."""
-    sdir = STACK_DIR / "spark"
+def start_spark_connect(port: int | None = None, sdir: Path | None = None, memory: str | None = None) -> str:
+    """Start the warm Spark engine unless one answers already; its URL (for SPARK_REMOTE). Another
+    `port` and folder: a server of its own beside the stack's (a test that restarts one)."""
+    port = port or PORTS.spark_connect
+    sdir = sdir or STACK_DIR / "spark"
+    memory = memory or os.environ.get("KAFKA_LANDING_STACK_SPARK_MEMORY", "3g")
     pidfile, log = sdir / "pid", sdir / "spark-connect.log"
-    if spark_connect_ready():
-        return SPARK_CONNECT_URL
-    _check_port_free(PORTS.spark_connect, "the Spark Connect server")
+    url = f"sc://127.0.0.1:{port}"
+    if _port_open(port):
+        return url
+    _check_port_free(port, "the Spark Connect server")
     import pyspark
 
     home = Path(pyspark.__file__).parent
     sdir.mkdir(parents=True, exist_ok=True)
-    conf = [arg for key, value in _spark_server_config().items() for arg in ("--conf", f"{key}={value}")]
+    conf = [arg for key, value in _spark_server_config(port, memory).items() for arg in ("--conf", f"{key}={value}")]
     _spawn(
         [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
          *conf, "spark-internal"],
@@ -299,8 +303,8 @@ def start_spark_connect() -> str:
         log, pidfile, env={"SPARK_HOME": str(home), "JAVA_HOME": str(Path(_system_java()).resolve().parents[1])},
         cwd=sdir,
     )
-    _wait("Spark Connect server", spark_connect_ready, 180, log, pidfile)
-    return SPARK_CONNECT_URL
+    _wait("Spark Connect server", lambda: _port_open(port), 180, log, pidfile)
+    return url
 
 
 #: what the Dagster instance of deploy/dagster.postgres.yaml reads; the stack's values unless set

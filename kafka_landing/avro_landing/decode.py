@@ -17,7 +17,8 @@ from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.types import ArrayType, DataType, DecimalType, MapType, StructType
 
 from kafka_landing.avro_landing import avro_schemas, registry_answers
-from kafka_landing.errors import LandingError
+from kafka_landing.errors import LandingError, is_transient
+from kafka_landing.spark_setup import SparkUnavailable
 
 
 def frame_columns(raw: DataFrame) -> DataFrame:
@@ -204,10 +205,15 @@ def resolve_schemas(fetch_schema: Callable[[int], object], ids: list[int],
 
 def decode_checked(framed: DataFrame, schema_id: int, writer: dict, where: str) -> DataFrame:
     """decode(), with a schema Spark cannot take (recursive, unknown type names, ...) a LandingError
-    naming the schema id: Spark parses the schema when it resolves the plan, here."""
+    naming the schema id: Spark parses the schema when it resolves the plan, here. On Spark Connect
+    that analysis is a call to the server: one that went away says so, transient, and blames no schema."""
     try:
         decoded = decode(framed, schema_id, writer)
         decoded.schema  # noqa: B018 - forces analysis
     except Exception as exc:  # noqa: BLE001 - any analysis failure means this schema cannot be decoded
+        if is_transient(exc):
+            raise SparkUnavailable(f"{where}: the Spark engine went away while analysing the decode of schema id "
+                                   f"{schema_id} ({_spark_message(exc)}). Nothing of the hour was published; it is "
+                                   "tried again on a new session") from None
         raise LandingError(_unlandable(where, schema_id, f"Spark cannot decode it ({_spark_message(exc)})")) from None
     return decoded

@@ -91,6 +91,34 @@ def test_client_library_errors_are_transient_only_for_no_answer_or_not_now(exc, 
     assert is_transient(exc) is transient
 
 
+def _connect_errors():
+    from pyspark.errors import PySparkAssertionError
+    from pyspark.errors.exceptions.base import RetriesExceeded
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    def grpc(condition: str) -> Exception:
+        return SparkConnectGrpcException(f"[{condition}] ...", errorClass=condition, messageParameters={})
+
+    return [
+        # The Spark Connect server restarted under the session (pyspark 4.0 client/core.py): reopen and retry.
+        (PySparkAssertionError("Received incorrect server side session identifier for request. Please create a new "
+                               "Spark Session to reconnect. (a != b)"), True),
+        (grpc("INVALID_HANDLE.SESSION_CHANGED"), True), (grpc("INVALID_HANDLE.OPERATION_NOT_FOUND"), True),
+        (grpc("INVALID_HANDLE.SESSION_NOT_FOUND"), True),
+        (RetriesExceeded(errorClass="RETRIES_EXCEEDED", messageParameters={}), True),  # the server stayed away
+        # What the engine says of the work itself is terminal.
+        (grpc("UNRESOLVED_COLUMN.WITH_SUGGESTION"), False), (PySparkAssertionError("a bug of ours"), False),
+    ]
+
+
+@pytest.mark.parametrize("exc,transient", _connect_errors(), ids=lambda v: str(v)[:40] if isinstance(v, BaseException)
+                         else str(v))
+def test_a_spark_connect_server_that_restarted_or_stayed_away_is_transient_nothing_else_of_the_engine(exc, transient):
+    """Review R6: a restart (a deploy, an out-of-memory) fails in-flight work; the session is
+    reopened and the hour tried again, never refused for good."""
+    assert is_transient(exc) is transient
+
+
 def test_every_failure_in_the_package_goes_through_the_one_mapping():
     """A `Failure(...)` built anywhere else could say the wrong thing about retrying."""
     calls = []

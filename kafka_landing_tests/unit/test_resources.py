@@ -74,3 +74,27 @@ def test_a_secret_unset_after_the_resource_was_built_is_named(monkeypatch):
     monkeypatch.delenv("KAFKA_SASL_PASSWORD")
     with pytest.raises(ValueError, match=r"KafkaResource.sasl_password comes from \$KAFKA_SASL_PASSWORD"):
         ready_resources("kafka", resources=resources)
+
+
+def test_a_connect_session_the_server_dropped_is_reopened_and_a_live_one_kept(monkeypatch):
+    """Review R6: after the Spark Connect server restarted, pyspark closes the client whose
+    server-side session is gone; the next use of the run's engine (the in-step retry) gets a new
+    session instead of failing on the closed one. A live session is never replaced."""
+    from kafka_landing import resources
+
+    opened = []
+
+    class Session:
+        is_stopped = False
+
+    def open_session(remote, config):
+        opened.append(Session())
+        return opened[-1]
+
+    monkeypatch.setattr(resources, "open_session", open_session)
+    res = resources.SparkResource(remote="sc://127.0.0.1:15002")
+    first = res.spark_session
+    assert res.spark_session is first and len(opened) == 1
+    first.is_stopped = True  # what pyspark does on INVALID_HANDLE.SESSION_CHANGED
+    second = res.spark_session
+    assert second is not first and len(opened) == 2 and res.spark_session is second
