@@ -36,14 +36,17 @@ class KafkaLandingError(Exception):
     `heals_after`: terminal for this step, but the same input may pass after that many seconds
     (a spent quota): not retried in the step, asked for again by the queue then.
     `elsewhere`: the failure is about another unit than the one being loaded (another hour of
-    the day, a source file replaced meanwhile): the unit being loaded is not refused for it."""
+    the day, a source file replaced meanwhile): the unit being loaded is not refused for it.
+    `nothing_loaded`: the message already says that nothing was loaded and what to do next, so
+    the asset that shows it adds nothing (set where it is raised; callers never read the words)."""
 
     transient: bool = False
     heals_after: float | None = None
     elsewhere: bool = False
+    nothing_loaded: bool = False
 
     def __init__(self, *args, transient: bool | None = None, heals_after: float | None = None,
-                 elsewhere: bool | None = None):
+                 elsewhere: bool | None = None, nothing_loaded: bool | None = None):
         super().__init__(*args)
         if transient is not None:
             self.transient = transient
@@ -51,6 +54,8 @@ class KafkaLandingError(Exception):
             self.heals_after = heals_after
         if elsewhere is not None:
             self.elsewhere = elsewhere
+        if nothing_loaded is not None:
+            self.nothing_loaded = nothing_loaded
 
 
 class ServiceUnavailable(KafkaLandingError):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
 from kafka_landing.kafka_slices.plan import SlicePlan
-from kafka_landing.handoff.manifests import DoneFile, LandedFile
+from kafka_landing.handoff.manifests import DoneFile, DoneFileError, LandedFile, read_done_file
 from kafka_landing.naming import (
     dead_letter_dir,
     dead_letter_manifest_path,
@@ -66,6 +66,22 @@ def _count(store: LandingStore, f: LandedFile, out: Conservation) -> int:
     return n
 
 
+def _done_file(store: LandingStore, rel: str, out: Conservation, missing_ok: bool = False,
+               why: str = "") -> DoneFile | None:
+    """The done file at `rel` through the one reader; None, with its problem in `out`, where it
+    is missing (unless `missing_ok`) or cannot be trusted. A store that does not answer raises."""
+    try:
+        return read_done_file(store, rel)[0]
+    except DoneFileError as exc:
+        if exc.transient:
+            raise
+        if not exc.gone:
+            out.problems.append(f"{why}{exc}")
+        elif not missing_ok:
+            out.problems.append(f"no done file {rel}")
+        return None
+
+
 def check_landed_hour(store: LandingStore, cfg: TopicConfig, plan: SlicePlan) -> Conservation:
     """Re-count a landed hour from its files; see the module docstring."""
     hour = hour_from_tag(plan.hour)
@@ -74,11 +90,9 @@ def check_landed_hour(store: LandingStore, cfg: TopicConfig, plan: SlicePlan) ->
     gaps, skips = set(), set()
     for table in cfg.tables:
         rel = done_file_path(cfg.dataset, table, hour)
-        raw = store.read_json(rel)
-        if raw is None:
-            out.problems.append(f"no done file {rel}")
+        done = _done_file(store, rel, out)
+        if done is None:
             continue
-        done = DoneFile.from_dict(raw)
         gaps.add(done.offsets_without_record)
         skips.add(tuple(sorted((d["partition"], d["start"], d["end"]) for d in done.skipped)))
         for f in done.files:
@@ -93,8 +107,9 @@ def check_landed_hour(store: LandingStore, cfg: TopicConfig, plan: SlicePlan) ->
     else:
         # Tables a routing change retired must list nothing more of the hour: their rows would count twice.
         for dataset, table in manifest.get("retired", ()):
-            raw = store.read_json(done_file_path(dataset, table, hour))
-            for f in DoneFile.from_dict(raw).files if raw else ():
+            done = _done_file(store, done_file_path(dataset, table, hour), out, missing_ok=True,
+                              why=f"{dataset}.{table}, a table the hour no longer feeds: ")
+            for f in done.files if done else ():
                 out.landed_rows += _count(store, f, out)
                 out.problems.append(f"{f.path} of {dataset}.{table}, a table the hour no longer feeds, still lists "
                                     "rows of the hour: re-land the hour to retire it")

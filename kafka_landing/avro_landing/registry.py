@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError, is_transient, transient_status
+from kafka_landing.handoff.manifests import DoneFileError, read_done_file_or_none
 from kafka_landing.naming import ONE_HOUR, done_file_path
 
 if TYPE_CHECKING:  # the resource is Dagster's; this module only calls it
@@ -127,13 +128,19 @@ def schema_fetcher(registry: SchemaRegistryResource):
 def likely_schema_ids(store, registry: SchemaRegistryResource, cfg: TopicConfig, first_hour) -> tuple[int, ...]:
     """The schema ids the hours' records most likely carry, best first: the registry's latest for
     `<topic>-value`, then those of the hour before the run. Only a guess (see land_hours): any
-    answer that is not one is ignored."""
+    answer that is not one is ignored, and so is a done file before that cannot be trusted (its
+    own load says why)."""
     ids: list[int] = []
     try:
         ids.append(int(registry.client().get_latest_version(f"{cfg.topic}-value").schema_id))
     except Exception:  # noqa: BLE001 - another subject naming, or no registry answer: no guess from it
         pass
     for table in cfg.tables:
-        done = store.read_json(done_file_path(cfg.dataset, table, first_hour - ONE_HOUR)) or {}
-        ids += [int(i) for i in sorted(done.get("schema_ids", ()), reverse=True)]
+        try:
+            before = read_done_file_or_none(store, done_file_path(cfg.dataset, table, first_hour - ONE_HOUR))
+        except DoneFileError as exc:
+            if exc.transient:
+                raise
+            continue
+        ids += sorted((i for i in before[0].schema_ids if isinstance(i, int)), reverse=True) if before else []
     return tuple(dict.fromkeys(ids))

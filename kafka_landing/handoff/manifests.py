@@ -108,8 +108,8 @@ class DoneFileError(KafkaLandingError, ValueError):
     its path or listing files outside its hour. Terminal (the same bytes fail the same way) unless
     the store itself did not answer. `gone`: there is no done file at that path."""
 
-    def __init__(self, *args, transient: bool | None = None, gone: bool = False):
-        super().__init__(*args, transient=transient)
+    def __init__(self, *args, transient: bool | None = None, gone: bool = False, nothing_loaded: bool | None = None):
+        super().__init__(*args, transient=transient, nothing_loaded=nothing_loaded)
         self.gone = gone
 
 
@@ -179,7 +179,8 @@ def check_done_file(rel: str, raw: object) -> DoneFile:
         raise DoneFileError(
             "; ".join(problems)
             + ". Nothing was loaded from it: re-land the hour (materialise its avro_landing asset) "
-              "or fix the tool that wrote this done file."
+              "or fix the tool that wrote this done file.",
+            nothing_loaded=True,
         )
     return DoneFile.from_dict(raw)  # type: ignore[arg-type]
 
@@ -197,7 +198,7 @@ def read_done_file(store, rel: str) -> tuple[DoneFile, str]:
         raw = json.loads(content)
     except ValueError as exc:
         raise DoneFileError(f"done file {store.location(rel)} is not JSON ({exc}); nothing was loaded from it: "
-                            "re-land the hour or fix the tool that wrote it") from None
+                            "re-land the hour or fix the tool that wrote it", nothing_loaded=True) from None
     return check_done_file(rel, raw), content_sha(content)
 
 

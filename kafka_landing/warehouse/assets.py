@@ -91,10 +91,10 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
             except DoneFileMismatch as exc:
                 raise failure(exc) from None
             except (LoadError, IncompatibleSchemaError) as exc:  # a load that fails changes nothing
-                if "Nothing was loaded" in str(exc):  # the backend said so, with what to do next
+                if exc.nothing_loaded:  # the raise site said so, with what to do next
                     raise failure(exc) from None
                 raise failure(type(exc)(f"{exc}. Nothing was loaded; the landing files are untouched.",
-                                        transient=exc.transient)) from None
+                                        transient=exc.transient, nothing_loaded=True)) from None
             if result.added_columns:
                 context.log.warning(f"{cfg.dataset}.{table}: added nullable column(s) {list(result.added_columns)}")
             for warning in result.warnings:
@@ -132,7 +132,8 @@ def _writable(backend, name: str) -> None:
         backend.check_writable()
     except Exception as exc:  # noqa: BLE001 - each backend names its own service and what to check
         raise failure(LoadError(f"{name}: the {backend.kind} warehouse cannot be written: {exc}. Nothing was "
-                                "loaded; the landing files are untouched.", transient=is_transient(exc))) from None
+                                "loaded; the landing files are untouched.", transient=is_transient(exc),
+                                nothing_loaded=True)) from None
 
 
 def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):

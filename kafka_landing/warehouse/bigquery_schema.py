@@ -244,7 +244,8 @@ class _Planner:
 
     def refuse(self, path: str, what: str, remedy: str = REMEDY_TYPE) -> IncompatibleSchemaError:
         ids = ", ".join(f"schema id {f.schema_id}" for f in self.files)
-        return IncompatibleSchemaError(f"{self.where}: field {path}: {what} (the hour holds {ids}). {remedy}")
+        return IncompatibleSchemaError(f"{self.where}: field {path}: {what} (the hour holds {ids}). {remedy}",
+                                       nothing_loaded=True)  # every remedy starts with it
 
     def plan(self, table: list[dict] | None) -> LoadSchema:
         roots = []
@@ -254,7 +255,8 @@ class _Planner:
                 root, ns = names.resolve(f.writer, "")
                 _check_acyclic(root, names, ns, [])
             except IncompatibleSchemaError as exc:
-                raise IncompatibleSchemaError(f"{self.where}: {f.label}: {exc}. Nothing was loaded") from None
+                raise IncompatibleSchemaError(f"{self.where}: {f.label}: {exc}. Nothing was loaded",
+                                              nothing_loaded=True) from None
             roots.append((f, root, ns))
         record_names = {_fullname(r, "").rsplit(".", 1)[-1] for _, r, _ in roots}
         if len(record_names) > 1:
@@ -265,7 +267,7 @@ class _Planner:
         try:
             columns = avro_columns(reader)
         except IncompatibleSchemaError as exc:
-            raise IncompatibleSchemaError(f"{self.where}: {exc}. Nothing was loaded") from None
+            raise IncompatibleSchemaError(f"{self.where}: {exc}. Nothing was loaded", nothing_loaded=True) from None
         distinct = {json.dumps(f.writer, sort_keys=True) for f in self.files}
         if len(distinct) == 1 and avro_columns(self.files[0].writer) == columns:
             reader = None  # the files' own schema gives exactly these columns

@@ -30,7 +30,6 @@ And each event-time table's (per event partition), so that what the UI shows is 
   worth an alert. A fact about the newest version, so the result does not go stale as time passes.
 """
 
-import json
 from datetime import datetime, timezone
 
 from dagster import (
@@ -50,15 +49,14 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
-from kafka_landing.handoff.markers import content_sha, landed_hours, list_pending
+from kafka_landing.handoff.markers import landed_hours, list_pending
 from kafka_landing.hours import CONSERVATION, hour_check_events, topic_hours
-from kafka_landing.handoff.manifests import DoneFile
+from kafka_landing.handoff.manifests import DoneFileError, read_done_file
 from kafka_landing.naming import done_file_path, event_table, hour_from_key, hour_from_tag, hour_tag
 from kafka_landing.resources import LandingResource
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.assets import event_key, event_partitions, warehouse_key
 from kafka_landing.warehouse.event_load import Conservation, event_conservation, settling
-from kafka_landing.handoff.manifests import done_file_problems
 from kafka_landing.warehouse.load import Warehouse
 from kafka_landing.warehouse.queue.reconcile import hours_behind
 from kafka_landing.warehouse.resources import WarehouseResource
@@ -74,17 +72,13 @@ def hour_conservation(store: LandingStore, warehouse: Warehouse, dataset: str, t
     rel = done_file_path(dataset, table, hour_from_tag(hour))
     where = f"{dataset}.{table} hour {hour}"
     try:
-        content = store.read_bytes(rel)
-    except FileNotFoundError:
-        return False, f"{where}: no done file ({rel}): nothing landed for this hour", {}
-    try:
-        raw = json.loads(content)
-    except ValueError:
-        return False, f"{where}: done file {rel} is not JSON", {}
-    problems = done_file_problems(rel, raw)
-    if problems:
-        return False, "; ".join(problems), {}
-    done = DoneFile.from_dict(raw)
+        done, sha = read_done_file(store, rel)
+    except DoneFileError as exc:
+        if exc.gone:
+            return False, f"{where}: no done file ({rel}): nothing landed for this hour", {}
+        if exc.transient:
+            raise  # the store did not answer: the check errors, as any store error does, and can be re-run
+        return False, f"{where}: {exc}", {}
     landed = 0
     for f in done.files:
         try:
@@ -95,7 +89,6 @@ def hour_conservation(store: LandingStore, warehouse: Warehouse, dataset: str, t
             return False, f"{where}: listed file {f.path} is not a whole Avro file ({exc}): re-land the hour", {}
     loaded = warehouse.loaded(dataset, table, hour)
     rows = warehouse.hour_rows(dataset, table, hour)
-    sha = content_sha(content)
     metadata = {
         "landed_rows": landed,
         "done_file_rows": done.rows,

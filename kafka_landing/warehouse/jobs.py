@@ -18,12 +18,13 @@ from dagster import Config, OpExecutionContext, job, op
 from pydantic import Field
 
 from kafka_landing.errors import KafkaLandingError
+from kafka_landing.handoff.manifests import DoneFileError, read_done_file
 from kafka_landing.hours import failure
 from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.handoff.units import LoadUnit, event_unit
 from kafka_landing.naming import EVENT_TABLE_SUFFIX
 from kafka_landing.warehouse.event_load import retired_source
-from kafka_landing.warehouse.load import DoneFileMismatch, LoadError, load_done_file, load_unit
+from kafka_landing.warehouse.load import LoadError, load_done_file, load_unit
 from kafka_landing.warehouse.resources import WarehouseResource
 
 RETIRE_JOB = "retire_hours"
@@ -58,22 +59,21 @@ def retire_hours_op(context: OpExecutionContext, config: RetireConfig, landing: 
     backend = warehouse.backend(store)
     for rel in config.done_files:
         try:
-            raw = store.read_json(rel)
-        except ValueError as exc:
-            raise failure(DoneFileMismatch(f"{RETIRE_JOB}: done file {store.location(rel)} is not JSON ({exc}); "
-                                           "nothing was retired from it")) from None
-        if raw is None:
-            raise failure(LoadError(f"{RETIRE_JOB}: done file {store.location(rel)} does not exist: nothing to retire "
-                                    "(check the path in the run config)"))
-        if not raw.get("retired"):
+            done, _ = read_done_file(store, rel)
+        except DoneFileError as exc:
+            if exc.gone:
+                raise failure(LoadError(f"{RETIRE_JOB}: done file {store.location(rel)} does not exist: nothing to "
+                                        "retire (check the path in the run config)")) from None
+            raise failure(DoneFileError(f"{RETIRE_JOB}: {exc}", transient=exc.transient)) from None
+        if not done.retired:
             raise failure(LoadError(
-                f"{RETIRE_JOB}: done file {store.location(rel)} is not retired (it lists {raw.get('rows')} rows), so it "
+                f"{RETIRE_JOB}: done file {store.location(rel)} is not retired (it lists {done.rows} rows), so it "
                 "was not loaded: load it through its table's asset, or re-land its topic's hour to retire it"))
         try:  # the factory, not a session: only the Parquet backend starts Spark, once per run
             result = load_done_file(backend, store, rel, lambda: pyspark.spark_session)
         except KafkaLandingError as exc:  # transient or not, as the error says (a BigQuery 5xx is)
             raise failure(exc) from None
-        context.log.info(f"{result.table} {result.hour}: emptied at {result.location} ({raw['retired']})")
+        context.log.info(f"{result.table} {result.hour}: emptied at {result.location} ({done.retired})")
     for name in config.event_partitions:
         unit = event_partition_unit(name)
         try:

@@ -91,7 +91,8 @@ def _merge_primitive(old: str, new: str, path: str, where: str) -> str:
             raise IncompatibleSchemaError(
                 f"{where}: field {path!r} changed from {old} to {new}: holding both needs decimal({digits},{scale}), "
                 f"wider than the {MAX_DECIMAL_DIGITS} digits a Parquet table holds. Nothing was loaded; keep the "
-                "producer's precision and scale within that, or land the new values in a new field")
+                "producer's precision and scale within that, or land the new values in a new field",
+                nothing_loaded=True)
         return f"decimal({digits},{scale})"
     raise _refused(path, old, new, where)
 
@@ -117,7 +118,8 @@ def _refused(path: str, old, new, where: str) -> IncompatibleSchemaError:
         f"{where}: field {path!r} changed type from {_name(old)} to {_name(new)}, which no table column can hold "
         "both of (a schema registry accepts this only with compatibility NONE, or as a logical type added to or "
         "removed from a field). Nothing was loaded; the table and the landing files are as they were. Restore the "
-        "field's type in the producer's schema and re-land the hours since, or move the new values to a new field")
+        "field's type in the producer's schema and re-land the hours since, or move the new values to a new field",
+        nothing_loaded=True)
 
 
 def merge_schemas(table: dict | None, new: dict, where: str) -> tuple[dict, list[str]]:

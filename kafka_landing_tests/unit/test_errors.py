@@ -72,6 +72,14 @@ def test_an_error_wrapping_a_service_answer_says_which_it_is_at_the_raise_site()
     assert not is_transient(KafkaUnavailable("not a retriable Kafka error", transient=False))
 
 
+def test_an_error_says_at_its_raise_site_that_its_message_already_says_nothing_was_loaded():
+    """`nothing_loaded`: the message already says nothing was loaded and what to do next, so the
+    asset adds nothing; a caller reads the attribute, never the words."""
+    assert KafkaLandingError("x").nothing_loaded is False and LoadError("x").nothing_loaded is False
+    said = LoadError("x. Nothing was loaded: do y", nothing_loaded=True, transient=True)
+    assert said.nothing_loaded is True and said.transient is True
+
+
 @pytest.mark.parametrize("status,transient", [(500, True), (503, True), (429, True), (404, False), (401, False),
                                               (422, False), (None, False)])
 def test_registry_answers_are_transient_only_when_they_say_not_now(status, transient):

@@ -4,6 +4,7 @@ done file and the field."""
 
 from __future__ import annotations
 
+import json
 import posixpath
 
 import pytest
@@ -11,10 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_landing.handoff.manifests import (
+    DoneFileError,
     DoneFileMismatch,
     check_done_file,
     done_file_problems,
+    read_done_file,
 )
+from kafka_landing.store.local import LocalStore
 
 REL = "tables/shop/orders/hour=2026-11-20T13/_DONE.json"
 FOLDER = "tables/shop/orders/hour=2026-11-20T13/"
@@ -113,3 +117,21 @@ def test_a_done_file_says_offsets_without_record_and_one_from_before_the_rename_
     del old_body["offsets_without_record"]
     assert (new.offsets_without_record, check_done_file(REL, old_body).offsets_without_record) == (2, 3)
     assert "offset_gaps" not in new.to_dict() and new.to_dict()["offsets_without_record"] == 2
+
+
+@pytest.mark.parametrize("body", [b"{not json", json.dumps(done(dataset="web")).encode()], ids=["not JSON", "contradicting"])
+def test_a_done_file_that_cannot_be_trusted_says_nothing_was_loaded_from_it_and_marks_it(tmp_path, body):
+    store = LocalStore(str(tmp_path))
+    store.write_atomic(REL, body)
+    with pytest.raises(DoneFileError) as refused:
+        read_done_file(store, REL)
+    exc = refused.value
+    assert exc.nothing_loaded and not exc.gone and not exc.transient
+    assert str(exc).lower().count("nothing was loaded from it") == 1
+
+
+def test_no_done_file_is_gone_and_says_to_land_the_hour(tmp_path):
+    with pytest.raises(DoneFileError) as refused:
+        read_done_file(LocalStore(str(tmp_path)), REL)
+    assert refused.value.gone and not refused.value.transient and not refused.value.nothing_loaded
+    assert "does not exist: land the hour first" in str(refused.value)

@@ -19,6 +19,7 @@ from google.api_core import exceptions as gexc
 
 from kafka_landing.handoff.manifests import DoneFile
 from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, partition_id
+from kafka_landing.warehouse.bigquery_schema import FileSchema, plan_load
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.bigquery_fake import serving_folder
@@ -211,6 +212,22 @@ def test_each_registry_compatible_change_loads_in_any_order_or_fails_once_naming
     problems = {name: run_case(store, fake, case, name) for name in ORDERS}
     assert {k: v for k, v in problems.items() if v} == {}
 
+
+
+def _schema(*fields) -> dict:
+    return {"type": "record", "name": "Event", "namespace": "shop", "fields": list(fields)}
+
+
+@pytest.mark.parametrize("files, table", [
+    ([_schema(F("c", "int")), _schema(F("c", "string"))], None),  # the planner's own refusal
+    ([_schema(F("c", "long"))], [{"name": "c", "type": "STRING", "mode": "NULLABLE"}]),  # against the table
+    ([_schema(F("c", "shop.Nowhere"))], None),  # a schema that cannot be read, wrapped by the plan
+    ([_schema(F("c", REC("Loop", F("next", ["null", "shop.Loop"]))))], None),  # a record that contains itself
+], ids=["two schema ids", "the table", "undefined type", "recursive"])
+def test_a_refused_plan_says_once_that_nothing_was_loaded_and_marks_it(files, table):
+    with pytest.raises(IncompatibleSchemaError) as refused:
+        plan_load(table, [FileSchema(i + 1, f"gs://unit/{i}.avro", w) for i, w in enumerate(files)], "d.t hour H")
+    assert refused.value.nothing_loaded and str(refused.value).count("Nothing was loaded") == 1, str(refused.value)
 
 # --- transient or terminal: one decision for API answers, job errors and waiting ---------------
 

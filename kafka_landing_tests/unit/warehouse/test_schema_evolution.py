@@ -75,6 +75,7 @@ def test_a_change_no_type_can_hold_is_refused_naming_the_field(old, new):
     with pytest.raises(IncompatibleSchemaError, match=r"field 'c") as err:
         merge_schemas(merge_schemas(None, schema(col(old)), "t")[0], schema(col(new)), "ds.t hour H (schema ids [1, 2])")
     assert "ds.t hour H (schema ids [1, 2])" in str(err.value) and not err.value.transient
+    assert err.value.nothing_loaded and str(err.value).count("Nothing was loaded") == 1  # the asset adds nothing
 
 
 def test_a_field_on_one_side_only_becomes_nullable_and_is_reported_as_gained():
