@@ -4,7 +4,7 @@ longer list. A crash at any point leaves the previous complete hour or the new o
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 
 from kafka_landing.avro_landing.write import Staged
@@ -115,13 +115,16 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
 
 
 def _readable(store: LandingStore, rel: str) -> DoneFile | None:
-    """The done file being replaced, for the event partitions it fed; None if absent or unreadable
-    (a done file nobody can read feeds nothing a versioning could find)."""
+    """The done file being replaced, for the event partitions it fed; None if absent or not a done
+    file of its path (one nobody can read feeds nothing a versioning could find). A storage error
+    that may pass fails the publish, transient."""
     try:
-        raw = store.read_json(rel)
-        return DoneFile.from_dict(raw) if raw else None
-    except (ValueError, TypeError, KeyError, AttributeError):
+        found = read_done_file_or_none(store, rel)
+    except DoneFileError as exc:
+        if exc.transient:
+            raise
         return None
+    return found[0] if found else None
 
 
 def _retired(store: LandingStore, topic: str, hour: Hour, before: dict | None,
@@ -159,11 +162,15 @@ def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, atte
     it. Written once, not on every re-land; the marker goes first, so a crash between the two
     leaves the old done file, retired again by the next re-land."""
     rel = done_file_path(dataset, table, plan.hour)
-    raw = store.read_json(rel)
-    if raw is None or raw.get("retired"):
+    if not store.exists(rel):
         return
-    old = DoneFile.from_dict(raw)
-    new = next(iter(fed.values()), None)
+    before, new = _readable(store, rel), next(iter(fed.values()), None)
+    if before is not None and before.retired:
+        return
+    # One that is not a done file of its path is retired all the same, from what the hour is now.
+    old = before or (replace(new, dataset=dataset, table=table) if new else None)
+    if old is None:
+        return
     why = (f"routing changed: re-landed by attempt {attempt}, hour {plan.hour} of topic {plan.topic} now feeds "
            f"{', '.join(f'{d.dataset}.{d.table}' for d in fed.values()) or 'no table'}")
     content = DoneFile(
@@ -176,7 +183,7 @@ def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, atte
     if granularity := granularity_of(store, dataset, table):
         # Its event-time table held the hour's records too: re-version the partitions they were in, so
         # they leave that table as they leave this one (before the done file, as publish marks them).
-        mark_event_partitions(store, content, content_sha(body), old, granularity)
+        mark_event_partitions(store, content, content_sha(body), before, granularity)
     held.fence()
     mark_pending(store, rel, body)
     held.fence()

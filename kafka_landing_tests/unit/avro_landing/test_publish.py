@@ -99,3 +99,16 @@ def test_a_retired_hour_is_marked_pending_so_the_warehouse_empties_it(tmp_path):
     th = parse_done_path(rel)
     assert marks_of(store, th).by_hour.get(th.hour) == content_sha(store.read_bytes(rel))
     assert DoneFile.from_dict(store.read_json(rel)).retired
+
+
+def test_a_retired_tables_done_file_that_cannot_be_read_is_retired_all_the_same(tmp_path):
+    """Through the one reader: an old done file that is not JSON (or contradicts its path) still
+    gives way to an empty retired one, so the table stops claiming the hour."""
+    store = LocalStore(str(tmp_path))
+    land(store, TopicConfig("web", "w", table="clicks"), "clicks", "a1")
+    rel = done_file_path("w", "clicks", HOUR)
+    store.write_atomic(rel, b"{not json")
+    land(store, TopicConfig("web", "w", table="web_clicks"), "web_clicks", "a2")
+    retired = DoneFile.from_dict(store.read_json(rel))
+    assert (retired.rows, retired.files, retired.topic) == (0, (), "web") and "routing changed" in retired.retired
+    assert store.list(table_hour_dir("w", "clicks", HOUR), "*.avro") == []
