@@ -118,12 +118,13 @@ def is_transient(exc: BaseException) -> bool:
 def spark_server_gone(exc: BaseException) -> bool:
     """A Spark Connect error that says the server, not the work, failed: the client's retries of a
     server away ran out, or the server restarted under the session (its handles are gone; pyspark
-    then closes the client, and a new session works). The session must be reopened to go on."""
+    then closes the client, and every later call says NO_ACTIVE_SESSION: a new session works). The
+    session must be reopened to go on."""
     name = type(exc).__name__
     if name == "RetriesExceeded":
         return True
     condition = getattr(exc, "getCondition", lambda: None)() or ""
-    if condition.startswith("INVALID_HANDLE."):
+    if condition.startswith("INVALID_HANDLE.") or condition == "NO_ACTIVE_SESSION":
         return True
     return name == "PySparkAssertionError" and "server side session identifier" in str(exc)
 

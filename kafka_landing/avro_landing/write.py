@@ -92,6 +92,8 @@ def _session_settings(spark, settings: dict[str, str]):
     try:
         yield
     finally:
+        if getattr(spark, "is_stopped", False):
+            return  # the server dropped the session: nothing to put back, and the write's own error says why
         for k, v in before.items():
             if v is None:
                 spark.conf.unset(k)

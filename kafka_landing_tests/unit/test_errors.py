@@ -102,7 +102,7 @@ def test_client_library_errors_are_transient_only_for_no_answer_or_not_now(exc, 
 def _connect_errors():
     from pyspark.errors import PySparkAssertionError
     from pyspark.errors.exceptions.base import RetriesExceeded
-    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+    from pyspark.errors.exceptions.connect import SparkConnectException, SparkConnectGrpcException
 
     def grpc(condition: str) -> Exception:
         return SparkConnectGrpcException(f"[{condition}] ...", errorClass=condition, messageParameters={})
@@ -113,6 +113,7 @@ def _connect_errors():
                                "Spark Session to reconnect. (a != b)"), True),
         (grpc("INVALID_HANDLE.SESSION_CHANGED"), True), (grpc("INVALID_HANDLE.OPERATION_NOT_FOUND"), True),
         (grpc("INVALID_HANDLE.SESSION_NOT_FOUND"), True),
+        (SparkConnectException(errorClass="NO_ACTIVE_SESSION", messageParameters={}), True),  # the client it closed
         (RetriesExceeded(errorClass="RETRIES_EXCEEDED", messageParameters={}), True),  # the server stayed away
         # What the engine says of the work itself is terminal.
         (grpc("UNRESOLVED_COLUMN.WITH_SUGGESTION"), False), (PySparkAssertionError("a bug of ours"), False),
