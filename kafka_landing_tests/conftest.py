@@ -32,8 +32,9 @@ from kafka_landing.resources import (
 )
 from kafka_landing.store.local import LocalStore
 
-# The GCS emulator's fixtures (gcs_emulator, gcs_bucket, ...), shared by every test module.
-pytest_plugins = ["kafka_landing_tests.gcs_support"]
+# Fixtures shared by every test module: the GCS emulator's (gcs_emulator, gcs_bucket, ...) and the BigQuery
+# fake serving a local folder (fake_bigquery).
+pytest_plugins = ["kafka_landing_tests.gcs_support", "kafka_landing_tests.bigquery_support"]
 
 
 @pytest.fixture(scope="session")
