@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
+from dagster import DagsterInstance
 
 # Transient failures are retried with a backoff from 20 s in production; the tests that
 # provoke them (registry and brokers away) should not wait minutes for it. Set before
@@ -32,8 +33,10 @@ from kafka_landing.resources import (
 )
 from kafka_landing.store.local import LocalStore
 
-# The GCS emulator's fixtures (gcs_emulator, gcs_bucket, ...), shared by every test module.
-pytest_plugins = ["kafka_landing_tests.gcs_support"]
+# Fixtures shared by every test module: the GCS emulator's (gcs_emulator, gcs_bucket, ...), the BigQuery
+# fake serving a local folder (fake_bigquery), and a code location of one table for the sensors' tests.
+pytest_plugins = ["kafka_landing_tests.gcs_support", "kafka_landing_tests.bigquery_support",
+                  "kafka_landing_tests.sensor_ticks"]
 
 
 @pytest.fixture(scope="session")
@@ -102,6 +105,13 @@ def code_location(tmp_path, monkeypatch):
         return tmp_path / "landing", tmp_path / "warehouse"
 
     return _configure
+
+
+@pytest.fixture
+def instance():
+    """An ephemeral Dagster instance of the test's own."""
+    with DagsterInstance.ephemeral() as inst:
+        yield inst
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from datetime import timedelta
 import pytest
 from dagster import (
     AssetKey,
-    DagsterInstance,
     HourlyPartitionsDefinition,
 )
 
@@ -36,12 +35,6 @@ hourly = HourlyPartitionsDefinition(start_date="2026-01-01-00:00", timezone="UTC
 ROW = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"}]}
 HOURS = 5
 BAD_HOUR = 2  # the middle hour of the range holds the one undecodable record
-
-
-@pytest.fixture
-def instance():
-    with DagsterInstance.ephemeral() as inst:
-        yield inst
 
 
 @pytest.fixture

@@ -30,11 +30,11 @@ from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, day_sha, job_id, partition_id
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
+from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
 from kafka_landing_tests.helpers import avro_file, write_hour
 
 PROJECT = "kl-bq-test"
 H1, H2 = "2026-01-31T13", "2026-02-01T14"
-NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
 
 KAFKA_HEADER = {"type": "record", "name": "KafkaHeader", "namespace": "kafka_landing",
                 "fields": [{"name": "key", "type": "string"}, {"name": "value", "type": ["null", "bytes"]}]}
@@ -65,7 +65,7 @@ def dataset() -> str:
 
 @pytest.fixture
 def warehouse(fake, store, dataset):
-    return BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", datasets=[dataset])
+    return bigquery_warehouse(fake, store, PROJECT, datasets=[dataset])
 
 
 def order_schema(fields: list) -> dict:
@@ -217,7 +217,7 @@ def test_loads_of_one_hour_never_overlap(warehouse, store, fake, dataset):
 @given(st.lists(st.tuples(st.sampled_from([H1, H2]), st.integers(0, 2)), min_size=1, max_size=6))
 def test_property_each_hour_holds_its_last_loaded_content_and_repeats_add_no_job(store, fake, steps):
     dataset = f"prop_{uuid.uuid4().hex[:8]}"
-    warehouse = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US")
+    warehouse = bigquery_warehouse(fake, store, PROJECT)
     contents = {}  # (hour, variant) -> (done file bytes, order ids); variants use other partitions, other files
     for hour in (H1, H2):
         for variant in range(3):
@@ -362,7 +362,7 @@ def test_check_writable_creates_the_dataset_and_names_a_missing_role(warehouse, 
     warehouse.check_writable()
     assert fake.datasets[(PROJECT, dataset)]["location"] == "US"
     BigQueryWarehouse(fake.client(PROJECT), store, PROJECT).check_writable()  # no datasets: the project answers
-    other = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", datasets=[dataset + "_x"])
+    other = bigquery_warehouse(fake, store, PROJECT, datasets=[dataset + "_x"])
     fake.deny("bigquery.datasets.create")
     with pytest.raises(LoadError, match=r"BigQuery Data Editor \(roles/bigquery.dataEditor\)"):
         other.check_writable()
@@ -374,7 +374,7 @@ def test_check_writable_creates_the_dataset_and_names_a_missing_role(warehouse, 
 
 def test_a_dataset_in_another_location_is_refused(fake, store, dataset):
     fake.client(PROJECT, location="EU").create_dataset(bigquery.Dataset(f"{PROJECT}.{dataset}"))
-    warehouse = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", datasets=[dataset])
+    warehouse = bigquery_warehouse(fake, store, PROJECT, datasets=[dataset])
     with pytest.raises(LoadError, match=f"dataset {PROJECT}.{dataset} is in EU"):
         warehouse.check_writable()
 
@@ -466,7 +466,7 @@ def test_every_registry_compatible_change_loads_oldest_or_newest_hour_first(stor
     shapes = {}
     for order in ((H1, H2, H3, H4), (H4, H3, H2, H1)):
         dataset = f"evo_{uuid.uuid4().hex[:8]}"
-        warehouse = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US")
+        warehouse = bigquery_warehouse(fake, store, PROJECT)
         ddl_before = len(fake.ddl)
         for hour in order:
             result = load_done_file(warehouse, store, land(store, dataset, hour, hours[hour]), NO_SPARK)

@@ -14,9 +14,10 @@ import pytest
 
 from kafka_landing.naming import ONE_HOUR, done_file_path, hour_from_tag, hour_tag
 from kafka_landing.warehouse.load import load_done_file
-from kafka_landing_tests.bigquery_fake import serving_folder
-from kafka_landing_tests.helpers import GsLikeStore
-from kafka_landing_tests.unit.warehouse.test_bigquery_days import DATASET, NO_SPARK, PROJECT, TABLE, land, warehouse
+from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse, serving_gs_folder
+from kafka_landing_tests.landed_hours import DATASET, TABLE, land_orders
+
+PROJECT = "kl-bq-days"  # as in unit/warehouse/test_bigquery_days.py, whose day loads this test scales up
 
 
 @pytest.fixture
@@ -36,15 +37,13 @@ def folder(tmp_path):
 def test_more_than_10000_hours_keep_loading(folder):
     """417 days of hours (10,008) land and load, a day at a time as a backfill of the day loads it:
     417 partitions and 417 load jobs, far from both limits."""
-    fake = serving_folder(folder)
-    store = GsLikeStore(folder)
-    try:
+    with serving_gs_folder(folder) as (store, fake):
         first = hour_from_tag("2025-01-01T00")
         days = 417
-        wh = warehouse(fake, store)
+        wh = bigquery_warehouse(fake, store, PROJECT)
         for d in range(days):
             day = first + timedelta(days=d)
-            rels = [land(store, hour_tag(day + ONE_HOUR * h), [f"{d}-{h}"]) for h in range(24)]
+            rels = [land_orders(store, hour_tag(day + ONE_HOUR * h), [f"{d}-{h}"]) for h in range(24)]
             load_done_file(wh, store, rels[-1], NO_SPARK)
         counts = fake.partition_counts(PROJECT, DATASET, TABLE)
         assert len(counts) == days and set(counts.values()) == {24}
@@ -52,5 +51,3 @@ def test_more_than_10000_hours_keep_loading(folder):
         last = hour_tag(first + timedelta(days=days - 1) + ONE_HOUR * 23)
         assert wh.hour_rows(DATASET, TABLE, last) == 1
         assert json.loads(store.read_bytes(done_file_path(DATASET, TABLE, hour_from_tag(last))))["rows"] == 1
-    finally:
-        fake.stop()

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pandas as pd
 import pytest
-from dagster import DagsterInstance, build_sensor_context, materialize
+from dagster import materialize
 
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.definitions import (
@@ -28,8 +28,8 @@ from kafka_landing_tools.demo.generate import (
 )
 from kafka_landing_tools.demo.loads import run_load_request
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
-from kafka_landing.warehouse.sensors import SENSOR_NAME
 from kafka_landing_tests.conftest import defs_hours, utcnow
+from kafka_landing_tests.sensor_ticks import tick
 
 HOURS = 3
 
@@ -40,23 +40,10 @@ def env(code_location):
     return lambda topics: code_location(topics, dead_letter_limit=0.5)
 
 
-@pytest.fixture
-def instance():
-    with DagsterInstance.ephemeral() as inst:
-        yield inst
-
-
 def land(defs, instance, partition: str):
     keys = [k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[0] in ("kafka_slices", "avro_landing")]
     return materialize([defs.get_assets_def(k) for k in keys], partition_key=partition,
                        resources=build_resources(), instance=instance)
-
-
-def tick(defs, instance, cursor=None):
-    res = build_resources()
-    with build_sensor_context(instance=instance, cursor=cursor,
-                              resources={"landing": res["landing"], "warehouse": res["warehouse"]}) as ctx:
-        return defs.resolve_sensor_def(SENSOR_NAME)(ctx)
 
 
 def covered_hours(req) -> list[str]:

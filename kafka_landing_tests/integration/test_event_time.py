@@ -10,8 +10,7 @@ import json
 from datetime import datetime, timedelta
 
 import pandas as pd
-import pytest
-from dagster import AssetCheckKey, AssetCheckSeverity, DagsterInstance, build_sensor_context, materialize
+from dagster import AssetCheckKey, AssetCheckSeverity, materialize
 from dagster._core.event_api import PartitionKeyFilter
 
 from kafka_landing.avro_landing.framing import frame
@@ -23,6 +22,7 @@ from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.event_load import event_conservation
 from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME
 from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.sensor_ticks import tick
 from kafka_landing_tools.demo.generate import encode, register
 from kafka_landing_tools.demo.loads import run_event_requests
 
@@ -32,12 +32,6 @@ SCHEMA = {"type": "record", "name": "Order", "fields": [
     {"name": "created_at", "type": ["null", TS], "default": None},
     {"name": "paid_at", "type": ["null", TS], "default": None}]}
 DS = "evt"
-
-
-@pytest.fixture
-def instance():
-    with DagsterInstance.ephemeral() as inst:
-        yield inst
 
 
 def land(defs, instance, first: datetime, last: datetime | None = None):
@@ -50,18 +44,11 @@ def land(defs, instance, first: datetime, last: datetime | None = None):
     assert result.success
 
 
-def tick(defs, instance):
-    res = build_resources()
-    with build_sensor_context(instance=instance, resources={"landing": res["landing"],
-                                                            "warehouse": res["warehouse"]}) as ctx:
-        return defs.resolve_sensor_def(EVENT_SENSOR_NAME)(ctx)
-
-
 def load_events(defs, instance, landing) -> dict[str, dict]:
     """One sensor tick and its runs; {partition: the materialisation's metadata}. Each run's checks are
     evaluated (conservation may wait for a partition loaded later in the tick); once all ran, every
     partition's conservation holds."""
-    result = tick(defs, instance)
+    result = tick(defs, instance, sensor=EVENT_SENSOR_NAME)
     out = {}
     for req, run in zip(result.run_requests, run_event_requests(defs, result, instance)):
         assert run.success
@@ -135,7 +122,7 @@ def test_late_records_amend_their_event_day_and_relands_re_version_what_they_tou
     assert first[d]["landing_hours"] == {hour_tag(h0): 6, hour_tag(h1): 4}
     assert keys(table(tmp_path / "warehouse", d)) == sorted(by_id[i] for i in range(10))
     assert keys(table(tmp_path / "warehouse", UNKNOWN_EVENT)) == [by_id[10]]
-    assert tick(defs, instance).run_requests == []  # nothing changed since: nothing asked
+    assert tick(defs, instance, sensor=EVENT_SENSOR_NAME).run_requests == []  # nothing changed since: nothing asked
 
     # Three days later a landing hour brings one more record of day d: version 2 replaces it whole.
     land(defs, instance, late)

@@ -16,29 +16,18 @@ from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.naming import hour_key
 from kafka_landing_tests.bigquery_fake import FakeBigQuery
 from kafka_landing_tests.conftest import utcnow
-from kafka_landing_tests.integration.test_end_to_end import (  # noqa: F401
-    covered_hours,
-    instance,
-    land,
-    read_table,
-    run_requests,
-    tick,
-)
+from kafka_landing_tests.integration.test_end_to_end import covered_hours, land, read_table, run_requests
+from kafka_landing_tests.sensor_ticks import tick
 
 HOURS = 2
 
 
 def event_runs(defs, instance) -> list[str]:
     """One tick of the event sensor and its runs, each passing its conservation check; the days loaded."""
-    from dagster import build_sensor_context
-
     from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME
     from kafka_landing_tools.demo.loads import run_event_requests
 
-    res = build_resources()
-    with build_sensor_context(instance=instance, resources={"landing": res["landing"],
-                                                            "warehouse": res["warehouse"]}) as ctx:
-        result = defs.resolve_sensor_def(EVENT_SENSOR_NAME)(ctx)
+    result = tick(defs, instance, sensor=EVENT_SENSOR_NAME)
     assert result.run_requests, "the landed orders marked their event days"
     for run in run_event_requests(defs, result, instance):
         assert run.success

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import fastavro
 import pytest
-from dagster import DagsterInstance, RunRequest, build_sensor_context, materialize
+from dagster import RunRequest, materialize
 
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing_tools.demo.loads import run_load_request
@@ -31,8 +31,9 @@ from kafka_landing.naming import (
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.jobs import RETIRE_JOB
 from kafka_landing.warehouse.load import load_done_file
-from kafka_landing.warehouse.sensors import RETIRED_SENSOR_NAME, SENSOR_NAME
+from kafka_landing.warehouse.sensors import RETIRED_SENSOR_NAME
 from kafka_landing_tests.conftest import defs_hours, utcnow
+from kafka_landing_tests.sensor_ticks import tick
 
 TOPIC, DATASET, TABLE = "sensor.events", "sx", "events"
 SCHEMA = {"type": "record", "name": "E", "fields": [{"name": "id", "type": "long"}]}
@@ -73,12 +74,6 @@ class Records(logging.Handler):
 def warnings_logged():
     """Warnings the sensor logs to its tick's log (pass it to `tick`)."""
     return Records()
-
-
-@pytest.fixture
-def instance():
-    with DagsterInstance.ephemeral() as inst:
-        yield inst
 
 
 def hours_ago(n: int) -> datetime:
@@ -131,15 +126,6 @@ def publish(landing: Path, hour: datetime, body: dict) -> str:
     rel = write_done(landing, hour, body)
     mark_pending(LocalStore(landing), rel, (landing / rel).read_bytes())
     return rel
-
-
-def tick(defs, instance, cursor=None, log: logging.Handler | None = None):
-    res = build_resources()
-    with build_sensor_context(instance=instance, cursor=cursor,
-                              resources={"landing": res["landing"], "warehouse": res["warehouse"]}) as ctx:
-        if log is not None:
-            ctx.log.addHandler(log)
-        return defs.resolve_sensor_def(SENSOR_NAME)(ctx)
 
 
 def run(defs, instance, req):
@@ -437,13 +423,6 @@ def test_a_tick_over_a_year_of_hours_of_20_tables_stays_cheap(roots, instance, f
         cursor = result.cursor
 
 
-def retired_tick(defs, instance, cursor=None):
-    res = build_resources()
-    with build_sensor_context(instance=instance, cursor=cursor,
-                              resources={"landing": res["landing"], "warehouse": res["warehouse"]}) as ctx:
-        return defs.resolve_sensor_def(RETIRED_SENSOR_NAME)(ctx)
-
-
 def run_retire(defs, instance, req):
     """Run a retired-hours request as the daemon would: its job, config, tags and run key."""
     from kafka_landing.warehouse.queue.runs import RUN_KEY_TAG
@@ -474,11 +453,11 @@ def test_an_hour_a_routing_change_retired_is_emptied_in_the_warehouse(roots, ins
     defs = build_definitions()
     assert not [r for r in tick(defs, instance).run_requests or [] if TABLE in r.run_key]
 
-    first = retired_tick(defs, instance)
+    first = tick(defs, instance, sensor=RETIRED_SENSOR_NAME)
     assert [r.tags["kafka_landing/done_file"] for r in first.run_requests] == [rel]
     assert run_retire(defs, instance, first.run_requests[0]).success
     assert table_ids(warehouse) == [10, 11]  # the retired hour is gone, the hour never re-landed stays
-    again = retired_tick(defs, instance, cursor=first.cursor)
+    again = tick(defs, instance, cursor=first.cursor, sensor=RETIRED_SENSOR_NAME)
     assert not again.run_requests
     assert not (landing / "pending_loads" / DATASET / TABLE / f"hour={hour_tag(h)}.json").exists()
 

@@ -35,17 +35,16 @@ from kafka_landing_tests.integration.test_sensor import (  # noqa: F401 - fixtur
     avro_file,
     done_body,
     hours_of,
-    instance,
     keys,
     members_of,
     publish,
     roots,
     run,
-    tick,
     warnings_logged,
     write_avro,
     write_done,
 )
+from kafka_landing_tests.sensor_ticks import tick
 
 KEY = warehouse_key(DATASET, TABLE)
 

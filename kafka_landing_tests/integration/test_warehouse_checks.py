@@ -19,12 +19,11 @@ from kafka_landing_tests.integration.test_sensor import (  # noqa: F401 - fixtur
     avro_file,
     done_body,
     hours_ago,
-    instance,
     publish,
     roots,
     table_ids,
-    tick,
 )
+from kafka_landing_tests.sensor_ticks import tick
 
 KEY = warehouse_key(DATASET, TABLE)
 

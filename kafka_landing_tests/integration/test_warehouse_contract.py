@@ -18,10 +18,11 @@ from kafka_landing.errors import is_transient
 from kafka_landing.handoff.markers import content_sha
 from kafka_landing.store.base import LandingStore
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, partition_id
+from kafka_landing.warehouse.bigquery import DAY, partition_id
 from kafka_landing.warehouse.load import LoadError, Warehouse, load_done_file
 from kafka_landing.warehouse.parquet import ParquetWarehouse
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
+from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
 from kafka_landing_tests.helpers import avro_file, write_hour
 
 PROJECT = "kl-contract"
@@ -65,9 +66,8 @@ def backend(request, tmp_path) -> Backend:
         return Backend(wh, LocalStore(tmp_path / "landing"), lambda: spark, dataset, parquet_rows)
     store = request.getfixturevalue("gcs_store_factory")(prefix="landing", lease_seconds=5)
     fake = request.getfixturevalue("bigquery_on_gcs")
-    wh = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", datasets=[dataset])
-    no_spark = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
-    return Backend(wh, store, no_spark, dataset,
+    wh = bigquery_warehouse(fake, store, PROJECT, datasets=[dataset])
+    return Backend(wh, store, NO_SPARK, dataset,
                   lambda hour: fake.partition_rows(PROJECT, dataset, TABLE, partition_id(hour, DAY)))
 
 

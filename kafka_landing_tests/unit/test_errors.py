@@ -5,13 +5,12 @@ for again by the sensor until its done file changes (no stack: toy assets, a loc
 from __future__ import annotations
 
 import ast
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from confluent_kafka.schema_registry.common._httpx_compat import httpx  # the client the registry uses
-from dagster import AssetKey, DagsterInstance, Failure, build_sensor_context, materialize
+from dagster import AssetKey, DagsterInstance, Failure, materialize
 from google.api_core import exceptions as gexc
 
 import kafka_landing
@@ -28,7 +27,7 @@ from kafka_landing.errors import (
     ServiceUnavailable,
     is_transient,
 )
-from kafka_landing.handoff.markers import Marks, given_up, given_up_why, mark_pending, read_marker, refusal
+from kafka_landing.handoff.markers import Marks, given_up, given_up_why, read_marker, refusal
 from kafka_landing.hours import failure, run_hours
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
 from kafka_landing.kafka_slices.plan import (
@@ -39,13 +38,12 @@ from kafka_landing.kafka_slices.plan import (
     RetentionGapError,
     UnknownTopicError,
 )
-from kafka_landing.naming import ONE_HOUR, NameError_, floor_hour, hour_key, hour_tag
+from kafka_landing.naming import ONE_HOUR, NameError_, floor_hour, hour_key
 from kafka_landing.store.gcs import LockLost, LockTimeout
-from kafka_landing.store.local import LocalStore
 from kafka_landing.handoff.manifests import DoneFileMismatch
 from kafka_landing.warehouse.load import LoadError, LoadResult, Warehouse, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
-from kafka_landing_tests.unit.warehouse.test_sensors_groups import DATASET, TABLE, landing  # noqa: F401 - a fixture
+from kafka_landing_tests.sensor_ticks import daemon_tick, publish_hour
 
 TERMINAL = [LandingError, DeadLetterLimitExceeded, LoadError, IncompatibleSchemaError, DoneFileMismatch,
             TopicConfigError, SchemaError, FramingError, AvroFileError, NameError_, NothingWritten, PlanningError,
@@ -212,61 +210,38 @@ class _Refusing(Warehouse):
         return self
 
 
-def _publish(store: LocalStore, hour: datetime, attempt: str) -> str:
-    rel = f"tables/{DATASET}/{TABLE}/hour={hour_tag(hour)}/_DONE.json"
-    body = json.dumps({
-        "topic": "unit.events", "dataset": DATASET, "table": TABLE, "hour": hour_tag(hour), "rows": 0,
-        "schema_ids": [], "files": [], "dead_letters": {"rows": 0, "by_reason": {}, "files": []},
-        "slice": {"manifest": f"slices/unit.events/hour={hour_tag(hour)}.json", "records": 0, "partitions": []},
-        "topic_records_read": 0, "offsets_without_record": 0, "attempt": attempt, "landed_at": "2026-01-01T00:00:00+00:00",
-        "version": 1}).encode()
-    store.write_atomic(rel, body)
-    mark_pending(store, rel, body)
-    return rel
-
-
-def _tick():
-    from kafka_landing.definitions import build_definitions, build_resources
-    from kafka_landing.warehouse.sensors import SENSOR_NAME
-
-    defs, res = build_definitions(), build_resources()
-    with DagsterInstance.ephemeral() as instance, build_sensor_context(
-            instance=instance, definitions=defs, resources={"landing": res["landing"], "warehouse": res["warehouse"]}
-    ) as ctx:
-        return defs.resolve_sensor_def(SENSOR_NAME).evaluate_tick(ctx)
-
-
-def test_a_load_that_failed_for_good_is_not_requested_again_until_the_done_file_changes(landing):
+def test_a_load_that_failed_for_good_is_not_requested_again_until_the_done_file_changes(one_table_landing):
     hour = floor_hour(datetime.now(timezone.utc)) - 3 * ONE_HOUR
-    rel = _publish(landing, hour, "a1")
-    assert len(_tick().run_requests) == 1
+    rel = publish_hour(one_table_landing, hour, "a1")
+    assert len(daemon_tick().run_requests) == 1
 
     with pytest.raises(IncompatibleSchemaError):
-        load_done_file(_Refusing(IncompatibleSchemaError("column x: INTEGER to STRING")), landing, rel, lambda: None)
+        load_done_file(_Refusing(IncompatibleSchemaError("column x: INTEGER to STRING")), one_table_landing, rel,
+                       lambda: None)
     th = _th(rel)
-    marker = read_marker(landing, th)
-    refused = refusal(landing, th, Marks({th.hour: marker["sha256"]}))
+    marker = read_marker(one_table_landing, th)
+    refused = refusal(one_table_landing, th, Marks({th.hour: marker["sha256"]}))
     assert refused and "INTEGER to STRING" in refused.why
-    tick = _tick()
+    tick = daemon_tick()
     # Moved aside for the refusal (the skip message no longer counts refusals apart: its given-up record says why).
     assert tick.run_requests == [] and "1 moved aside this tick" in tick.skip_message
-    assert "failed for good" in given_up_why(given_up(landing, th))
-    assert "INTEGER to STRING" in given_up_why(given_up(landing, th))
+    assert "failed for good" in given_up_why(given_up(one_table_landing, th))
+    assert "INTEGER to STRING" in given_up_why(given_up(one_table_landing, th))
 
-    _publish(landing, hour, "a2")  # re-landed: new content
-    (again,) = _tick().run_requests
+    publish_hour(one_table_landing, hour, "a2")  # re-landed: new content
+    (again,) = daemon_tick().run_requests
     assert again.partition_key == hour_key(hour)
 
 
-def test_a_load_that_failed_on_a_service_briefly_away_stays_requested(landing):
+def test_a_load_that_failed_on_a_service_briefly_away_stays_requested(one_table_landing):
     hour = floor_hour(datetime.now(timezone.utc)) - 3 * ONE_HOUR
-    rel = _publish(landing, hour, "a1")
+    rel = publish_hour(one_table_landing, hour, "a1")
     with pytest.raises(LoadError):
-        load_done_file(_Refusing(LoadError("BigQuery 503", transient=True)), landing, rel, lambda: None)
+        load_done_file(_Refusing(LoadError("BigQuery 503", transient=True)), one_table_landing, rel, lambda: None)
     th = _th(rel)
-    marker = read_marker(landing, th)
-    assert refusal(landing, th, Marks({th.hour: marker["sha256"]})) is None
-    assert len(_tick().run_requests) == 1
+    marker = read_marker(one_table_landing, th)
+    assert refusal(one_table_landing, th, Marks({th.hour: marker["sha256"]})) is None
+    assert len(daemon_tick().run_requests) == 1
 
 
 def _th(rel):

@@ -5,14 +5,12 @@ same on the real assets: integration/test_backfill.py."""
 
 from __future__ import annotations
 
-import pytest
 from dagster import (
     AssetCheckKey,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetKey,
-    DagsterInstance,
     Definitions,
     Failure,
     HourlyPartitionsDefinition,
@@ -27,12 +25,6 @@ from kafka_landing.hours import REDO_DONE_HOURS_TAG, run_hours, single_run
 from kafka_landing_tests.helpers import materializations, row_count, step_failures
 
 hourly = HourlyPartitionsDefinition(start_date="2026-01-01-00:00", timezone="UTC")
-
-
-@pytest.fixture
-def instance():
-    with DagsterInstance.ephemeral() as inst:
-        yield inst
 
 
 RANGE = [f"2026-01-01-{h:02d}:00" for h in range(6)]

@@ -284,10 +284,10 @@ def bq(tmp_path):
 
 def _recording_warehouse(store, fake):
     """The warehouse, its BigQuery side effects (a load job started, a partition deleted) recorded as commits."""
-    from kafka_landing.warehouse.bigquery import BigQueryWarehouse
+    from kafka_landing_tests.bigquery_support import bigquery_warehouse
     from kafka_landing_tests.unit.warehouse.test_bigquery import PROJECT
 
-    wh = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", job_timeout_seconds=30)
+    wh = bigquery_warehouse(fake, store, PROJECT, job_timeout_seconds=30)
     client = wh.client
     load, delete = client.load_table_from_uri, client.delete_table
 
@@ -307,7 +307,8 @@ def test_every_commit_of_a_bigquery_load_is_fenced(bq):
     """Under the hour's ledger lock: the ledger's running job, the load job, the ledger's record, a
     failed job's running entry removed, an empty hour's partition delete: each right after a fence."""
     from kafka_landing.warehouse.load import LoadError, load_done_file
-    from kafka_landing_tests.unit.warehouse.test_bigquery import LEDGER, NO_SPARK, land
+    from kafka_landing_tests.bigquery_support import NO_SPARK
+    from kafka_landing_tests.unit.warehouse.test_bigquery import LEDGER, land
 
     store, fake, broken = bq
     wh = _recording_warehouse(store, fake)
@@ -330,7 +331,8 @@ def test_every_commit_of_a_bigquery_load_is_fenced(bq):
 
 def test_a_loader_that_lost_its_ledger_lock_starts_no_job(bq):
     from kafka_landing.warehouse.load import load_done_file
-    from kafka_landing_tests.unit.warehouse.test_bigquery import LEDGER, NO_SPARK, land
+    from kafka_landing_tests.bigquery_support import NO_SPARK
+    from kafka_landing_tests.unit.warehouse.test_bigquery import LEDGER, land
 
     store, fake, _ = bq
     wh = _recording_warehouse(store, fake)

@@ -11,35 +11,24 @@ from kafka_landing.errors import is_transient
 from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, day_sha, job_id, partition_id
 from kafka_landing.handoff.manifests import content_sha
 from kafka_landing.warehouse.load import LoadError, load_done_file
-from kafka_landing_tests.bigquery_fake import serving_folder
-from kafka_landing_tests.helpers import GsLikeStore, write_hour
+from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
+from kafka_landing_tests.landed_hours import DATASET, TABLE, land_orders
 
 PROJECT = "kl-bq-jobs"
-DATASET, TABLE, H1 = "shop", "t", "2026-01-31T13"
+H1 = "2026-01-31T13"
 LEDGER = f"warehouse_loads/bigquery/{DATASET}/{TABLE}/day={H1[:10]}.json"  # the day's loads: one job per day
 HOUR_LEDGER = f"warehouse_loads/bigquery/{DATASET}/{TABLE}/hour={H1}.json"  # what was loaded of the hour
-FIELDS = [{"name": "order_id", "type": "string"}, {"name": "amount", "type": "long"}]
-NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
 FOREVER = 10**6  # jobs.get polls a job answers RUNNING: longer than any wait here
 
 
-@pytest.fixture
-def env(tmp_path):
-    fake = serving_folder(tmp_path)
-    yield GsLikeStore(tmp_path), fake
-    fake.stop()
-
-
 def warehouse(fake, store, timeout: float = 30.0) -> BigQueryWarehouse:
-    return BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US", job_timeout_seconds=timeout)
+    return bigquery_warehouse(fake, store, PROJECT, job_timeout_seconds=timeout)
 
 
 def land(store, partition: int, ids: list[str]) -> str:
     """One landing file of Kafka partition `partition` (its own file name: a re-land on another partition
     leaves the older file in place, as a re-land killed before its cleanup does) and the hour's done file."""
-    schema = {"type": "record", "name": "Order", "fields": FIELDS}
-    records = [{"order_id": i, "amount": n} for n, i in enumerate(ids)]
-    return write_hour(store, DATASET, TABLE, H1, [(partition, 1, schema, records)] if ids else [])
+    return land_orders(store, H1, ids, partition)
 
 
 def sha_of(store, done_rel: str) -> str:
@@ -76,8 +65,8 @@ def order_ids(fake) -> list[str]:
     return sorted(r["order_id"] for r in fake.partition_rows(PROJECT, DATASET, TABLE, partition_id(H1, DAY)))
 
 
-def test_the_job_is_in_the_ledger_before_it_is_waited_for(env):
-    store, fake = env
+def test_the_job_is_in_the_ledger_before_it_is_waited_for(fake_bigquery):
+    store, fake = fake_bigquery
     x = land(store, 0, ["o0", "o1", "o2"])
     jid = leave_running(fake, store, x)
 
@@ -88,8 +77,8 @@ def test_the_job_is_in_the_ledger_before_it_is_waited_for(env):
     assert wh.loaded(DATASET, TABLE, H1) is None and wh.loaded_sha(DATASET, TABLE, H1) is None  # nothing loaded yet
 
 
-def test_a_newer_content_waits_for_the_older_job_left_running(env):
-    store, fake = env
+def test_a_newer_content_waits_for_the_older_job_left_running(fake_bigquery):
+    store, fake = fake_bigquery
     x_job = leave_running(fake, store, land(store, 0, ["o0", "o1", "o2"]))
     ends_after(fake, x_job, 3)  # it ends while the next load waits
     y = land(store, 1, ["o50", "o51", "o52"])  # a re-land: other files; X's file is still there
@@ -105,8 +94,8 @@ def test_a_newer_content_waits_for_the_older_job_left_running(env):
     assert "running_job" not in store.read_json(LEDGER)
 
 
-def test_an_older_job_that_outlasts_the_wait_stops_the_newer_load_as_transient(env):
-    store, fake = env
+def test_an_older_job_that_outlasts_the_wait_stops_the_newer_load_as_transient(fake_bigquery):
+    store, fake = fake_bigquery
     x_job = leave_running(fake, store, land(store, 0, ["o0", "o1", "o2"]))
     y = land(store, 1, ["o50", "o51"])
 
@@ -126,8 +115,8 @@ def test_an_older_job_that_outlasts_the_wait_stops_the_newer_load_as_transient(e
     assert order_ids(fake) == ["o50", "o51"] and result.rows == 2 and fake.overlaps == []
 
 
-def test_an_empty_hour_waits_for_the_older_job_before_deleting_the_partition(env):
-    store, fake = env
+def test_an_empty_hour_waits_for_the_older_job_before_deleting_the_partition(fake_bigquery):
+    store, fake = fake_bigquery
     x_job = leave_running(fake, store, land(store, 0, ["o0", "o1"]))
     ends_after(fake, x_job, 2)
     empty = land(store, 1, [])
@@ -139,8 +128,8 @@ def test_an_empty_hour_waits_for_the_older_job_before_deleting_the_partition(env
     assert warehouse(fake, store).loaded(DATASET, TABLE, H1)["rows"] == 0
 
 
-def test_the_same_content_meets_its_own_running_job(env):
-    store, fake = env
+def test_the_same_content_meets_its_own_running_job(fake_bigquery):
+    store, fake = fake_bigquery
     x = land(store, 0, ["o0", "o1"])
     x_job = leave_running(fake, store, x)
     ends_after(fake, x_job, 2)
@@ -152,8 +141,8 @@ def test_the_same_content_meets_its_own_running_job(env):
     assert order_ids(fake) == ["o0", "o1"] and "running_job" not in store.read_json(LEDGER)
 
 
-def test_a_recorded_job_bigquery_does_not_know_is_not_waited_for(env):
-    store, fake = env
+def test_a_recorded_job_bigquery_does_not_know_is_not_waited_for(fake_bigquery):
+    store, fake = fake_bigquery
     store.write_json_atomic(LEDGER, {"running_job": {"job_id": "kafka_landing_never_started", "sha256": "0" * 64}})
 
     result = load_done_file(warehouse(fake, store), store, land(store, 0, ["o0"]), NO_SPARK)
@@ -161,8 +150,8 @@ def test_a_recorded_job_bigquery_does_not_know_is_not_waited_for(env):
     assert result.rows == 1 and order_ids(fake) == ["o0"]
 
 
-def test_a_failed_job_leaves_the_hour_unloaded(env):
-    store, fake = env
+def test_a_failed_job_leaves_the_hour_unloaded(fake_bigquery):
+    store, fake = fake_bigquery
     x = land(store, 0, ["o0"])
     read = fake.read_object
     fake.read_object = lambda uri: (_ for _ in ()).throw(FileNotFoundError(uri))  # BigQuery cannot read it
@@ -176,8 +165,8 @@ def test_a_failed_job_leaves_the_hour_unloaded(env):
     assert load_done_file(wh, store, x, NO_SPARK).rows == 1
 
 
-def test_an_unreadable_record_still_says_loaded_after_a_failed_job(env):
-    store, fake = env
+def test_an_unreadable_record_still_says_loaded_after_a_failed_job(fake_bigquery):
+    store, fake = fake_bigquery
     store.write_atomic(HOUR_LEDGER, b"{not json")  # loaded once, content unknown
     fake.read_object = lambda uri: (_ for _ in ()).throw(FileNotFoundError(uri))
 

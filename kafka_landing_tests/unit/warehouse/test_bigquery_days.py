@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 
 
 import pytest
@@ -18,35 +19,16 @@ from hypothesis import strategies as st
 
 from kafka_landing.naming import ONE_HOUR, done_file_path, hour_from_tag, hour_tag
 from kafka_landing.warehouse import bigquery as bq
-from kafka_landing.warehouse.bigquery import DAY, HOUR, BigQueryWarehouse, day_sha, job_id, partition_id
+from kafka_landing.warehouse.bigquery import DAY, HOUR, day_sha, job_id, partition_id
 from kafka_landing.handoff.manifests import content_sha
 from kafka_landing.warehouse.load import LoadError, load_done_file
-from kafka_landing_tests.bigquery_fake import serving_folder
-from kafka_landing_tests.helpers import GsLikeStore, write_hour
+from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse, serving_gs_folder
+from kafka_landing_tests.landed_hours import DATASET, TABLE, land_orders as land
 
 PROJECT = "kl-bq-days"
-DATASET, TABLE = "shop", "t"
 H13, H14, H15 = "2026-01-31T13", "2026-01-31T14", "2026-01-31T15"
 NEXT_DAY = "2026-02-01T00"
-FIELDS = [{"name": "order_id", "type": "string"}, {"name": "amount", "type": "long"}]
-NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
-
-
-@pytest.fixture
-def env(tmp_path):
-    fake = serving_folder(tmp_path)
-    yield GsLikeStore(tmp_path), fake
-    fake.stop()
-
-
-def warehouse(fake, store) -> BigQueryWarehouse:
-    return BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US")
-
-
-def land(store, hour: str, ids: list[str], partition: int = 0) -> str:
-    schema = {"type": "record", "name": "Order", "fields": FIELDS}
-    records = [{"order_id": i, "amount": n} for n, i in enumerate(ids)]
-    return write_hour(store, DATASET, TABLE, hour, [(partition, 1, schema, records)] if ids else [])
+warehouse = partial(bigquery_warehouse, project=PROJECT)
 
 
 def day_ids(fake, hour: str) -> list[str]:
@@ -57,8 +39,8 @@ def sha(store, rel: str) -> str:
     return content_sha(store.read_bytes(rel))
 
 
-def test_an_hours_load_replaces_its_day_with_every_landed_hour_of_it_in_one_job(env):
-    store, fake = env
+def test_an_hours_load_replaces_its_day_with_every_landed_hour_of_it_in_one_job(fake_bigquery):
+    store, fake = fake_bigquery
     a, b = land(store, H13, ["a0", "a1", "a2"]), land(store, H14, ["b0", "b1"])
     land(store, NEXT_DAY, ["n0"])  # another day: not in this day's job
 
@@ -80,8 +62,8 @@ def test_an_hours_load_replaces_its_day_with_every_landed_hour_of_it_in_one_job(
     assert wh.hour_location(DATASET, TABLE, H13) == f"{PROJECT}.{DATASET}.{TABLE}$20260131"
 
 
-def test_the_other_hours_of_a_loaded_day_meet_its_job(env):
-    store, fake = env
+def test_the_other_hours_of_a_loaded_day_meet_its_job(fake_bigquery):
+    store, fake = fake_bigquery
     a, b = land(store, H13, ["a0"]), land(store, H14, ["b0"])
     wh = warehouse(fake, store)
     first = load_done_file(wh, store, a, NO_SPARK)
@@ -90,8 +72,8 @@ def test_the_other_hours_of_a_loaded_day_meet_its_job(env):
     assert day_ids(fake, H13) == ["a0", "b0"]
 
 
-def test_a_reland_replaces_its_hours_rows_and_keeps_the_days_others(env):
-    store, fake = env
+def test_a_reland_replaces_its_hours_rows_and_keeps_the_days_others(fake_bigquery):
+    store, fake = fake_bigquery
     land(store, H13, ["a0", "a1"])
     b = land(store, H14, ["b0"])
     wh = warehouse(fake, store)
@@ -104,8 +86,8 @@ def test_a_reland_replaces_its_hours_rows_and_keeps_the_days_others(env):
     assert (wh.hour_rows(DATASET, TABLE, H13), wh.hour_rows(DATASET, TABLE, H14)) == (1, 1)
 
 
-def test_a_day_changed_by_other_hands_shows_in_every_hour_of_it(env):
-    store, fake = env
+def test_a_day_changed_by_other_hands_shows_in_every_hour_of_it(fake_bigquery):
+    store, fake = fake_bigquery
     land(store, H13, ["a0", "a1", "a2"])
     wh = warehouse(fake, store)
     load_done_file(wh, store, land(store, H14, ["b0", "b1"]), NO_SPARK)
@@ -113,8 +95,8 @@ def test_a_day_changed_by_other_hands_shows_in_every_hour_of_it(env):
     assert (wh.hour_rows(DATASET, TABLE, H13), wh.hour_rows(DATASET, TABLE, H14)) == (2, 1)
 
 
-def test_an_hour_loaded_before_whose_done_file_is_gone_stops_the_day_load(env):
-    store, fake = env
+def test_an_hour_loaded_before_whose_done_file_is_gone_stops_the_day_load(fake_bigquery):
+    store, fake = fake_bigquery
     a = land(store, H13, ["a0"])
     wh = warehouse(fake, store)
     load_done_file(wh, store, land(store, H14, ["b0"]), NO_SPARK)
@@ -127,8 +109,8 @@ def test_an_hour_loaded_before_whose_done_file_is_gone_stops_the_day_load(env):
     assert len(fake.jobs) == 1 and day_ids(fake, H13) == ["a0", "b0"]
 
 
-def test_an_unreadable_done_file_of_another_hour_stops_the_day_load_naming_it(env):
-    store, fake = env
+def test_an_unreadable_done_file_of_another_hour_stops_the_day_load_naming_it(fake_bigquery):
+    store, fake = fake_bigquery
     store.write_atomic(done_file_path(DATASET, TABLE, hour_from_tag(H15)), b"{not json")
     with pytest.raises(LoadError, match=rf"the done file of hour {H15}, gs://unit/tables/{DATASET}/{TABLE}/"
                                         rf"hour={H15}/_DONE.json, cannot be read .* re-land hour {H15}"):
@@ -136,8 +118,8 @@ def test_an_unreadable_done_file_of_another_hour_stops_the_day_load_naming_it(en
     assert fake.jobs == {}
 
 
-def test_a_day_whose_hours_hold_no_row_is_deleted_and_an_empty_hour_adds_no_file(env):
-    store, fake = env
+def test_a_day_whose_hours_hold_no_row_is_deleted_and_an_empty_hour_adds_no_file(fake_bigquery):
+    store, fake = fake_bigquery
     wh = warehouse(fake, store)
     load_done_file(wh, store, land(store, H13, ["a0"]), NO_SPARK)
     result = load_done_file(wh, store, land(store, H14, []), NO_SPARK)  # empty: the day keeps H13's rows
@@ -159,8 +141,8 @@ def _hour_table(fake) -> None:
     client.create_table(table)
 
 
-def test_a_table_made_by_hour_keeps_loading_by_hour_and_warns_as_it_fills(env, monkeypatch):
-    store, fake = env
+def test_a_table_made_by_hour_keeps_loading_by_hour_and_warns_as_it_fills(fake_bigquery, monkeypatch):
+    store, fake = fake_bigquery
     _hour_table(fake)
     land(store, H13, ["a0"])
     monkeypatch.setattr(bq, "PARTITIONS_WARNING", 2)
@@ -178,9 +160,7 @@ def test_a_table_made_by_hour_keeps_loading_by_hour_and_warns_as_it_fills(env, m
 
 
 def test_bigquery_refuses_a_partition_past_its_limit_and_a_table_by_day_holds_24_times_the_hours(tmp_path):
-    fake = serving_folder(tmp_path, max_partitions=2)
-    store = GsLikeStore(tmp_path)
-    try:
+    with serving_gs_folder(tmp_path, max_partitions=2) as (store, fake):
         hours = [hour_tag(hour_from_tag(H13) + ONE_HOUR * i) for i in range(3)]
         _hour_table(fake)
         by_hour = warehouse(fake, store)
@@ -194,15 +174,11 @@ def test_bigquery_refuses_a_partition_past_its_limit_and_a_table_by_day_holds_24
             load_done_file(warehouse(fake, store), store, done_file_path(DATASET, TABLE, hour_from_tag(h))
                            if h != NEXT_DAY else land(store, h, ["n0"]), NO_SPARK)
         assert fake.partition_counts(PROJECT, DATASET, TABLE) == {"20260131": 3, "20260201": 1}
-    finally:
-        fake.stop()
 
 
 def test_load_jobs_are_counted_by_day_warned_about_and_refused_past_the_quota(tmp_path, monkeypatch):
-    fake = serving_folder(tmp_path, max_load_jobs_per_day=2)
-    store = GsLikeStore(tmp_path)
     monkeypatch.setattr(bq, "LOAD_JOBS_WARNING", 2)
-    try:
+    with serving_gs_folder(tmp_path, max_load_jobs_per_day=2) as (store, fake):
         wh = warehouse(fake, store)
         assert load_done_file(wh, store, land(store, H13, ["a0"]), NO_SPARK).warnings == ()
         [warning] = load_done_file(wh, store, land(store, H14, ["b0"]), NO_SPARK).warnings
@@ -212,12 +188,10 @@ def test_load_jobs_are_counted_by_day_warned_about_and_refused_past_the_quota(tm
             load_done_file(wh, store, land(store, H15, ["c0"]), NO_SPARK)
         assert wh.load_jobs_today(DATASET, TABLE) == 3  # a failed job counts too, as BigQuery counts it
         assert day_ids(fake, H13) == ["a0", "b0"] and "Nothing was replaced" in str(failed.value)
-    finally:
-        fake.stop()
 
 
-def test_job_counts_older_than_two_days_are_swept_by_a_days_first_job(env):
-    store, fake = env
+def test_job_counts_older_than_two_days_are_swept_by_a_days_first_job(fake_bigquery):
+    store, fake = fake_bigquery
     old = "warehouse_loads/bigquery/shop/t/jobs/day=2026-01-01/kafka_landing_shop_t_20260101_x"
     store.write_atomic(old, b"")
     os.utime(store._path(old), (time.time() - 3 * 86_400,) * 2)
@@ -234,8 +208,7 @@ def test_property_a_day_holds_the_last_landed_content_of_each_of_its_hours(tmp_p
     the day holds exactly the rows of each hour's done file now, and a load adds a job only when the
     day's content changed since its last job."""
     folder = tmp_path_factory.mktemp("days")
-    fake, store = serving_folder(folder), GsLikeStore(folder)
-    try:
+    with serving_gs_folder(folder) as (store, fake):
         wh = warehouse(fake, store)
         now: dict[str, list[str]] = {}  # hour -> its landed ids
         loaded_content = None
@@ -254,14 +227,12 @@ def test_property_a_day_holds_the_last_landed_content_of_each_of_its_hours(tmp_p
             assert day_ids(fake, H13) == sorted(i for ids in now.values() for i in ids)
             for h, ids in now.items():
                 assert wh.hour_rows(DATASET, TABLE, h) == (len(ids) or None)
-    finally:
-        fake.stop()
 
 
-def test_an_hours_load_verifies_only_the_hours_of_its_day_not_loaded_with_the_same_content(env):
+def test_an_hours_load_verifies_only_the_hours_of_its_day_not_loaded_with_the_same_content(fake_bigquery):
     """An hourly schedule loads a day 24 times: each load verifies its own hour's files and those of
     hours changed since the day's last load, not every landed hour of the day again."""
-    store, fake = env
+    store, fake = fake_bigquery
     read: list[str] = []
     rows_of = store.avro_rows
 
@@ -285,8 +256,8 @@ def test_an_hours_load_verifies_only_the_hours_of_its_day_not_loaded_with_the_sa
     assert day_ids(fake, H13) == ["a0", "a1", "a2", "b0", "c0"]
 
 
-def test_a_load_counts_its_job_and_warns_from_one_listing(env, monkeypatch):
-    store, fake = env
+def test_a_load_counts_its_job_and_warns_from_one_listing(fake_bigquery, monkeypatch):
+    store, fake = fake_bigquery
     monkeypatch.setattr(bq, "LOAD_JOBS_WARNING", 2)
     listed: list[str] = []
     lister = store.list

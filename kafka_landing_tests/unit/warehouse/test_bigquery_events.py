@@ -5,52 +5,24 @@ decorated partition. Through the real BigQueryWarehouse and the strict BigQuery 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from functools import partial
 
 import pytest
 from google.cloud import bigquery
 
-from kafka_landing.config import TopicConfig
 from kafka_landing.handoff import markers
 from kafka_landing.handoff.units import EVENT
 from kafka_landing.naming import UNKNOWN_EVENT
-from kafka_landing.warehouse.bigquery import BigQueryWarehouse
 from kafka_landing.warehouse.event_load import event_conservation, load_event_partition
 from kafka_landing.warehouse.load import LoadError
-from kafka_landing_tests.bigquery_fake import serving_folder
-from kafka_landing_tests.helpers import GsLikeStore, avro_file, write_event_hour
+from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
+from kafka_landing_tests.helpers import avro_file, write_event_hour
+from kafka_landing_tests.landed_hours import ORDER_WITH_EVENT_TIME as SCHEMA, ORDERS_BY_EVENT as CFG, orders
+from kafka_landing_tests.landed_hours import land_event_orders as land
 
 PROJECT = "kl-bq-events"
-DS, T = "shop", "orders"
-CFG = TopicConfig(topic="orders", dataset=DS, table=T, event_time_field="created_at")
-SCHEMA = {"type": "record", "name": "Order", "fields": [
-    {"name": "order_id", "type": "string"},
-    {"name": "created_at", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]}]}
-NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
-
-
-@pytest.fixture
-def env(tmp_path):
-    fake = serving_folder(tmp_path)
-    yield GsLikeStore(tmp_path), fake
-    fake.stop()
-
-
-def warehouse(fake, store) -> BigQueryWarehouse:
-    return BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US")
-
-
-def at(tag: str, minute: int = 7) -> datetime:
-    return datetime.strptime(tag, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc) + timedelta(minutes=minute)
-
-
-def orders(event_hour: str | None, *ids: str) -> list[dict]:
-    return [{"order_id": i, "created_at": at(event_hour) if event_hour else None} for i in ids]
-
-
-def land(store, hour: str, spread: dict, first: int = 1000) -> str:
-    return write_event_hour(store, DS, T, hour, {e: orders(e, *ids) for e, ids in spread.items()}, SCHEMA,
-                            topic="orders", first=first)
+DS, T = CFG.dataset, CFG.table
+warehouse = partial(bigquery_warehouse, project=PROJECT)
 
 
 def load(fake, store, partition: str):
@@ -61,8 +33,8 @@ def ids(fake, table: str, pid: str) -> list[str]:
     return sorted(r["order_id"] for r in fake.partition_rows(PROJECT, DS, table, pid))
 
 
-def test_an_event_day_is_one_decorator_load_and_a_late_hour_replaces_it_whole(env):
-    store, fake = env
+def test_an_event_day_is_one_decorator_load_and_a_late_hour_replaces_it_whole(fake_bigquery):
+    store, fake = fake_bigquery
     land(store, "2026-01-31T13", {"2026-01-31T13": ["a", "b"]})
     land(store, "2026-01-31T14", {"2026-01-31T13": ["c"], "2026-01-31T14": ["d"]}, first=2000)
 
@@ -95,8 +67,8 @@ def test_an_event_day_is_one_decorator_load_and_a_late_hour_replaces_it_whole(en
     assert (again.amended, again.result, len(fake.jobs)) == (False, None, 3)
 
 
-def test_conservation_fails_when_the_partition_in_bigquery_is_changed_by_other_hands(env):
-    store, fake = env
+def test_conservation_fails_when_the_partition_in_bigquery_is_changed_by_other_hands(fake_bigquery):
+    store, fake = fake_bigquery
     land(store, "2026-01-31T13", {"2026-01-31T13": ["a", "b"]})
     load(fake, store, "2026-01-31")
     assert event_conservation(store, warehouse(fake, store), CFG, T, "2026-01-31").ok
@@ -105,8 +77,8 @@ def test_conservation_fails_when_the_partition_in_bigquery_is_changed_by_other_h
     assert not c.ok and not c.waiting and "holds 1 rows, version 1 lists 2" in c.why
 
 
-def test_records_with_no_event_time_go_to_a_table_of_their_own_replaced_whole(env):
-    store, fake = env
+def test_records_with_no_event_time_go_to_a_table_of_their_own_replaced_whole(fake_bigquery):
+    store, fake = fake_bigquery
     land(store, "2026-01-31T13", {None: ["n1", "n2"], "2026-01-31T13": ["a"]})
     result = load(fake, store, UNKNOWN_EVENT)
     assert result.location == f"{PROJECT}.{DS}.orders__by_event_unknown"
@@ -117,8 +89,8 @@ def test_records_with_no_event_time_go_to_a_table_of_their_own_replaced_whole(en
     assert warehouse(fake, store).by_event("day", "created_at").hour_rows(DS, "orders__by_event", UNKNOWN_EVENT) == 3
 
 
-def test_a_reland_reloads_exactly_the_event_partitions_whose_files_changed(env):
-    store, fake = env
+def test_a_reland_reloads_exactly_the_event_partitions_whose_files_changed(fake_bigquery):
+    store, fake = fake_bigquery
     land(store, "2026-01-31T13", {"2026-01-30T10": ["x"], "2026-01-31T13": ["a", "b"]})
     land(store, "2026-01-31T14", {"2026-01-29T01": ["y"]}, first=2000)
     for p in sorted([u.partition for u in markers.list_units(store, EVENT, [(DS, T)])]):
@@ -137,8 +109,8 @@ def test_a_reland_reloads_exactly_the_event_partitions_whose_files_changed(env):
     assert ids(fake, "orders__by_event", "20260129") == ["y"]  # untouched, not reloaded
 
 
-def test_the_fake_refuses_a_decorator_load_whose_rows_fall_outside_the_partition(env):
-    store, fake = env
+def test_the_fake_refuses_a_decorator_load_whose_rows_fall_outside_the_partition(fake_bigquery):
+    store, fake = fake_bigquery
     store.write_atomic("x.avro", avro_file(SCHEMA, orders("2026-01-30T10", "x") + orders("2026-01-31T10", "a")))
     client = fake.client(PROJECT)
     client.create_dataset(DS)
@@ -150,8 +122,8 @@ def test_the_fake_refuses_a_decorator_load_whose_rows_fall_outside_the_partition
     assert (PROJECT, DS, "t") not in fake.tables  # a failed job changes nothing
 
 
-def test_an_event_table_of_another_partitioning_is_named_and_left_alone(env):
-    store, fake = env
+def test_an_event_table_of_another_partitioning_is_named_and_left_alone(fake_bigquery):
+    store, fake = fake_bigquery
     land(store, "2026-01-31T13", {"2026-01-31T13": ["a"]})
     client = fake.client(PROJECT)
     client.create_dataset(DS)
@@ -162,8 +134,8 @@ def test_an_event_table_of_another_partitioning_is_named_and_left_alone(env):
         load(fake, store, "2026-01-31")
 
 
-def test_an_event_time_of_epoch_milliseconds_cannot_partition_a_bigquery_table_and_says_so(env):
-    store, fake = env
+def test_an_event_time_of_epoch_milliseconds_cannot_partition_a_bigquery_table_and_says_so(fake_bigquery):
+    store, fake = fake_bigquery
     millis = {"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "string"},
                                                            {"name": "created_at", "type": "long"}]}
     write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": [{"order_id": "a", "created_at": 1}]}, millis,

@@ -22,22 +22,20 @@ from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, partition_i
 from kafka_landing.warehouse.bigquery_schema import FileSchema, plan_load
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
-from kafka_landing_tests.bigquery_fake import serving_folder
+from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse, serving_gs_folder
 from kafka_landing_tests.helpers import GsLikeStore, write_hour
 
 PROJECT = "kl-bq-unit"
 # v1 only, v2 only, v2 and v1 mixed; a day each, so that each is loaded alone, in the order given
 H1, H2, H3 = "2026-01-31T13", "2026-02-01T14", "2026-02-02T15"
 ORDERS = {"oldest first": (H1, H2, H3), "newest first": (H2, H1, H3), "mixed first": (H3, H2, H1)}
-NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("landing")
-    fake = serving_folder(folder)
-    yield GsLikeStore(folder), fake
-    fake.stop()
+    """One landing root and fake for the whole module: its many cases share them."""
+    with serving_gs_folder(tmp_path_factory.mktemp("landing")) as served:
+        yield served
 
 
 def land(store, dataset: str, hour: str, parts: list[tuple[int, int, list, list[dict]]]) -> str:
@@ -170,7 +168,7 @@ def run_case(store, fake, case: Case, name: str) -> list[str]:
     r2 = {"v": 2, **({"c": case.new_value} if case.new else {})}
     hours = {H1: [(0, 1, v1, [r1])], H2: [(0, 2, v2, [r2])],
              H3: [(0, 2, v2, [r2]), (1, 1, v1, [r1])]}  # the old file sorts last: BigQuery's default reader
-    warehouse = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US")
+    warehouse = bigquery_warehouse(fake, store, PROJECT)
     problems, refused = [], []
     for hour in order:
         jobs_before = len(fake.jobs)
@@ -306,7 +304,7 @@ def test_a_load_reads_only_the_header_of_a_landing_file(env):
     only = HeaderOnly(store._root)
     dataset = f"hdr_{uuid.uuid4().hex[:6]}"
     rel = land(only, dataset, H1, [(0, 1, [F("a", "long")], [{"a": n} for n in range(50)])])
-    warehouse = BigQueryWarehouse(fake.client(PROJECT), only, PROJECT, location="US")
+    warehouse = bigquery_warehouse(fake, only, PROJECT)
     result = load_done_file(warehouse, only, rel, NO_SPARK)
     assert result.rows == 50
     assert HeaderOnly.downloaded == []

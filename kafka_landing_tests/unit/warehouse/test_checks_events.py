@@ -8,28 +8,23 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import pytest
 from dagster import AssetCheckKey, AssetCheckSeverity, DagsterInstance, materialize
 from dagster._core.event_api import PartitionKeyFilter
 
-from kafka_landing.config import TopicConfig
 from kafka_landing.naming import event_manifest_path, event_pending_dir
 from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.warehouse.assets import build_event_asset, event_key
 from kafka_landing.warehouse.checks import CONSERVATION_BY_EVENT, SETTLED, build_event_checks
 from kafka_landing.warehouse.resources import BigQueryWarehouseResource
-from kafka_landing_tests.bigquery_fake import serving_folder
-from kafka_landing_tests.helpers import GsLikeStore, write_event_hour
+from kafka_landing_tests.helpers import GsLikeStore
+from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG, land_event_orders as land  # settle_hours 48
 
 PROJECT = "kl-event-checks"
-DS, T = "shop", "orders"
-CFG = TopicConfig(topic="orders", dataset=DS, table=T, event_time_field="created_at")  # settle_hours 48
+DS, T = CFG.dataset, CFG.table
 KEY = event_key(DS, T)
-SCHEMA = {"type": "record", "name": "Order", "fields": [
-    {"name": "order_id", "type": "string"},
-    {"name": "created_at", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]}]}
 DAY, LATE_DAY = "2026-01-31", "2026-02-03"
 
 
@@ -62,21 +57,11 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path, monkeypatch):
-    fake = serving_folder(tmp_path)
+def world(fake_bigquery, instance, tmp_path, monkeypatch):
+    store, fake = fake_bigquery
     monkeypatch.setenv("BIGQUERY_EMULATOR_HOST", fake.url)
-    with DagsterInstance.ephemeral() as instance:
-        yield World(GsLikeStore(tmp_path), fake, instance, str(tmp_path))
-    fake.stop()
+    yield World(store, fake, instance, str(tmp_path))
     AFTER_WRITE.clear()
-
-
-def land(store, hour: str, spread: dict[str, list[str]], first: int) -> None:
-    def at(tag):
-        return datetime.strptime(tag, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc) + timedelta(minutes=7)
-
-    write_event_hour(store, DS, T, hour, {e: [{"order_id": i, "created_at": at(e)} for i in ids]
-                                          for e, ids in spread.items()}, SCHEMA, topic="orders", first=first)
 
 
 def run(world, partition: str):

@@ -7,51 +7,36 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
+from functools import partial
 
-import pytest
-
-from kafka_landing.config import TopicConfig
 from kafka_landing.naming import event_manifest_path, event_pending_dir
-from kafka_landing.warehouse.bigquery import BigQueryWarehouse
 from kafka_landing.warehouse.event_load import event_conservation, load_event_partition, settling
-from kafka_landing_tests.bigquery_fake import serving_folder
-from kafka_landing_tests.helpers import GsLikeStore, write_event_hour
+from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
+from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG, land_event_orders  # settle_hours 48
 
 PROJECT = "kl-event-load"
-DS, T = "shop", "orders"
-CFG = TopicConfig(topic="orders", dataset=DS, table=T, event_time_field="created_at")  # settle_hours 48
-SCHEMA = {"type": "record", "name": "Order", "fields": [
-    {"name": "order_id", "type": "string"},
-    {"name": "created_at", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]}]}
-NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
+DS, T = CFG.dataset, CFG.table
 DAY, LATE_DAY = "2026-01-31", "2026-02-03"
 T0 = datetime(2026, 1, 31, 15, 0, tzinfo=timezone.utc)
+warehouse = partial(bigquery_warehouse, project=PROJECT)
 
 
-@pytest.fixture
-def env(tmp_path):
-    fake = serving_folder(tmp_path)
-    yield GsLikeStore(tmp_path), fake
-    fake.stop()
+def land(store, hour: str, spread: dict[str, int], first: int) -> None:
+    """`spread`: {event hour: how many orders}, their ids numbered from `first`."""
+    land_event_orders(store, hour, {e: [f"{e}-{first}-{i}" for i in range(n)] for e, n in spread.items()}, first)
 
 
-def warehouse(fake, store) -> BigQueryWarehouse:
-    return BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US")
-
-
-def at(tag: str) -> datetime:
-    return datetime.strptime(tag, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc) + timedelta(minutes=7)
-
-
-def land(store, hour: str, spread: dict, first: int) -> None:
-    write_event_hour(store, DS, T, hour, {e: [{"order_id": f"{e}-{first}-{i}", "created_at": at(e)}
-                                              for i in range(n)] for e, n in spread.items()}, SCHEMA,
-                     topic="orders", first=first)
-
-
-def load(env, partition: str, now: datetime):
-    store, fake = env
+def load(fake_bigquery, partition: str, now: datetime):
+    store, fake = fake_bigquery
     return load_event_partition(warehouse(fake, store), store, CFG, T, partition, NO_SPARK, now=now)
+
+
+def versioned_at_t0(fake_bigquery):
+    """DAY's version 1, loaded at T0: landing hour 2026-01-31T13 with two orders of that hour. The store."""
+    store, _ = fake_bigquery
+    land(store, "2026-01-31T13", {"2026-01-31T13": 2}, first=1000)
+    load(fake_bigquery, DAY, T0)
+    return store
 
 
 def iso(t: datetime) -> str:
@@ -60,67 +45,55 @@ def iso(t: datetime) -> str:
 
 # --- settling -------------------------------------------------------------------------------------
 
-def test_a_day_just_versioned_passes_and_says_until_when_late_records_may_amend_it(env):
-    store, _ = env
-    land(store, "2026-01-31T13", {"2026-01-31T13": 2}, first=1000)
-    load(env, DAY, T0)
+def test_a_day_just_versioned_passes_and_says_until_when_late_records_may_amend_it(fake_bigquery):
+    store = versioned_at_t0(fake_bigquery)
     s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=1))
     assert (s.ok, s.settled, s.settles_at) == (True, False, iso(T0 + timedelta(hours=48)))
     assert f"may still amend it until {iso(T0 + timedelta(hours=48))}" in s.why
 
 
-def test_an_amendment_before_the_day_settled_passes_and_moves_settles_at(env):
-    store, _ = env
-    land(store, "2026-01-31T13", {"2026-01-31T13": 2}, first=1000)
-    load(env, DAY, T0)
+def test_an_amendment_before_the_day_settled_passes_and_moves_settles_at(fake_bigquery):
+    store = versioned_at_t0(fake_bigquery)
     land(store, "2026-02-01T09", {"2026-01-31T23": 1}, first=2000)  # 18 h later: the day had not settled
-    load(env, DAY, T0 + timedelta(hours=18))
+    load(fake_bigquery, DAY, T0 + timedelta(hours=18))
     s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=19))
     assert (s.ok, s.settled, s.settles_at) == (True, False, iso(T0 + timedelta(hours=18 + 48)))
 
 
-def test_a_day_unchanged_for_settle_hours_is_final_and_says_since_when(env):
-    store, _ = env
-    land(store, "2026-01-31T13", {"2026-01-31T13": 2}, first=1000)
-    load(env, DAY, T0)
+def test_a_day_unchanged_for_settle_hours_is_final_and_says_since_when(fake_bigquery):
+    store = versioned_at_t0(fake_bigquery)
     s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=49))
     assert (s.ok, s.settled, s.settles_at) == (True, True, iso(T0 + timedelta(hours=48)))
     assert f"final since {iso(T0 + timedelta(hours=48))}" in s.why
 
 
-def test_a_landing_hour_waiting_to_change_the_day_is_not_a_failure(env):
-    store, _ = env
-    land(store, "2026-01-31T13", {"2026-01-31T13": 2}, first=1000)
-    load(env, DAY, T0)
+def test_a_landing_hour_waiting_to_change_the_day_is_not_a_failure(fake_bigquery):
+    store = versioned_at_t0(fake_bigquery)
     land(store, "2026-02-01T09", {"2026-01-31T23": 1}, first=2000)  # marked, not versioned yet
     s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=19))
     assert (s.ok, s.settled, s.settles_at) == (True, False, None)
     assert "2026-02-01T09" in s.why and "versioned again by its next load" in s.why
 
 
-def test_amending_a_day_after_it_had_settled_fails_and_only_that_version(env):
-    store, _ = env
-    land(store, "2026-01-31T13", {"2026-01-31T13": 2}, first=1000)
-    load(env, DAY, T0)
+def test_amending_a_day_after_it_had_settled_fails_and_only_that_version(fake_bigquery):
+    store = versioned_at_t0(fake_bigquery)
     land(store, "2026-02-03T09", {"2026-01-31T23": 1, "2026-02-03T09": 1}, first=2000)
-    load(env, DAY, T0 + timedelta(hours=66))  # version 1 had settled at T0 + 48 h
+    load(fake_bigquery, DAY, T0 + timedelta(hours=66))  # version 1 had settled at T0 + 48 h
     s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=66))
     assert (s.ok, s.settled, s.settles_at) == (False, False, iso(T0 + timedelta(hours=66 + 48)))
     assert s.previous_settled_at == iso(T0 + timedelta(hours=48))
     assert f"had settled at {iso(T0 + timedelta(hours=48))}" in s.why and "2026-02-03T09" in s.why
     # A version made after the previous one had settled is the alert; one more within the window is not.
     land(store, "2026-02-03T10", {"2026-01-31T22": 1}, first=3000)
-    load(env, DAY, T0 + timedelta(hours=70))
+    load(fake_bigquery, DAY, T0 + timedelta(hours=70))
     s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=70))
     assert (s.ok, s.settled, s.previous_settled_at) == (True, False, None)
 
 
-def test_a_manifest_written_before_previous_amended_at_existed_reads_the_previous_version(env):
-    store, _ = env
-    land(store, "2026-01-31T13", {"2026-01-31T13": 2}, first=1000)
-    load(env, DAY, T0)
+def test_a_manifest_written_before_previous_amended_at_existed_reads_the_previous_version(fake_bigquery):
+    store = versioned_at_t0(fake_bigquery)
     land(store, "2026-02-03T09", {"2026-01-31T23": 1}, first=2000)
-    load(env, DAY, T0 + timedelta(hours=66))
+    load(fake_bigquery, DAY, T0 + timedelta(hours=66))
     rel = event_manifest_path(DS, T, DAY, 2)
     old = {k: v for k, v in json.loads(store.read_bytes(rel)).items() if k != "previous_amended_at"}
     store.write_atomic(rel, json.dumps(old).encode())
@@ -128,30 +101,30 @@ def test_a_manifest_written_before_previous_amended_at_existed_reads_the_previou
     assert (s.ok, s.previous_settled_at) == (False, iso(T0 + timedelta(hours=48)))
 
 
-def test_a_partition_not_versioned_yet_is_not_final_and_not_a_failure(env):
-    store, _ = env
+def test_a_partition_not_versioned_yet_is_not_final_and_not_a_failure(fake_bigquery):
+    store, _ = fake_bigquery
     s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0)
     assert (s.ok, s.settled, s.settles_at) == (True, False, None) and "not versioned yet" in s.why
 
 
 # --- conservation ---------------------------------------------------------------------------------
 
-def test_conservation_names_the_partitions_sharing_its_landing_hours(env):
-    store, fake = env
+def test_conservation_names_the_partitions_sharing_its_landing_hours(fake_bigquery):
+    store, fake = fake_bigquery
     land(store, "2026-01-31T13", {"2026-01-31T13": 2}, first=1000)
     land(store, "2026-02-03T09", {"2026-01-31T23": 1, "2026-02-03T09": 1, "2026-02-02T05": 1}, first=2000)
     for p in (DAY, LATE_DAY, "2026-02-02"):
-        load(env, p, T0)
+        load(fake_bigquery, p, T0)
     c = event_conservation(store, warehouse(fake, store), CFG, T, LATE_DAY)
     assert c.ok, c.why
     assert c.neighbours == (DAY, "2026-02-02")  # their checks may have waited for this partition
 
 
-def test_a_shortfall_waits_only_while_the_partition_that_lacks_the_rows_is_marked(env):
-    store, fake = env
+def test_a_shortfall_waits_only_while_the_partition_that_lacks_the_rows_is_marked(fake_bigquery):
+    store, fake = fake_bigquery
     land(store, "2026-01-31T13", {"2026-01-31T13": 2}, first=1000)
     land(store, "2026-02-03T09", {"2026-01-31T23": 1, "2026-02-03T09": 1}, first=2000)
-    load(env, DAY, T0)
+    load(fake_bigquery, DAY, T0)
     c = event_conservation(store, warehouse(fake, store), CFG, T, DAY)
     assert (c.ok, c.waiting, c.metadata["waiting_for"]) == (False, (LATE_DAY,), [LATE_DAY])
     # The late day's markers gone without a version (a lost load): the same shortfall is a loss now.

@@ -19,11 +19,10 @@ from kafka_landing.handoff.manifests import DoneFile, content_sha
 from kafka_landing.handoff.markers import Marks
 from kafka_landing.handoff.units import event_unit
 from kafka_landing.naming import done_file_path, hour_from_tag
-from kafka_landing.warehouse.bigquery import BigQueryWarehouse
 from kafka_landing.warehouse.load import LoadError, load_unit
 from kafka_landing.warehouse.queue import tick as queue
-from kafka_landing_tests.bigquery_fake import serving_folder
-from kafka_landing_tests.helpers import GsLikeStore, write_event_hour, write_hour
+from kafka_landing_tests.bigquery_support import bigquery_warehouse
+from kafka_landing_tests.helpers import write_event_hour, write_hour
 
 PROJECT, DS, T = "kl-unit", "shop", "t"
 SCHEMA = {"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "string"}]}
@@ -35,11 +34,9 @@ def no_spark():
 
 
 @pytest.fixture
-def env(tmp_path):
-    store = GsLikeStore(tmp_path)
-    fake = serving_folder(tmp_path)
-    yield store, fake, BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US")
-    fake.stop()
+def env(fake_bigquery):
+    store, fake = fake_bigquery
+    return store, fake, bigquery_warehouse(fake, store, PROJECT)
 
 
 def land(store, hour, ids, partition=0, table=T):

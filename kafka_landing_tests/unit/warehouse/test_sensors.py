@@ -7,7 +7,6 @@ a store that answers in 20 ms per call (review N5)."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,7 +17,6 @@ from dagster import (
     DagsterRun,
     DagsterRunStatus,
     HourlyPartitionsDefinition,
-    build_sensor_context,
 )
 from dagster._core.utils import make_new_run_id
 
@@ -27,7 +25,6 @@ from kafka_landing.handoff.markers import (
     clear_pending,
     content_sha,
     list_pending,
-    mark_pending,
     parse_done_path,
     refusal,
     refuse,
@@ -41,36 +38,10 @@ from kafka_landing.warehouse.queue import reconcile as queue_reconcile
 from kafka_landing.warehouse.queue import tick as queue_tick
 from kafka_landing.warehouse.queue.runs import ATTEMPT_TAG, member_tag
 from kafka_landing.warehouse.parquet import ParquetWarehouse
-from kafka_landing.warehouse.resources import ParquetWarehouseResource
 from kafka_landing.warehouse.sensors import build_done_file_sensor
+from kafka_landing_tests.sensor_ticks import Warnings, empty_done_file, evaluate, local_resources, publish_empty
 
 NOW = floor_hour(datetime.now(timezone.utc))
-
-
-def body(dataset: str, table: str, hour: datetime, attempt: str = "a1", over: dict | None = None) -> bytes:
-    return json.dumps({
-        "topic": "t", "dataset": dataset, "table": table, "hour": hour_tag(hour), "rows": 0, "schema_ids": [],
-        "files": [], "dead_letters": {"rows": 0, "by_reason": {}, "files": []},
-        "slice": {"manifest": "m", "records": 0, "partitions": []}, "topic_records_read": 0, "offsets_without_record": 0,
-        "attempt": attempt, "landed_at": "2026-01-01T00:00:00+00:00", "version": 1, **(over or {})}).encode()
-
-
-def publish(store: LocalStore, dataset: str, table: str, hour: datetime, attempt: str = "a1",
-            over: dict | None = None) -> tuple[str, str]:
-    rel = done_file_path(dataset, table, hour)
-    content = body(dataset, table, hour, attempt, over)
-    store.write_atomic(rel, content)
-    mark_pending(store, rel, content)
-    return rel, content_sha(content)
-
-
-class Warnings(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
 
 
 class Sensor:
@@ -81,16 +52,13 @@ class Sensor:
         parts = HourlyPartitionsDefinition(start_date=first.strftime("%Y-%m-%d-%H:%M"), timezone="UTC")
         keys = {("d", t): warehouse_key("d", t) for t in tables}
         self.sensor = build_done_file_sensor(keys, {k: parts for k in keys})
-        self.resources = {"landing": LandingResource(landing_root=str(root / "landing")),
-                          "warehouse": ParquetWarehouseResource(root=str(root / "warehouse"))}
+        self.resources = local_resources(root)
         self.cursor = None
         self.warnings = Warnings()
 
     def tick(self, instance):
         self.warnings.messages.clear()
-        with build_sensor_context(instance=instance, resources=self.resources, cursor=self.cursor) as ctx:
-            ctx.log.addHandler(self.warnings)
-            result = self.sensor(ctx)
+        result = evaluate(self.sensor, instance, self.resources, self.cursor, self.warnings)
         self.cursor = result.cursor
         return result
 
@@ -133,7 +101,7 @@ def test_loads_of_one_table_that_cannot_go_on_do_not_starve_another_table(tmp_pa
         shas = {}
         for h in stuck:
             over = {"dataset": "elsewhere"} if kind == "invalid" else None
-            rel, shas[h] = publish(store, "d", "a", h, over=over)
+            rel, shas[h] = publish_empty(store, "d", "a", h, over=over)
             if kind == "refused":
                 th, marks = parse_done_path(rel), Marks({hour_tag(h): shas[h]})
                 refuse(store, th, marks, "BigQuery: Cannot add required fields")
@@ -141,7 +109,7 @@ def test_loads_of_one_table_that_cannot_go_on_do_not_starve_another_table(tmp_pa
         if kind in ("given_up", "in_flight"):
             status = DagsterRunStatus.FAILURE if kind == "given_up" else DagsterRunStatus.STARTED
             add_run(instance, [(h, shas[h]) for h in stuck], status, attempt=3)
-        ready, _ = publish(store, "d", "b", NOW - ONE_HOUR * 5)
+        ready, _ = publish_empty(store, "d", "b", NOW - ONE_HOUR * 5)
 
         def about_a() -> list[str]:
             return [m for m in sensor.warnings.messages if "d/a/" in m or "d.a" in m]
@@ -169,13 +137,13 @@ def test_a_given_up_hour_comes_back_when_re_landed_or_loaded_by_hand(tmp_path):
     hours = [first + ONE_HOUR * i for i in range(3)]
     sensor = Sensor(tmp_path, first)
     with DagsterInstance.ephemeral() as instance:
-        shas = {h: publish(store, "d", "a", h)[1] for h in hours}
+        shas = {h: publish_empty(store, "d", "a", h)[1] for h in hours}
         add_run(instance, list(shas.items()), DagsterRunStatus.FAILURE, attempt=3)
         result = sensor.tick(instance)
         assert not result.run_requests and "3 given up" in result.skip_reason.skip_message
 
         # Re-landed: new content, a new marker, asked for again.
-        relanded, _ = publish(store, "d", "a", hours[0], attempt="a2")
+        relanded, _ = publish_empty(store, "d", "a", hours[0], attempt="a2")
         result = sensor.tick(instance)
         assert [r.tags["kafka_landing/done_file"] for r in result.run_requests] == [relanded]
         about_a = [m for m in sensor.warnings.messages if "d.a" in m or "d/a/" in m]
@@ -233,7 +201,7 @@ def write_history(landing: Path, warehouse: Path, table: str, hours: list[dateti
     loads.mkdir(parents=True, exist_ok=True)
     for h in hours:
         rel = done_file_path("d", table, h)
-        content = body("d", table, h)
+        content = empty_done_file("d", table, h)
         (landing / rel).parent.mkdir(parents=True, exist_ok=True)
         (landing / rel).write_bytes(content)
         if loaded:
@@ -297,12 +265,12 @@ def test_reconciliation_does_not_read_again_what_it_checked_and_each_tick_fits_t
 
         # It loads (the ledger says so, the load clears its marker).
         write_history(tmp_path / "landing", tmp_path / "warehouse", "a", [gap], loaded=True)
-        assert clear_pending(store, rel, content_sha(body("d", "a", gap)))
+        assert clear_pending(store, rel, content_sha(empty_done_file("d", "a", gap)))
 
         # A done file rewritten in place by another tool (an old mtime, no marker): nothing says so
         # for less than a call per object, so it is found by the next round, a day on.
         rewritten = done_file_path("d", "b", hours[10])
-        (tmp_path / "landing" / rewritten).write_bytes(body("d", "b", hours[10], attempt="copied"))
+        (tmp_path / "landing" / rewritten).write_bytes(empty_done_file("d", "b", hours[10], attempt="copied"))
         os.utime(tmp_path / "landing" / rewritten, (old, old))
         store.done_reads.clear()
         assert not sensor.tick(instance).run_requests and store.done_reads == []

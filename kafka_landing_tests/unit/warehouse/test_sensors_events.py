@@ -6,44 +6,27 @@ until a landing hour marks it anew."""
 
 from __future__ import annotations
 
-import logging
-
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, build_sensor_context
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 from dagster._core.utils import make_new_run_id
 
 from kafka_landing.handoff import markers
 from kafka_landing.handoff.units import event_unit
-from kafka_landing.resources import LandingResource
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.assets import event_key, event_partitions
 from kafka_landing.warehouse.queue.runs import RUN_KEY_TAG
-from kafka_landing.warehouse.resources import ParquetWarehouseResource
 from kafka_landing.warehouse.queue.runs import EVENT_TAG
 from kafka_landing.warehouse.sensors import build_event_sensor
 from kafka_landing_tests.helpers import write_event_hour
+from kafka_landing_tests.sensor_ticks import Warnings, evaluate, local_resources
 
 SCHEMA = {"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "string"}]}
 DAY = "2026-01-31"
 
 
-class Warnings(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
 def tick(tmp_path, instance, warnings: Warnings | None = None):
     sensor = build_event_sensor({("d", "orders"): event_key("d", "orders")},
                                 {("d", "orders"): event_partitions("d", "orders")})
-    resources = {"landing": LandingResource(landing_root=str(tmp_path / "landing")),
-                 "warehouse": ParquetWarehouseResource(root=str(tmp_path / "warehouse"))}
-    with build_sensor_context(instance=instance, resources=resources) as ctx:
-        if warnings:
-            ctx.log.addHandler(warnings)
-        result = sensor(ctx)
+    result = evaluate(sensor, instance, local_resources(tmp_path), log=warnings)
     for add in result.dynamic_partitions_requests or ():  # as the daemon does
         instance.add_dynamic_partitions(add.partitions_def_name, list(add.partition_keys))
     return result
@@ -135,8 +118,7 @@ def test_the_asset_refuses_for_good_what_cannot_be_versioned_and_says_why(tmp_pa
         instance.add_dynamic_partitions("d__orders__by_event", [DAY])
         result = materialize([build_event_asset(cfg, "orders")], partition_key=DAY, instance=instance,
                              raise_on_error=False, resources={
-                                 "landing": LandingResource(landing_root=str(tmp_path / "landing")),
-                                 "warehouse": ParquetWarehouseResource(root=str(tmp_path / "warehouse")),
+                                 **local_resources(tmp_path),
                                  "pyspark": SparkResource(remote="sc://127.0.0.1:1")})  # never opened
         assert not result.success
         failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")

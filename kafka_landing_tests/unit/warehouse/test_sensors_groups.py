@@ -4,67 +4,22 @@ single-run partition range, a lone hour its partition, and the per-tick cap coun
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import datetime, timezone
-
-import pytest
-import yaml
-from dagster import DagsterInstance, build_sensor_context
 
 from kafka_landing.handoff.markers import mark_pending
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.queue.runs import MEMBER_TAG_PREFIX
-
-DATASET, TABLE = "ux", "events"
-
-
-@pytest.fixture
-def landing(tmp_path, monkeypatch):
-    (tmp_path / "topics.yaml").write_text(yaml.safe_dump(
-        {"defaults": {"grace_minutes": 5}, "topics": {"unit.events": {"dataset": DATASET, "table": TABLE}}}))
-    monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(tmp_path / "topics.yaml"))
-    monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")
-    return LocalStore(tmp_path / "landing")
+from kafka_landing_tests.sensor_ticks import DATASET, TABLE, daemon_tick, publish_hour
 
 
-def publish(store: LocalStore, hour: datetime) -> str:
-    """A done file with no rows (the sensor reads only done files) and its pending marker."""
-    rel = f"tables/{DATASET}/{TABLE}/hour={hour_tag(hour)}/_DONE.json"
-    body = json.dumps({
-        "topic": "unit.events", "dataset": DATASET, "table": TABLE, "hour": hour_tag(hour), "rows": 0,
-        "schema_ids": [], "files": [], "dead_letters": {"rows": 0, "by_reason": {}, "files": []},
-        "slice": {"manifest": f"slices/unit.events/hour={hour_tag(hour)}.json", "records": 0, "partitions": []},
-        "topic_records_read": 0, "offsets_without_record": 0, "attempt": "a1", "landed_at": "2026-01-01T00:00:00+00:00",
-        "version": 1}).encode()
-    store.write_atomic(rel, body)
-    mark_pending(store, rel, body)
-    return rel
-
-
-def evaluate(defs):
-    """One tick as the daemon evaluates it: run requests resolved against the definitions."""
-    from kafka_landing.definitions import build_resources
-    from kafka_landing.warehouse.sensors import SENSOR_NAME
-
-    res = build_resources()
-    with DagsterInstance.ephemeral() as instance, build_sensor_context(
-            instance=instance, definitions=defs, resources={"landing": res["landing"], "warehouse": res["warehouse"]}
-    ) as ctx:
-        return defs.resolve_sensor_def(SENSOR_NAME).evaluate_tick(ctx).run_requests
-
-
-def test_consecutive_hours_resolve_to_one_range_run_and_a_lone_hour_to_its_partition(landing):
-    from kafka_landing.definitions import build_definitions
-
+def test_consecutive_hours_resolve_to_one_range_run_and_a_lone_hour_to_its_partition(one_table_landing):
     now = floor_hour(datetime.now(timezone.utc))
     hours = [now - ONE_HOUR * i for i in (9, 8, 7, 5)]  # 9-7 consecutive, 5 alone
     for h in hours:
-        publish(landing, h)
-    ranged, alone = evaluate(build_definitions())
+        publish_hour(one_table_landing, h)
+    ranged, alone = daemon_tick().run_requests
     assert ranged.job_name == alone.job_name == "__ASSET_JOB"
     assert [k.path for k in ranged.asset_selection] == [["warehouse", DATASET, TABLE]]
     assert ranged.partition_key is None
@@ -78,34 +33,32 @@ def test_consecutive_hours_resolve_to_one_range_run_and_a_lone_hour_to_its_parti
         assert req.tags["kafka_landing/spark"] == "true" and req.tags["kafka_landing/table"] == f"{DATASET}.{TABLE}"
 
 
-def test_the_cap_per_tick_counts_runs_not_hours(landing, monkeypatch):
-    from kafka_landing.definitions import build_definitions
+def test_the_cap_per_tick_counts_runs_not_hours(one_table_landing, monkeypatch):
     from kafka_landing.warehouse.queue import tick
 
     monkeypatch.setattr(tick, "MAX_REQUESTS_PER_TICK", 2)
     now = floor_hour(datetime.now(timezone.utc))
     for start in (30, 20, 10):  # three runs of five consecutive hours
         for i in range(5):
-            publish(landing, now - ONE_HOUR * (start - i))
-    requests = evaluate(build_definitions())
+            publish_hour(one_table_landing, now - ONE_HOUR * (start - i))
+    requests = daemon_tick().run_requests
     assert len(requests) == 2, "two runs, the oldest first"
     assert [r.tags["dagster/asset_partition_range_start"] for r in requests] == [
         hour_key(now - ONE_HOUR * 30), hour_key(now - ONE_HOUR * 20)]
     assert all(sum(k.startswith(MEMBER_TAG_PREFIX) for k in r.tags) == 5 for r in requests)
 
 
-def test_a_reland_between_the_sensors_reads_keeps_its_marker(landing, monkeypatch):
+def test_a_reland_between_the_sensors_reads_keeps_its_marker(one_table_landing, monkeypatch):
     """The sensor reads a done file whose content is loaded and clears its marker; a re-land that
     writes new content and its marker right after that read must stay pending (review N6)."""
-    from kafka_landing.definitions import build_definitions
     from kafka_landing.handoff.markers import content_sha, list_pending, marks_of
     from kafka_landing.warehouse.parquet import ParquetWarehouse
 
     hour = floor_hour(datetime.now(timezone.utc)) - 3 * ONE_HOUR
-    rel = publish(landing, hour)
-    loaded = content_sha(landing.read_bytes(rel))
+    rel = publish_hour(one_table_landing, hour)
+    loaded = content_sha(one_table_landing.read_bytes(rel))
     monkeypatch.setattr(ParquetWarehouse, "loaded_sha", lambda self, d, t, h: loaded)
-    newer = landing.read_bytes(rel).replace(b'"attempt": "a1"', b'"attempt": "a2"')
+    newer = one_table_landing.read_bytes(rel).replace(b'"attempt": "a1"', b'"attempt": "a2"')
     real_read, relanded = LocalStore.read_bytes, []
 
     def read_then_reland(self, path):
@@ -119,7 +72,8 @@ def test_a_reland_between_the_sensors_reads_keeps_its_marker(landing, monkeypatc
         return got
 
     monkeypatch.setattr(LocalStore, "read_bytes", read_then_reland)
-    evaluate(build_definitions())
+    daemon_tick()
     assert relanded
-    (th,) = list_pending(landing)
-    assert marks_of(landing, th).by_hour.get(th.hour) == content_sha(newer), "the re-land's marker was removed"
+    (th,) = list_pending(one_table_landing)
+    assert marks_of(one_table_landing, th).by_hour.get(th.hour) == content_sha(newer), \
+        "the re-land's marker was removed"

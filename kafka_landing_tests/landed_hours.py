@@ -1,0 +1,50 @@
+"""Landed hours of a shop's orders, as the warehouse's tests land them (through `helpers.write_hour`
+and `helpers.write_event_hour`, the one builder of landed hours): orders of table shop.t by landing
+hour (`land_orders`), and orders of topic "orders" with an event time (`land_event_orders`, the
+topic's config `ORDERS_BY_EVENT`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from kafka_landing.config import TopicConfig
+from kafka_landing_tests.helpers import write_event_hour, write_hour
+
+# --- orders by landing hour ------------------------------------------------------------------------
+
+DATASET, TABLE = "shop", "t"
+ORDER_FIELDS = [{"name": "order_id", "type": "string"}, {"name": "amount", "type": "long"}]
+
+
+def land_orders(store, hour: str, ids: list[str], partition: int = 0) -> str:
+    """Landing hour `hour` of DATASET.TABLE: one file of Kafka partition `partition`, schema id 1, an order
+    per id (its amount its place in `ids`), or no file when `ids` is empty; the done file's path."""
+    schema = {"type": "record", "name": "Order", "fields": ORDER_FIELDS}
+    records = [{"order_id": i, "amount": n} for n, i in enumerate(ids)]
+    return write_hour(store, DATASET, TABLE, hour, [(partition, 1, schema, records)] if ids else [])
+
+
+# --- orders with an event time ---------------------------------------------------------------------
+
+ORDERS_BY_EVENT = TopicConfig(topic="orders", dataset="shop", table="orders", event_time_field="created_at")
+ORDER_WITH_EVENT_TIME = {"type": "record", "name": "Order", "fields": [
+    {"name": "order_id", "type": "string"},
+    {"name": "created_at", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]}]}
+
+
+def at(tag: str, minute: int = 7) -> datetime:
+    """A time inside the hour `tag` (YYYY-MM-DDTHH, UTC)."""
+    return datetime.strptime(tag, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc) + timedelta(minutes=minute)
+
+
+def orders(event_hour: str | None, *ids: str) -> list[dict]:
+    """An order per id, created in `event_hour` (None: no event time)."""
+    return [{"order_id": i, "created_at": at(event_hour) if event_hour else None} for i in ids]
+
+
+def land_event_orders(store, hour: str, spread: dict[str | None, list[str]], first: int = 1000) -> str:
+    """Landing hour `hour` of ORDERS_BY_EVENT's table, its event partitions marked: `spread` is
+    {event hour or None: order ids}, one file each, offsets from `first`; the done file's path."""
+    cfg = ORDERS_BY_EVENT
+    return write_event_hour(store, cfg.dataset, cfg.table, hour, {e: orders(e, *ids) for e, ids in spread.items()},
+                            ORDER_WITH_EVENT_TIME, topic=cfg.topic, first=first)
