@@ -15,7 +15,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from dagster import DagsterInstance, Failure, build_op_context, build_sensor_context
+from dagster import Failure, build_op_context, build_sensor_context
 
 from kafka_landing.avro_landing.publish import publish
 from kafka_landing.avro_landing.write import Staged
@@ -33,7 +33,7 @@ from kafka_landing.warehouse.load import load_unit
 from kafka_landing.warehouse.queue.runs import RUN_KEY_TAG
 from kafka_landing.warehouse.resources import BigQueryWarehouseResource, ParquetWarehouseResource
 from kafka_landing.warehouse.sensors import RETIRED_SENSOR_NAME, build_retired_hours_sensor
-from kafka_landing_tests.bigquery_fake import serving_folder
+from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
 from kafka_landing_tests.helpers import GsLikeStore, avro_file, write_hour
 
 PROJECT = "kl-retire"
@@ -45,7 +45,6 @@ SCHEMA = {"type": "record", "name": "Order", "fields": [
     {"name": "created_at", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]}]}
 PLAN = SlicePlan("orders", H, "x", 0, 3, (PartitionSlice(0, 0, 3, 0, 3, "timestamp", "timestamp"),),
                  (SliceTask(0, 0, 3),))
-NO_SPARK = lambda: pytest.fail("the BigQuery backend must not start Spark")  # noqa: E731
 
 
 class GsLikeLanding(LandingResource):
@@ -54,12 +53,10 @@ class GsLikeLanding(LandingResource):
 
 
 @pytest.fixture
-def world(tmp_path, monkeypatch):
-    fake = serving_folder(tmp_path)
+def world(fake_bigquery, instance, tmp_path, monkeypatch):
+    store, fake = fake_bigquery
     monkeypatch.setenv("BIGQUERY_EMULATOR_HOST", fake.url)
-    with DagsterInstance.ephemeral() as instance:
-        yield GsLikeStore(tmp_path), fake, instance, str(tmp_path)
-    fake.stop()
+    return store, fake, instance, str(tmp_path)
 
 
 def land(store, cfg: TopicConfig, attempt: str) -> None:
@@ -101,7 +98,7 @@ def run(world, request):
 def loaded_as_v1(world) -> BigQueryWarehouse:
     """Hour H landed under the old routing, its landing hour and its event day loaded."""
     store, fake, _, _ = world
-    wh = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT, location="US")
+    wh = bigquery_warehouse(fake, store, PROJECT)
     land(store, V1, "a1")
     load_unit(wh, store, hour_unit(DS, "orders", H), NO_SPARK)
     load_unit(wh, store, event_unit(DS, "orders", DAY), NO_SPARK, V1)
