@@ -129,6 +129,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
                     plans[k] = plan
             try:
                 with kafka.log_view() as log:  # one consumer for every hour of the run
+                    compacted = log.compacted(cfg.topic)
                     marks: dict[int, tuple[int, int]] = {}
                     for k, plan in list(plans.items()):
                         try:
@@ -147,7 +148,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
             try:
                 landed = land_hours(lambda: pyspark.spark_session, store, fetch, kafka.spark_options(), cfg,
                                     [to_land[k] for k in plans], attempt, likely_ids=likely_schema_ids(store, registry, cfg, first),
-                                    log=context.log.info)
+                                    log=context.log.info, snapshot=compacted)
             except LandingError as exc:  # it concerns every hour of the pass
                 return {**out, **{k: failure(exc) for k in plans}}
             for k, plan in plans.items():

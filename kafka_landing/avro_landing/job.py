@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -162,7 +163,7 @@ def _count_apart(framed: DataFrame, hours: list[str], into: _Pass) -> None:
 def land_hours(
     spark_factory: Callable[[], SparkSession], store: LandingStore, fetch_schema: Callable[[int], object],
     kafka_options: dict, cfg: TopicConfig, plans: list[SlicePlan], attempt: str,
-    likely_ids: tuple[int, ...] = (), log: Callable[[str], None] = lambda _m: None,
+    likely_ids: tuple[int, ...] = (), log: Callable[[str], None] = lambda _m: None, snapshot: bool = False,
 ) -> dict[str, LandingResult | LandingError]:
     """Land frozen slices of consecutive (or any) hours of one topic; {hour tag: result or error}.
 
@@ -171,8 +172,9 @@ def land_hours(
     failing every hour before anything is published. `likely_ids` are schema ids the records
     probably carry (the registry's latest for the topic, the previous hour's): the first job
     decodes them while it counts what the hours really hold, so a run whose guess is right
-    reads Kafka once per schema id and never just to look."""
-    run = LandingRun(store, cfg, sorted(plans, key=lambda p: p.hour), attempt, fetch_schema, log)
+    reads Kafka once per schema id and never just to look. `snapshot`: read Kafka once, before
+    anything else (a compacted topic, whose cleaner may remove records between two reads)."""
+    run = LandingRun(store, cfg, sorted(plans, key=lambda p: p.hour), attempt, fetch_schema, log, snapshot=snapshot)
     return run.land(spark_factory, kafka_options, likely_ids)
 
 
@@ -189,6 +191,7 @@ class LandingRun:
     attempt: str
     fetch_schema: Callable[[int], object]
     log: Callable[[str], None]
+    snapshot: bool = False  # every job reads one copy of the records, taken first (see `read`)
     started: float = field(default_factory=time.monotonic)
     warnings: list[str] = field(default_factory=list)
     seen: _Pass = field(default_factory=_Pass)
@@ -231,10 +234,17 @@ class LandingRun:
     # --- read --------------------------------------------------------------------------------
 
     def read(self, spark: SparkSession, kafka_options: dict, tasks) -> DataFrame:
-        """Every frozen offset of the hours, framing split off (nothing runs until a write)."""
+        """Every frozen offset of the hours, framing split off. Nothing runs until a write, and
+        each job (a schema id's write, a count, the dead letters) reads Kafka again: the same
+        records, as long as nothing removes any from a closed hour. On a compacted topic the
+        cleaner may, between two jobs, and the counts of one read would be checked against the
+        writes of another: with `snapshot`, one job copies the records to the engine's local disk
+        first, and every job reads that copy."""
         self.log(f"{self.cfg.topic}: reading {sum(t.end - t.start for t in tasks)} offsets of {len(self.hours)} "
-                 f"hour(s) in {len(tasks)} frozen task(s)")
-        return frame_columns(read_hours(spark, kafka_options, self.cfg.topic, tasks))
+                 f"hour(s) in {len(tasks)} frozen task(s)" + (", once, into a snapshot (a compacted topic)"
+                                                              if self.snapshot else ""))
+        framed = frame_columns(read_hours(spark, kafka_options, self.cfg.topic, tasks))
+        return framed.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY) if self.snapshot else framed
 
     # --- decode and route, once per schema id ------------------------------------------------------
 

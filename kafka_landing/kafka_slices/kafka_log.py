@@ -14,7 +14,7 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
 from kafka_landing.errors import ServiceUnavailable
 
@@ -76,6 +76,17 @@ class KafkaLogView:
             # a broker older than 2.8 has no topic ids: all zeros, nothing to compare
             self._topic_ids[topic] = None if uuid is None or str(uuid) == "AAAAAAAAAAAAAAAAAAAAAA" else str(uuid)
         return self._topic_ids[topic]
+
+    def compacted(self, topic: str) -> bool:
+        """Whether the log cleaner may remove records of the topic's closed hours (`cleanup.policy`
+        holds `compact`): two reads of the same offsets can then see different records."""
+        def ask():
+            resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            futures = self._admin.describe_configs([resource], request_timeout=self._timeout)
+            entry = futures[resource].result().get("cleanup.policy")
+            return entry is not None and "compact" in (entry.value or "")
+
+        return self._retry(f"reading the cleanup policy of topic {topic!r}", ask, attempts=2)
 
     def _retry(self, what: str, call, attempts: int = 10):
         # A partition just created or moving leader answers NOT_LEADER for a moment: retry retriable errors.
