@@ -192,6 +192,29 @@ def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def local_copy(df):
+    """`df` computed once now and kept on the engine's local disk: every later job reads the copy,
+    never its source again (its lineage is cut, so a lost block fails a job instead of reading the
+    source anew)."""
+    from pyspark import StorageLevel
+
+    spark = df.sparkSession
+    if not is_connect(spark):
+        return df.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
+    # pyspark 4.0 binds the copy to the thread's active session, not to the one that made it
+    # (connect/conversion.proto_to_remote_cached_dataframe): with two sessions in a process (a
+    # reopened one, a test's), later jobs would ask the wrong session for it. Make this one active.
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    holder = ConnectSession._active_session
+    before = getattr(holder, "session", None)
+    holder.session = spark
+    try:
+        return df.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
+    finally:
+        holder.session = before
+
+
 def default_parallelism(spark) -> int:
     """How many pieces the engine splits a read into by default. A Connect session has no
     SparkContext to ask: the server's setting if it has one, else the number of pieces a range gets."""

@@ -192,6 +192,9 @@ def _start_kafka() -> None:
                 "auto.create.topics.enable=false",
                 # Small segments so retention tests can delete whole segments quickly.
                 "log.segment.bytes=1048576",
+                # The log cleaner looks for dirty compacted logs every second (default 15 s), so a
+                # test sees compaction while hours land.
+                "log.cleaner.backoff.ms=1000",
                 "",
             ]
         )

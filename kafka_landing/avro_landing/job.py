@@ -28,7 +28,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -55,6 +54,7 @@ from kafka_landing.kafka_slices.plan import SlicePlan, hour_tasks
 from kafka_landing.handoff.manifests import DeadLetters, DoneFile
 from kafka_landing.naming import STAGING_GLOB, staging_dir, staging_path
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
+from kafka_landing.spark_setup import local_copy
 
 
 @dataclass
@@ -244,7 +244,7 @@ class LandingRun:
                  f"hour(s) in {len(tasks)} frozen task(s)" + (", once, into a snapshot (a compacted topic)"
                                                               if self.snapshot else ""))
         framed = frame_columns(read_hours(spark, kafka_options, self.cfg.topic, tasks))
-        return framed.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY) if self.snapshot else framed
+        return local_copy(framed) if self.snapshot else framed
 
     # --- decode and route, once per schema id ------------------------------------------------------
 
