@@ -111,7 +111,7 @@ from google.cloud import bigquery
 
 from kafka_landing.errors import KafkaLandingError, error_reason, heals_after, is_transient, transient_reason
 from kafka_landing.handoff.markers import content_sha
-from kafka_landing.handoff.manifests import DoneFile
+from kafka_landing.handoff.manifests import Manifest
 from kafka_landing.naming import (
     UNKNOWN_EVENT,
     check_event_partition,
@@ -214,7 +214,7 @@ class _Target:
 class _DayHour:
     """One landed hour of a day partition: its done file, as read under the day's lock."""
 
-    done: DoneFile
+    done: Manifest
     done_file: str | None
     sha: str
 
@@ -246,10 +246,10 @@ class BigQueryWarehouse(Warehouse):
     def table_id(self, dataset: str, table: str) -> str:
         return f"{self.project}.{check_identifier(dataset, 'dataset')}.{check_identifier(table, 'table')}"
 
-    def hour_location(self, dataset: str, table: str, hour: str) -> str:
+    def partition_location(self, dataset: str, table: str, partition: str) -> str:
         """`table$YYYYMMDDHH` in a table partitioned by HOUR; `table$YYYYMMDD`, the day that holds the
         hour, in one partitioned by DAY (every table created since)."""
-        return self._target(dataset, table, hour).location
+        return self._target(dataset, table, partition).location
 
     def _target(self, dataset: str, table: str, hour: str, layout: str | None = None) -> _Target:
         layout = layout or self.layout(dataset, table)
@@ -305,8 +305,8 @@ class BigQueryWarehouse(Warehouse):
 
     # --- what was loaded --------------------------------------------------------------------------
 
-    def loaded(self, dataset: str, table: str, hour: str) -> dict | None:
-        return self._read_record(load_ledger_path(dataset, table, hour))
+    def loaded(self, dataset: str, table: str, partition: str) -> dict | None:
+        return self._read_record(load_ledger_path(dataset, table, partition))
 
     def _read_record(self, path: str) -> dict | None:
         try:
@@ -317,9 +317,9 @@ class BigQueryWarehouse(Warehouse):
             return None  # a first job started, no load recorded yet
         return record
 
-    def loaded_hours(self, dataset: str, table: str) -> set[str]:
-        """One listing, not a read per hour: an hour whose first job was started and may still run (see
-        `_mark_running`) is listed too."""
+    def loaded_partitions(self, dataset: str, table: str) -> set[str]:
+        """Hour tags with a recorded load: one listing, not a read per hour. An hour whose first job was
+        started and may still run (see `_mark_running`) is listed too."""
         names = (rel.rsplit("/", 1)[-1] for rel in self.ledger.list(load_ledger_dir(dataset, table), "hour=*.json"))
         return {h for n in names if (h := hour_folder_tag(n))}
 
@@ -327,7 +327,7 @@ class BigQueryWarehouse(Warehouse):
         held.fence()
         self.ledger.write_json_atomic(path, {**record, "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
 
-    def _hour_record(self, done: DoneFile, rows: int, done_file: str | None, sha: str, job: str | None,
+    def _hour_record(self, done: Manifest, rows: int, done_file: str | None, sha: str, job: str | None,
                      location: str, earlier: list[dict], **extra) -> dict:
         return {"done_file": done_file, "sha256": sha, "rows": rows, "attempt": done.attempt, "job_id": job,
                 "location": location, "earlier_jobs": earlier, **extra}
@@ -354,14 +354,14 @@ class BigQueryWarehouse(Warehouse):
 
     # --- reading back -----------------------------------------------------------------------------
 
-    def hour_rows(self, dataset: str, table: str, hour: str) -> int | None:
+    def partition_rows(self, dataset: str, table: str, hour: str) -> int | None:
         """The hour's rows as BigQuery holds them; None if it holds none (or no table). In a table
         partitioned by HOUR, the partition's rows from INFORMATION_SCHEMA.PARTITIONS. In one by DAY,
         BigQuery knows only the day's rows: the hour's rows are those its day's last load wrote for
         it, plus any difference between what the day holds and what that load wrote in all (so a
         day changed by other hands shows in every hour of it)."""
         target = self._target(dataset, table, hour)
-        held = self._partition_rows(dataset, table, target.location.rsplit("$", 1)[1])
+        held = self._rows_of_pid(dataset, table, target.location.rsplit("$", 1)[1])
         if target.layout == HOUR:
             return held
         day = self._read_record(target.ledger) or {}
@@ -369,7 +369,7 @@ class BigQueryWarehouse(Warehouse):
         rows = mine + (held or 0) - (day.get("rows") or 0)
         return rows or None
 
-    def _partition_rows(self, dataset: str, table: str, pid: str) -> int | None:
+    def _rows_of_pid(self, dataset: str, table: str, pid: str) -> int | None:
         sql = PARTITIONS_SQL.format(project=self.project, dataset=check_identifier(dataset, "dataset"))
         config = bigquery.QueryJobConfig(query_parameters=[
             bigquery.ScalarQueryParameter("table_name", "STRING", check_identifier(table, "table")),
@@ -429,23 +429,23 @@ class BigQueryWarehouse(Warehouse):
 
     # --- loading ----------------------------------------------------------------------------------
 
-    def _source_uris(self, store: LandingStore, dones: list[DoneFile]) -> list[str]:
+    def _source_uris(self, store: LandingStore, dones: list[Manifest]) -> list[str]:
         if not str(store.root).startswith("gs://"):
             raise LoadError(f"BigQuery loads from Cloud Storage only, and the landing root is {store.root}: set the "
                             "landing root to gs://<bucket>/<prefix> to load into BigQuery")
         uris = []
         for done in dones:
-            for uri in (store.location(f.path) for f in done.files):
+            for uri in (store.location(f.path) for f in done.landed_files):
                 if not uri.startswith("gs://") or any(c in uri for c in "*?["):
-                    raise LoadError(f"{done.dataset}.{done.table} {done.hour}: {uri} is not a plain gs:// object URI; "
-                                    "a load names exactly the done files' objects, never a pattern")
+                    raise LoadError(f"{done.dataset}.{done.target} {done.partition}: {uri} is not a plain gs:// "
+                                    "object URI; a load names exactly the done files' objects, never a pattern")
                 uris.append(uri)
         return uris
 
-    def _plan(self, store: LandingStore, dones: list[DoneFile], table: bigquery.Table | None, where: str) -> LoadSchema:
+    def _plan(self, store: LandingStore, dones: list[Manifest], table: bigquery.Table | None, where: str) -> LoadSchema:
         """The widenings and the reader schema the files need (see the module doc): the writer
         schema of each schema id, from its smallest file."""
-        every = [f for d in dones for f in d.files]
+        every = [f for d in dones for f in d.landed_files]
         files = []
         for sid in sorted({f.schema_id for f in every}, key=lambda s: (s is None, s)):
             smallest = min((f for f in every if f.schema_id == sid), key=lambda f: f.bytes)
@@ -655,7 +655,7 @@ class BigQueryWarehouse(Warehouse):
                        "kafka_landing creates new tables by DAY), or set a partition expiration on it")
         return tuple(out)
 
-    def _replace(self, held: HeldLock, store: LandingStore, target: _Target, dones: list[DoneFile], sha: str,
+    def _replace(self, held: HeldLock, store: LandingStore, target: _Target, dones: list[Manifest], sha: str,
                  where: str) -> tuple[bigquery.LoadJob | None, list[dict], tuple[str, ...], tuple[str, ...]]:
         """One job that replaces the target's partition with exactly the files of `dones` (or, when
         they hold no row, the partition deleted: a load job needs a source). Returns the job, the
@@ -701,16 +701,16 @@ class BigQueryWarehouse(Warehouse):
         added = tuple(f.name for f in after.schema if f.name.lower() not in old) if before is not None else ()
         return job, earlier, added, self._warnings(target, after, jobs_today)
 
-    def load_hour(self, store: LandingStore, done: DoneFile, spark: SparkFactory,
-                  done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
+    def load_partition(self, store: LandingStore, done: Manifest, spark: SparkFactory,
+                       done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
         """Replace the hour's partition (no Spark): in a table partitioned by DAY, the day that holds
         the hour, with the files of every landed hour of it; in one by HOUR, `table$YYYYMMDDHH`."""
-        dataset, table = check_identifier(done.dataset, "dataset"), check_identifier(done.table, "table")
+        dataset, table = check_identifier(done.dataset, "dataset"), check_identifier(done.target, "table")
         sha = done_sha256 or content_sha(done.to_bytes())  # handed over without its bytes: as publish wrote it
-        target = self._target(dataset, table, done.hour)
+        target = self._target(dataset, table, done.partition)
         name = f"{dataset}.{table}"
         if target.layout == HOUR:
-            where = f"{self.table_id(dataset, table)} hour {done.hour}"
+            where = f"{self.table_id(dataset, table)} hour {done.partition}"
             self._source_uris(store, [done])
             verify_files(store, done)
             with self.ledger.lock(target.lock) as held:  # one load of an hour at a time
@@ -720,7 +720,7 @@ class BigQueryWarehouse(Warehouse):
                     done, done.rows, done_file, sha, jid, target.location, earlier,
                     **({} if job else {"deleted_partition": True})))
         else:
-            where = f"{self.table_id(dataset, table)} day {day_of(done.hour)} (loading hour {done.hour})"
+            where = f"{self.table_id(dataset, table)} day {day_of(done.partition)} (loading hour {done.partition})"
             self._source_uris(store, [done])
             with self.ledger.lock(target.lock) as held:  # one load of a day at a time: each replaces it whole
                 hours = self._day_hours(store, target, done, done_file, sha, where)
@@ -728,7 +728,7 @@ class BigQueryWarehouse(Warehouse):
                 for hour, h in hours.items():
                     # An hour the day's last load verified and loaded with this same content is not
                     # read again: an hourly schedule would otherwise verify the day's every file 24 times.
-                    if hour == done.hour or (loaded.get(hour) or {}).get("sha256") != h.sha:
+                    if hour == done.partition or (loaded.get(hour) or {}).get("sha256") != h.sha:
                         verify_files(store, h.done)
                 content = day_sha({hour: h.sha for hour, h in hours.items()})
                 job, earlier, added, warnings = self._replace(held, store, target, [h.done for h in hours.values()],
@@ -743,21 +743,21 @@ class BigQueryWarehouse(Warehouse):
                     self._record(held, load_ledger_path(dataset, table, hour), self._hour_record(
                         h.done, h.done.rows, h.done_file, h.sha, jid, target.location, earlier, day_sha256=content,
                         **({} if job else {"deleted_partition": True})))
-            return LoadResult(name, done.hour, done.rows, len(done.files), tuple(done.schema_ids), added,
+            return LoadResult(name, done.partition, done.rows, len(done.landed_files), tuple(done.schema_ids), added,
                               target.location, done_file, sha, jid, warnings,
-                              tuple((hour, h.sha) for hour, h in hours.items() if hour != done.hour))
-        return LoadResult(name, done.hour, done.rows, len(done.files), tuple(done.schema_ids), added,
+                              tuple((hour, h.sha) for hour, h in hours.items() if hour != done.partition))
+        return LoadResult(name, done.partition, done.rows, len(done.landed_files), tuple(done.schema_ids), added,
                           target.location, done_file, sha, job.job_id if job else None, warnings)
 
-    def _day_hours(self, store: LandingStore, target: _Target, done: DoneFile, done_file: str | None, sha: str,
+    def _day_hours(self, store: LandingStore, target: _Target, done: Manifest, done_file: str | None, sha: str,
                    where: str) -> dict[str, _DayHour]:
         """Every landed hour of the target's day, read under its lock (so a load that waited for it sees
         the day as it is now), the hour being loaded as handed over. An hour loaded into the day before
         whose done file is gone fails the load: replacing the day without it would drop its rows."""
-        hours = {done.hour: _DayHour(done, done_file, sha)}
-        for rel in store.glob(day_done_file_glob(target.dataset, target.table, done.hour)):
+        hours = {done.partition: _DayHour(done, done_file, sha)}
+        for rel in store.glob(day_done_file_glob(target.dataset, target.table, done.partition)):
             hour = hour_folder_tag(rel.rsplit("/", 2)[-2])
-            if hour is None or hour == done.hour:
+            if hour is None or hour == done.partition:
                 continue
             try:
                 other, other_sha = read_done_file(store, rel)
@@ -806,8 +806,8 @@ class BigQueryEventWarehouse(BigQueryWarehouse):
     def by_event(self, granularity: str, field: str | None) -> BigQueryEventWarehouse:
         return BigQueryEventWarehouse(self, granularity, field)
 
-    def _target(self, dataset: str, table: str, hour: str, layout: str | None = None) -> _Target:
-        partition = check_event_partition(hour)
+    def _target(self, dataset: str, table: str, partition: str, layout: str | None = None) -> _Target:
+        partition = check_event_partition(partition)
         ledger, lock = event_load_ledger_path(dataset, table, partition), event_load_lock_path(dataset, table, partition)
         if partition == UNKNOWN_EVENT:
             unknown = check_identifier(f"{table}{UNKNOWN_TABLE_SUFFIX}", "table")
@@ -823,19 +823,19 @@ class BigQueryEventWarehouse(BigQueryWarehouse):
     def layout(self, dataset: str, table: str) -> str:
         return self.layout_type
 
-    def loaded(self, dataset: str, table: str, hour: str) -> dict | None:
-        return self._read_record(event_load_ledger_path(dataset, table, hour))
+    def loaded(self, dataset: str, table: str, partition: str) -> dict | None:
+        return self._read_record(event_load_ledger_path(dataset, table, partition))
 
-    def loaded_hours(self, dataset: str, table: str) -> set[str]:
+    def loaded_partitions(self, dataset: str, table: str) -> set[str]:
         names = (rel.rsplit("/", 1)[-1] for rel in self.ledger.list(load_ledger_dir(dataset, table), "partition=*.json"))
         return {n[len("partition="):-len(".json")] for n in names}
 
-    def hour_rows(self, dataset: str, table: str, hour: str) -> int | None:
+    def partition_rows(self, dataset: str, table: str, partition: str) -> int | None:
         """The partition's rows as BigQuery holds them (INFORMATION_SCHEMA.PARTITIONS; the unknown
         table's own row count); None if none."""
-        target = self._target(dataset, table, hour)
+        target = self._target(dataset, table, partition)
         if target.layout != UNPARTITIONED:
-            return self._partition_rows(dataset, table, target.pid)
+            return self._rows_of_pid(dataset, table, target.pid)
         with self._api(f"reading table {target.location}"):
             try:
                 return self.client.get_table(target.location).num_rows or None
@@ -868,13 +868,13 @@ class BigQueryEventWarehouse(BigQueryWarehouse):
             config.time_partitioning = bigquery.TimePartitioning(type_=create, field=self.field)
         return config
 
-    def load_hour(self, store: LandingStore, done: DoneFile, spark: SparkFactory,
-                  done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
-        """Replace one event partition (`done.hour`) with exactly the files of a manifest version."""
-        dataset, table = check_identifier(done.dataset, "dataset"), check_identifier(done.table, "table")
+    def load_partition(self, store: LandingStore, done: Manifest, spark: SparkFactory,
+                       done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
+        """Replace one event partition with exactly the files of a manifest version."""
+        dataset, table = check_identifier(done.dataset, "dataset"), check_identifier(done.target, "table")
         sha = done_sha256 or content_sha(done.to_bytes())
-        target = self._target(dataset, table, done.hour)
-        where = f"{target.location} (event partition {done.hour})"
+        target = self._target(dataset, table, done.partition)
+        where = f"{target.location} (event partition {done.partition})"
         if self.field is None and done.rows and target.layout != UNPARTITIONED and \
                 self._existing_table(dataset, table, target.layout) is None:
             raise LoadError(f"{where}: the table does not exist and its event-time column is unknown (no topic's "
@@ -887,7 +887,8 @@ class BigQueryEventWarehouse(BigQueryWarehouse):
             self._record(held, target.ledger, self._hour_record(
                 done, done.rows, done_file, sha, job.job_id if job else None, target.location, earlier,
                 **({} if job else {"deleted_partition": True})))
-        return LoadResult(f"{dataset}.{table}", done.hour, done.rows, len(done.files), tuple(done.schema_ids), added,
+        return LoadResult(f"{dataset}.{table}", done.partition, done.rows, len(done.landed_files),
+                          tuple(done.schema_ids), added,
                           target.location, done_file, sha, job.job_id if job else None, warnings)
 
 
