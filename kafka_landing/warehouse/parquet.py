@@ -165,12 +165,12 @@ class ParquetWarehouse(Warehouse):
         except FileNotFoundError:
             return set()
 
-    def _record_load(self, done: Manifest, rows: int, done_file: str | None, sha: str | None) -> None:
-        p = self._ledger(done.dataset, done.target, done.partition)
+    def _record_load(self, manifest: Manifest, rows: int, done_file: str | None, sha: str | None) -> None:
+        p = self._ledger(manifest.dataset, manifest.target, manifest.partition)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.parent / f".{p.name}.{uuid.uuid4().hex}"
         tmp.write_text(json.dumps({
-            "done_file": done_file, "sha256": sha, "rows": rows, "attempt": done.attempt,
+            "done_file": done_file, "sha256": sha, "rows": rows, "attempt": manifest.attempt,
             "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }))
         os.replace(tmp, p)
@@ -217,30 +217,30 @@ class ParquetWarehouse(Warehouse):
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def load_partition(self, store: LandingStore, done: Manifest, spark: SparkFactory,
+    def load_partition(self, store: LandingStore, manifest: Manifest, spark: SparkFactory,
                        done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
-        verify_files(store, done)
-        name = f"{done.dataset}.{done.target}"
-        tdir = self.table_dir(done.dataset, done.target)
-        target = self.partition_file(done.dataset, done.target, done.partition)
-        where = f"{name} hour {done.partition} (schema ids {list(done.schema_ids)})"
+        verify_files(store, manifest)
+        name = f"{manifest.dataset}.{manifest.target}"
+        tdir = self.table_dir(manifest.dataset, manifest.target)
+        target = self.partition_file(manifest.dataset, manifest.target, manifest.partition)
+        where = f"{name} hour {manifest.partition} (schema ids {list(manifest.schema_ids)})"
         tdir.mkdir(parents=True, exist_ok=True)
         with open(tdir / "_load.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one load per table at a time, whatever runs it
             unfinished = tdir / REWRITE_FILE
             if unfinished.exists():  # a load killed while it rewrote the table: finish that first
                 self._rewrite_partitions(spark(), tdir, json.loads(unfinished.read_text()), where)
-            table_schema = self.table_schema(done.dataset, done.target)
-            if done.rows == 0:
+            table_schema = self.table_schema(manifest.dataset, manifest.target)
+            if manifest.rows == 0:
                 target.unlink(missing_ok=True)  # the hour is empty now: replace it with nothing
-                self._record_load(done, 0, done_file, done_sha256)
-                return LoadResult(name, done.partition, 0, 0, (), (), str(target),
+                self._record_load(manifest, 0, done_file, done_sha256)
+                return LoadResult(name, manifest.partition, 0, 0, (), (), str(target),
                                   done_file, done_sha256)
             session = spark()
             # One read per schema id: each file group is read with its own writer schema.
             parts, hour_schema = [], None
-            for sid in sorted(done.schema_ids):
-                paths = [store.location(f.path) for f in done.landed_files if f.schema_id == sid]
+            for sid in sorted(manifest.schema_ids):
+                paths = [store.location(f.path) for f in manifest.landed_files if f.schema_id == sid]
                 df = session.read.format("avro").load(paths)
                 hour_schema, _ = merge_schemas(hour_schema, df.schema.jsonValue(), f"{where}, schema id {sid}")
                 parts.append(df)
@@ -256,17 +256,17 @@ class ParquetWarehouse(Warehouse):
                 df.coalesce(1).write.mode("error").parquet(str(staging))
                 written = next(staging.glob("part-*.parquet"))
                 n = pq.read_metadata(written).num_rows  # from the footer: no Spark job for a count
-                if n != done.rows:
-                    raise LoadError(f"{where}: wrote {n} rows, the done file lists {done.rows}")
+                if n != manifest.rows:
+                    raise LoadError(f"{where}: wrote {n} rows, the done file lists {manifest.rows}")
                 crash_point("warehouse:staged")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(written, target)  # the atomic swap of the hour
                 crash_point("warehouse:swapped")
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-            self._record_load(done, n, done_file, done_sha256)
-        return LoadResult(name, done.partition, n, len(done.landed_files),
-                          tuple(done.schema_ids), tuple(added), str(target), done_file, done_sha256)
+            self._record_load(manifest, n, done_file, done_sha256)
+        return LoadResult(name, manifest.partition, n, len(manifest.landed_files),
+                          tuple(manifest.schema_ids), tuple(added), str(target), done_file, done_sha256)
 
 
 __all__ = ["ParquetWarehouse"]

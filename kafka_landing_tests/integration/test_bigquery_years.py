@@ -17,7 +17,7 @@ from kafka_landing.warehouse.load import load_done_file
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse, serving_gs_folder
 from kafka_landing_tests.landed_hours import DATASET, TABLE, land_orders
 
-PROJECT = "kl-bq-days"  # as in unit/warehouse/test_bigquery_days.py, whose day loads this test scales up
+PROJECT = "kl-bq-days"  # as in unit/warehouse/bigquery/test_layout_days.py, whose day loads this test scales up
 
 
 @pytest.fixture

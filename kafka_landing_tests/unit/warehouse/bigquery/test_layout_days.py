@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_landing.naming import ONE_HOUR, done_file_path, hour_from_tag, hour_tag
-from kafka_landing.warehouse import bigquery as bq
+from kafka_landing.warehouse.bigquery import jobs as bq
 from kafka_landing.warehouse.bigquery import DAY, HOUR, day_sha, job_id, partition_id
 from kafka_landing.handoff.manifests import content_sha
 from kafka_landing.warehouse.load import LoadError, load_done_file
