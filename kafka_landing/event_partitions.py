@@ -29,13 +29,7 @@ from datetime import datetime, timedelta, timezone
 
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff.event_index import partitions_of, sources
-from kafka_landing.handoff.manifests import (
-    DeadLetters,
-    DoneFile,
-    DoneFileError,
-    LandedFile,
-    read_done_file_or_none,
-)
+from kafka_landing.handoff.manifests import DoneFile, DoneFileError, LandedFile, read_done_file_or_none
 from kafka_landing.naming import (
     done_file_path,
     event_manifest_path,
@@ -84,19 +78,23 @@ class EventManifest:
     def from_dict(cls, d: dict) -> EventManifest:
         return cls(**{**d, "files": tuple(d["files"]), "changed_hours": tuple(d.get("changed_hours", ()))})
 
+    @property
+    def target(self) -> str:
+        """The warehouse table it loads into (a `handoff.manifests.Manifest`, as a done file is)."""
+        return event_table(self.table)
+
+    @property
     def landed_files(self) -> tuple[LandedFile, ...]:
         return tuple(LandedFile(**{k: v for k, v in f.items() if k != "hour"}) for f in self.files)
 
-    def as_done_file(self, topic: str) -> DoneFile:
-        """The version as a done file of the event-time table, whose "hour" is the partition: what
-        a warehouse backend loads, checks and records, as it does a landing hour's."""
-        files = self.landed_files()
-        return DoneFile(
-            topic=topic, dataset=self.dataset, table=event_table(self.table), hour=self.partition, rows=self.rows,
-            schema_ids=tuple(sorted({f.schema_id for f in files if f.schema_id is not None})), files=files,
-            dead_letters=DeadLetters(0, {}, ()), slice={}, topic_records_read=self.rows, offsets_without_record=0,
-            attempt=f"v{self.version}", landed_at=self.amended_at,
-        )
+    @property
+    def schema_ids(self) -> tuple[int, ...]:
+        return tuple(sorted({f["schema_id"] for f in self.files if f.get("schema_id") is not None}))
+
+    @property
+    def attempt(self) -> str:
+        """What a load records of which version it loaded."""
+        return f"v{self.version}"
 
     def settled(self, now: datetime, settle_hours: int) -> bool:
         """No landing hour changed the partition for `settle_hours`."""

@@ -411,7 +411,7 @@ def contender_warehouse(args) -> int:
         if not result.success:
             raise BenchError(f"loading {cfg.tables} hours {args.hours[0]}..{args.hours[-1]} failed; its log is above")
     backend = resources["warehouse"].backend(open_store(args.landing_root))
-    return sum(backend.hour_rows(cfg.dataset, t, hour_tag(hour_from_key(h))) or 0 for t in cfg.tables
+    return sum(backend.partition_rows(cfg.dataset, t, hour_tag(hour_from_key(h))) or 0 for t in cfg.tables
                for h in args.hours)
 
 

@@ -11,7 +11,8 @@ wrong rows into the wrong partition, silently. So `read_done_file`, the one
 reader every consumer uses, checks the dataset, table and hour inside against
 the path and every listed file against that hour's folder
 (`tables/<dataset>/<table>/hour=<H>/`, see `naming.table_hour_dir`), and raises
-one `DoneFileError` saying whether a retry can help. Pure: no Dagster, no Spark.
+one `DoneFileError` saying whether a retry can help. A warehouse backend reads a
+done file, and an event partition's version, as a `Manifest`. Pure: no Dagster, no Spark.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.naming import DONE_FILE_RE, table_hour_dir
@@ -71,6 +73,20 @@ class DoneFile:
     skipped: tuple[dict, ...] = ()  # offset ranges of the slice retention deleted before landing, skipped on request
     version: int = DONE_VERSION
 
+    @property
+    def target(self) -> str:
+        """The warehouse table it loads into: its own."""
+        return self.table
+
+    @property
+    def partition(self) -> str:
+        """The partition it replaces: its landing hour."""
+        return self.hour
+
+    @property
+    def landed_files(self) -> tuple[LandedFile, ...]:
+        return self.files
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -93,6 +109,40 @@ class DoneFile:
                                      files=tuple(LandedFile(**f) for f in dl["files"])),
         )
 
+
+class Manifest(Protocol):
+    """What a warehouse backend reads of the content it loads into one partition: a landing hour's
+    `DoneFile`, or a version of an event partition (`event_partitions.EventManifest`). The content's
+    hash is handed over beside it (the done file's, the version's `sha256`)."""
+
+    @property
+    def dataset(self) -> str: ...
+
+    @property
+    def target(self) -> str:
+        """The warehouse table the content loads into."""
+
+    @property
+    def partition(self) -> str:
+        """The partition it replaces whole: a landing hour tag, or an event partition."""
+
+    @property
+    def landed_files(self) -> tuple[LandedFile, ...]:
+        """Exactly the files the partition holds (an event version's `files` are its entries on disk)."""
+
+    @property
+    def rows(self) -> int:
+        """The rows of `landed_files`."""
+
+    @property
+    def schema_ids(self) -> tuple[int, ...]: ...
+
+    @property
+    def attempt(self) -> str:
+        """Which writing of the content (a done file's landing attempt, a version's `v<N>`): recorded with the load."""
+
+    def to_bytes(self) -> bytes:
+        """The manifest as written."""
 
 
 _OTHER_HOUR = re.compile(r"^tables/([^/]+)/([^/]+)/hour=([^/]+)/")

@@ -88,7 +88,7 @@ def hour_conservation(store: LandingStore, warehouse: Warehouse, dataset: str, t
         except AvroFileError as exc:
             return False, f"{where}: listed file {f.path} is not a whole Avro file ({exc}): re-land the hour", {}
     loaded = warehouse.loaded(dataset, table, hour)
-    rows = warehouse.hour_rows(dataset, table, hour)
+    rows = warehouse.partition_rows(dataset, table, hour)
     metadata = {
         "landed_rows": landed,
         "done_file_rows": done.rows,
@@ -100,12 +100,12 @@ def hour_conservation(store: LandingStore, warehouse: Warehouse, dataset: str, t
     if loaded is None and rows is None:
         return False, f"{where}: not loaded yet ({landed} rows landed)", metadata
     if rows is None and (loaded or {}).get("rows", 0):
-        return False, (f"{where}: the hour {warehouse.hour_location(dataset, table, hour)} is missing, "
+        return False, (f"{where}: the hour {warehouse.partition_location(dataset, table, hour)} is missing, "
                        f"the load recorded {loaded['rows']} rows: reload the hour"), metadata
     got = rows or 0
     if got != landed:
         return False, (f"{where}: {got} rows in the warehouse, {landed} landed "
-                       f"({warehouse.hour_location(dataset, table, hour)}): reload the hour"), metadata
+                       f"({warehouse.partition_location(dataset, table, hour)}): reload the hour"), metadata
     return True, f"{where}: {got} rows, as landed", metadata
 
 
@@ -135,7 +135,7 @@ def build_table_checks(cfg: TopicConfig, table: str) -> list:
     def _hours_behind(landing: LandingResource, warehouse: WarehouseResource):
         store = landing.store()
         behind = hours_behind(landed_hours(store, cfg.dataset, table),
-                              warehouse.backend(store).loaded_hours(cfg.dataset, table),
+                              warehouse.backend(store).loaded_partitions(cfg.dataset, table),
                               datetime.now(timezone.utc), cfg.grace_minutes)
         pending = [p.hour for p in list_pending(store, cfg.dataset, table)]
         metadata = {

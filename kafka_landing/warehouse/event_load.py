@@ -102,12 +102,12 @@ def load_event_partition(warehouse: Warehouse, store: LandingStore, cfg: TopicCo
         manifest, amended, seen = next_manifest(store, held, dataset, table, partition, granularity, now)
         result = None
         if backend.loaded_sha(dataset, etable, partition) != manifest.sha256:
-            result = backend.load_hour(store, manifest.as_done_file(cfg.topic), spark, done_file=manifest.path,
-                                       done_sha256=manifest.sha256)
+            result = backend.load_partition(store, manifest, spark, done_file=manifest.path,
+                                            done_sha256=manifest.sha256)
         unit = event_unit(dataset, table, partition)
         cleared = markers.clear(store, unit, seen)
         cleared += _clear_stale(store, cfg.topic, unit, seen)
-    return EventLoad(manifest, amended, result, cleared, backend.hour_location(dataset, etable, partition))
+    return EventLoad(manifest, amended, result, cleared, backend.partition_location(dataset, etable, partition))
 
 
 def _clear_stale(store: LandingStore, topic: str, unit, seen: dict[str, str | None]) -> int:
@@ -217,7 +217,7 @@ def event_conservation(store: LandingStore, warehouse: Warehouse, cfg: TopicConf
     if manifest is None:
         return Conservation(False, f"{name}: not versioned yet: load it", {})
     problems, waiting = [], set()
-    rows = backend.hour_rows(dataset, etable, partition) or 0
+    rows = backend.partition_rows(dataset, etable, partition) or 0
     if rows != manifest.rows:
         problems.append(f"the warehouse holds {rows} rows, version {manifest.version} lists {manifest.rows}")
     if backend.loaded_sha(dataset, etable, partition) != manifest.sha256:

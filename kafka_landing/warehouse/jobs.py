@@ -73,7 +73,7 @@ def retire_hours_op(context: OpExecutionContext, config: RetireConfig, landing: 
             result = load_done_file(backend, store, rel, lambda: pyspark.spark_session)
         except KafkaLandingError as exc:  # transient or not, as the error says (a BigQuery 5xx is)
             raise failure(exc) from None
-        context.log.info(f"{result.table} {result.hour}: emptied at {result.location} ({done.retired})")
+        context.log.info(f"{result.table} {result.partition}: emptied at {result.location} ({done.retired})")
     for name in config.event_partitions:
         unit = event_partition_unit(name)
         try:

@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from kafka_landing.crash_points import crash_point
-from kafka_landing.handoff.manifests import DoneFile
+from kafka_landing.handoff.manifests import Manifest
 from kafka_landing.naming import check_identifier
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 from kafka_landing.warehouse.load import (
@@ -93,7 +93,7 @@ def _sweep_staging(staging_root: Path) -> None:
 REWRITE_FILE = "_rewrite.json"  # the schema older hours are being rewritten to, while they are
 
 
-def _hour_of(path: Path) -> str:
+def _partition_of(path: Path) -> str:
     return path.parent.name.split("=", 1)[1]
 
 
@@ -113,15 +113,15 @@ class ParquetWarehouse(Warehouse):
     def table_dir(self, dataset: str, table: str) -> Path:
         return _resolved(self.root) / check_identifier(dataset, "dataset") / check_identifier(table, "table")
 
-    def hour_file(self, dataset: str, table: str, hour: str) -> Path:
-        return self.table_dir(dataset, table) / f"{self.column}={hour}" / "data.parquet"
+    def partition_file(self, dataset: str, table: str, partition: str) -> Path:
+        return self.table_dir(dataset, table) / f"{self.column}={partition}" / "data.parquet"
 
     def table_schema(self, dataset: str, table: str) -> dict | None:
         p = self.table_dir(dataset, table) / "_schema.json"
         return json.loads(p.read_text()) if p.exists() else None
 
-    def hour_location(self, dataset: str, table: str, hour: str) -> str:
-        return str(self.hour_file(dataset, table, hour))
+    def partition_location(self, dataset: str, table: str, partition: str) -> str:
+        return str(self.partition_file(dataset, table, partition))
 
     def check_writable(self) -> None:
         root = _resolved(self.root)
@@ -134,9 +134,9 @@ class ParquetWarehouse(Warehouse):
             raise LoadError(f"Parquet warehouse root {root} cannot be written ({exc.strerror or exc}): check "
                             "KAFKA_LANDING_WAREHOUSE_ROOT and its permissions") from None
 
-    def hour_rows(self, dataset: str, table: str, hour: str) -> int | None:
-        """Rows of an hour from its Parquet footer (no Spark, no data read); None if no file."""
-        p = self.hour_file(dataset, table, hour)
+    def partition_rows(self, dataset: str, table: str, partition: str) -> int | None:
+        """Rows of a partition from its Parquet footer (no Spark, no data read); None if no file."""
+        p = self.partition_file(dataset, table, partition)
         try:
             return pq.read_metadata(p).num_rows
         except FileNotFoundError:
@@ -144,20 +144,20 @@ class ParquetWarehouse(Warehouse):
 
     # --- what was loaded ----------------------------------------------------------
 
-    def _ledger(self, dataset: str, table: str, hour: str) -> Path:
-        return self.table_dir(dataset, table) / "_loads" / f"{self.column}={hour}.json"
+    def _ledger(self, dataset: str, table: str, partition: str) -> Path:
+        return self.table_dir(dataset, table) / "_loads" / f"{self.column}={partition}.json"
 
-    def loaded(self, dataset: str, table: str, hour: str) -> dict | None:
+    def loaded(self, dataset: str, table: str, partition: str) -> dict | None:
         try:
-            with open(self._ledger(dataset, table, hour), "rb") as f:
+            with open(self._ledger(dataset, table, partition), "rb") as f:
                 return json.loads(f.read())
         except FileNotFoundError:
             return None
         except ValueError:
             return {}  # unreadable: loaded, content unknown (a reload will rewrite it)
 
-    def loaded_hours(self, dataset: str, table: str) -> set[str]:
-        """Hour tags with a recorded load: one directory listing."""
+    def loaded_partitions(self, dataset: str, table: str) -> set[str]:
+        """Partitions with a recorded load: one directory listing."""
         try:
             with os.scandir(self.table_dir(dataset, table) / "_loads") as it:
                 prefix = f"{self.column}="
@@ -165,17 +165,17 @@ class ParquetWarehouse(Warehouse):
         except FileNotFoundError:
             return set()
 
-    def _record_load(self, done: DoneFile, rows: int, done_file: str | None, sha: str | None) -> None:
-        p = self._ledger(done.dataset, done.table, done.hour)
+    def _record_load(self, manifest: Manifest, rows: int, done_file: str | None, sha: str | None) -> None:
+        p = self._ledger(manifest.dataset, manifest.target, manifest.partition)
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.parent / f".{p.name}.{uuid.uuid4().hex}"
         tmp.write_text(json.dumps({
-            "done_file": done_file, "sha256": sha, "rows": rows, "attempt": done.attempt,
+            "done_file": done_file, "sha256": sha, "rows": rows, "attempt": manifest.attempt,
             "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }))
         os.replace(tmp, p)
 
-    def _rewrite_hours(self, session, tdir: Path, schema: dict, where: str) -> None:
+    def _rewrite_partitions(self, session, tdir: Path, schema: dict, where: str) -> None:
         """Every hour file of the table rewritten under `schema` (a widening of the one they have),
         then `schema` made the table's: every file of a table has one schema, so every reader
         (pandas included, which takes the first file's schema) gets every row with the widened
@@ -187,7 +187,7 @@ class ParquetWarehouse(Warehouse):
         tmp.write_text(json.dumps(schema))
         os.replace(tmp, marker)
         files = sorted(tdir.glob(f"{self.column}=*/data.parquet"))
-        rows = {_hour_of(f): pq.read_metadata(f).num_rows for f in files}
+        rows = {_partition_of(f): pq.read_metadata(f).num_rows for f in files}
         by_schema: dict[str, list[str]] = {}  # after a kill, some hours may be rewritten already
         for f in files:
             by_schema.setdefault(pq.read_schema(f).to_string(), []).append(str(f))
@@ -217,35 +217,36 @@ class ParquetWarehouse(Warehouse):
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
-    def load_hour(self, store: LandingStore, done: DoneFile, spark: SparkFactory,
-                  done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
-        verify_files(store, done)
-        tdir = self.table_dir(done.dataset, done.table)
-        target = self.hour_file(done.dataset, done.table, done.hour)
-        where = f"{done.dataset}.{done.table} hour {done.hour} (schema ids {list(done.schema_ids)})"
+    def load_partition(self, store: LandingStore, manifest: Manifest, spark: SparkFactory,
+                       done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
+        verify_files(store, manifest)
+        name = f"{manifest.dataset}.{manifest.target}"
+        tdir = self.table_dir(manifest.dataset, manifest.target)
+        target = self.partition_file(manifest.dataset, manifest.target, manifest.partition)
+        where = f"{name} hour {manifest.partition} (schema ids {list(manifest.schema_ids)})"
         tdir.mkdir(parents=True, exist_ok=True)
         with open(tdir / "_load.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one load per table at a time, whatever runs it
             unfinished = tdir / REWRITE_FILE
             if unfinished.exists():  # a load killed while it rewrote the table: finish that first
-                self._rewrite_hours(spark(), tdir, json.loads(unfinished.read_text()), where)
-            table_schema = self.table_schema(done.dataset, done.table)
-            if done.rows == 0:
+                self._rewrite_partitions(spark(), tdir, json.loads(unfinished.read_text()), where)
+            table_schema = self.table_schema(manifest.dataset, manifest.target)
+            if manifest.rows == 0:
                 target.unlink(missing_ok=True)  # the hour is empty now: replace it with nothing
-                self._record_load(done, 0, done_file, done_sha256)
-                return LoadResult(f"{done.dataset}.{done.table}", done.hour, 0, 0, (), (), str(target),
+                self._record_load(manifest, 0, done_file, done_sha256)
+                return LoadResult(name, manifest.partition, 0, 0, (), (), str(target),
                                   done_file, done_sha256)
             session = spark()
             # One read per schema id: each file group is read with its own writer schema.
             parts, hour_schema = [], None
-            for sid in sorted(done.schema_ids):
-                paths = [store.location(f.path) for f in done.files if f.schema_id == sid]
+            for sid in sorted(manifest.schema_ids):
+                paths = [store.location(f.path) for f in manifest.landed_files if f.schema_id == sid]
                 df = session.read.format("avro").load(paths)
                 hour_schema, _ = merge_schemas(hour_schema, df.schema.jsonValue(), f"{where}, schema id {sid}")
                 parts.append(df)
             merged, added = merge_schemas(table_schema, hour_schema, where)
             if merged != table_schema:
-                self._rewrite_hours(session, tdir, merged, where)
+                self._rewrite_partitions(session, tdir, merged, where)
             df = _conform(parts[0], merged)
             for other in parts[1:]:
                 df = df.unionByName(_conform(other, merged))
@@ -255,17 +256,17 @@ class ParquetWarehouse(Warehouse):
                 df.coalesce(1).write.mode("error").parquet(str(staging))
                 written = next(staging.glob("part-*.parquet"))
                 n = pq.read_metadata(written).num_rows  # from the footer: no Spark job for a count
-                if n != done.rows:
-                    raise LoadError(f"{where}: wrote {n} rows, the done file lists {done.rows}")
+                if n != manifest.rows:
+                    raise LoadError(f"{where}: wrote {n} rows, the done file lists {manifest.rows}")
                 crash_point("warehouse:staged")
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(written, target)  # the atomic swap of the hour
                 crash_point("warehouse:swapped")
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-            self._record_load(done, n, done_file, done_sha256)
-        return LoadResult(f"{done.dataset}.{done.table}", done.hour, n, len(done.files),
-                          tuple(done.schema_ids), tuple(added), str(target), done_file, done_sha256)
+            self._record_load(manifest, n, done_file, done_sha256)
+        return LoadResult(name, manifest.partition, n, len(manifest.landed_files),
+                          tuple(manifest.schema_ids), tuple(added), str(target), done_file, done_sha256)
 
 
 __all__ = ["ParquetWarehouse"]

@@ -99,7 +99,7 @@ def test_one_small_hour_in_real_bigquery(monkeypatch):
         assert first.rows == 3 and first.location == f"{PROJECT}.{dataset}.orders$20260131"
         table = client.get_table(f"{PROJECT}.{dataset}.orders")
         assert table.time_partitioning.type_ == "DAY" and table.time_partitioning.field is None
-        assert _eventually(lambda: warehouse.hour_rows(dataset, "orders", H1), 3) == 3
+        assert _eventually(lambda: warehouse.partition_rows(dataset, "orders", H1), 3) == 3
 
         again = load_done_file(warehouse, store, first_rel, NO_SPARK)  # 409, awaited: no second job
         assert again.job_id == first.job_id and again.rows == 3
@@ -115,8 +115,8 @@ def test_one_small_hour_in_real_bigquery(monkeypatch):
 
         empty = load_done_file(warehouse, store, land(store, dataset, H1, []), NO_SPARK)
         assert empty.rows == 0
-        assert _eventually(lambda: warehouse.hour_rows(dataset, "orders", H1), None) is None
-        assert _eventually(lambda: warehouse.hour_rows(dataset, "orders", H2), 3) == 3
+        assert _eventually(lambda: warehouse.partition_rows(dataset, "orders", H1), None) is None
+        assert _eventually(lambda: warehouse.partition_rows(dataset, "orders", H2), 3) == 3
 
         # Evolution, oldest hour first (widened by ALTER COLUMN, then v1 read through the reader schema) and
         # newest hour first (the table as wide as it gets at once, older files promoted).

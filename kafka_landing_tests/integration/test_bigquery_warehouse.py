@@ -135,10 +135,10 @@ def test_an_hour_is_one_load_job_of_exactly_its_done_files(warehouse, store, fak
     assert table["resource"]["timePartitioning"] == {"type": "DAY"}
     assert sorted(r["_kafka_offset"] for r in rows_of(fake, dataset, H1)) == [1000, 1001, 1002, 2000, 2001]
     assert {f["name"]: f["type"] for f in fake.schema(PROJECT, dataset, "orders")}["_kafka_timestamp"] == "TIMESTAMP"
-    assert warehouse.hour_rows(dataset, "orders", H1) == 5
+    assert warehouse.partition_rows(dataset, "orders", H1) == 5
     assert warehouse.loaded_sha(dataset, "orders", H1) == result.done_sha256
     assert warehouse.loaded(dataset, "orders", H1)["job_id"] == result.job_id
-    assert warehouse.loaded_hours(dataset, "orders") == {H1}
+    assert warehouse.loaded_partitions(dataset, "orders") == {H1}
 
 
 def test_reloading_the_same_content_waits_for_the_existing_job(warehouse, store, fake, dataset):
@@ -179,7 +179,7 @@ def test_new_content_replaces_only_its_hour(warehouse, store, fake, dataset):
     assert relanded.job_id != before
     assert sorted(r["order_id"] for r in rows_of(fake, dataset, H1)) == ["o50", "o51"]
     assert sorted(r["order_id"] for r in rows_of(fake, dataset, H2)) == ["o100", "o101", "o102"]
-    assert (warehouse.hour_rows(dataset, "orders", H1), warehouse.hour_rows(dataset, "orders", H2)) == (2, 3)
+    assert (warehouse.partition_rows(dataset, "orders", H1), warehouse.partition_rows(dataset, "orders", H2)) == (2, 3)
 
 
 def test_returning_to_an_earlier_content_loads_it_again(warehouse, store, fake, dataset):
@@ -201,7 +201,7 @@ def test_loads_of_one_hour_never_overlap(warehouse, store, fake, dataset):
     older = land(store, dataset, H1, [(0, 1, V1, orders(2))])
     older_done = DoneFile.from_dict(json.loads(store.read_bytes(older)))
     fake.running_polls = 2  # jobs take a while
-    first = threading.Thread(target=warehouse.load_hour, args=(store, older_done, NO_SPARK, older))
+    first = threading.Thread(target=warehouse.load_partition, args=(store, older_done, NO_SPARK, older))
     first.start()
     while not fake.jobs:
         time.sleep(0.01)
@@ -308,11 +308,12 @@ def test_output_rows_other_than_the_done_files_are_caught(warehouse, store, fake
 
 def test_conservation_reads_the_partition_back_from_bigquery(warehouse, store, fake, dataset):
     load_done_file(warehouse, store, land(store, dataset, H1, [(0, 1, V1, orders(6))]), NO_SPARK)
-    assert warehouse.hour_rows(dataset, "orders", H1) == 6
-    assert warehouse.hour_rows(dataset, "orders", H2) is None
-    assert warehouse.hour_rows(dataset, "other", H1) is None and warehouse.hour_rows("no_such", "orders", H1) is None
+    assert warehouse.partition_rows(dataset, "orders", H1) == 6
+    assert warehouse.partition_rows(dataset, "orders", H2) is None
+    assert warehouse.partition_rows(dataset, "other", H1) is None
+    assert warehouse.partition_rows("no_such", "orders", H1) is None
     fake.tables[(PROJECT, dataset, "orders")]["partitions"][partition_id(H1, DAY)].pop()  # BigQuery now holds 5
-    assert warehouse.hour_rows(dataset, "orders", H1) == 5
+    assert warehouse.partition_rows(dataset, "orders", H1) == 5
     assert fake.calls_of("jobs.query") == 5
 
 
@@ -324,7 +325,7 @@ def test_an_empty_hour_empties_its_partition(warehouse, store, fake, dataset):
 
     assert (result.rows, result.job_id) == (0, None)
     assert rows_of(fake, dataset, H1) == [] and len(rows_of(fake, dataset, H2)) == 2
-    assert warehouse.hour_rows(dataset, "orders", H1) is None
+    assert warehouse.partition_rows(dataset, "orders", H1) is None
     recorded = warehouse.loaded(dataset, "orders", H1)
     assert recorded["rows"] == 0 and recorded["deleted_partition"] and recorded["sha256"] == result.done_sha256
     assert load_done_file(warehouse, store, land(store, dataset, H1, [], table="never_loaded"), NO_SPARK).rows == 0

@@ -17,7 +17,7 @@ from kafka_landing.warehouse.load import load_done_file
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse, serving_gs_folder
 from kafka_landing_tests.landed_hours import DATASET, TABLE, land_orders
 
-PROJECT = "kl-bq-days"  # as in unit/warehouse/test_bigquery_days.py, whose day loads this test scales up
+PROJECT = "kl-bq-days"  # as in unit/warehouse/bigquery/test_layout_days.py, whose day loads this test scales up
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_more_than_10000_hours_keep_loading(folder):
             load_done_file(wh, store, rels[-1], NO_SPARK)
         counts = fake.partition_counts(PROJECT, DATASET, TABLE)
         assert len(counts) == days and set(counts.values()) == {24}
-        assert len(fake.jobs) == days and len(wh.loaded_hours(DATASET, TABLE)) == days * 24 > 10_000
+        assert len(fake.jobs) == days and len(wh.loaded_partitions(DATASET, TABLE)) == days * 24 > 10_000
         last = hour_tag(first + timedelta(days=days - 1) + ONE_HOUR * 23)
-        assert wh.hour_rows(DATASET, TABLE, last) == 1
+        assert wh.partition_rows(DATASET, TABLE, last) == 1
         assert json.loads(store.read_bytes(done_file_path(DATASET, TABLE, hour_from_tag(last))))["rows"] == 1

@@ -339,7 +339,7 @@ def test_the_parquet_warehouse_reads_back_years_1_and_9999_in_pandas_duckdb_and_
     landed, dead = assert_conserved(store, plan, result)
     assert not dead
     wh = ParquetWarehouse(str(tmp_path / "wh"))
-    wh.load_hour(store, result.done["t"], lambda: spark)
+    wh.load_partition(store, result.done["t"], lambda: spark)
     table = wh.table_dir("d", "t")
     expected = {n: dict(zip(EDGE_COLUMNS, shown)) for n, (_, shown) in EDGES.items()}
 

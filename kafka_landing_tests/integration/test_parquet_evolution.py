@@ -143,7 +143,7 @@ def test_every_registry_compatible_change_loads_and_every_reader_gets_every_row_
     store, warehouse = tables
     hours = sorted(HOURS) if order == "oldest first" else sorted(HOURS, reverse=True)
     for h in hours:
-        result = warehouse.load_hour(store, _land(store, "pays", h), lambda: spark)
+        result = warehouse.load_partition(store, _land(store, "pays", h), lambda: spark)
         assert result.rows == len(HOURS[h])
     tdir = warehouse.table_dir("evo", "pays")
     assert not (tdir / REWRITE_FILE).exists()
@@ -175,7 +175,7 @@ def test_every_registry_compatible_change_loads_and_every_reader_gets_every_row_
 
 def test_a_change_no_column_can_hold_fails_once_naming_the_field_and_changes_nothing(tables, spark):
     store, warehouse = tables
-    warehouse.load_hour(store, _land(store, "pays", "2026-03-01T00"), lambda: spark)
+    warehouse.load_partition(store, _land(store, "pays", "2026-03-01T00"), lambda: spark)
     before = pq.read_table(warehouse.table_dir("evo", "pays")).to_pylist()
     bad = copy.deepcopy(V1)
     bad["fields"][4] = {"name": "note", "type": "long"}  # string -> long: only under compatibility NONE
@@ -184,7 +184,7 @@ def test_a_change_no_column_can_hold_fails_once_naming_the_field_and_changes_not
     try:
         done = _land(store, "pays", "2026-03-01T09")
         with pytest.raises(IncompatibleSchemaError, match=r"field 'note' changed type from string to long") as err:
-            warehouse.load_hour(store, done, lambda: spark)
+            warehouse.load_partition(store, done, lambda: spark)
         assert not err.value.transient
     finally:
         del ROWS[99], HOURS["2026-03-01T09"], IDS[id(bad)]
@@ -207,11 +207,11 @@ def test_a_load_killed_while_rewriting_older_hours_is_finished_by_the_next_load(
 
             monkeypatch.setattr(os, "replace", dying)
             with pytest.raises(OSError):
-                warehouse.load_hour(store, _land(store, "pays", h), lambda: spark)
+                warehouse.load_partition(store, _land(store, "pays", h), lambda: spark)
             monkeypatch.setattr(os, "replace", real)
             tdir = warehouse.table_dir("evo", "pays")
             assert swaps and (tdir / REWRITE_FILE).exists()
-        warehouse.load_hour(store, _land(store, "pays", h), lambda: spark)
+        warehouse.load_partition(store, _land(store, "pays", h), lambda: spark)
     tdir = warehouse.table_dir("evo", "pays")
     assert not (tdir / REWRITE_FILE).exists()
     assert len({pq.read_schema(f).to_string() for f in tdir.glob("hour=*/data.parquet")}) == 1

@@ -339,7 +339,7 @@ def test_every_generated_value_lands_and_loads_as_produced_or_is_a_dead_letter_n
 
     wh = ParquetWarehouse(str(run / "wh"))
     if landed:
-        wh.load_hour(store, result.done["t"], lambda: spark)
+        wh.load_partition(store, result.done["t"], lambda: spark)
         rows = {r["_kafka_offset"]: r for r in pq.read_table(wh.table_dir("d", "t")).to_pylist()}
         assert sorted(rows) == sorted(landed), "every landed record is one warehouse row"
     else:

@@ -60,7 +60,7 @@ def backend(request, tmp_path) -> Backend:
         wh = ParquetWarehouse(str(tmp_path / "warehouse"))
 
         def parquet_rows(hour: str) -> list[dict]:
-            path = wh.hour_file(dataset, TABLE, hour)
+            path = wh.partition_file(dataset, TABLE, hour)
             return pq.read_table(path).to_pylist() if path.exists() else []
 
         return Backend(wh, LocalStore(tmp_path / "landing"), lambda: spark, dataset, parquet_rows)
@@ -82,13 +82,13 @@ def test_an_hour_holds_exactly_the_rows_its_done_file_lists(backend):
 
     result = backend.load(done_rel)
 
-    assert (result.rows, result.files, result.hour) == (5, 2, H1)
+    assert (result.rows, result.files, result.partition) == (5, 2, H1)
     assert result.done_sha256 == content_sha(backend.store.read_bytes(done_rel))
     assert backend.ids(H1) == ["o0", "o1", "o10", "o11", "o2"]
-    assert backend.warehouse.hour_rows(backend.dataset, TABLE, H1) == 5
+    assert backend.warehouse.partition_rows(backend.dataset, TABLE, H1) == 5
     assert backend.warehouse.loaded_sha(backend.dataset, TABLE, H1) == result.done_sha256
-    assert backend.warehouse.loaded_hours(backend.dataset, TABLE) == {H1}
-    assert result.location == backend.warehouse.hour_location(backend.dataset, TABLE, H1)
+    assert backend.warehouse.loaded_partitions(backend.dataset, TABLE) == {H1}
+    assert result.location == backend.warehouse.partition_location(backend.dataset, TABLE, H1)
 
 
 def test_reloading_the_same_content_changes_nothing(backend):
@@ -106,10 +106,10 @@ def test_new_content_replaces_only_its_hour(backend):
     relanded = backend.load(backend.land(H1, (0, 1, V1, orders(2, 50))))
 
     assert backend.ids(H1) == ["o50", "o51"] and backend.ids(H2) == ["o100", "o101", "o102"]
-    hour_rows = backend.warehouse.hour_rows
-    assert (hour_rows(backend.dataset, TABLE, H1), hour_rows(backend.dataset, TABLE, H2)) == (2, 3)
+    partition_rows = backend.warehouse.partition_rows
+    assert (partition_rows(backend.dataset, TABLE, H1), partition_rows(backend.dataset, TABLE, H2)) == (2, 3)
     assert backend.warehouse.loaded_sha(backend.dataset, TABLE, H1) == relanded.done_sha256
-    assert backend.warehouse.loaded_hours(backend.dataset, TABLE) == {H1, H2}
+    assert backend.warehouse.loaded_partitions(backend.dataset, TABLE) == {H1, H2}
 
 
 def test_an_empty_hour_empties_it_and_is_recorded(backend):
@@ -119,7 +119,7 @@ def test_an_empty_hour_empties_it_and_is_recorded(backend):
     result = backend.load(backend.land(H1))
 
     assert result.rows == 0 and backend.rows(H1) == [] and len(backend.rows(H2)) == 2
-    assert backend.warehouse.hour_rows(backend.dataset, TABLE, H1) is None
+    assert backend.warehouse.partition_rows(backend.dataset, TABLE, H1) is None
     assert backend.warehouse.loaded(backend.dataset, TABLE, H1)["rows"] == 0
     assert backend.warehouse.loaded_sha(backend.dataset, TABLE, H1) == result.done_sha256
 

@@ -188,19 +188,19 @@ class _Refusing(Warehouse):
     def __init__(self, exc):
         self.exc = exc
 
-    def load_hour(self, store, done, spark, done_file=None, done_sha256=None) -> LoadResult:
+    def load_partition(self, store, done, spark, done_file=None, done_sha256=None) -> LoadResult:
         raise self.exc
 
-    def hour_rows(self, dataset, table, hour):
+    def partition_rows(self, dataset, table, partition):
         return None
 
-    def hour_location(self, dataset, table, hour):
+    def partition_location(self, dataset, table, partition):
         return "nowhere"
 
-    def loaded(self, dataset, table, hour):
+    def loaded(self, dataset, table, partition):
         return None
 
-    def loaded_hours(self, dataset, table):
+    def loaded_partitions(self, dataset, table):
         return set()
 
     def check_writable(self):

@@ -94,6 +94,21 @@ def test_a_late_landing_hour_amends_the_day_as_a_new_version(store):
     assert not new and again == v2
 
 
+def test_a_version_is_read_by_a_backend_as_a_done_file_is(store):
+    """What a warehouse backend reads of a version (`handoff.manifests.Manifest`): the event-time table,
+    the partition, exactly the files of that partition, their rows and schema ids, and `v<N>`."""
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-30T10": recs("x"), "2026-01-31T13": recs("a", "b")},
+                     SCHEMA)
+    v1, _ = version(store, "2026-01-31")
+    done, _ = read_done(store, DS, T, "2026-01-31T13")
+    assert (v1.dataset, v1.target, v1.partition, v1.attempt) == (DS, "orders__by_event", "2026-01-31", "v1")
+    assert (done.dataset, done.target, done.partition) == (DS, T, "2026-01-31T13")
+    mine = sorted((f for f in done.files if f.event_hour == "2026-01-31T13"), key=lambda f: f.path)
+    assert len(mine) == 1 and list(v1.landed_files) == mine
+    assert v1.rows == sum(f.rows for f in v1.landed_files) == 2
+    assert v1.schema_ids == done.schema_ids == (mine[0].schema_id,)
+
+
 def test_a_reland_re_versions_exactly_the_partitions_whose_files_changed(store):
     write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-30T10": recs("x"), "2026-01-31T13": recs("a", "b")}, SCHEMA)
     write_event_hour(store, DS, T, "2026-01-31T14", {"2026-01-29T01": recs("y")}, SCHEMA)

@@ -285,7 +285,7 @@ def bq(tmp_path):
 def _recording_warehouse(store, fake):
     """The warehouse, its BigQuery side effects (a load job started, a partition deleted) recorded as commits."""
     from kafka_landing_tests.bigquery_support import bigquery_warehouse
-    from kafka_landing_tests.unit.warehouse.test_bigquery import PROJECT
+    from kafka_landing_tests.unit.warehouse.bigquery.test_ledger import PROJECT
 
     wh = bigquery_warehouse(fake, store, PROJECT, job_timeout_seconds=30)
     client = wh.client
@@ -308,7 +308,7 @@ def test_every_commit_of_a_bigquery_load_is_fenced(bq):
     failed job's running entry removed, an empty hour's partition delete: each right after a fence."""
     from kafka_landing.warehouse.load import LoadError, load_done_file
     from kafka_landing_tests.bigquery_support import NO_SPARK
-    from kafka_landing_tests.unit.warehouse.test_bigquery import LEDGER, land
+    from kafka_landing_tests.unit.warehouse.bigquery.test_ledger import LEDGER, land
 
     store, fake, broken = bq
     wh = _recording_warehouse(store, fake)
@@ -332,7 +332,7 @@ def test_every_commit_of_a_bigquery_load_is_fenced(bq):
 def test_a_loader_that_lost_its_ledger_lock_starts_no_job(bq):
     from kafka_landing.warehouse.load import load_done_file
     from kafka_landing_tests.bigquery_support import NO_SPARK
-    from kafka_landing_tests.unit.warehouse.test_bigquery import LEDGER, land
+    from kafka_landing_tests.unit.warehouse.bigquery.test_ledger import LEDGER, land
 
     store, fake, _ = bq
     wh = _recording_warehouse(store, fake)

@@ -25,14 +25,14 @@ class Warehouse:
     def __init__(self, rows: int | None = None, sha: str | None = None):
         self.rows, self.sha = rows, sha
 
-    def loaded(self, dataset, table, hour):
+    def loaded(self, dataset, table, partition):
         return None if self.sha is None else {"sha256": self.sha, "rows": self.rows}
 
-    def hour_rows(self, dataset, table, hour):
+    def partition_rows(self, dataset, table, partition):
         return self.rows
 
-    def hour_location(self, dataset, table, hour):
-        return f"wh/{dataset}/{table}/{hour}"
+    def partition_location(self, dataset, table, partition):
+        return f"wh/{dataset}/{table}/{partition}"
 
 
 @pytest.fixture

@@ -86,7 +86,8 @@ def test_records_with_no_event_time_go_to_a_table_of_their_own_replaced_whole(fa
     land(store, "2026-01-31T14", {None: ["n3"]}, first=2000)
     load(fake, store, UNKNOWN_EVENT)
     assert ids(fake, "orders__by_event_unknown", "") == ["n1", "n2", "n3"]
-    assert warehouse(fake, store).by_event("day", "created_at").hour_rows(DS, "orders__by_event", UNKNOWN_EVENT) == 3
+    by_event = warehouse(fake, store).by_event("day", "created_at")
+    assert by_event.partition_rows(DS, "orders__by_event", UNKNOWN_EVENT) == 3
 
 
 def test_a_reland_reloads_exactly_the_event_partitions_whose_files_changed(fake_bigquery):

@@ -29,7 +29,38 @@ Refused, terminal: STRING <-> BYTES (no coercion exists either way), a type chan
 a nested or repeated column, changes Avro cannot resolve (a type becoming another
 kind, differently named records or enums), and in one hour two scales of one decimal
 or two units of one timestamp (one reader schema cannot read both without changing
-values). Pure: no Dagster, no Spark, no client.
+values).
+
+What the design relies on, and where BigQuery documents it:
+- "Load Avro data from Cloud Storage": the schema of a multi-file Avro load is
+  the alphabetically last file's, "all schemas must be compatible with Avro's
+  schema resolution"; and jobs.insert `referenceFileSchemaUri`: "a reference
+  file with the reader schema ... enabled for AVRO". So when the hour's files
+  do not give exactly the columns wanted, the load names a reader schema: a
+  zero-record Avro file written once under the landing root,
+  tables/<dataset>/<table>/_reader_schemas/<sha256 of the schema>.avro (never
+  a source URI, so never loaded; `reader_schema_uri`). Every file is then read by
+  Avro's resolution, which promotes int -> long -> float -> double, fills a field
+  a file lacks with the reader's default (null) and reads a [null, T] union of the
+  file's T. An explicit `schema` is never sent: whether a load converts a file's
+  long into a FLOAT column is not documented, and is not relied on.
+- "Modifying table schemas": ALLOW_FIELD_ADDITION adds NULLABLE (or REPEATED)
+  columns only, nested ones too; ALLOW_FIELD_RELAXATION makes REQUIRED columns
+  NULLABLE; a REQUIRED column absent from the load's schema fails the load
+  ("Field x is missing in new schema"). So a field new to an existing table or
+  record, and a REQUIRED column the hour lacks, are nullable in the reader.
+- The DDL reference (ALTER COLUMN SET DATA TYPE: a coercion to a less restrictive
+  type, of a top-level column; DDL is free) and "Troubleshoot schema errors" ("has
+  changed type": INT64 -> NUMERIC, INT64 -> FLOAT64, NUMERIC -> BIGNUMERIC by
+  ALTER COLUMN). So int/long -> float/double widens the column to FLOAT64 and a
+  decimal outgrowing NUMERIC widens it to BIGNUMERIC, by a query before the load;
+  older hours of narrower files are then promoted by the reader schema.
+- Not documented, assumed (Avro Java's resolution does it): a decimal is read
+  into a decimal of the same scale and a larger precision (the same unscaled
+  value); that is how a NUMERIC-sized file loads into a BIGNUMERIC column.
+
+Pure: no Dagster, no Spark, no client; the landing store only for the files' headers
+(`plan_from_files`) and the reader schema file.
 """
 
 from __future__ import annotations
@@ -44,6 +75,9 @@ from typing import Sequence
 
 import fastavro
 
+from kafka_landing.handoff.manifests import Manifest
+from kafka_landing.naming import reader_schema_path
+from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 _PRIMITIVES = {"boolean": "BOOLEAN", "int": "INTEGER", "long": "INTEGER", "float": "FLOAT", "double": "FLOAT",
@@ -232,6 +266,28 @@ def plan_load(table: list[dict] | None, files: Sequence[FileSchema], where: str)
     """The reader schema and the widenings a load of `files` into `table` needs (see the module
     doc). `where` names the load (table and hour) in errors."""
     return _Planner(where, files).plan(table)
+
+
+def plan_from_files(store: LandingStore, dones: Sequence[Manifest], columns: Sequence | None, where: str) -> LoadSchema:
+    """`plan_load` for the files of `dones` into a table of `columns` (BigQuery's SchemaFields; None
+    if the load creates it): the writer schema of each schema id, from its smallest file's header."""
+    every = [f for d in dones for f in d.landed_files]
+    files = []
+    for sid in sorted({f.schema_id for f in every}, key=lambda s: (s is None, s)):
+        smallest = min((f for f in every if f.schema_id == sid), key=lambda f: f.bytes)
+        files.append(FileSchema(sid, store.location(smallest.path), store.avro_schema(smallest.path)))
+    return plan_load([f.to_api_repr() for f in columns] if columns is not None else None, files, where)
+
+
+def reader_schema_uri(store: LandingStore, dataset: str, table: str, plan: LoadSchema) -> str | None:
+    """The gs:// URI of the plan's reader schema file, written once (content-addressed), or None."""
+    if plan.reader is None:
+        return None
+    sha, data = plan.reader_file()
+    rel = reader_schema_path(dataset, table, sha)
+    if not store.exists(rel):
+        store.create_exclusive(rel, data)  # False: another load wrote the same schema first
+    return store.location(rel)
 
 
 class _Planner:
@@ -559,4 +615,5 @@ def _why(a: str, b: str = "", kinds: set = frozenset()) -> str:
             f"only int -> long -> float -> double), not between {' and '.join(sorted(pair))}")
 
 
-__all__ = ["FileSchema", "LoadSchema", "Widening", "avro_columns", "bq_decimal_type", "plan_load"]
+__all__ = ["FileSchema", "LoadSchema", "Widening", "avro_columns", "bq_decimal_type", "plan_from_files", "plan_load",
+           "reader_schema_uri"]

@@ -90,7 +90,8 @@ def test_a_newer_content_waits_for_the_older_job_left_running(fake_bigquery):
     assert fake.overlaps == [] and len(fake.jobs) == 2
     wh = warehouse(fake, store)
     assert result.job_id == wh.loaded(DATASET, TABLE, H1)["job_id"] != x_job
-    assert wh.loaded_sha(DATASET, TABLE, H1) == content_sha(store.read_bytes(y)) and wh.hour_rows(DATASET, TABLE, H1) == 3
+    assert wh.loaded_sha(DATASET, TABLE, H1) == content_sha(store.read_bytes(y))
+    assert wh.partition_rows(DATASET, TABLE, H1) == 3
     assert "running_job" not in store.read_json(LEDGER)
 
 
@@ -160,7 +161,7 @@ def test_a_failed_job_leaves_the_hour_unloaded(fake_bigquery):
         load_done_file(warehouse(fake, store), store, x, NO_SPARK)
 
     wh = warehouse(fake, store)
-    assert wh.loaded(DATASET, TABLE, H1) is None and wh.loaded_hours(DATASET, TABLE) == set()
+    assert wh.loaded(DATASET, TABLE, H1) is None and wh.loaded_partitions(DATASET, TABLE) == set()
     fake.read_object = read
     assert load_done_file(wh, store, x, NO_SPARK).rows == 1
 

@@ -19,7 +19,8 @@ from google.api_core import exceptions as gexc
 
 from kafka_landing.handoff.manifests import DoneFile
 from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, partition_id
-from kafka_landing.warehouse.bigquery_schema import FileSchema, plan_load
+from kafka_landing.warehouse.bigquery.jobs import job_failure
+from kafka_landing.warehouse.bigquery.schema import FileSchema, plan_load
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse, serving_gs_folder
@@ -249,7 +250,7 @@ def test_api_answers_are_transient_only_when_bigquery_says_not_now(env, exc, tra
     store, fake = env
     warehouse = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT)
     with pytest.raises(LoadError) as raised:
-        with warehouse._api("doing something"):
+        with warehouse.jobs.answers("doing something"):
             raise exc
     assert raised.value.transient is transient and "doing something" in str(raised.value)
 
@@ -266,7 +267,7 @@ def test_api_answers_are_transient_only_when_bigquery_says_not_now(env, exc, tra
 ])
 def test_job_errors_are_transient_only_when_bigquery_says_not_now(env, error, cls, transient):
     store, fake = env
-    failure = BigQueryWarehouse(fake.client(PROJECT), store, PROJECT)._failure("job", error, "where", "loc", [])
+    failure = job_failure("job", error, "where", "loc", [])
     assert type(failure) is cls and failure.transient is transient
 
 
@@ -284,7 +285,7 @@ class _Job:
 def test_a_job_still_running_or_a_wait_that_failed_is_transient(env, raises):
     store, fake = env
     with pytest.raises(LoadError) as raised:
-        BigQueryWarehouse(fake.client(PROJECT), store, PROJECT)._wait(_Job(raises), "where")
+        BigQueryWarehouse(fake.client(PROJECT), store, PROJECT).jobs.wait(_Job(raises), "where")
     assert raised.value.transient is True and "same job id" in str(raised.value)
 
 

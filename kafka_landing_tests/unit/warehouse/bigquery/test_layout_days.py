@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_landing.naming import ONE_HOUR, done_file_path, hour_from_tag, hour_tag
-from kafka_landing.warehouse import bigquery as bq
+from kafka_landing.warehouse.bigquery import jobs as bq
 from kafka_landing.warehouse.bigquery import DAY, HOUR, day_sha, job_id, partition_id
 from kafka_landing.handoff.manifests import content_sha
 from kafka_landing.warehouse.load import LoadError, load_done_file
@@ -53,13 +53,13 @@ def test_an_hours_load_replaces_its_day_with_every_landed_hour_of_it_in_one_job(
     assert load["destinationTable"]["tableId"] == "t$20260131"
     assert load["timePartitioning"] == {"type": "DAY"}
     assert len(load["sourceUris"]) == 2 and all("hour=2026-01-31T1" in u for u in load["sourceUris"])
-    assert (result.rows, result.hour, result.location) == (2, H14, f"{PROJECT}.{DATASET}.{TABLE}$20260131")
+    assert (result.rows, result.partition, result.location) == (2, H14, f"{PROJECT}.{DATASET}.{TABLE}$20260131")
     assert day_ids(fake, H13) == ["a0", "a1", "a2", "b0", "b1"]
     wh = warehouse(fake, store)
-    assert (wh.hour_rows(DATASET, TABLE, H13), wh.hour_rows(DATASET, TABLE, H14)) == (3, 2)
+    assert (wh.partition_rows(DATASET, TABLE, H13), wh.partition_rows(DATASET, TABLE, H14)) == (3, 2)
     assert (wh.loaded_sha(DATASET, TABLE, H13), wh.loaded_sha(DATASET, TABLE, H14)) == (sha(store, a), sha(store, b))
-    assert wh.loaded_hours(DATASET, TABLE) == {H13, H14}
-    assert wh.hour_location(DATASET, TABLE, H13) == f"{PROJECT}.{DATASET}.{TABLE}$20260131"
+    assert wh.loaded_partitions(DATASET, TABLE) == {H13, H14}
+    assert wh.partition_location(DATASET, TABLE, H13) == f"{PROJECT}.{DATASET}.{TABLE}$20260131"
 
 
 def test_the_other_hours_of_a_loaded_day_meet_its_job(fake_bigquery):
@@ -83,7 +83,7 @@ def test_a_reland_replaces_its_hours_rows_and_keeps_the_days_others(fake_bigquer
 
     assert len(fake.jobs) == 2 and relanded.rows == 1
     assert day_ids(fake, H13) == ["b0", "z0"]
-    assert (wh.hour_rows(DATASET, TABLE, H13), wh.hour_rows(DATASET, TABLE, H14)) == (1, 1)
+    assert (wh.partition_rows(DATASET, TABLE, H13), wh.partition_rows(DATASET, TABLE, H14)) == (1, 1)
 
 
 def test_a_day_changed_by_other_hands_shows_in_every_hour_of_it(fake_bigquery):
@@ -92,7 +92,7 @@ def test_a_day_changed_by_other_hands_shows_in_every_hour_of_it(fake_bigquery):
     wh = warehouse(fake, store)
     load_done_file(wh, store, land(store, H14, ["b0", "b1"]), NO_SPARK)
     fake.tables[(PROJECT, DATASET, TABLE)]["partitions"]["20260131"].pop()  # a row deleted in BigQuery
-    assert (wh.hour_rows(DATASET, TABLE, H13), wh.hour_rows(DATASET, TABLE, H14)) == (2, 1)
+    assert (wh.partition_rows(DATASET, TABLE, H13), wh.partition_rows(DATASET, TABLE, H14)) == (2, 1)
 
 
 def test_an_hour_loaded_before_whose_done_file_is_gone_stops_the_day_load(fake_bigquery):
@@ -128,7 +128,7 @@ def test_a_day_whose_hours_hold_no_row_is_deleted_and_an_empty_hour_adds_no_file
 
     emptied = load_done_file(wh, store, land(store, H13, []), NO_SPARK)
     assert emptied.job_id is None and day_ids(fake, H13) == []
-    assert wh.hour_rows(DATASET, TABLE, H13) is None and wh.loaded(DATASET, TABLE, H13)["deleted_partition"]
+    assert wh.partition_rows(DATASET, TABLE, H13) is None and wh.loaded(DATASET, TABLE, H13)["deleted_partition"]
     assert wh.loaded(DATASET, TABLE, H14)["rows"] == 0
 
 
@@ -226,7 +226,7 @@ def test_property_a_day_holds_the_last_landed_content_of_each_of_its_hours(tmp_p
             loaded_content = content
             assert day_ids(fake, H13) == sorted(i for ids in now.values() for i in ids)
             for h, ids in now.items():
-                assert wh.hour_rows(DATASET, TABLE, h) == (len(ids) or None)
+                assert wh.partition_rows(DATASET, TABLE, h) == (len(ids) or None)
 
 
 def test_an_hours_load_verifies_only_the_hours_of_its_day_not_loaded_with_the_same_content(fake_bigquery):

@@ -1,0 +1,336 @@
+"""BigQuery's load jobs: one per target and content, run and awaited one at a time per partition,
+their failures classified, and counted per day.
+
+A load job's source format is Avro with logical types, from exactly the gs:// files the done
+files list (`source_uris`: never a wildcard, which could pick up a file of another attempt),
+into the target's decorator with WRITE_TRUNCATE, which replaces that partition only and
+atomically: a reader sees the old partition or the new one. A failed job changes nothing.
+
+Idempotence comes from the job id, derived from the content: the hash of the
+day's (hour, done-file hash) pairs, `kafka_landing_<dataset>_<table>_<YYYYMMDD>_
+<sha256[:32]>` (an HOUR table: the done file's hash, `<YYYYMMDDHH>`). A retried
+or duplicated load of the same content answers 409 Already Exists, and the load
+waits for that job and uses its result instead of loading twice; so the hours of
+a day loaded in one run cost one job. Job ids can never be reused, so two cases
+take the next id of a fixed sequence (`_r1`, `_r2`, ...; every process walks the
+same one, so duplicates still meet on one job), each recorded in the ledger under
+"earlier_jobs" with the reason:
+- the job with that id failed (a transient error, or a cause fixed since):
+  a retry must really run again;
+- the job finished before this load started and the ledger names a different
+  load of the partition since (it holds other content now). If a process died
+  between a job's end and its ledger record, this reloads once more: harmless.
+
+Before a job of other content, the job the ledger records as running is waited for until DONE
+(`Jobs.await_running`; a wait that runs out is a transient error naming the job). Each job
+started is counted by UTC day in the ledger, and a load warns from 1,200 a day on. Pure of
+Dagster and Spark.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import re
+from datetime import datetime, timezone
+from typing import Iterator
+
+from google.api_core import exceptions as api_exceptions
+from google.cloud import bigquery
+
+from kafka_landing.errors import KafkaLandingError, error_reason, heals_after, is_transient, transient_reason
+from kafka_landing.handoff.manifests import Manifest
+from kafka_landing.naming import check_identifier, load_jobs_dir, load_jobs_root
+from kafka_landing.store.base import HeldLock, LandingStore
+from kafka_landing.warehouse.bigquery.layout import HOUR, UNPARTITIONED, Target, partition_id
+from kafka_landing.warehouse.bigquery.ledger import Ledger
+from kafka_landing.warehouse.bigquery.schema import LoadSchema
+from kafka_landing.warehouse.load import LoadError
+from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
+
+JOB_PREFIX = "kafka_landing"
+MAX_PARTITIONS = 10_000  # per table (BigQuery's quotas): 417 days of hours, 27 years of days
+PARTITIONS_WARNING = 9_000  # an HOUR table this full is months from refusing every load
+MAX_LOAD_JOBS = 1_500  # per table and UTC day (BigQuery's quotas), failed jobs included
+LOAD_JOBS_WARNING = 1_200
+JOB_COUNTS_KEPT_SECONDS = 2 * 86_400  # BigQuery's quota looks back 24 hours; older counts are swept
+# BigQuery's words for a schema it will not apply to the table (job errorResult messages).
+_SCHEMA_REFUSED = re.compile(r"Provided Schema does not match|Invalid schema update|Cannot add (required )?fields"
+                             r"|has changed (type|mode)", re.IGNORECASE)
+_ROLES = ("BigQuery Data Editor (roles/bigquery.dataEditor) on the dataset or project, and BigQuery Job User "
+          "(roles/bigquery.jobUser) on the project")
+
+
+def _said(exc: api_exceptions.GoogleAPICallError) -> str:
+    """BigQuery's own words, without the request line the client puts before them."""
+    errors = getattr(exc, "errors", None) or []
+    first = errors[0] if errors and isinstance(errors[0], dict) else {}
+    return first.get("message") or exc.message
+
+
+def _job_id(dataset: str, table: str, pid: str, sha256: str, attempt: int) -> str:
+    base = f"{JOB_PREFIX}_{dataset}_{table}_{pid}_{sha256[:32]}"
+    return base if attempt == 0 else f"{base}_r{attempt}"
+
+
+def job_id(dataset: str, table: str, hour: str, sha256: str, attempt: int = 0, layout: str = HOUR) -> str:
+    """The load job's id for one content of an hour's partition (an hour, or its day): only
+    [A-Za-z0-9_-], far below 1024 characters. A day's id has 8 digits, an hour's 10: never the same."""
+    return _job_id(check_identifier(dataset, "dataset"), check_identifier(table, "table"), partition_id(hour, layout),
+                   sha256, attempt)
+
+
+def source_uris(store: LandingStore, dones: list[Manifest]) -> list[str]:
+    """The gs:// objects a load job reads: exactly the files the manifests list."""
+    if not str(store.root).startswith("gs://"):
+        raise LoadError(f"BigQuery loads from Cloud Storage only, and the landing root is {store.root}: set the "
+                        "landing root to gs://<bucket>/<prefix> to load into BigQuery")
+    uris = []
+    for done in dones:
+        for uri in (store.location(f.path) for f in done.landed_files):
+            if not uri.startswith("gs://") or any(c in uri for c in "*?["):
+                raise LoadError(f"{done.dataset}.{done.target} {done.partition}: {uri} is not a plain gs:// "
+                                "object URI; a load names exactly the done files' objects, never a pattern")
+            uris.append(uri)
+    return uris
+
+
+def job_config(reference: str | None, create: str | None, field: str | None = None,
+               whole_table: bool = False) -> bigquery.LoadJobConfig:
+    """`reference`: the reader schema's URI; `create`: the layout of a table the load creates (partitioned
+    on column `field`, or by ingestion time); `whole_table`: the load replaces a whole unpartitioned
+    table, schema included, where BigQuery refuses schema update options."""
+    config = bigquery.LoadJobConfig(
+        source_format=bigquery.SourceFormat.AVRO,
+        use_avro_logical_types=True,
+        write_disposition=bigquery.WriteDisposition.WRITE_TRUNCATE,
+        create_disposition=bigquery.CreateDisposition.CREATE_IF_NEEDED,
+        **({} if whole_table else {"schema_update_options": [bigquery.SchemaUpdateOption.ALLOW_FIELD_ADDITION,
+                                                             bigquery.SchemaUpdateOption.ALLOW_FIELD_RELAXATION]}),
+        # Without it a decimal wider than NUMERIC (scale > 9, or > 29 integer digits) fails the load.
+        decimal_target_types=["NUMERIC", "BIGNUMERIC"],
+    )
+    if create and create != UNPARTITIONED:  # only for the first load: an existing table keeps its own settings
+        config.time_partitioning = bigquery.TimePartitioning(type_=create, field=field)
+    if reference is not None:
+        config.reference_file_schema_uri = reference
+    return config
+
+
+def job_failure(job_id_: str, error: dict, where: str, location: str, earlier: list[dict]) -> Exception:
+    """A failed job's errorResult as an error: transient by `errors.transient_reason`, a schema refusal
+    as IncompatibleSchemaError, anything else a terminal LoadError."""
+    message = error.get("message", "?")
+    before = "".join(f"; earlier job {e['job_id']}: {e['why']}" for e in earlier)
+    text = (f"{where}: BigQuery load job {job_id_} failed: {message} (reason {error.get('reason')}){before}. "
+            f"Nothing was replaced: {location} holds what it held before, and the landing files are untouched.")
+    if transient_reason(error.get("reason")):
+        return LoadError(text + " BigQuery was briefly unable to run it: the load is tried again (next job id)",
+                         transient=True)
+    if (after := heals_after(error.get("reason"))) is not None:
+        return LoadError(text + f" The quota refills with time: the load is asked for again in {after / 3600:g} h",
+                         heals_after=after)
+    if error.get("reason") == "notFound" and "URI" in message:
+        # A source file removed after the job was planned: a re-land of one of the hours replaced its
+        # files meanwhile. The next load reads the done files as they are then.
+        return LoadError(text + " A landing file was replaced while the job ran (a re-land): the load is tried "
+                                "again with the files as they are now", transient=True)
+    if _SCHEMA_REFUSED.search(message):
+        return IncompatibleSchemaError(
+            text + " The landing files' schema cannot be applied to the table: only new optional fields and "
+                   "relaxed required ones are; make the producer's change compatible or migrate the table, then "
+                   "reload the hour")
+    if error.get("reason") == "accessDenied":
+        return LoadError(text + " BigQuery could not read the files or write the table: the identity (and "
+                                f"BigQuery's service agent) needs Storage Object Viewer on the bucket and {_ROLES}")
+    return LoadError(text + " Fix the cause and run the load again: it uses the next job id")
+
+
+def quota_warnings(ref: str, target: Target, table: bigquery.Table | None, jobs: int) -> tuple[str, ...]:
+    """What to know before BigQuery refuses the table's loads: `jobs` started today (`Jobs.run` counts
+    them), and an HOUR table's partitions."""
+    out = []
+    if jobs >= LOAD_JOBS_WARNING:
+        out.append(f"{ref}: {jobs} load jobs started today (UTC); BigQuery refuses the table's loads past "
+                   f"{MAX_LOAD_JOBS} in 24 hours, failed ones included (its quota refills over 24 hours). Load "
+                   "fewer, larger ranges (a backfill as one run: a day's hours share one job)")
+    partitions = int(table.to_api_repr().get("numPartitions") or 0) if table is not None else 0
+    if target.layout == HOUR and partitions >= PARTITIONS_WARNING:
+        out.append(f"{ref} is partitioned by HOUR and holds {partitions} partitions; BigQuery refuses every load "
+                   f"past {MAX_PARTITIONS} (about {(MAX_PARTITIONS - partitions) // 24} days of hours from now). "
+                   "Recreate it partitioned by DAY (drop it, or rename it away, and load its hours again: "
+                   "kafka_landing creates new tables by DAY), or set a partition expiration on it")
+    return tuple(out)
+
+
+class Jobs:
+    """The jobs of one warehouse: its client's calls answered as errors, load jobs started under
+    content ids and awaited, and counted in the ledger."""
+
+    def __init__(self, client: bigquery.Client, ledger: Ledger, project: str, location: str | None,
+                 timeout_seconds: float, max_attempts: int):
+        self.client = client
+        self.ledger = ledger
+        self.project = project
+        self.location = location
+        self.timeout_seconds = timeout_seconds
+        self.max_attempts = max_attempts
+
+    @contextlib.contextmanager
+    def answers(self, what: str) -> Iterator[None]:
+        """BigQuery's answers as LoadErrors that say what to do, transient or terminal by
+        `errors.is_transient`; a 403 that is no rate limit names the missing role."""
+        try:
+            yield
+        except KafkaLandingError:
+            raise
+        except api_exceptions.GoogleAPICallError as exc:
+            if is_transient(exc):
+                raise LoadError(f"BigQuery answered {what} with {exc.code} {_said(exc)}: not now, try again later",
+                                transient=True) from None
+            if isinstance(exc, api_exceptions.Forbidden) and error_reason(exc) in (None, "accessDenied"):
+                said = _said(exc)
+                role = ("BigQuery Job User (roles/bigquery.jobUser) on project " + self.project
+                        if "jobs.create" in said else
+                        "BigQuery Data Editor (roles/bigquery.dataEditor) on the dataset or project " + self.project)
+                raise LoadError(f"BigQuery denied {what} ({said}): grant the identity running kafka_landing {role} "
+                                f"(loads need {_ROLES})") from None
+            if (after := heals_after(error_reason(exc))) is not None:
+                raise LoadError(f"BigQuery refused {what}: {exc.code} {_said(exc)}; the quota refills with time: "
+                                f"asked for again in {after / 3600:g} h", heals_after=after) from None
+            raise LoadError(f"BigQuery refused {what}: {exc.code} {_said(exc)}") from None
+        except Exception as exc:
+            if not is_transient(exc):  # a bug, not BigQuery's answer: as it is
+                raise
+            # no answer, or the client's own retries ran out of time (RetryError)
+            raise LoadError(f"BigQuery did not answer {what} ({type(exc).__name__}: {exc}): try again later",
+                            transient=True) from None
+
+    def wait(self, job: bigquery.LoadJob, where: str, then: str | None = None) -> dict | None:
+        """The job's errorResult once it is DONE (None if it succeeded); `then`: what to do if it is not."""
+        again = then or "run the load again to wait for it (same job id)"
+        try:
+            job.result(timeout=self.timeout_seconds)
+        except concurrent.futures.TimeoutError:
+            raise LoadError(f"{where}: load job {job.job_id} is still running after {self.timeout_seconds:.0f}s; "
+                            + (then or f"it finishes on its own: {again}"), transient=True) from None
+        except (api_exceptions.GoogleAPIError, OSError) as exc:
+            if job.state != "DONE":  # not the job's failure: asking about it failed; only a denial is for good
+                denied = isinstance(exc, api_exceptions.Forbidden) and not is_transient(exc)
+                raise LoadError(f"{where}: waiting for load job {job.job_id} failed ({exc}); the job may still run: "
+                                f"{again}", transient=not denied) from None
+        return job.error_result  # a job that ran and failed says why here
+
+    def await_running(self, target: Target, sha: str) -> None:
+        """Before a job of other content (or an empty hour's partition delete): wait until the job the
+        ledger records as started last is DONE, whatever its result. Why: the lock serialises loaders,
+        not jobs; a job outlives a loader that timed out or was killed, and of two jobs into one
+        partition the one that commits last holds it. Why wait rather than cancel: jobs.cancel is best
+        effort (the job may still commit), so it must be waited for until DONE all the same; a load job
+        is free and the next job replaces the partition whole; and waiting needs only jobs.get, which
+        loads use anyway. The same content needs nothing here: its job id meets the job (409)."""
+        running = self.ledger.running(target.ledger)
+        if not running or not running.get("job_id") or running.get("sha256") == sha:
+            return
+        jid = running["job_id"]
+        try:
+            with self.answers(f"reading load job {jid}"):
+                try:
+                    job = self.client.get_job(jid, project=self.project, location=self.location)
+                except api_exceptions.NotFound:
+                    return  # never created (its loader died before jobs.insert answered), or long gone
+        except LoadError as exc:
+            raise LoadError(f"{target.where}: {exc}", transient=exc.transient) from None
+        if job.state == "DONE":
+            return
+        cancel = f"bq {f'--location={self.location} ' if self.location else ''}cancel {self.project}:{jid}"
+        self.wait(job, target.where, then=(
+            "it loads an earlier content of the partition (a loader gave up on it), and a job of other content must "
+            "not run beside it: whichever ends last would hold the partition. This load changed nothing: run it again "
+            "later "
+            f"(it waits for that job again), or cancel that job ({cancel}) and then run the load again"))
+
+    def widen(self, plan: LoadSchema, table_id: str, where: str) -> None:
+        """Apply the plan's column widenings (free DDL queries) before the load; each is idempotent."""
+        for widening in plan.widenings:
+            sql = widening.statement(table_id)
+            try:
+                with self.answers(f"widening column {widening.column} of {table_id} ({sql})"):
+                    try:
+                        self.client.query_and_wait(sql, location=self.location, project=self.project)
+                    except api_exceptions.BadRequest as exc:
+                        raise IncompatibleSchemaError(
+                            f"{where}: BigQuery refused to widen column {widening.column} from {widening.old} to "
+                            f"{widening.new} ({_said(exc)}). Nothing was loaded; the landing files are untouched. "
+                            "To go on: look at the column in BigQuery (was it changed by hand?), then load the hour "
+                            "again") from None
+            except IncompatibleSchemaError:
+                raise
+            except LoadError as exc:
+                raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
+
+    def run(self, held: HeldLock, uris: list[str], target: Target, config: bigquery.LoadJobConfig,
+            sha: str) -> tuple[bigquery.LoadJob, list[dict], int]:
+        """(the job that loaded this content, earlier job ids of it, the table's load jobs today)."""
+        where = target.where
+        earlier: list[dict] = []
+        recorded = self.ledger.read(target.ledger)
+        for attempt in range(self.max_attempts):
+            jid = _job_id(target.dataset, target.table, target.pid, sha, attempt)
+            self.ledger.mark_running(held, target.ledger, recorded, jid, sha)
+            jobs_today = self._count(held, target, jid)
+            fresh = True
+            held.fence()  # the job replaces the partition: a commit too
+            try:
+                with self.answers(f"starting load job {jid} into {target.location}"):
+                    try:
+                        job = self.client.load_table_from_uri(uris, target.location, job_id=jid, project=self.project,
+                                                              location=self.location, job_config=config)
+                    except api_exceptions.Conflict:
+                        fresh = False  # this content was loaded, or is loading, under this id already
+                        job = self.client.get_job(jid, project=self.project, location=self.location)
+            except LoadError as exc:
+                if fresh and not exc.transient:  # jobs.insert refused: no job was created
+                    self.ledger.clear_running(held, target.ledger)
+                raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
+            finished_before = not fresh and job.state == "DONE"
+            error = self.wait(job, where)
+            if error is not None:
+                if fresh:
+                    self.ledger.clear_running(held, target.ledger)
+                    raise job_failure(jid, error, where, target.location, earlier)
+                earlier.append({"job_id": jid, "why": f"failed: {error.get('message')}"})
+                continue
+            if finished_before and recorded and recorded.get("job_id") != jid:
+                earlier.append({"job_id": jid, "why": "succeeded before a later load of the partition "
+                                                      f"({recorded.get('job_id') or 'an empty one'})"})
+                continue
+            return job, earlier, jobs_today
+        self.ledger.clear_running(held, target.ledger)
+        raise LoadError(f"{where}: {self.max_attempts} job ids of this content are used up "
+                        f"({', '.join(e['job_id'] for e in earlier[-3:])} ...): look at these jobs in BigQuery")
+
+    def _count(self, held: HeldLock, target: Target, jid: str) -> int:
+        """One empty object per job started, by UTC day: listing them is a count that concurrent loads
+        of other days of the table cannot lose. A job met again (409) is counted once. Returns the
+        table's jobs today, this one included (one listing: the warnings use it too)."""
+        store = self.ledger.store
+        today = load_jobs_dir(target.dataset, target.table, _today())
+        listed = store.list(today)
+        if not listed:  # the table's first job today: the counts of two days ago are done with
+            held.fence()
+            store.sweep(load_jobs_root(target.dataset, target.table), "day=*/*", JOB_COUNTS_KEPT_SECONDS)
+        held.fence()
+        store.create_exclusive(f"{today}/{jid}", b"")
+        return len(listed) + (f"{today}/{jid}" not in listed)
+
+    def today(self, dataset: str, table: str) -> int:
+        """The table's load jobs started today (UTC)."""
+        return len(self.ledger.store.list(load_jobs_dir(dataset, table, _today())))
+
+
+def _today() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d")
+
+
+__all__ = ["Jobs", "job_config", "job_failure", "job_id", "quota_warnings", "source_uris"]
