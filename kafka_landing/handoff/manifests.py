@@ -156,11 +156,14 @@ def content_sha(content: bytes) -> str:
 class DoneFileError(KafkaLandingError, ValueError):
     """A done file that cannot be read as what its path says: unreadable, not JSON, contradicting
     its path or listing files outside its hour. Terminal (the same bytes fail the same way) unless
-    the store itself did not answer. `gone`: there is no done file at that path."""
+    the store itself did not answer. `gone`: there is no done file at that path; `problems`: what
+    is wrong with one that is there, each naming the file (without what to do about it)."""
 
-    def __init__(self, *args, transient: bool | None = None, gone: bool = False, nothing_loaded: bool | None = None):
+    def __init__(self, *args, transient: bool | None = None, gone: bool = False, nothing_loaded: bool | None = None,
+                 problems: tuple[str, ...] = ()):
         super().__init__(*args, transient=transient, nothing_loaded=nothing_loaded)
         self.gone = gone
+        self.problems = tuple(problems)
 
 
 DoneFileMismatch = DoneFileError  # the name the checks used before there was one reader
@@ -230,7 +233,7 @@ def check_done_file(rel: str, raw: object) -> DoneFile:
             "; ".join(problems)
             + ". Nothing was loaded from it: re-land the hour (materialise its avro_landing asset) "
               "or fix the tool that wrote this done file.",
-            nothing_loaded=True,
+            nothing_loaded=True, problems=tuple(problems),
         )
     return DoneFile.from_dict(raw)  # type: ignore[arg-type]
 

@@ -263,7 +263,7 @@ class Jobs:
                             f"{where}: BigQuery refused to widen column {widening.column} from {widening.old} to "
                             f"{widening.new} ({_said(exc)}). Nothing was loaded; the landing files are untouched. "
                             "To go on: look at the column in BigQuery (was it changed by hand?), then load the hour "
-                            "again") from None
+                            "again", nothing_loaded=True) from None
             except IncompatibleSchemaError:
                 raise
             except LoadError as exc:

@@ -232,13 +232,14 @@ def day_hours(store: LandingStore, target: Target, done: Manifest, done_file: st
             raise LoadError(f"{where}: the day's partition holds every landed hour of it, and the done file of "
                             f"hour {hour}, {store.location(rel)}, cannot be read ({exc}). Nothing was loaded: "
                             f"re-land hour {hour} (or fix its done file), then load again",
-                            transient=exc.transient, elsewhere=True) from None
+                            transient=exc.transient, elsewhere=True, nothing_loaded=True) from None
         hours[hour] = DayHour(other, rel, other_sha)
     gone = sorted(h for h, r in (recorded.get("hours") or {}).items() if h not in hours and r.get("rows"))
     if gone:
         raise LoadError(f"{where}: hours {gone} were loaded into {target.location} and their done files are gone; "
                         "replacing the day without them would drop their rows. Nothing was loaded: re-land those "
-                        "hours (or retire them, which leaves an empty done file), then load again", elsewhere=True)
+                        "hours (or retire them, which leaves an empty done file), then load again", elsewhere=True,
+                        nothing_loaded=True)
     return dict(sorted(hours.items()))
 
 

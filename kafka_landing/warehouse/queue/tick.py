@@ -143,7 +143,7 @@ class LandingHours(Kind):
             if exc.transient:
                 return Skip(str(exc))
             content = _bytes_or_none(store, unit.done_file)
-            return Aside(f"{exc}".split(". Nothing was loaded")[0], "invalid", seen,
+            return Aside("; ".join(exc.problems) or str(exc), "invalid", seen,
                          markers.content_sha(content) if content is not None else "")
         if (why := self.wants(done)) is not None:
             return Skip(why)
