@@ -12,7 +12,7 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from kafka_landing.naming import HOUR_TAG_FORMAT, hour_from_key
+from kafka_landing.naming import Hour
 
 BAD_ARGUMENTS = 2
 
@@ -20,11 +20,11 @@ BAD_ARGUMENTS = 2
 def parse_hour(text: str) -> datetime:
     """An hourly partition key (2026-11-20-13:00) or an hour tag (2026-11-20T13)."""
     try:
-        return hour_from_key(text)
+        return Hour.from_key(text).start
     except ValueError:
         pass
     try:
-        return datetime.strptime(text, HOUR_TAG_FORMAT).replace(tzinfo=timezone.utc)
+        return Hour(text).start
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an hour: write it like 2026-11-20-13:00 (a partition key) or 2026-11-20T13 (UTC)"

@@ -55,12 +55,12 @@ from kafka_landing.naming import (
     HOUR_KEY_FORMAT,
     HOUR_TAG_FORMAT,
     ONE_HOUR,
+    Hour,
     NameError_,
     asset_safe,
     check_identifier,
     check_topic,
     event_table,
-    hour_key,
     last_closed_hour,
 )
 
@@ -194,7 +194,7 @@ def parse_first_hour(value: Any, where: str) -> datetime:
     hour = hour.astimezone(timezone.utc)
     if (hour.minute, hour.second, hour.microsecond) != (0, 0, 0):
         raise TopicConfigError(f"{where}: {value!r} is not on the hour; partitions are whole UTC hours, "
-                               f"e.g. {hour_key(hour.replace(minute=0, second=0, microsecond=0))}")
+                               f"e.g. {Hour(hour).key}")
     return hour
 
 
@@ -372,7 +372,7 @@ def with_first_hours(config: LandingConfig, earliest_frozen: Mapping[str, dateti
             configured, why = fallback, f"${FIRST_HOUR_ENV}"
         frozen = earliest_frozen.get(name)
         if frozen is not None and (configured is None or frozen < configured):
-            why = (f"the earliest frozen slice, earlier than the first hour {hour_key(configured)} from {why}"
+            why = (f"the earliest frozen slice, earlier than the first hour {Hour(configured).key} from {why}"
                    if configured is not None else f"the earliest frozen slice, as {cfg.first_hour_derived_by}: demo derives it"
                    if cfg.first_hour_derived_by else "the earliest frozen slice, no first_hour configured")
             configured = frozen

@@ -44,7 +44,7 @@ from kafka_landing.kafka_slices.assets import build_slice_assets, slice_key
 from kafka_landing.kafka_slices.freeze import settle_first_hours
 from kafka_landing.kafka_slices.jobs import plan_backfill
 from kafka_landing.kafka_slices.resources import KafkaResource
-from kafka_landing.naming import asset_safe, hour_key
+from kafka_landing.naming import Hour, asset_safe
 from kafka_landing.resources import (
     LandingResource,
     SchemaRegistryResource,
@@ -213,8 +213,8 @@ def build_schedule(cfg: TopicConfig, job):
         tick = context.scheduled_execution_time or datetime.now(timezone.utc)
         hour = hourly_schedule.hour_to_land(tick, cfg.grace_minutes)
         if hour < first:
-            return SkipReason(f"{cfg.topic}: hour {hour_key(hour)} is before the topic's first hour {hour_key(first)}")
-        return RunRequest(partition_key=hour_key(hour), run_key=hour_key(hour))
+            return SkipReason(f"{cfg.topic}: hour {Hour(hour).key} is before the topic's first hour {Hour(first).key}")
+        return RunRequest(partition_key=Hour(hour).key, run_key=Hour(hour).key)
 
     return land_last_closed_hour
 

@@ -51,12 +51,12 @@ from kafka_landing.config import (
     env_first_hour,
 )
 from kafka_landing.errors import KafkaLandingError, is_transient
-from kafka_landing.naming import HOUR_KEY_FORMAT
+from kafka_landing.naming import Hour
 
 
 @functools.cache
 def _hours_from(first_hour: datetime) -> HourlyPartitionsDefinition:
-    return HourlyPartitionsDefinition(start_date=first_hour.strftime(HOUR_KEY_FORMAT), timezone="UTC")
+    return HourlyPartitionsDefinition(start_date=Hour(first_hour).key, timezone="UTC")
 
 
 def topic_hours(cfg: TopicConfig) -> HourlyPartitionsDefinition:
@@ -73,7 +73,7 @@ def topic_hours(cfg: TopicConfig) -> HourlyPartitionsDefinition:
 def history(cfg: TopicConfig) -> str:
     """Where the topic's partitions start and why, for asset descriptions and metadata."""
     why = cfg.first_hour_source or f"${FIRST_HOUR_ENV}"
-    return f"hours from {topic_hours(cfg).start.strftime(HOUR_KEY_FORMAT)} on ({why})"
+    return f"hours from {Hour(topic_hours(cfg).start).key} on ({why})"
 
 # A backfill of many hours runs as one run: one Spark session for all of them.
 single_run = BackfillPolicy.single_run()

@@ -385,14 +385,9 @@ def load_jobs_dir(dataset: str, table: str, day: str) -> str:
     return f"{load_jobs_root(dataset, table)}/day={day}"
 
 
-def day_of(hour: Hour) -> str:
-    """The UTC day of an hour: 2026-01-31T13 -> 2026-01-31."""
-    return Hour(hour).day
-
-
 def day_done_file_glob(dataset: str, table: str, hour: Hour) -> str:
     """The done files of every hour of an hour's day: one listing by prefix."""
-    return f"{table_dir(dataset, table)}/hour={day_of(hour)}T*/_DONE.json"
+    return f"{table_dir(dataset, table)}/hour={Hour(hour).day}T*/_DONE.json"
 
 
 def event_load_ledger_path(dataset: str, table: str, partition: str) -> str:
@@ -406,12 +401,12 @@ def event_load_lock_path(dataset: str, table: str, partition: str) -> str:
 
 def load_day_ledger_path(dataset: str, table: str, hour: Hour) -> str:
     """The record of the loads of a day partition (BigQuery tables partitioned by DAY)."""
-    return f"{load_ledger_dir(dataset, table)}/day={day_of(hour)}.json"
+    return f"{load_ledger_dir(dataset, table)}/day={Hour(hour).day}.json"
 
 
 def load_day_lock_path(dataset: str, table: str, hour: Hour) -> str:
     """One load of a table's day at a time: every hour's load replaces the whole day."""
-    return f"locks/{load_ledger_dir(dataset, table)}/day={day_of(hour)}.lock"
+    return f"locks/{load_ledger_dir(dataset, table)}/day={Hour(hour).day}.lock"
 
 
 def landing_file_name(

@@ -30,7 +30,7 @@ from kafka_landing.kafka_slices.resources import KafkaResource
 from kafka_landing.naming import (
     asset_safe,
     dead_letter_dir,
-    hour_from_key,
+    Hour,
     table_hour_dir,
 )
 from kafka_landing.resources import (
@@ -121,7 +121,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
             plans: dict[str, SlicePlan] = {}  # as frozen: what the checks count against
             to_land: dict[str, SlicePlan] = {}  # less what retention deleted, when skipping it was asked for
             for k in partition_keys:
-                plan = frozen_slice(store, cfg.topic, hour_from_key(k))
+                plan = frozen_slice(store, cfg.topic, Hour.from_key(k).start)
                 if plan is None:
                     out[k] = failure(LandingError(f"the slice of {cfg.topic} for {k} is not frozen yet: materialise "
                                                   f"{slice_key(cfg.topic).to_user_string()} for that hour first"))

@@ -22,7 +22,6 @@ from kafka_landing.naming import (
     dead_letter_dir,
     dead_letter_manifest_path,
     done_file_path,
-    hour_from_tag,
 )
 from kafka_landing.store.base import LandingStore
 
@@ -84,7 +83,7 @@ def _done_file(store: LandingStore, rel: str, out: Conservation, missing_ok: boo
 
 def check_landed_hour(store: LandingStore, cfg: TopicConfig, plan: SlicePlan) -> Conservation:
     """Re-count a landed hour from its files; see the module docstring."""
-    hour = hour_from_tag(plan.hour)
+    hour = plan.hour
     out = Conservation(slice_records=plan.records)
     ranges = {p.partition: (p.start, p.end) for p in plan.partitions}
     gaps, skips = set(), set()

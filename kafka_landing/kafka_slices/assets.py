@@ -27,7 +27,7 @@ from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.kafka_slices.kafka_log import KafkaUnavailable
 from kafka_landing.kafka_slices.plan import PlanningError, SlicePlan
 from kafka_landing.kafka_slices.resources import KafkaResource
-from kafka_landing.naming import asset_safe, hour_from_key, slice_manifest_path
+from kafka_landing.naming import Hour, asset_safe, slice_manifest_path
 from kafka_landing.resources import LandingResource
 
 GROUP = "kafka_slices"
@@ -103,7 +103,7 @@ def build_slice_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = None)
                         out[key] = away
                         continue
                     try:
-                        plan, frozen_now = freeze_slice(store, log, cfg, hour_from_key(key), datetime.now(timezone.utc),
+                        plan, frozen_now = freeze_slice(store, log, cfg, Hour.from_key(key).start, datetime.now(timezone.utc),
                                                         skip_retention_gaps=config.skip_retention_gaps)
                     except (PlanningError, KafkaUnavailable) as exc:
                         # Brokers briefly away: retriable; a planning error stays wrong (errors.is_transient).
@@ -113,7 +113,7 @@ def build_slice_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = None)
                         f"{cfg.topic} {plan.hour}: {plan.records} records in {len(plan.partitions)} partitions "
                         f"({'frozen now' if frozen_now else 'already frozen'})"
                     )
-                    out[key] = (slice_metadata(plan, store.location(slice_manifest_path(cfg.topic, hour_from_key(key))),
+                    out[key] = (slice_metadata(plan, store.location(slice_manifest_path(cfg.topic, plan.hour)),
                                                frozen_now), [])
             return out
 

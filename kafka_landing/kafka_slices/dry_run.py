@@ -28,13 +28,7 @@ from kafka_landing.kafka_slices.plan import (
     check_closed,
     plan_slice,
 )
-from kafka_landing.naming import (
-    ONE_HOUR,
-    done_file_path,
-    floor_hour,
-    hour_key,
-    Hour,
-)
+from kafka_landing.naming import ONE_HOUR, Hour, done_file_path, floor_hour
 from kafka_landing.store.base import LandingStore
 
 FROZEN, PLANNED, OPEN, ERROR = "frozen", "would freeze", "open", "error"
@@ -64,10 +58,10 @@ def hours_between(first: datetime, last: datetime) -> list[datetime]:
     if first != floor_hour(first) or last != floor_hour(last):
         raise ValueError(f"{first.isoformat()} .. {last.isoformat()}: both ends must be starts of hours")
     if first > last:
-        raise ValueError(f"the range starts at {hour_key(first)}, after its end {hour_key(last)}: swap them")
+        raise ValueError(f"the range starts at {Hour(first).key}, after its end {Hour(last).key}: swap them")
     n = int((last - first) / ONE_HOUR) + 1
     if n > MAX_HOURS:
-        raise ValueError(f"{hour_key(first)} .. {hour_key(last)} is {n} hours; plan at most {MAX_HOURS} at once")
+        raise ValueError(f"{Hour(first).key} .. {Hour(last).key} is {n} hours; plan at most {MAX_HOURS} at once")
     return [first + ONE_HOUR * i for i in range(n)]
 
 

@@ -31,7 +31,7 @@ from kafka_landing.kafka_slices.dry_run import (
 )
 from kafka_landing.kafka_slices.freeze import load_frozen, settled_first_hour
 from kafka_landing.kafka_slices.resources import KafkaResource
-from kafka_landing.naming import hour_from_key
+from kafka_landing.naming import Hour
 from kafka_landing.resources import LandingResource
 
 
@@ -51,7 +51,7 @@ def plan_backfill_op(context: OpExecutionContext, config: PlanConfig) -> None:
     kafka: KafkaResource = context.resources.kafka
     landing: LandingResource = context.resources.landing
     try:
-        first, last = hour_from_key(config.from_hour), hour_from_key(config.to_hour)
+        first, last = Hour.from_key(config.from_hour).start, Hour.from_key(config.to_hour).start
         hours_between(first, last)
         topics = landing.config()
         cfg = topics.topic(config.topic)

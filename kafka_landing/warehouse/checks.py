@@ -52,7 +52,7 @@ from kafka_landing.config import TopicConfig
 from kafka_landing.handoff.markers import landed_hours, list_pending
 from kafka_landing.hours import CONSERVATION, hour_check_events, topic_hours
 from kafka_landing.handoff.manifests import DoneFileError, read_done_file
-from kafka_landing.naming import done_file_path, event_table, hour_from_key, hour_from_tag, hour_tag
+from kafka_landing.naming import Hour, done_file_path, event_table
 from kafka_landing.resources import LandingResource
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.assets import event_key, event_partitions, warehouse_key
@@ -65,11 +65,11 @@ MISSING_SHOWN = 48  # missing hours listed in the check's metadata (the count is
 
 
 def hour_conservation(store: LandingStore, warehouse: Warehouse, dataset: str, table: str,
-                      hour: str) -> tuple[bool, str, dict]:
+                      hour: Hour) -> tuple[bool, str, dict]:
     """Warehouse rows of one hour against landed rows, both read now: from the warehouse itself
     (the Parquet footer, BigQuery's partition row count) and from the block headers of the Avro
     files the done file lists."""
-    rel = done_file_path(dataset, table, hour_from_tag(hour))
+    rel = done_file_path(dataset, table, hour)
     where = f"{dataset}.{table} hour {hour}"
     try:
         done, sha = read_done_file(store, rel)
@@ -119,7 +119,7 @@ def build_table_checks(cfg: TopicConfig, table: str) -> list:
     def _conservation(context: AssetCheckExecutionContext, landing: LandingResource, warehouse: WarehouseResource):
         store = landing.store()
         backend = warehouse.backend(store)
-        results = {k: hour_conservation(store, backend, cfg.dataset, table, hour_tag(hour_from_key(k)))
+        results = {k: hour_conservation(store, backend, cfg.dataset, table, Hour.from_key(k))
                    for k in sorted(context.partition_keys)}
         by_hour = {k: [AssetCheckResult(check_name=CONSERVATION, passed=ok, description=why, metadata=metadata)]
                    for k, (ok, why, metadata) in results.items()}

@@ -44,14 +44,13 @@ from dataclasses import dataclass
 from kafka_landing.handoff.manifests import DoneFileError, Manifest, content_sha, read_done_file
 from kafka_landing.naming import (
     UNKNOWN_EVENT,
+    Hour,
     check_event_partition,
     check_identifier,
     day_done_file_glob,
-    day_of,
     event_load_ledger_path,
     event_load_lock_path,
     hour_folder_tag,
-    hour_from_tag,
     load_day_ledger_path,
     load_day_lock_path,
     load_ledger_path,
@@ -62,7 +61,6 @@ from kafka_landing.warehouse.load import LoadError
 
 HOUR, DAY = "HOUR", "DAY"  # how a table is partitioned: new tables by DAY, tables of before by HOUR
 UNPARTITIONED = "NONE"  # the layout of the table of an event-time table's records with no event time
-PARTITION_FORMAT, DAY_FORMAT = "%Y%m%d%H", "%Y%m%d"
 UNKNOWN_TABLE_SUFFIX = "_unknown"
 
 
@@ -70,12 +68,12 @@ def table_id(project: str, dataset: str, table: str) -> str:
     return f"{project}.{check_identifier(dataset, 'dataset')}.{check_identifier(table, 'table')}"
 
 
-def partition_id(hour: str, layout: str = HOUR) -> str:
-    """The ingestion-time partition of a landing hour tag: 2026-01-31T13 -> 2026013113 in a table
+def partition_id(hour: Hour, layout: str = HOUR) -> str:
+    """The ingestion-time partition of a landing hour: 2026-01-31T13 -> 2026013113 in a table
     partitioned by HOUR, 20260131 in one partitioned by DAY."""
     try:
-        return hour_from_tag(hour).strftime(PARTITION_FORMAT if layout == HOUR else DAY_FORMAT)
-    except (TypeError, ValueError):
+        return Hour(hour).decorator(by_day=layout != HOUR)
+    except ValueError:
         raise LoadError(f"hour {hour!r} is not an hour tag like 2026-01-31T13") from None
 
 
@@ -117,7 +115,7 @@ class LandingTables:
             return Target(dataset, table, hour, HOUR, pid, f"{tid}${pid}", load_ledger_path(dataset, table, hour),
                           load_lock_path(dataset, table, hour), f"{tid} hour {hour}")
         return Target(dataset, table, hour, DAY, pid, f"{tid}${pid}", load_day_ledger_path(dataset, table, hour),
-                      load_day_lock_path(dataset, table, hour), f"{tid} day {day_of(hour)} (loading hour {hour})",
+                      load_day_lock_path(dataset, table, hour), f"{tid} day {Hour(hour).day} (loading hour {hour})",
                       holds_hours=True)
 
     def record_path(self, dataset: str, table: str, hour: str) -> str:
