@@ -57,7 +57,7 @@ from kafka_landing.resources import LandingResource
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.assets import event_key, event_partitions, warehouse_key
 from kafka_landing.warehouse.event_load import Conservation, event_conservation, settling
-from kafka_landing.warehouse.load import Warehouse
+from kafka_landing.warehouse.backend import Warehouse
 from kafka_landing.warehouse.queue.reconcile import hours_behind
 from kafka_landing.warehouse.resources import WarehouseResource
 

@@ -17,8 +17,6 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from typing import TYPE_CHECKING
-
 from kafka_landing.config import TopicConfig
 from kafka_landing.event_partitions import (
     EventManifest,
@@ -41,9 +39,7 @@ from kafka_landing.naming import (
     publish_lock_path,
 )
 from kafka_landing.store.base import LandingStore
-
-if TYPE_CHECKING:  # load.py imports this module: the interface only for annotations
-    from kafka_landing.warehouse.load import LoadResult, SparkFactory, Warehouse
+from kafka_landing.warehouse.backend import LoadResult, SparkFactory, Warehouse
 
 
 def read_pending(store: LandingStore, dataset: str, table: str, partition: str) -> dict[str, str | None]:

@@ -41,7 +41,7 @@ from kafka_landing.crash_points import crash_point
 from kafka_landing.handoff.manifests import Manifest
 from kafka_landing.naming import check_identifier
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
-from kafka_landing.warehouse.load import (
+from kafka_landing.warehouse.backend import (
     LoadError,
     LoadResult,
     SparkFactory,

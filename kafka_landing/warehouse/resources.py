@@ -11,7 +11,7 @@ from dagster import ConfigurableResource
 from pydantic import Field
 
 from kafka_landing.store.base import LandingStore
-from kafka_landing.warehouse.load import Warehouse
+from kafka_landing.warehouse.backend import Warehouse
 
 
 class WarehouseResource(ConfigurableResource):

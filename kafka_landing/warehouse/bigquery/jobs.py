@@ -45,7 +45,7 @@ from kafka_landing.store.base import HeldLock, LandingStore
 from kafka_landing.warehouse.bigquery.layout import HOUR, UNPARTITIONED, Target, partition_id
 from kafka_landing.warehouse.bigquery.ledger import Ledger
 from kafka_landing.warehouse.bigquery.schema import LoadSchema
-from kafka_landing.warehouse.load import LoadError
+from kafka_landing.warehouse.backend import LoadError
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 JOB_PREFIX = "kafka_landing"

@@ -57,7 +57,7 @@ from kafka_landing.naming import (
     load_lock_path,
 )
 from kafka_landing.store.base import LandingStore
-from kafka_landing.warehouse.load import LoadError
+from kafka_landing.warehouse.backend import LoadError
 
 HOUR, DAY = "HOUR", "DAY"  # how a table is partitioned: new tables by DAY, tables of before by HOUR
 UNPARTITIONED = "NONE"  # the layout of the table of an event-time table's records with no event time

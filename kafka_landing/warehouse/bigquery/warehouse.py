@@ -46,7 +46,7 @@ from kafka_landing.warehouse.bigquery.layout import (
 )
 from kafka_landing.warehouse.bigquery.ledger import Ledger, load_record
 from kafka_landing.warehouse.bigquery.schema import plan_from_files, reader_schema_uri
-from kafka_landing.warehouse.load import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
+from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 PARTITIONS_SQL = ("SELECT total_rows FROM `{project}.{dataset}.INFORMATION_SCHEMA.PARTITIONS` "
