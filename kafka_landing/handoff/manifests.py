@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from kafka_landing.errors import KafkaLandingError
-from kafka_landing.naming import DONE_FILE_RE, table_hour_dir
+from kafka_landing.naming import DONE_FILE_RE, TABLES_DIR, Hour, dataset_dir, done_file_glob, hour_folder_tag, table_hour_dir
 
 DONE_VERSION = 1
 
@@ -263,3 +263,16 @@ def read_done_file_or_none(store, rel: str) -> tuple[DoneFile, str] | None:
         if exc.gone:
             return None
         raise
+
+
+# --- what is landed, from listings only -------------------------------------------------------
+
+def landed_hours(store, dataset: str, table: str) -> list[Hour]:
+    """The hours of (dataset, table) that have a done file, oldest first (one listing)."""
+    return sorted(h for rel in store.glob(done_file_glob(dataset, table)) if (h := hour_folder_tag(rel.rsplit("/", 2)[-2])))
+
+
+def landed_tables(store) -> list[tuple[str, str]]:
+    """(dataset, table) folders under tables/: cheap, to warn about unconfigured ones."""
+    return [(d, t) for d in store.subdirs(TABLES_DIR) if not d.startswith("_")
+            for t in store.subdirs(dataset_dir(d)) if not t.startswith("_")]

@@ -49,10 +49,7 @@ from kafka_landing.naming import (
     EVENT_GIVEN_UP_DIR,
     EVENT_PENDING_DIR,
     IDENTIFIER,
-    TABLES_DIR,
     check_event_partition,
-    dataset_dir,
-    done_file_glob,
     event_given_up_path,
     event_lock_path,
     event_pending_dir,
@@ -354,13 +351,4 @@ def list_pending(store: LandingStore, only_dataset: str | None = None, only_tabl
     units = list_units(store, HOUR, None, given_up)
     return [u for u in units if only_dataset is None or u.dataset == only_dataset]
 
-
-def landed_hours(store: LandingStore, dataset: str, table: str) -> list[str]:
-    """Hour tags of (dataset, table) that have a done file, oldest first."""
-    return sorted(hour_folder_tag(rel.rsplit("/", 2)[-2]) for rel in store.glob(done_file_glob(dataset, table)))
-
-
-def listed_tables(store: LandingStore) -> list[tuple[str, str]]:
-    """(dataset, table) folders under tables/: cheap, to warn about unconfigured ones."""
-    return [(d, t) for d in subfolders(store, TABLES_DIR) for t in subfolders(store, dataset_dir(d))]
 

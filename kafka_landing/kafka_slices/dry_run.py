@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Callable, Mapping
 
 from kafka_landing.config import TopicConfig
-from kafka_landing.handoff.markers import content_sha
+from kafka_landing.handoff.manifests import content_sha
 from kafka_landing.kafka_slices.plan import (
     HourNotClosedError,
     PlanningError,

@@ -49,7 +49,6 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
-from kafka_landing.handoff.markers import landed_hours, list_pending
 from kafka_landing.hours import CONSERVATION, hour_check_events, topic_hours
 from kafka_landing.handoff.manifests import DoneFileError, read_done_file
 from kafka_landing.naming import Hour, done_file_path, event_table
@@ -58,7 +57,7 @@ from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.assets import event_key, event_partitions, warehouse_key
 from kafka_landing.warehouse.event_load import Conservation, event_conservation, settling
 from kafka_landing.warehouse.backend import Warehouse
-from kafka_landing.warehouse.queue.reconcile import hours_behind
+from kafka_landing.warehouse.queue.reconcile import table_behind
 from kafka_landing.warehouse.resources import WarehouseResource
 
 MISSING_SHOWN = 48  # missing hours listed in the check's metadata (the count is always whole)
@@ -134,17 +133,15 @@ def build_table_checks(cfg: TopicConfig, table: str) -> list:
                              "loaded, from its first landed hour on. Warns from one hour behind.")
     def _hours_behind(landing: LandingResource, warehouse: WarehouseResource):
         store = landing.store()
-        behind = hours_behind(landed_hours(store, cfg.dataset, table),
-                              warehouse.backend(store).loaded_partitions(cfg.dataset, table),
-                              datetime.now(timezone.utc), cfg.grace_minutes)
-        pending = [p.hour for p in list_pending(store, cfg.dataset, table)]
+        behind = table_behind(store, warehouse.backend(store).loaded_partitions(cfg.dataset, table), cfg.dataset,
+                              table, datetime.now(timezone.utc), cfg.grace_minutes)
         metadata = {
             "hours_behind": behind.hours,
             "first_landed_hour": behind.first_landed_hour or "",
             "last_closed_hour": behind.last_closed_hour or "",
             "oldest_missing_hour": behind.missing[0] if behind.missing else "",
             "missing_hours": MetadataValue.json(list(behind.missing[:MISSING_SHOWN])),
-            "reload_pending": len(pending),
+            "reload_pending": behind.pending,
         }
         if behind.first_landed_hour is None:
             why = f"{cfg.dataset}.{table}: nothing landed yet"

@@ -32,8 +32,7 @@ from dagster import (
     sensor,
 )
 
-from kafka_landing.handoff import markers
-from kafka_landing.handoff.markers import listed_tables
+from kafka_landing.handoff.manifests import landed_tables
 from kafka_landing.handoff.units import HOUR, LoadUnit
 from kafka_landing.hours import REDO_DONE_HOURS_TAG, SPARK_TAG
 from kafka_landing.naming import pending_dir
@@ -90,11 +89,10 @@ def _spark(warehouse: WarehouseResource) -> dict[str, str]:
     return {SPARK_TAG: "true"} if warehouse.needs_spark else {}
 
 
-def _warn_given_up(log, plan: TickPlan, store, what: str, remedy: str) -> None:
+def _warn_given_up(log, plan: TickPlan, what: str, remedy: str) -> None:
     """One warning per table with loads moved aside, on every tick until they load or re-land."""
-    moved = {u.name: (u, why) for u, _, why in reversed(plan.moved)}
     for name, units in sorted(plan.given_up.items()):
-        u, why = moved.get(name) or (units[0], markers.given_up_why(markers.given_up(store, units[0])))
+        u, why = plan.given_up_why[name]
         example = u.done_file if u.kind == HOUR else str(u)
         log.warning(f"{name}: {len(units)} {what} not loaded and not requested again ({units[0].partition} to "
                     f"{units[-1].partition}), e.g. {example}: {why[:1000]}. {remedy}")
@@ -134,7 +132,7 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
         started, store, log = _clock(), landing.store(), context.log
         backend = warehouse.backend(store)
         bounds.clear()  # partitions end at the last closed hour: read again each tick
-        if unknown := sorted(f"{d}.{t}" for d, t in listed_tables(store) if (d, t) not in tables):
+        if unknown := sorted(f"{d}.{t}" for d, t in landed_tables(store) if (d, t) not in tables):
             log.warning(f"done files for tables not in the topic config, not loaded by any asset: {unknown} (hours a "
                         f"routing change retired are emptied by {RETIRED_SENSOR_NAME})")
         position, cursor = _cursor(context.cursor)
@@ -146,7 +144,7 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
         plan = queue.tick(store, queue.LandingHours(tables, is_partition, backend.loaded_sha),
                           _runs_of(context.instance), cursor, started=started, clock=_clock)
         new_cursor = json.dumps({"v": 4, "reconcile": position.to_json(), "queue": plan.cursor.to_json()})
-        _warn_given_up(log, plan, store, "hour(s)",
+        _warn_given_up(log, plan, "hour(s)",
                        "Fix the cause, then materialise those hours or re-land them: either clears them "
                        f"(why for each: {pending_dir(True)}/).")
         for name, units in sorted(plan.not_taken.items()):
@@ -265,7 +263,7 @@ def build_event_sensor(events: dict[tuple[str, str], AssetKey], partitions: dict
         for u, why in plan.refused:
             context.log.warning(f"event partition not loaded and not requested again until a landing hour changes "
                                 f"it: {why}. Fix the cause, then materialise it (or re-land the hour).")
-        _warn_given_up(context.log, plan, store, "event partition(s)",
+        _warn_given_up(context.log, plan, "event partition(s)",
                        f"They failed {MAX_ATTEMPTS} times and are not requested again until a landing hour changes "
                        "them: look at those runs, fix the cause and materialise them.")
         _info_progress(context.log, plan)

@@ -41,6 +41,21 @@ def test_a_dagster_role_is_a_file_of_a_layer_not_of_a_package_inside_it():
     assert not allowed_dagster("warehouse/bigquery/jobs.py") and not allowed_dagster("warehouse/queue/tick.py")
 
 
+# The hand-off's markers have one owner on each side: publish (and the event index) write them, the
+# queue's tick and reconciliation read them, the load step (`warehouse/load.py`, with the event
+# versioning it calls) clears or refuses them. Dagster files and warehouse backends only call those.
+MARKER_OWNERS = {"handoff/markers.py", "handoff/event_index.py", "avro_landing/publish.py", "warehouse/queue/tick.py",
+                 "warehouse/queue/reconcile.py", "warehouse/load.py", "warehouse/event_load.py"}
+
+
+def test_the_markers_are_touched_only_by_their_owners():
+    found = importers(r"kafka_landing\.handoff\.markers") | {
+        str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+        if re.search(r"^\s*from kafka_landing\.handoff import (.*\b)?markers\b", p.read_text(), re.M)}
+    assert "warehouse/queue/tick.py" in found, "the pattern finds no importer: it is broken"
+    assert sorted(found - MARKER_OWNERS) == []
+
+
 def test_spark_only_where_the_heavy_work_runs():
     found = importers("pyspark")
     assert found, "no file imports pyspark: the pattern is broken"

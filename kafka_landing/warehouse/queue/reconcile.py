@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from kafka_landing.handoff.manifests import content_sha
-from kafka_landing.handoff.markers import TableHour, given_up, mark_pending, marker_path, subfolders
+from kafka_landing.handoff.manifests import content_sha, landed_hours
+from kafka_landing.handoff.markers import TableHour, given_up, list_pending, mark_pending, marker_path, subfolders
 from kafka_landing.naming import Hour, hour_folder_tag, last_closed_hour, table_dir
 from kafka_landing.store.base import LandingStore
 
@@ -188,6 +188,7 @@ class Behind:
     first_landed_hour: Hour | None  # the first landed (or loaded) hour: where counting starts
     last_closed_hour: Hour | None
     missing: tuple[Hour, ...]  # closed hours from first_landed_hour on with nothing loaded, oldest first
+    pending: int = 0  # hours waiting for a (re)load: marked, not given up
 
     @property
     def hours(self) -> int:
@@ -206,5 +207,13 @@ def hours_behind(landed: Iterable[Hour], loaded: Iterable[Hour], now: datetime, 
     first = Hour(min(known))
     missing = [h for h in (first.plus(n) for n in range(last.number - first.number + 1)) if h not in loaded]
     return Behind(first, last, tuple(missing))
+
+
+def table_behind(store: LandingStore, loaded: Iterable[Hour], dataset: str, table: str, now: datetime,
+                 grace_minutes: int) -> Behind:
+    """`hours_behind` of one table, from its done files' listing, with its pending loads counted
+    (two listings, no read)."""
+    behind = hours_behind(landed_hours(store, dataset, table), loaded, now, grace_minutes)
+    return replace(behind, pending=len(list_pending(store, dataset, table)))
 
 

@@ -233,6 +233,7 @@ class TickPlan:
     moved: list[tuple[LoadUnit, str, str]] = field(default_factory=list)  # (unit, reason, why) moved aside now
     refused: list[tuple[LoadUnit, str]] = field(default_factory=list)  # skipped: refused (for good or until a time)
     given_up: dict[str, list[LoadUnit]] = field(default_factory=dict)  # table -> units given up on (all of them)
+    given_up_why: dict[str, tuple[LoadUnit, str]] = field(default_factory=dict)  # table -> one of them, and why
     not_taken: dict[str, list[tuple[LoadUnit, str]]] = field(default_factory=dict)  # table -> (unit, why)
     gone: dict[str, list[LoadUnit]] = field(default_factory=dict)  # table -> units whose done file is gone
     listed: list[LoadUnit] = field(default_factory=list)  # every marked unit of the kind taken
@@ -335,6 +336,9 @@ def tick(store: LandingStore, kind: Kind, runs_of: Callable[[Sequence[PendingLoa
         if markers.give_up(store, u, a.seen, a.sha, a.why, a.runs):
             plan.moved.append((u, a.reason, a.why))
             plan.given_up.setdefault(u.name, []).append(u)
+    moved = {u.name: (u, why) for u, _, why in reversed(plan.moved)}
+    for name, units in plan.given_up.items():  # one example per table, for its warning: read only if none moved now
+        plan.given_up_why[name] = moved.get(name) or (units[0], markers.given_up_why(markers.given_up(store, units[0])))
     plan.groups = list(planned.groups[:MAX_REQUESTS_PER_TICK])
     plan.more_ready = max(0, len(planned.groups) - MAX_REQUESTS_PER_TICK)
     return plan

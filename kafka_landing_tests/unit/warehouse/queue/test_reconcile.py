@@ -12,6 +12,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kafka_landing.handoff.manifests import landed_hours
 from kafka_landing.handoff.markers import (
     Marks,
     TableHour,
@@ -19,7 +20,6 @@ from kafka_landing.handoff.markers import (
     content_sha,
     give_up,
     given_up_why,
-    landed_hours,
     list_pending,
     mark_pending,
     marker_path,
