@@ -7,7 +7,10 @@ Dagster may retry the run (`hours.failure` sets `allow_retries`).
 Terminal: everything else (what the data, the config or a warehouse says, a
 bug). It fails the same way until its input changes, so it fails fast: never
 waited on in a step, never re-requested by the sensor until the done file
-changes or a person re-materialises.
+changes or a person re-materialises. A write under a lock refused because
+another holder took the lock over and has written that object since
+(`store.base.LockTakenOver`) is terminal too: the attempt ran past its lease,
+the newer holder's work stands, and writing it again would only overwrite it.
 
 `is_transient` decides it, here and nowhere else; `hours.failure` turns any
 error into a Dagster `Failure` through it. Pure: no Dagster, no Spark.

@@ -205,8 +205,7 @@ def next_manifest(store: LandingStore, held: HeldLock, dataset: str, table: str,
         previous_amended_at=latest.amended_at if latest else None,
         created_at=latest.created_at if latest and latest.created_at else now.isoformat(timespec="seconds"),
     )
-    held.fence()
-    store.write_atomic(manifest.path, manifest.to_bytes())
+    held.write_atomic(manifest.path, manifest.to_bytes())
     return manifest, True, seen
 
 

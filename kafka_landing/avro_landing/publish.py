@@ -38,8 +38,7 @@ from kafka_landing.store.base import HeldLock, LandingStore
 def _remove_unlisted(store: LandingStore, rel_dir: str, listed: set[str], held: HeldLock) -> None:
     for rel in store.list(rel_dir, "*.avro"):
         if rel not in listed:
-            held.fence()
-            store.delete(rel)
+            held.delete(rel)
 
 
 def keep_rejected_dead_letters(store: LandingStore, plan: SlicePlan, dead: list[Staged], dl: DeadLetters,
@@ -68,15 +67,15 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
     tables = {t: sorted((s for s in good if s.table == t), key=lambda s: s.rel) for t in cfg.tables}
     feeds = [(cfg.dataset, t) for t in cfg.tables]
     with store.lock(publish_lock_path(plan.topic, plan.hour)) as held:
+        # Every commit through `held`: a holder that lost the lock stops there, and never overwrites
+        # or deletes what the holder after it wrote (N9).
         for s in [*dead, *(s for mine in tables.values() for s in mine)]:
-            held.fence()  # before each commit: a holder that lost the lock meanwhile stops here (N9)
-            store.move(s.src, s.rel)  # same name, same rows as a previous attempt's file
+            held.move(s.src, s.rel)  # same name, same rows as a previous attempt's file
         crash_point("landing:files_moved")
         manifest_rel = dead_letter_manifest_path(plan.topic, hour)
         retired = _retired(store, plan.topic, hour, store.read_json(manifest_rel), feeds)
-        held.fence()
-        store.write_json_atomic(manifest_rel, {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **asdict(dl),
-                                               "tables": [list(t) for t in feeds], "retired": [list(t) for t in retired]})
+        held.write_json_atomic(manifest_rel, {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **asdict(dl),
+                                              "tables": [list(t) for t in feeds], "retired": [list(t) for t in retired]})
         landed_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         slice_info = {
             "manifest": slice_manifest_path(plan.topic, hour), "records": plan.records,
@@ -98,8 +97,7 @@ def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[S
             if cfg.event_granularity:  # before the done file: no crash leaves a changed event partition unmarked
                 mark_event_partitions(store, done[table], content_sha(content), _readable(store, rel),
                                       cfg.event_granularity)
-            held.fence()
-            store.write_atomic(rel, content)
+            held.write_atomic(rel, content)
             mark_pending(store, rel, content)  # the bytes just written: no second read of the bucket
             crash_point("landing:done_written")
         for dataset, table in retired:
@@ -184,7 +182,6 @@ def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, atte
         # Its event-time table held the hour's records too: re-version the partitions they were in, so
         # they leave that table as they leave this one (before the done file, as publish marks them).
         mark_event_partitions(store, content, content_sha(body), before, granularity)
-    held.fence()
+    held.fence()  # the marker is the pending lock's write: still ours before marking for our done file
     mark_pending(store, rel, body)
-    held.fence()
-    store.write_atomic(rel, body)
+    held.write_atomic(rel, body)

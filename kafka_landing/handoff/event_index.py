@@ -53,8 +53,7 @@ def mark_event_partitions(store: LandingStore, done: DoneFile, sha: str, before:
     body = json.dumps({"sha256": sha, "marked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     with store.lock(event_lock_path(done.dataset, table)) as held:
         for p in touched:
-            held.fence()
-            store.write_atomic(event_source_path(done.dataset, table, p, done.hour), body.encode())
+            held.write_atomic(event_source_path(done.dataset, table, p, done.hour), body.encode())
     markers.mark(store, [event_unit(done.dataset, table, p) for p in touched],
                  done_file_path(done.dataset, table, done.hour), sha)
     return touched

@@ -153,12 +153,10 @@ def mark(store: LandingStore, units: Sequence[LoadUnit], done_file: str, content
             for u in mine:
                 rel = marker_path(u, hour)
                 body = json.dumps({"unit": u.kind, "done_file": done_file, "sha256": sha, "marked_at": _now()})
-                held.fence()
-                store.write_atomic(rel, body.encode())
+                held.write_atomic(rel, body.encode())
                 for stale in (given_up_path(u), refusal_path(u.kind, u.dataset, u.table, u.partition)):
                     if store.exists(stale):  # new content: what failed or was given up on may pass now
-                        held.fence()
-                        store.delete(stale)
+                        held.delete(stale)
                 out.append(rel)
     return out
 
@@ -217,9 +215,8 @@ def refuse(store: LandingStore, unit: LoadUnit, marks: Marks, why: str, heals_at
     record = {"sha256": identity(unit, marks), "why": why[:4000], "at": _now(),
               **({"heals_at": heals_at.isoformat(timespec="seconds")} if heals_at else {})}
     with store.lock(_lock(unit)) as held:
-        held.fence()
-        store.write_atomic(refusal_path(unit.kind, unit.dataset, unit.table, unit.partition),
-                           json.dumps(record).encode())
+        held.write_atomic(refusal_path(unit.kind, unit.dataset, unit.table, unit.partition),
+                          json.dumps(record).encode())
 
 
 def refusal(store: LandingStore, unit: LoadUnit, marks: Marks, marker: dict | None = None) -> Refusal | None:
@@ -250,13 +247,12 @@ def clear(store: LandingStore, unit: LoadUnit, seen: Marks | Mapping[str, str | 
         now = marks_of(store, unit).by_hour
         for hour, sha in now.items():
             if hour in seen and seen[hour] == sha:
-                held.fence()
-                store.delete(marker_path(unit, hour))
+                # Under a lock that stays ours: a marker a later holder rewrote (new content) is not deleted.
+                held.delete(marker_path(unit, hour))
                 removed += 1
         for stale in (given_up_path(unit), refusal_path(unit.kind, unit.dataset, unit.table, unit.partition)):
             if store.exists(stale):
-                held.fence()
-                store.delete(stale)
+                held.delete(stale)
     return removed
 
 
@@ -284,11 +280,9 @@ def give_up(store: LandingStore, unit: LoadUnit, seen: Marks, sha: str, why: str
             record = {**(read_marker(store, unit) or {}), **record, "done_file": unit.done_file}
         else:
             record["marks"] = dict(seen.by_hour)
-        held.fence()
-        store.write_atomic(given_up_path(unit), json.dumps(record).encode())
+        held.write_atomic(given_up_path(unit), json.dumps(record).encode())
         if unit.kind == HOUR:
-            held.fence()
-            store.delete(marker_path(unit))
+            held.delete(marker_path(unit))
         return True
 
 

@@ -114,8 +114,8 @@ def freeze_slice(
         )
         crash_point("slices:before_manifest")
         data = json.dumps(plan.to_dict(), indent=2, sort_keys=True).encode()
-        held.fence()  # planned against what was frozen when we read it: only if no other planner ran since
-        if not store.create_exclusive(slice_manifest_path(cfg.topic, hour), data):
+        # Planned against what was frozen when we read it: only if no other planner took the lock since.
+        if not held.create_exclusive(slice_manifest_path(cfg.topic, hour), data):
             return frozen_slice(store, cfg.topic, hour), False  # type: ignore[return-value]
         return plan, True
 

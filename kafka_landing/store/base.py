@@ -9,10 +9,15 @@ The contracts each backend keeps (see `local.py`, `gcs.py`):
 - `write_atomic`: a reader sees the old content or the new, never half of it.
 - `create_exclusive`: first writer wins (freezing slice manifests).
 - `lock`: one holder at a time; a holder that dies loses it (a flock dies with
-  its process, a bucket lock object has a lease). The block gets a `HeldLock`:
-  call its `fence()` right before each create, replace or delete the lock
-  protects, so a holder that lost the lock meanwhile (a lease lapsed while it
-  stalled, and someone took it over) raises `LockLost` instead of committing.
+  its process, a bucket lock object has a lease). The block gets a `HeldLock`
+  and makes every create, replace or delete the lock protects through it
+  (`held.write_atomic`, `held.create_exclusive`, `held.move`, `held.delete`),
+  never through the store: the held lock fences the write itself, so a holder
+  that lost the lock (a lease lapsed while it stalled, and someone took it
+  over) cannot overwrite or delete what the holder after it wrote, even when
+  it stalled between its check and its write (`gcs.py` says how on a bucket).
+  `fence()` alone is the check, for a change the store cannot make conditional
+  (a BigQuery job).
 - `move`: a finished file put in place under its final name, replacing one of
   the same name; the source is gone afterwards.
 Pure: no Dagster, no Spark.
@@ -36,15 +41,55 @@ STAGING_MAX_AGE_SECONDS = 24 * 3600
 class LockLost(ServiceUnavailable, RuntimeError):
     """The lock is no longer ours (a lease lapsed while held and someone else took it over, or
     the lock object or file was removed): the block did not run alone. Raised by a fence before
-    the commit it guards, or when the block ends. Retrying the whole operation is safe."""
+    the commit it guards, or when the block ends, with nothing of the holder after it overwritten.
+    Retrying the whole operation is safe."""
+
+
+class LockTakenOver(LockLost):
+    """A write under a lock refused because another holder took the lock over and has written
+    (or replaced) the object since: this attempt ran past the end of its lease, and what the
+    holder after it wrote stands. Terminal for this attempt (`errors.py`): it must not write
+    the same thing again over the newer holder's work, blindly or after a backoff; whatever
+    is still to do is that holder's (or a later run's, from what the landing root says then)."""
+
+    transient = False
 
 
 class HeldLock:
-    """What `LandingStore.lock` gives the block. Its `fence()` costs at most one metadata read:
-    call it at the commit points only, right before each change the lock protects."""
+    """What `LandingStore.lock` gives the block: the lock's check (`fence`) and the writes it
+    protects, each fenced. This default checks, then writes through the store (a flock, which
+    no one else can take while its holder lives however long it stalls); a bucket's lock makes
+    the write itself conditional (`gcs._HeldLock`)."""
+
+    store: LandingStore
 
     def fence(self) -> None:
-        """Raise `LockLost` unless the lock is still held by this holder."""
+        """Raise `LockLost` unless the lock is still held by this holder. At most one metadata
+        read. On its own only before a change the store cannot make conditional (a BigQuery
+        job); a change in the landing root goes through the methods below."""
+
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        """`store.write_atomic`, fenced."""
+        self.fence()
+        self.store.write_atomic(rel, data)
+
+    def write_json_atomic(self, rel: str, obj: dict) -> None:
+        self.write_atomic(rel, json.dumps(obj, indent=2, sort_keys=True).encode())
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """`store.create_exclusive`, fenced: False if the object exists (whoever wrote it)."""
+        self.fence()
+        return self.store.create_exclusive(rel, data)
+
+    def move(self, src_rel: str, rel: str) -> None:
+        """`store.move`, fenced: the replace of `rel` is the commit (the source is staging)."""
+        self.fence()
+        self.store.move(src_rel, rel)
+
+    def delete(self, rel: str) -> None:
+        """`store.delete`, fenced."""
+        self.fence()
+        self.store.delete(rel)
 
 
 class LandingStore(ABC):
@@ -169,4 +214,4 @@ class LandingStore(ABC):
     @contextlib.contextmanager
     def lock(self, rel: str) -> Iterator[HeldLock]:
         """Hold the lock `rel` for the block; a crashed holder cannot keep it forever. The block
-        calls `fence()` on what it gets right before each commit the lock protects."""
+        makes each change the lock protects through what it gets (`HeldLock`), not the store."""

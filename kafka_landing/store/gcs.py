@@ -6,17 +6,51 @@ A bucket has no rename, no hard link and no flock, so each contract of
   `write_atomic` is one upload;
 - `ifGenerationMatch=0` creates only if absent: `create_exclusive`, and taking a lock;
 - `ifGenerationMatch=<generation>` changes only the version one has seen: renewing,
-  taking over and releasing a lock;
+  taking over and releasing a lock, and every write made under a lock (below);
 - `move` is a server-side rewrite (copy) and then a delete of the source: not
   atomic, and need not be, since landing files are immutable and a move repeated
   after a crash copies the same bytes again.
 A lock is an object holding its holder and a lease, renewed by a daemon thread
 while held, so a holder that dies (SIGKILL, a lost machine) loses it one lease
 after its last renewal. A holder that merely stalled past its lease (the bucket
-unreachable for its renewals, a paused process) may find the lock taken over:
-its `fence()`, called right before each commit the lock protects, reads the lock
-object (one metadata GET) and raises `LockLost` unless it is still this holder's
-and its lease has not run out. Pure: no Dagster, no Spark.
+unreachable for its renewals, a paused process, a preempted VM) may find the
+lock taken over, and may not know it yet when it writes.
+
+Fencing: the write itself, not a check before it. Each acquisition's fencing
+token is the lock object's generation when it was taken: GCS generations of one
+object name only grow (microsecond timestamps, "monotonically increasing across
+writes"), so whoever takes the lock later, by takeover or after a release, has
+a larger one. Every write made under the lock goes through the held lock
+(`_HeldLock.write_atomic`, `create_exclusive`, `move`, `delete`), which
+1. reads the target's metadata (one GET): if a later holder of this lock wrote
+   it (the token it left in the object's custom metadata is larger), stops with
+   `LockTakenOver` (terminal: the newer holder's object stands);
+2. checks the lock object is still its own with a live lease (`fence()`, one
+   GET: the early stop, `LockLost`, transient, nothing of anyone's touched);
+3. makes the write conditional on the generation read in 1 (`ifGenerationMatch`;
+   0: it must be absent), stamping the object with its lock, token and holder.
+   A 412 says the object changed since 1: back to 1. So a holder whose stall
+   fell between its checks and its write is refused by GCS itself, and learns
+   from the stamp who took over.
+That is Kleppmann's fencing token ("How to do distributed locking") checked by
+the storage, per object, with GCS's own compare-and-swap as the check; readers
+need to know nothing of it. The generation alone (compare-and-swap on what the
+holder last saw) would not do: a stale holder that reads after the newer holder
+wrote sees a generation that matches; the token alone would not either: checked
+by the writer before its write, it is check-then-act again. Together: a holder
+that lost its lock never overwrites or deletes what a later holder of the same
+lock wrote. What no per-object precondition gives: a stale write to an object no
+later holder has written yet (creating an absent one, replacing one only earlier
+holders wrote) still lands if the stall falls after 2; the later holder
+replaces it when it writes it (the stamp says it is older), and what such a
+write can do is bounded by the protocols over the landing root (docs/
+operations.md, "How the contracts hold on a bucket", lists each one).
+Weighed and not chosen: a compose of the content with the lock object as a
+source under `ifGenerationMatch` (a compose is the one request GCS conditions on
+another object) would fence creates too, but not deletes (a delete has no
+source); it needs a zero-length lock object, costs an upload, a compose and a
+delete per write, makes every file a composite object, and the emulator ignores
+compose preconditions, so it could not be tested. Pure: no Dagster, no Spark.
 """
 
 from __future__ import annotations
@@ -44,7 +78,7 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 
 from kafka_landing.avro_files import count_records_in, offset_range_in
 from kafka_landing.errors import ServiceUnavailable
-from kafka_landing.store.base import HeldLock, LandingStore, LockLost
+from kafka_landing.store.base import HeldLock, LandingStore, LockLost, LockTakenOver
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +89,20 @@ _AVRO_READ_CHUNK = 8 * 1024 * 1024
 _AVRO_HEADER_CHUNK = 256 * 1024  # ranged reads are 256 KiB-aligned; a schema longer than that reads on
 
 
+# What a write under a lock leaves in the object's custom metadata: the lock (its object name),
+# the fencing token of the holder that wrote it (the lock object's generation when that holder
+# took it) and the holder, for messages.
+FENCE_LOCK, FENCE_TOKEN, FENCE_HOLDER = "kafka_landing_lock", "kafka_landing_token", "kafka_landing_holder"
+_WRITE_TRIES = 5  # an object changed by a writer outside the lock this many times in a row: give up
+
+
 class LockTimeout(ServiceUnavailable, TimeoutError):
     """Waited the whole timeout for a lock a live holder keeps renewing."""
+
+
+class WriteContended(ServiceUnavailable):
+    """A write under a lock whose object kept changing between our read and our conditional write,
+    each time by a writer that is no later holder of the lock (one outside it): nothing written."""
 
 
 def _parse_root(root: str) -> tuple[str, str]:
@@ -464,13 +510,22 @@ class GcsStore(LandingStore):
                            f"Another holder may have run at the same time; retry the operation.")
 
 
+def _generation(blob: storage.Blob | None) -> int:
+    """What `ifGenerationMatch` says of a version just read: its generation, or 0 for "absent"."""
+    return int(blob.generation) if blob is not None else 0
+
+
 class _HeldLock(HeldLock):
     """A lock while held: a daemon thread renews its lease with `ifGenerationMatch` on its
     own version, so it notices (and stops) when anyone else has taken it over; `fence()`
-    checks the same right before a commit, since the thread only notices at its next renewal."""
+    checks the same right before a commit, since the thread only notices at its next renewal;
+    the writes it makes are conditional on their object's generation and stamped with this
+    acquisition's fencing token (the module's docstring says why)."""
 
     def __init__(self, store: GcsStore, name: str, holder: str, generation: int):
         self.store, self.name, self.holder, self.generation = store, name, holder, generation
+        self.token = generation  # this acquisition's fencing token; renewals change `generation` only
+        self._stamp = {FENCE_LOCK: name, FENCE_TOKEN: str(generation), FENCE_HOLDER: holder}
         self.uri = f"gs://{store.bucket_name}/{name}"
         self.lost: str | None = None
         self._stop = threading.Event()
@@ -498,6 +553,120 @@ class _HeldLock(HeldLock):
         if self.lost:
             raise LockLost(f"lock {self.uri} was lost while held by {self.holder}: {self.lost}. Another holder may "
                            "be running; nothing was committed past this point. Retry the operation.")
+
+    # --- the writes the lock protects -------------------------------------------------------
+
+    def _later_holder(self, blob: storage.Blob | None) -> str | None:
+        """The holder that wrote `blob` under this lock after this one took it, or None if none did
+        (absent, written by this holder or an earlier one, under another lock, or under none)."""
+        meta = (blob.metadata or {}) if blob is not None else {}
+        if meta.get(FENCE_LOCK) != self.name:
+            return None
+        try:
+            token = int(meta.get(FENCE_TOKEN, ""))
+        except ValueError:
+            return None
+        return (meta.get(FENCE_HOLDER) or "another holder") if token > self.token else None
+
+    def _current(self, rel: str, what: str) -> storage.Blob | None:
+        """The object as it stands (None: absent) if the lock is still ours (`fence()`); LockTakenOver if
+        a later holder of the lock wrote it (checked first: it says more than "the lock was lost")."""
+        blob = self.store.bucket.get_blob(self.store._name(rel))
+        later = self._later_holder(blob)
+        if later is None:
+            self.fence()
+            return blob
+        self.lost = self.lost or f"taken over by {later}"
+        log.error("lock %s lost while held by %s: %s wrote %s since", self.uri, self.holder, later,
+                  self.store.location(rel))
+        raise LockTakenOver(
+            f"{what} {self.store.location(rel)} refused: lock {self.uri} was taken over by {later} after the "
+            f"lease of {self.holder} ran out (it stalled or could not renew), and that holder has written "
+            f"{self.store.location(rel)} since. What it wrote stands; this write was not made, and this attempt "
+            "stops here and must not make it again: what is left to do is the new holder's (or a later run's, "
+            "from the landing root as it is then).")
+
+    def _conditional(self, rel: str, what: str, write) -> None:
+        """`write(blob)`: one request conditional on the version `blob` of `rel` just checked (None:
+        it must be absent). A 412 says the object changed since: check it again, and again."""
+        for _ in range(_WRITE_TRIES):
+            blob = self._current(rel, what)
+            try:
+                write(blob)
+                return
+            except gexc.PreconditionFailed:
+                continue  # changed since it was read: by a later holder (refused above) or outside the lock
+        raise WriteContended(f"{what} {self.store.location(rel)} under lock {self.uri}: the object changed "
+                             f"{_WRITE_TRIES} times between reading it and writing it, each time by a writer that "
+                             "does not take the lock; nothing was written, try again later")
+
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        name = self.store._name(rel)
+
+        def upload(blob: storage.Blob | None) -> None:
+            target = self.store.bucket.blob(name)
+            target.metadata = dict(self._stamp)
+            # A retried upload that had gone through answers 412: read again, it is ours, write it again.
+            target.upload_from_string(data, content_type=self.store._content_type(rel),
+                                      if_generation_match=_generation(blob), retry=DEFAULT_RETRY)
+
+        self._conditional(rel, "replacing", upload)
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Absent objects only, as the store's, stamped: False if it exists, LockTakenOver if a later
+        holder of the lock made it (this holder lost the lock, and learns it here)."""
+        self.fence()
+        target = self.store.bucket.blob(self.store._name(rel))
+        target.metadata = dict(self._stamp)
+        try:
+            target.upload_from_string(data, content_type=self.store._content_type(rel), if_generation_match=0)
+            return True
+        except gexc.PreconditionFailed:
+            # Also the answer when a retried request had in fact created it: then it is ours, and no
+            # later holder's; the caller reads what is there.
+            self._current(rel, "creating")
+            return False
+
+    def move(self, src_rel: str, rel: str) -> None:
+        src = self.store._get(src_rel)
+        name = self.store._name(rel)
+        if src.name == name:
+            self.fence()
+            return  # onto itself: a copy and a delete would lose it
+
+        def rewrite(blob: storage.Blob | None) -> None:
+            dst = self.store.bucket.blob(name)
+            dst.metadata = {**(src.metadata or {}), **self._stamp}
+            dst.content_type = src.content_type
+            token = None
+            while True:  # large objects take several rewrite calls, each under the same conditions
+                token, _, _ = dst.rewrite(src, token=token, if_generation_match=_generation(blob),
+                                          if_source_generation_match=src.generation, retry=DEFAULT_RETRY)
+                if token is None:
+                    break
+
+        self._conditional(rel, "moving a file onto", rewrite)
+        try:
+            src.delete(if_generation_match=src.generation)  # staging: no one else's
+        except gexc.NotFound:
+            pass  # a retried delete that had gone through
+
+    def delete(self, rel: str) -> None:
+        """An object, or everything under a folder, each delete conditional on the version checked."""
+        store = self.store
+        rels = [rel] if store._name(rel) else []
+        rels += [store._rel(b.name) for b in store.client.list_blobs(store.bucket, prefix=store._dir(rel))]
+
+        def remove(blob: storage.Blob | None) -> None:
+            if blob is None:
+                return  # absent is fine
+            try:
+                store.bucket.blob(blob.name).delete(if_generation_match=blob.generation)
+            except gexc.NotFound:
+                pass  # removed meanwhile (or a retried delete that had gone through)
+
+        for one in rels:
+            self._conditional(one, "deleting", remove)
 
     def _renew_loop(self) -> None:
         wait = self.store.renew_seconds

@@ -3,7 +3,12 @@
 Atomicity from the file system: `write_atomic` renames a fsynced temporary file
 over the target, `create_exclusive` hard-links (which fails if the target
 exists), `lock` is a flock that dies with its process; its fence checks that the lock file is
-still the one locked (removed and created again, it is someone else's). Pure: no Dagster, no Spark.
+still the one locked (removed and created again, it is someone else's). A flock has no lease:
+its holder keeps it however long it stalls, so no other holder can take it over between the
+check and the write, and the held lock's writes are the check and then the store's write
+(`base.HeldLock`). The one way to lose it is its file being removed (by hand, a sweep): that
+stays check-then-act, since a file system has no write conditional on another file.
+Pure: no Dagster, no Spark.
 """
 
 from __future__ import annotations
@@ -153,7 +158,7 @@ class LocalStore(LandingStore):
         with open(p, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
-                yield _HeldFlock(p, f.fileno())
+                yield _HeldFlock(self, p, f.fileno())
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
@@ -162,8 +167,8 @@ class _HeldFlock(HeldLock):
     """A flock holds while its process lives, but only on the file it locked: once that file is
     removed (by hand, a sweep), the next locker creates and locks a new one beside us."""
 
-    def __init__(self, path: Path, fd: int):
-        self.path, self.fd = path, fd
+    def __init__(self, store: LocalStore, path: Path, fd: int):
+        self.store, self.path, self.fd = store, path, fd
 
     def fence(self) -> None:
         mine = os.fstat(self.fd)

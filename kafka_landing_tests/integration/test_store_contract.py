@@ -5,6 +5,7 @@ on is checked by one test body run on a local folder (LocalStore) and on a gs://
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -577,6 +578,165 @@ def test_a_planner_stalled_past_its_lease_freezes_nothing(gcs_store_factory):
         assert not planner.exists(slice_manifest_path(cfg.topic, BASE + ONE_HOUR))
     finally:
         finish.set()
+
+
+# --- a holder stalled between its check and its write (N9) -------------------------------------
+
+STALE = dict(lease_seconds=1.0, renew_seconds=0.25)  # the holder that stalls: its lease lapses in a second
+
+
+@contextlib.contextmanager
+def stalled_at(request: str, name: str, meanwhile):
+    """The first `request` ("upload", "delete" or "rewrite") the client sends for object `name` runs
+    `meanwhile()` first: whoever makes it stalled right before it, after every check it made (a GC
+    pause, a preempted VM). Yields a list that says whether it ran."""
+    from google.cloud.storage import Blob
+
+    method = {"upload": "upload_from_string", "delete": "delete", "rewrite": "rewrite"}[request]
+    original, ran = getattr(Blob, method), []
+
+    def stalled(self, *args, **kwargs):
+        if self.name == name and not ran:
+            ran.append(request)
+            meanwhile()
+        return original(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Blob, method, stalled)
+        yield ran
+
+
+def taken_over(stalled_store, lock: str, taker, then=None):
+    """What happens while a holder of `lock` on `stalled_store` is stalled: its renewals stop too
+    (the process is paused), its lease runs out, `taker` takes the lock over and, holding it, runs
+    `then(held)`, then releases it. With no `then`: `taker` is a function that takes the lock itself."""
+
+    def unreachable(*_a, **_kw):
+        raise ConnectionError("the holder is stalled: no renewal leaves it")
+
+    def meanwhile() -> None:
+        stalled_store._write_lock = unreachable
+        if then is None:
+            taker()
+            return
+        with taker.lock(lock) as theirs:
+            then(theirs)
+
+    return meanwhile
+
+
+def _says_taken_over(err, store, rel: str, lock: str) -> None:
+    from kafka_landing.errors import is_transient
+    from kafka_landing.store.base import LockTakenOver
+
+    assert isinstance(err, LockTakenOver), repr(err)
+    msg = str(err)
+    assert store.location(rel) in msg and store.location(lock) in msg and "taken over by" in msg, msg
+    assert not is_transient(err)  # terminal for this attempt: it does not write it again
+
+
+def test_a_holder_stalled_between_its_check_and_its_write_leaves_the_next_holders_write(gcs_store_factory):
+    """N9: the check passes, the holder stalls past its lease before the upload leaves, another holder
+    takes the lock over and writes the same object. The stale upload is conditional on the version
+    the holder checked: refused (by the emulator's own precondition), terminal, naming the object,
+    the lock and the takeover; the next holder's write stands."""
+    holder = gcs_store_factory(**STALE)
+    taker = gcs_store_factory(**LEASE, wait_timeout_seconds=20)
+    lock, rel = "locks/s.lock", "out/s.json"
+    holder.write_atomic(rel, b"before both")
+    meanwhile = taken_over(holder, lock, taker, lambda theirs: theirs.write_atomic(rel, b"the next holder's"))
+    with stalled_at("upload", f"landing/{rel}", meanwhile) as ran, pytest.raises(Exception) as err:
+        with holder.lock(lock) as held:
+            held.write_atomic(rel, b"the stale holder's")
+    assert ran, "the write never stalled: the test tests nothing"
+    assert holder.read_bytes(rel) == b"the next holder's"
+    _says_taken_over(err.value, holder, rel, lock)
+
+
+def test_a_holder_stalled_before_creating_what_the_next_holder_created_learns_it_lost_the_lock(gcs_store_factory):
+    """create_exclusive under a lock creates only what is absent, as the store's: the next holder's
+    object stays, and the stale holder is told why (False would say "someone was first")."""
+    holder = gcs_store_factory(**STALE)
+    taker = gcs_store_factory(**LEASE, wait_timeout_seconds=20)
+    lock, rel = "locks/c.lock", "out/c.json"
+    meanwhile = taken_over(holder, lock, taker, lambda theirs: theirs.create_exclusive(rel, b"the next holder's"))
+    with stalled_at("upload", f"landing/{rel}", meanwhile) as ran, pytest.raises(Exception) as err:
+        with holder.lock(lock) as held:
+            held.create_exclusive(rel, b"the stale holder's")
+    assert ran and holder.read_bytes(rel) == b"the next holder's"
+    _says_taken_over(err.value, holder, rel, lock)
+    with taker.lock(lock) as held:  # an object that exists, made by no later holder: False, as ever
+        assert held.create_exclusive(rel, b"again") is False
+
+
+@pytest.mark.parametrize("request_", ["delete", "rewrite"])
+def test_a_holder_stalled_before_a_delete_or_a_move_leaves_the_next_holders_object(strict_gcs_store_factory,
+                                                                                   request_):
+    """As above for a delete and a move (a rewrite onto the target), on a server that enforces their
+    preconditions as GCS does (the emulator ignores them: `StrictPreconditions`)."""
+    holder = strict_gcs_store_factory(**STALE)
+    taker = strict_gcs_store_factory(**LEASE, wait_timeout_seconds=20)
+    lock, rel = "locks/d.lock", "out/d.avro"
+    holder.write_atomic(rel, b"before both")
+    holder.write_atomic("staging/mine.avro", b"the stale holder's")
+    meanwhile = taken_over(holder, lock, taker, lambda theirs: theirs.write_atomic(rel, b"the next holder's"))
+    with stalled_at(request_, f"landing/{rel}", meanwhile) as ran, pytest.raises(Exception) as err:
+        with holder.lock(lock) as held:
+            if request_ == "delete":
+                held.delete(rel)
+            else:
+                held.move("staging/mine.avro", rel)
+    assert ran, "the request never stalled: the test tests nothing"
+    assert holder.read_bytes(rel) == b"the next holder's"
+    _says_taken_over(err.value, holder, rel, lock)
+
+
+def test_a_publisher_stalled_before_its_done_file_leaves_the_next_landing_of_the_hour(gcs_store_factory):
+    """N9 end to end: attempt a1 publishes an hour, moves its files and stalls right before writing
+    the done file; its lease lapses, attempt a2 re-lands the hour (taking the publish lock over) and
+    publishes all of it. a1's done file must not replace a2's: a2's done file, marker and files stay."""
+    from kafka_landing.avro_landing.publish import publish
+    from kafka_landing.config import TopicConfig
+    from kafka_landing.handoff.manifests import content_sha
+    from kafka_landing.handoff.markers import TableHour, marker_path
+    from kafka_landing.naming import done_file_path, hour_from_tag, publish_lock_path
+    from kafka_landing_tests.unit.store.test_base import HOUR, NO_DEAD, PLAN, staged
+
+    stale = gcs_store_factory(**STALE)
+    other = gcs_store_factory(**LEASE, wait_timeout_seconds=20)
+    cfg = TopicConfig("web", "w", table="events")
+    done = done_file_path("w", "events", hour_from_tag(HOUR))
+    mine, theirs = [staged(stale, "events", "p0.avro", "a1")], [staged(other, "events", "p0.avro", "a2")]
+    meanwhile = taken_over(stale, publish_lock_path("web", hour_from_tag(HOUR)),
+                           lambda: publish(other, cfg, PLAN, theirs, [], NO_DEAD, 2, "a2"))
+    with stalled_at("upload", f"landing/{done}", meanwhile) as ran, pytest.raises(Exception) as err:
+        publish(stale, cfg, PLAN, mine, [], NO_DEAD, 2, "a1")
+    assert ran, "the publish never stalled: the test tests nothing"
+    assert stale.read_json(done)["attempt"] == "a2"
+    assert stale.read_json(marker_path(TableHour(HOUR, "w", "events")))["sha256"] == content_sha(stale.read_bytes(done))
+    assert [stale.read_bytes(f["path"]) for f in stale.read_json(done)["files"]] == [b"avro bytes of a2"]
+    _says_taken_over(err.value, stale, done, publish_lock_path("web", hour_from_tag(HOUR)))
+
+
+def test_a_loader_stalled_before_clearing_a_marker_leaves_the_new_one(strict_gcs_store_factory):
+    """N9, the loss it would be: a load saw marker content A and clears it under the table's pending
+    lock, but stalls right before the delete; a re-land meanwhile takes the lock over and marks new
+    content B. Deleting now would drop B's marker and B would never be loaded: the delete is refused."""
+    from kafka_landing.handoff.manifests import content_sha
+    from kafka_landing.handoff.markers import TableHour, clear_pending, mark_pending, marker_path
+    from kafka_landing.naming import pending_lock_path
+
+    loader = strict_gcs_store_factory(**STALE)
+    publisher = strict_gcs_store_factory(**LEASE, wait_timeout_seconds=20)
+    done = "tables/shop/orders/hour=2026-11-20T13/_DONE.json"
+    marker = marker_path(TableHour("2026-11-20T13", "shop", "orders"))
+    mark_pending(publisher, done, b"A")
+    meanwhile = taken_over(loader, pending_lock_path("shop", "orders"), lambda: mark_pending(publisher, done, b"B"))
+    with stalled_at("delete", f"landing/{marker}", meanwhile) as ran, pytest.raises(Exception) as err:
+        clear_pending(loader, done, content_sha(b"A"))
+    assert ran, "the clear never stalled: the test tests nothing"
+    assert loader.read_json(marker)["sha256"] == content_sha(b"B")
+    _says_taken_over(err.value, loader, marker, pending_lock_path("shop", "orders"))
 
 
 HOLDER_SCRIPT = """

@@ -39,7 +39,8 @@ from kafka_landing.kafka_slices.plan import (
     UnknownTopicError,
 )
 from kafka_landing.naming import ONE_HOUR, NameError_, floor_hour, hour_key
-from kafka_landing.store.gcs import LockLost, LockTimeout
+from kafka_landing.store.base import LockTakenOver
+from kafka_landing.store.gcs import LockLost, LockTimeout, WriteContended
 from kafka_landing.handoff.manifests import DoneFileMismatch
 from kafka_landing.warehouse.load import LoadError, LoadResult, Warehouse, load_done_file
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
@@ -47,8 +48,9 @@ from kafka_landing_tests.sensor_ticks import daemon_tick, publish_hour
 
 TERMINAL = [LandingError, DeadLetterLimitExceeded, LoadError, IncompatibleSchemaError, DoneFileMismatch,
             TopicConfigError, SchemaError, FramingError, AvroFileError, NameError_, NothingWritten, PlanningError,
-            HourNotClosedError, UnknownTopicError, RetentionGapError, LogRewoundError, FutureTimestampError]
-TRANSIENT = [ServiceUnavailable, KafkaUnavailable, LockLost, LockTimeout]
+            HourNotClosedError, UnknownTopicError, RetentionGapError, LogRewoundError, FutureTimestampError,
+            LockTakenOver]
+TRANSIENT = [ServiceUnavailable, KafkaUnavailable, LockLost, LockTimeout, WriteContended]
 
 
 @pytest.mark.parametrize("cls", TERMINAL, ids=lambda c: c.__name__)

@@ -320,8 +320,7 @@ class Jobs:
         if not listed:  # the table's first job today: the counts of two days ago are done with
             held.fence()
             store.sweep(load_jobs_root(target.dataset, target.table), "day=*/*", JOB_COUNTS_KEPT_SECONDS)
-        held.fence()
-        store.create_exclusive(f"{today}/{jid}", b"")
+        held.create_exclusive(f"{today}/{jid}", b"")
         return len(listed) + (f"{today}/{jid}" not in listed)
 
     def today(self, dataset: str, table: str) -> int:

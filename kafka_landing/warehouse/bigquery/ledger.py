@@ -54,8 +54,7 @@ class Ledger:
         return [rel.rsplit("/", 1)[-1] for rel in self.store.list(folder, pattern)]
 
     def write(self, held: HeldLock, path: str, record: dict) -> None:
-        held.fence()
-        self.store.write_json_atomic(path, {**record, "loaded_at": _now()})
+        held.write_json_atomic(path, {**record, "loaded_at": _now()})
 
     def running(self, path: str) -> dict | None:
         """The job the record names as started last ({"job_id", "sha256", "started_at"}), if any."""
@@ -68,19 +67,16 @@ class Ledger:
         """Record the job before it is started and waited for: a loader that times out or is killed
         leaves it running, and the next load of the partition must find it (`running`)."""
         base = previous if previous else {} if previous is None else {"sha256": None}  # unreadable stays "loaded"
-        held.fence()
-        self.store.write_json_atomic(path, {**base, RUNNING: {"job_id": jid, "sha256": sha, "started_at": _now()}})
+        held.write_json_atomic(path, {**base, RUNNING: {"job_id": jid, "sha256": sha, "started_at": _now()}})
 
     def clear_running(self, held: HeldLock, path: str) -> None:
         """The job ended without a recorded load (it failed, or was refused): the record says again
         what it said before, so a failed first load leaves the partition unloaded."""
         record = self.read(path)
         if record is None:
-            held.fence()
-            self.store.delete(path)
+            held.delete(path)
         elif RUNNING in record:
-            held.fence()
-            self.store.write_json_atomic(path, {k: v for k, v in record.items() if k != RUNNING})
+            held.write_json_atomic(path, {k: v for k, v in record.items() if k != RUNNING})
 
 
 __all__ = ["RUNNING", "Ledger", "load_record"]

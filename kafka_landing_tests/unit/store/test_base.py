@@ -1,7 +1,10 @@
-"""N9: every change a lock protects is fenced. Publishing an hour and freezing a slice call the
-held lock's `fence()` right before each create, replace or delete they make under it, so a
-holder that lost the lock meanwhile stops before its next commit (the stall itself, on a
-bucket and a local folder, is tested in integration/test_store_contract.py)."""
+"""N9: every change a lock protects is fenced. Publishing an hour, freezing a slice, the load queue
+and the BigQuery ledger make each create, replace or delete under a lock through the held lock
+(`held.write_atomic`, `create_exclusive`, `move`, `delete`), which checks the lock first (recorded
+here as a fence right before the commit), so a holder that lost the lock meanwhile stops before
+its next commit. On a bucket the write itself is conditional too: a holder stalled between the
+check and the write is refused (unit/store/test_gcs.py; on the emulator and end to end,
+integration/test_store_contract.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.kafka_slices.plan import PartitionSlice, SlicePlan
 from kafka_landing.handoff.manifests import DeadLetters, LandedFile
 from kafka_landing.naming import ONE_HOUR, dead_letter_dir, done_file_path, hour_from_tag, table_hour_dir
-from kafka_landing.store.base import LockLost
+from kafka_landing.store.base import HeldLock, LockLost
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.mem_log import BASE, DATA, NOW, MemLog, at
 
@@ -62,7 +65,9 @@ class Recording(LocalStore):
         super().delete(rel)
 
 
-class _Probe:
+class _Probe(HeldLock):
+    """The held lock, its check recorded: its writes are the base ones (the check, then the store's write)."""
+
     def __init__(self, store: Recording, held):
         self.store, self.held = store, held
 
@@ -89,19 +94,20 @@ def unfenced(events, lock_prefix: str) -> list[tuple[str, ...]]:
     return bad
 
 
-def _staged(store: LocalStore, table: str, name: str) -> Staged:
+def staged(store, table: str, name: str, attempt: str = "att") -> Staged:
+    """A file of `attempt` staged for publishing as `name` of `table` in PLAN's hour (any store)."""
     rel = f"{table_hour_dir('w', table, hour_from_tag(HOUR))}/{name}"
-    src = f"staging/web/hour={HOUR}/att/{table}-{name}"
-    store.write_atomic(src, b"avro bytes")
+    src = f"staging/web/hour={HOUR}/{attempt}/{table}-{name}"
+    store.write_atomic(src, f"avro bytes of {attempt}".encode())
     return Staged(src, rel, LandedFile(rel, 1, 10, 0, 5, 5, 1), HOUR, table)
 
 
 def _land_then_reland(store: Recording) -> None:
     """A first landing fed table `old` (and left a file the re-land does not list in `events`);
     the re-land feeds `events` only: moves, manifest, done file, retiring `old`, removals."""
-    publish(store, TopicConfig("web", "w", table="old"), PLAN, [_staged(store, "old", "p0.avro")], [], NO_DEAD, 2, "a1")
+    publish(store, TopicConfig("web", "w", table="old"), PLAN, [staged(store, "old", "p0.avro")], [], NO_DEAD, 2, "a1")
     store.write_atomic(f"{table_hour_dir('w', 'events', hour_from_tag(HOUR))}/stale.avro", b"x")
-    good = [_staged(store, "events", "p0.avro"), _staged(store, "events", "p1.avro")]
+    good = [staged(store, "events", "p0.avro"), staged(store, "events", "p1.avro")]
     store.events.clear()
     publish(store, TopicConfig("web", "w", table="events"), PLAN, good, [], NO_DEAD, 2, "a2")
 
@@ -120,7 +126,7 @@ def test_every_commit_of_publish_is_fenced(tmp_path):
 
 def test_a_publisher_that_lost_its_lock_stops_before_its_next_commit(tmp_path):
     store = Recording(tmp_path)
-    good = [_staged(store, "events", "p0.avro"), _staged(store, "events", "p1.avro")]
+    good = [staged(store, "events", "p0.avro"), staged(store, "events", "p1.avro")]
     store.lose_after_fences = 1  # lost while moving: the second file and everything after stay unpublished
     with pytest.raises(LockLost):
         publish(store, TopicConfig("web", "w", table="events"), PLAN, good, [], NO_DEAD, 2, "a1")
