@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -303,26 +303,30 @@ def subfolders(store: LandingStore, rel_dir: str) -> list[str]:
     return [n for n in store.subdirs(rel_dir) if not n.startswith("_")]
 
 
-def _tables(store: LandingStore, root: str, only: Iterable[tuple[str, str]] | None) -> list[tuple[str, str]]:
+def _tables(store: LandingStore, root: str, only: Iterable[tuple[str, str]] | None,
+            keep: Callable[[str, str], bool] | None = None) -> list[tuple[str, str]]:
     if only is not None:
-        return sorted(set(only))
-    return [(d, t) for d in subfolders(store, root) if IDENTIFIER.match(d)
-            for t in subfolders(store, f"{root}/{d}") if IDENTIFIER.match(t)]
+        found = sorted(set(only))
+    else:
+        found = [(d, t) for d in subfolders(store, root) if IDENTIFIER.match(d)
+                 for t in subfolders(store, f"{root}/{d}") if IDENTIFIER.match(t)]
+    return [(d, t) for d, t in found if keep is None or keep(d, t)]
 
 
 def list_units(store: LandingStore, kind: str = HOUR, tables: Iterable[tuple[str, str]] | None = None,
-               given_up: bool = False) -> list[LoadUnit]:
-    """Every unit of `kind` with a marker (of `tables` if given; `given_up`: those given up on
-    instead), oldest first. Listings only: one per table (an event table's is one walk)."""
+               given_up: bool = False, keep: Callable[[str, str], bool] | None = None) -> list[LoadUnit]:
+    """Every unit of `kind` with a marker (of `tables` if given, and of those `keep` keeps;
+    `given_up`: those given up on instead), oldest first. Listings only: one per table kept (an
+    event table's is one walk)."""
     out = []
     if kind == HOUR:
-        for dataset, table in _tables(store, pending_dir(given_up), tables):
+        for dataset, table in _tables(store, pending_dir(given_up), tables, keep):
             for rel in store.list(pending_dir(given_up, dataset, table), "hour=*.json"):
                 if hour := hour_folder_tag(rel.rsplit("/", 1)[-1]):
                     out.append(hour_unit(dataset, table, hour))
         return sorted(out)
     root = EVENT_GIVEN_UP_DIR if given_up else EVENT_PENDING_DIR
-    for dataset, table in _tables(store, root, tables):
+    for dataset, table in _tables(store, root, tables, keep):
         if given_up:
             names = {rel.rsplit("/", 1)[-1][:-5] for rel in store.list(f"{root}/{dataset}/{table}", "*.json")}
         else:

@@ -277,8 +277,8 @@ def tick(store: LandingStore, kind: Kind, runs_of: Callable[[Sequence[PendingLoa
         return clock() >= started + seconds
 
     tables = kind.listed_tables()
-    listed = markers.list_units(store, kind.kind, tables)
-    given_up = {u for u in markers.list_units(store, kind.kind, tables, given_up=True)}
+    listed = markers.list_units(store, kind.kind, tables, keep=kind.takes_table)  # no listing of another's tables
+    given_up = {u for u in markers.list_units(store, kind.kind, tables, given_up=True, keep=kind.takes_table)}
     candidates = []
     for u in listed:
         if not kind.takes_table(u.dataset, u.table):

@@ -173,3 +173,19 @@ def test_units_of_tables_the_kind_does_not_take_are_left_alone(tmp_path):
     plan = queue.tick(store, not_a_partition, no_runs)
     assert plan.groups == [] and list(plan.not_taken) == ["shop.t"]
     assert hour_unit("shop", "t", "2026-01-31T13") in plan.listed
+
+
+def test_the_retired_tables_tick_lists_no_configured_tables_markers(tmp_path):
+    """A year of a configured event table's markers costs the retired-table tick nothing: it walks
+    only the folders of tables in no topic config (one listing of the tables first)."""
+    store = CountingStore(tmp_path)
+    a_year_of_event_markers(store)
+    hour = datetime(2026, 2, 1, 10, tzinfo=timezone.utc)
+    store.write_atomic(event_pending_path("shop", "clicks", "2026-02-01", hour), json.dumps({"sha256": "s"}).encode())
+    walked = []
+    walk = store.walk
+    store.walk = lambda rel_dir, suffix="": walked.append(rel_dir) or walk(rel_dir, suffix)
+    plan = queue.tick(store, queue.EventPartitions({("shop", "orders")}, retired=True), no_runs, clock=store.clock)
+    assert [str(u) for u in plan.listed] == ["shop.clicks__by_event 2026-02-01"]
+    assert walked == ["pending_event_loads/shop/clicks"], walked
+    assert [g.loads[0].unit for g in plan.groups] == [event_unit("shop", "clicks", "2026-02-01")]
