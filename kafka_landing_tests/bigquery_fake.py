@@ -31,13 +31,29 @@ purpose:
 - a table partitioned on a column ("time-unit column partitioning", on a
   TIMESTAMP, DATE or DATETIME column): each row goes to the partition of its
   value (UTC; NULL -> __NULL__, before 1960 or after 2159 -> __UNPARTITIONED__),
-  and a decorator load whose rows fall outside the decorated partition fails
+  a decorator load whose rows fall outside the decorated partition fails
   ("the partition ID specified in the decorator must match the data being
-  written", "Managing partitioned table data");
-  schema changes follow the documented update rules;
-- BigQuery's quotas ("Quotas and limits"): a load that would add a partition to a
-  table holding 10,000 fails; a table's load jobs past 1,500 in 24 hours fail
-  (quotaExceeded; failed jobs count too). Tests may lower both;
+  written", "Managing partitioned table data"), and a decorator outside
+  1960-01-01..2159-12-31 names no partition: a load, copy or delete through it
+  fails; schema changes follow the documented update rules;
+- BigQuery's quotas and limits ("Quotas and limits"): a load job naming more than
+  10,000 source URIs is refused by jobs.insert (400 "Too many sources provided");
+  a load that would add a partition to a table holding 10,000 fails; a table's
+  load jobs past 1,500 in any 24 hours (a rolling window, by the fake's `clock`)
+  fail (quotaExceeded; failed jobs count too). Tests may lower each;
+- copy jobs (`configuration.copy`, JobConfigurationTableCopy: sourceTable(s),
+  destinationTable, writeDisposition, default WRITE_EMPTY, createDisposition):
+  a partition into a partition of a table of the same partitioning, or an
+  unpartitioned table into a partition ("Copying tables into partitions") or
+  over a whole unpartitioned table; the source schema must equal the
+  destination's (BigQuery documents no schema update for copies, so the fake
+  refuses any difference); rows of a table partitioned on a column must fall in
+  the decorated partition;
+- tables.patch of the schema ("Modifying table schemas": columns added NULLABLE
+  or REPEATED, REQUIRED relaxed to NULLABLE, nothing else) and the expiration,
+  refused (412) when the If-Match etag is not the table's now (every change of a
+  table's data or schema gives it a new etag); a table past its
+  `expirationTime` is gone;
 - a multi-file Avro load reads every file through one reader schema (the
   reference file's, else the alphabetically last file's) by Avro schema
   resolution, checked as the Avro specification words it and stricter where
@@ -82,9 +98,10 @@ _FIELDS: dict[str, tuple[set[str], set[str]]] = {
                  "isCaseInsensitive", "defaultCollation", "storageBillingModel", "maxTimeTravelHours", "tags",
                  "resourceTags", "restrictions"}),
     "datasetReference": ({"projectId", "datasetId"}, set()),
-    "table": ({"tableReference", "schema", "timePartitioning", "labels", "description", "friendlyName"},
+    "table": ({"tableReference", "schema", "timePartitioning", "labels", "description", "friendlyName",
+               "expirationTime"},
               {"kind", "etag", "id", "selfLink", "rangePartitioning", "clustering", "requirePartitionFilter",
-               "partitionDefinition", "numBytes", "numRows", "creationTime", "expirationTime", "lastModifiedTime",
+               "partitionDefinition", "numBytes", "numRows", "creationTime", "lastModifiedTime",
                "type", "view", "materializedView", "externalDataConfiguration", "biglakeConfiguration", "location",
                "encryptionConfiguration", "snapshotDefinition", "defaultCollation", "defaultRoundingMode",
                "cloneDefinition", "maxStaleness", "tableConstraints", "resourceTags", "tableReplicationInfo",
@@ -99,8 +116,11 @@ _FIELDS: dict[str, tuple[set[str], set[str]]] = {
             {"kind", "etag", "id", "selfLink", "user_email", "statistics", "status", "principal_subject",
              "jobCreationReason"}),
     "jobReference": ({"projectId", "jobId", "location"}, set()),
-    "configuration": ({"load", "labels", "jobType"},
-                      {"query", "copy", "extract", "dryRun", "jobTimeoutMs", "reservation", "maxSlots"}),
+    "configuration": ({"load", "copy", "labels", "jobType"},
+                      {"query", "extract", "dryRun", "jobTimeoutMs", "reservation", "maxSlots"}),
+    # JobConfigurationTableCopy (REST reference, jobs): one source table or several, into one destination
+    "copy": ({"sourceTable", "sourceTables", "destinationTable", "writeDisposition", "createDisposition"},
+             {"operationType", "destinationExpirationTime", "destinationEncryptionConfiguration"}),
     "load": ({"sourceUris", "sourceFormat", "destinationTable", "writeDisposition", "createDisposition",
               "useAvroLogicalTypes", "schemaUpdateOptions", "timePartitioning", "schema", "decimalTargetTypes",
               "referenceFileSchemaUri"},
@@ -132,6 +152,7 @@ _PARAMS = {
     "tables.get": ({"prettyPrint"}, {"selectedFields", "view", "fields"}),
     "tables.insert": ({"prettyPrint"}, {"fields"}),
     "tables.delete": ({"prettyPrint"}, set()),
+    "tables.patch": ({"prettyPrint"}, {"autodetect_schema", "fields"}),
     "jobs.insert": ({"prettyPrint"}, {"fields"}),
     # google-cloud-bigquery sends projection=full on jobs.get (a jobs.list parameter the API also takes here)
     "jobs.get": ({"prettyPrint", "location", "projection"}, {"fields"}),
@@ -142,7 +163,8 @@ PERMISSIONS = {
     "datasets.get": "bigquery.datasets.get", "datasets.insert": "bigquery.datasets.create",
     "datasets.delete": "bigquery.datasets.delete", "datasets.list": "bigquery.datasets.get",
     "tables.get": "bigquery.tables.get", "tables.insert": "bigquery.tables.create",
-    "tables.delete": "bigquery.tables.delete", "jobs.insert": "bigquery.jobs.create",
+    "tables.delete": "bigquery.tables.delete", "tables.patch": "bigquery.tables.update",
+    "jobs.insert": "bigquery.jobs.create",
     "jobs.get": "bigquery.jobs.get", "jobs.query": "bigquery.jobs.create",
 }
 _DECORATOR_DIGITS = {"HOUR": 10, "DAY": 8, "MONTH": 6, "YEAR": 4}
@@ -168,6 +190,11 @@ _COERCIONS = {("INTEGER", "NUMERIC"), ("INTEGER", "BIGNUMERIC"), ("INTEGER", "FL
               ("NUMERIC", "FLOAT"), ("BIGNUMERIC", "FLOAT")}
 
 
+# Time-unit column partitioning has partitions for 1960-01-01 to 2159-12-31 ("Partitioned tables"):
+# rows outside go to __UNPARTITIONED__, and no decorator names a partition outside.
+FIRST_YEAR, LAST_YEAR = 1960, 2159
+
+
 def _column_partition(value, kind: str) -> str:
     """The partition of a row's partitioning column value: UTC, NULL -> __NULL__, outside 1960-2159
     -> __UNPARTITIONED__ ("Partitioned tables": time-unit column partitioning)."""
@@ -175,7 +202,7 @@ def _column_partition(value, kind: str) -> str:
         return "__NULL__"
     if isinstance(value, datetime) and value.tzinfo is not None:
         value = value.astimezone(timezone.utc)
-    if not 1960 <= value.year <= 2159:
+    if not FIRST_YEAR <= value.year <= LAST_YEAR:
         return "__UNPARTITIONED__"
     return value.strftime(_DECORATOR_FORMAT[kind])
 
@@ -193,8 +220,9 @@ class ApiError(Exception):
     """An HTTP error answer, in Google's error shape."""
 
     STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ALREADY_EXISTS",
-              501: "NOT_IMPLEMENTED"}
-    REASON = {400: "invalid", 403: "accessDenied", 404: "notFound", 409: "duplicate", 501: "notImplemented"}
+              412: "FAILED_PRECONDITION", 501: "NOT_IMPLEMENTED"}
+    REASON = {400: "invalid", 403: "accessDenied", 404: "notFound", 409: "duplicate", 412: "conditionNotMet",
+              501: "notImplemented"}
 
     def __init__(self, code: int, message: str):
         super().__init__(message)
@@ -384,6 +412,38 @@ def _evolve(table: list[dict], new: list[dict], options: set[str], label: str, p
     return out
 
 
+def _patched(old: list[dict], new: list[dict], label: str, path: str = "") -> None:
+    """Raise unless tables.patch may set schema `new` on a table of schema `old`: every column kept
+    with its type, its mode kept or relaxed from REQUIRED to NULLABLE; new columns not REQUIRED."""
+    have = {f["name"].lower(): f for f in new}
+    for o in old:
+        full, n = f"{path}{o['name']}", have.get(o["name"].lower())
+        if n is None:
+            raise ApiError(400, f"Provided Schema does not match Table {label}. Field {full} is missing in new schema")
+        if n["type"] != o["type"]:
+            raise ApiError(400, f"Provided Schema does not match Table {label}. Field {full} has changed type from "
+                                f"{o['type']} to {n['type']}")
+        om, nm = o.get("mode", "NULLABLE"), n.get("mode", "NULLABLE")
+        if om != nm and (om, nm) != ("REQUIRED", "NULLABLE"):
+            raise ApiError(400, f"Provided Schema does not match Table {label}. Field {full} has changed mode from "
+                                f"{om} to {nm}")
+        if o["type"] == "RECORD":
+            _patched(o.get("fields", []), n.get("fields", []), label, f"{full}.")
+    before = {o["name"].lower() for o in old}
+    for n in new:
+        if n["name"].lower() not in before and n.get("mode", "NULLABLE") == "REQUIRED":
+            raise ApiError(400, f"Provided Schema does not match Table {label}. Cannot add required fields to an "
+                                f"existing schema. (field: {path}{n['name']})")
+
+
+def _same_schema(a: list[dict], b: list[dict]) -> bool:
+    """The same columns in the same order, of the same types and modes (names compared as BigQuery
+    compares them, case-insensitively)."""
+    def key(fields):
+        return [(f["name"].lower(), f["type"], f.get("mode", "NULLABLE"), key(f.get("fields", []))) for f in fields]
+    return key(a) == key(b)
+
+
 def _project_row(record: dict, fields: list[dict], where: str):
     """A decoded record read with the load schema: by name, missing columns null (or refused if REQUIRED)."""
     row = {}
@@ -553,16 +613,26 @@ def _ms(t: float) -> str:
     return str(int(t * 1000))
 
 
+def _destination(job: dict) -> dict:
+    config = job["configuration"]
+    return (config.get("load") or config.get("copy"))["destinationTable"]
+
+
 class FakeBigQuery:
     """State and behaviour; `start()` serves it on 127.0.0.1 for google-cloud-bigquery."""
 
     def __init__(self, read_object: Callable[[str], bytes], *, default_location: str = "US",
-                 running_polls: int = 0, max_partitions: int = 10_000, max_load_jobs_per_day: int = 1_500):
+                 running_polls: int = 0, max_partitions: int = 10_000, max_load_jobs_per_day: int = 1_500,
+                 max_source_uris: int = 10_000, clock: Callable[[], float] = time.time):
         self.read_object = read_object
         self.default_location = default_location
-        #: BigQuery's quotas: partitions per table; load jobs per table per day, failed ones included
+        #: BigQuery's quotas and limits: partitions per table; load jobs per table over any 24 hours,
+        #: failed ones included; source URIs per load job
         self.max_partitions = max_partitions
         self.max_load_jobs_per_day = max_load_jobs_per_day
+        self.max_source_uris = max_source_uris
+        #: the fake's time (seconds since the epoch): the quota's 24 hours and tables' expiration
+        self.clock = clock
         self.load_jobs: dict[tuple[str, str, str], list[float]] = {}  # (project, dataset, table) -> job start times
         #: jobs.get answers RUNNING this many times before a job runs (0: jobs.insert runs it)
         self.running_polls = running_polls
@@ -626,7 +696,7 @@ class FakeBigQuery:
             def _serve(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                status, body = fake.handle(self.command, self.path, raw)
+                status, body = fake.handle(self.command, self.path, raw, dict(self.headers.items()))
                 data = json.dumps(body).encode() if body is not None else b""
                 self.send_response(status)
                 if data:
@@ -672,16 +742,18 @@ class FakeBigQuery:
         ("POST", r"/projects/(?P<p>[^/]+)/datasets/(?P<d>[^/]+)/tables", "tables.insert"),
         ("GET", r"/projects/(?P<p>[^/]+)/datasets/(?P<d>[^/]+)/tables/(?P<t>[^/]+)", "tables.get"),
         ("DELETE", r"/projects/(?P<p>[^/]+)/datasets/(?P<d>[^/]+)/tables/(?P<t>[^/]+)", "tables.delete"),
+        ("PATCH", r"/projects/(?P<p>[^/]+)/datasets/(?P<d>[^/]+)/tables/(?P<t>[^/]+)", "tables.patch"),
         ("POST", r"/projects/(?P<p>[^/]+)/jobs", "jobs.insert"),
         ("GET", r"/projects/(?P<p>[^/]+)/jobs/(?P<j>[^/]+)", "jobs.get"),
         ("POST", r"/projects/(?P<p>[^/]+)/queries", "jobs.query"),
     ]
 
-    def handle(self, verb: str, target: str, raw: bytes) -> tuple[int, dict | None]:
+    def handle(self, verb: str, target: str, raw: bytes, headers: dict | None = None) -> tuple[int, dict | None]:
         url = urlsplit(target)
         path = url.path
         params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         with self._lock:
+            self._expire()
             try:
                 if not path.startswith(API_PREFIX):
                     raise ApiError(404, f"Not found: {path} is not a BigQuery v2 path")
@@ -704,6 +776,8 @@ class FakeBigQuery:
                     except ValueError:
                         raise ApiError(400, "Invalid JSON payload received.") from None
                 args = {k: unquote(v) for k, v in m.groupdict().items()}
+                if method == "tables.patch":
+                    args["if_match"] = {k.lower(): v for k, v in (headers or {}).items()}.get("if-match")
                 return getattr(self, "_" + method.replace(".", "_"))(body=body, params=params, **args)
             except ApiError as exc:
                 return exc.code, exc.body()
@@ -733,7 +807,7 @@ class FakeBigQuery:
                                 "and must be at most 1024 characters long.")
         if (p, d) in self.datasets:
             raise ApiError(409, f"Already Exists: Dataset {p}:{d}")
-        now = _ms(time.time())
+        now = _ms(self.clock())
         resource = {"kind": "bigquery#dataset", "id": f"{p}:{d}", "datasetReference": {"projectId": p, "datasetId": d},
                     "location": body.get("location") or self.default_location, "creationTime": now,
                     "lastModifiedTime": now, "etag": uuid.uuid4().hex,
@@ -773,7 +847,7 @@ class FakeBigQuery:
     def _new_table(self, p, d, t, schema: list[dict], partitioning: dict | None, extra: dict) -> dict:
         if not re.fullmatch(r"[\w-]{1,1024}", t):
             raise ApiError(400, f"Invalid table ID \"{t}\".")
-        now = _ms(time.time())
+        now = _ms(self.clock())
         resource = {"kind": "bigquery#table", "id": f"{p}:{d}.{t}", "etag": uuid.uuid4().hex,
                     "tableReference": {"projectId": p, "datasetId": d, "tableId": t}, "type": "TABLE",
                     "creationTime": now, "lastModifiedTime": now, "location": self.datasets[(p, d)]["location"],
@@ -803,8 +877,56 @@ class FakeBigQuery:
                     _partition_column(schema, partitioning, f"{p}:{d}.{t}")
                 except JobFailed as exc:
                     raise ApiError(400, exc.message) from None
-        table = self._new_table(p, d, t, schema, partitioning,
-                                {k: body[k] for k in ("labels", "description", "friendlyName") if k in body})
+        extra = {k: body[k] for k in ("labels", "description", "friendlyName") if k in body}
+        if "expirationTime" in body:
+            extra["expirationTime"] = self._expiration(body["expirationTime"])
+        table = self._new_table(p, d, t, schema, partitioning, extra)
+        return 200, self._table_resource(table)
+
+    @staticmethod
+    def _expiration(value) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.isdigit():
+            raise ApiError(400, f"Invalid value for expirationTime: {value!r} (milliseconds since the epoch)")
+        return value
+
+    def _expire(self) -> None:
+        """Tables past their expirationTime are deleted, as BigQuery deletes them."""
+        now = self.clock() * 1000
+        for key in [k for k, t in self.tables.items()
+                    if t["resource"].get("expirationTime") and int(t["resource"]["expirationTime"]) <= now]:
+            del self.tables[key]
+
+    def _touch(self, table: dict) -> None:
+        """A change of the table's data or schema: a new etag, as BigQuery gives one."""
+        table["resource"]["lastModifiedTime"] = _ms(self.clock())
+        table["resource"]["etag"] = uuid.uuid4().hex
+
+    def _tables_patch(self, p, d, t, body, params, if_match=None):
+        """tables.patch of the schema ("Modifying table schemas": add NULLABLE or REPEATED columns,
+        nested ones too, relax REQUIRED to NULLABLE; nothing else) and of the expiration."""
+        _check_fields(body, "table", "table")
+        if "$" in t:
+            raise ApiError(400, f"Invalid table ID \"{t}\": tables.patch takes a table, not a partition")
+        table = self._table(p, d, t)
+        if if_match is not None and if_match != table["resource"]["etag"]:
+            raise ApiError(412, "Precondition check failed.")
+        other = set(body) - {"schema", "expirationTime", "tableReference"}
+        if other:
+            raise ApiError(501, f"bigquery_fake does not implement tables.patch of {sorted(other)}")
+        if "schema" in body:
+            new = _check_schema_fields(_check_fields(body["schema"], "schema", "table.schema").get("fields", []),
+                                       "table.schema.fields")
+            _patched(table["schema"], new, f"{p}:{d}.{t}")
+            table["schema"] = new
+        if "expirationTime" in body:
+            when = self._expiration(body["expirationTime"])
+            if when is None:
+                table["resource"].pop("expirationTime", None)
+            else:
+                table["resource"]["expirationTime"] = when
+        self._touch(table)
         return 200, self._table_resource(table)
 
     def _partition_id(self, table: dict, label: str, decorator: str) -> str:
@@ -818,6 +940,12 @@ class FakeBigQuery:
         if not ok:
             raise JobFailed("invalid", f"Invalid partition decorator ${decorator} for table {label} partitioned by "
                                        f"{kind}")
+        field = table["resource"]["timePartitioning"].get("field")
+        if field and not FIRST_YEAR <= ok.year <= LAST_YEAR:
+            raise JobFailed("invalid", f"Invalid partition decorator ${decorator} for table {label}: a table "
+                                       f"partitioned on column {field} has partitions for {FIRST_YEAR}-01-01 to "
+                                       f"{LAST_YEAR}-12-31 only (rows outside are in __UNPARTITIONED__, which no "
+                                       "decorator names)")
         return decorator
 
     @staticmethod
@@ -859,31 +987,57 @@ class FakeBigQuery:
             raise ApiError(400, f"Invalid job ID \"{job_id}\". Job IDs must be alphanumeric (plus underscores and "
                                 "dashes) and must be at most 1024 characters long.")
         config = _check_fields(body.get("configuration"), "configuration", "job.configuration")
-        if config.get("jobType", "LOAD") != "LOAD" or "load" not in config:
-            raise ApiError(501, "bigquery_fake implements load jobs only")
-        load = self._check_load(config["load"], p)
+        kind = "copy" if "copy" in config else "load"
+        if config.get("jobType", kind.upper()) != kind.upper() or len({"load", "copy"} & set(config)) != 1:
+            raise ApiError(501, "bigquery_fake implements load and copy jobs only, one configuration per job")
+        spec = self._check_load(config["load"], p) if kind == "load" else self._check_copy(config["copy"])
         if (p, job_id) in self.jobs:  # job ids are unique in a project, whatever the location
             location = self.jobs[(p, job_id)]["resource"]["jobReference"]["location"]
             raise ApiError(409, f"Already Exists: Job {p}:{location}.{job_id}")
-        dest = load["destinationTable"]
+        dest = spec["destinationTable"]
         location = ref.get("location") or (self.datasets.get((p, dest["datasetId"])) or {}).get("location") \
             or self.default_location
-        started = self.load_jobs.setdefault((p, dest["datasetId"], dest["tableId"].partition("$")[0]), [])
-        started.append(time.time())
-        over_quota = sum(t > time.time() - 86_400 for t in started) > self.max_load_jobs_per_day
-        now = _ms(time.time())
+        over_quota = False
+        if kind == "load":  # "Load jobs per table per day", counted over any 24 hours, failed ones included
+            started = self.load_jobs.setdefault((p, dest["datasetId"], dest["tableId"].partition("$")[0]), [])
+            started.append(self.clock())
+            over_quota = sum(t > self.clock() - 86_400 for t in started) > self.max_load_jobs_per_day
+        now = _ms(self.clock())
         resource = {"kind": "bigquery#job", "etag": uuid.uuid4().hex, "id": f"{p}:{location}.{job_id}",
                     "jobReference": {"projectId": p, "jobId": job_id, "location": location},
-                    "configuration": {**config, "jobType": "LOAD"}, "user_email": "fake@kafka-landing.test",
+                    "configuration": {**config, "jobType": kind.upper()}, "user_email": "fake@kafka-landing.test",
                     "status": {"state": "RUNNING"}, "statistics": {"creationTime": now, "startTime": now}}
         job = {"resource": resource, "polls_left": self.running_polls, "over_quota": over_quota}
         self.overlaps += [(j, job_id) for (proj, j), other in self.jobs.items() if proj == p
                           and other["resource"]["status"]["state"] != "DONE"
-                          and other["resource"]["configuration"]["load"]["destinationTable"] == dest]
+                          and _destination(other["resource"]) == dest]
         self.jobs[(p, job_id)] = job
         if job["polls_left"] <= 0:
             self._run(job)
         return 200, resource
+
+    def _check_copy(self, copy) -> dict:
+        """JobConfigurationTableCopy: `sourceTable` or `sourceTables`, `destinationTable` (required),
+        `writeDisposition` (WRITE_TRUNCATE, WRITE_APPEND, WRITE_EMPTY: the default), `createDisposition`."""
+        _check_fields(copy, "copy", "job.configuration.copy")
+        if "sourceTable" in copy and "sourceTables" in copy:
+            raise ApiError(400, "Only one of sourceTable and sourceTables may be specified")
+        sources = copy.get("sourceTables") if "sourceTables" in copy else [copy.get("sourceTable")]
+        if not isinstance(sources, list) or not sources or sources == [None]:
+            raise ApiError(400, "Copy configuration must specify a source table")
+        for i, src in enumerate(sources):
+            _check_fields(src, "tableReference", f"job.configuration.copy.sourceTables[{i}]")
+        if len(sources) != 1:
+            raise ApiError(501, "bigquery_fake implements copies of one source table")
+        dest = _check_fields(copy.get("destinationTable"), "tableReference", "job.configuration.copy.destinationTable")
+        for ref in (*sources, dest):
+            if not all(isinstance(ref.get(k), str) for k in ("projectId", "datasetId", "tableId")):
+                raise ApiError(400, "Copy configuration must name each table by projectId, datasetId and tableId")
+        for key, allowed in (("writeDisposition", {"WRITE_TRUNCATE", "WRITE_APPEND", "WRITE_EMPTY"}),
+                             ("createDisposition", {"CREATE_IF_NEEDED", "CREATE_NEVER"})):
+            if key in copy and copy[key] not in allowed:
+                raise ApiError(400, f"Invalid value for {key}: {copy[key]}")
+        return copy
 
     def _check_load(self, load, p: str) -> dict:
         _check_fields(load, "load", "job.configuration.load")
@@ -892,6 +1046,8 @@ class FakeBigQuery:
         uris = load.get("sourceUris")
         if not isinstance(uris, list) or not uris:
             raise ApiError(400, "Load configuration must specify at least one source URI")
+        if len(uris) > self.max_source_uris:  # "Quotas and limits", load jobs: source URIs per job
+            raise ApiError(400, f"Too many sources provided: {len(uris)}. Limit is {self.max_source_uris}.")
         for uri in uris:
             if not isinstance(uri, str) or not re.fullmatch(r"gs://[^/]+/.+", uri):
                 raise ApiError(400, f"Invalid source URI {uri!r}: expected gs://bucket/object")
@@ -914,9 +1070,9 @@ class FakeBigQuery:
                             (load.get("writeDisposition") == "WRITE_TRUNCATE" and decorated)):
             raise ApiError(400, "Schema update options should only be specified with WRITE_APPEND disposition, or "
                                 "with WRITE_TRUNCATE disposition on a table partition.")
-        if not decorated and load.get("writeDisposition") != "WRITE_TRUNCATE":
+        if not decorated and load.get("writeDisposition") not in ("WRITE_TRUNCATE", "WRITE_APPEND"):
             raise ApiError(501, "bigquery_fake implements loads into a partition decorator (table$YYYYMMDDHH) and "
-                                "WRITE_TRUNCATE of a whole table only")
+                                "WRITE_TRUNCATE or WRITE_APPEND of a whole table only")
         if "timePartitioning" in load:
             _check_fields(load["timePartitioning"], "timePartitioning", "job.configuration.load.timePartitioning")
         if "schema" in load:
@@ -965,16 +1121,21 @@ class FakeBigQuery:
         return 200, job["resource"]
 
     def _run(self, job: dict) -> None:
-        """Run a load job whole: on any failure nothing changes and the job ends DONE with errorResult."""
+        """Run a load or copy job whole: on any failure nothing changes and the job ends DONE with
+        errorResult."""
         resource = job["resource"]
-        load = resource["configuration"]["load"]
+        config = resource["configuration"]
         try:
-            if job.get("over_quota"):
-                dest = load["destinationTable"]
-                raise JobFailed("quotaExceeded", f"Quota exceeded: Your table exceeded quota for imports or query "
-                                                 f"appends per table. Table: {dest['tableId'].partition('$')[0]}")
-            stats = self._load(resource["jobReference"], load)
-            resource["statistics"]["load"] = stats
+            if "copy" in config:
+                resource["statistics"]["copy"] = self._copy(resource["jobReference"], config["copy"])
+            else:
+                load = config["load"]
+                if job.get("over_quota"):
+                    dest = load["destinationTable"]
+                    raise JobFailed("quotaExceeded", f"Quota exceeded: Your table exceeded quota for imports or "
+                                                     f"query appends per table. Table: "
+                                                     f"{dest['tableId'].partition('$')[0]}")
+                resource["statistics"]["load"] = self._load(resource["jobReference"], load)
         except (JobFailed, ApiError) as exc:  # an ApiError here: what the fake cannot load, said by the job
             reason = exc.reason if isinstance(exc, JobFailed) else ApiError.REASON[exc.code]
             error = {"reason": reason, "message": exc.message}
@@ -984,7 +1145,7 @@ class FakeBigQuery:
             resource["status"] = {"state": "DONE", "errorResult": error, "errors": [error]}
         else:
             resource["status"] = {"state": "DONE"}
-        resource["statistics"]["endTime"] = _ms(time.time())
+        resource["statistics"]["endTime"] = _ms(self.clock())
 
     def _load(self, ref: dict, load: dict) -> dict:
         dest = load["destinationTable"]
@@ -1045,10 +1206,11 @@ class FakeBigQuery:
                 raise JobFailed("invalid", f"Incompatible table partitioning specification. Expects partitioning "
                                            f"specification {json.dumps(have)}, but input partitioning specification "
                                            f"is {json.dumps(partitioning)}")
-            if decorator:
+            append = load.get("writeDisposition", "WRITE_APPEND") == "WRITE_APPEND"
+            if decorator or (append and not have):
                 new_schema = _evolve(table["schema"], schema, set(load.get("schemaUpdateOptions", [])), label)
             elif have:
-                raise JobFailed("invalid", f"bigquery_fake does not implement WRITE_TRUNCATE of the whole partitioned "
+                raise JobFailed("invalid", f"bigquery_fake does not implement loads into the whole partitioned "
                                            f"table {label}")
             else:
                 new_schema = schema  # the whole table replaced: its schema is the load's
@@ -1064,21 +1226,96 @@ class FakeBigQuery:
         else:
             pid = self._partition_id(table, label, decorator) if decorator else ""
             self._rows_in(table, rows, pid, label)
-            if rows and pid not in table["partitions"] and len(table["partitions"]) >= self.max_partitions:
-                raise JobFailed("quotaExceeded", f"Quota exceeded: Your table {label} exceeded quota for number of "
-                                                 f"partitions per table: {self.max_partitions}")
+            self._partition_quota(table, pid, rows, label)
             table["schema"] = new_schema
-        if not decorator:
+        truncate = load.get("writeDisposition", "WRITE_APPEND") == "WRITE_TRUNCATE"
+        if not decorator and truncate:
             table["partitions"].clear()
-        if load.get("writeDisposition", "WRITE_APPEND") == "WRITE_TRUNCATE":
+        if truncate:
             table["partitions"][pid] = rows
         else:
             table["partitions"].setdefault(pid, []).extend(rows)
         if not table["partitions"][pid]:
             del table["partitions"][pid]
-        table["resource"]["lastModifiedTime"] = _ms(time.time())
+        self._touch(table)
         return {"inputFiles": str(len(files)), "inputFileBytes": str(size), "outputRows": str(len(rows)),
                 "outputBytes": str(size), "badRecords": "0"}
+
+    def _partition_quota(self, table: dict, pid: str, rows: list, label: str) -> None:
+        if rows and pid not in table["partitions"] and len(table["partitions"]) >= self.max_partitions:
+            raise JobFailed("quotaExceeded", f"Quota exceeded: Your table {label} exceeded quota for number of "
+                                             f"partitions per table: {self.max_partitions}")
+
+    def _located_table(self, ref: dict, job_location: str) -> tuple[tuple[str, str, str], str, dict | None]:
+        """((project, dataset, table), decorator, the table or None) of a job's table reference."""
+        p, d = ref["projectId"], ref["datasetId"]
+        name, _, decorator = ref["tableId"].partition("$")
+        ds = self.datasets.get((p, d))
+        if ds is None:
+            raise JobFailed("notFound", f"Not found: Dataset {p}:{d}")
+        if ds["location"].lower() != job_location.lower():
+            raise JobFailed("notFound", f"Not found: Dataset {p}:{d} was not found in location {job_location}")
+        return (p, d, name), decorator, self.tables.get((p, d, name))
+
+    def _copy(self, ref: dict, copy: dict) -> dict:
+        """A copy job ("Copy tables", "Copying tables into partitions"): the source table, or one of its
+        partitions, into the destination table, or into one of its partitions by decorator. A
+        partitioned source copies into a partitioned destination only with the same partitioning; an
+        unpartitioned source goes into the decorated partition (rows of a table partitioned on a column
+        must fall in it). The schemas must be equal: BigQuery documents no schema update for copies, so
+        the fake refuses any difference. Atomic, like every job."""
+        (sp, sd, sname), sdec, src = self._located_table(copy.get("sourceTables", [copy.get("sourceTable")])[0],
+                                                         ref["location"])
+        slabel = f"{sp}:{sd}.{sname}"
+        if src is None:
+            raise JobFailed("notFound", f"Not found: Table {slabel}")
+        spart = src["resource"].get("timePartitioning")
+        if sdec:
+            rows = list(src["partitions"].get(self._partition_id(src, slabel, sdec), []))
+        else:
+            rows = [r for part in src["partitions"].values() for r in part]
+        (dp, dd, dname), ddec, dest = self._located_table(copy["destinationTable"], ref["location"])
+        dlabel = f"{dp}:{dd}.{dname}"
+        write = copy.get("writeDisposition", "WRITE_EMPTY")
+        if dest is None:
+            if copy.get("createDisposition", "CREATE_IF_NEEDED") == "CREATE_NEVER":
+                raise JobFailed("notFound", f"Not found: Table {dlabel}")
+            if ddec or sdec:
+                raise JobFailed("invalid", f"bigquery_fake does not implement a copy that creates {dlabel} from or "
+                                           "into a partition decorator")
+            new = self._new_table(dp, dd, dname, json.loads(json.dumps(src["schema"])), spart, {})
+            new["partitions"] = {k: list(v) for k, v in src["partitions"].items()}
+            self._touch(new)
+            return {"copiedRows": str(len(rows)), "copiedLogicalBytes": "0"}
+        dpart = dest["resource"].get("timePartitioning")
+        if (spart is not None and not sdec) or (sdec and not ddec) or (dpart and not ddec):
+            raise JobFailed("invalid", f"bigquery_fake implements copies of a whole unpartitioned table into a "
+                                       f"whole unpartitioned table or a partition, and of a partition into a "
+                                       f"partition; not {slabel}{'$' + sdec if sdec else ''} into "
+                                       f"{dlabel}{'$' + ddec if ddec else ''}")
+        if sdec and spart != dpart:
+            raise JobFailed("invalid", f"Partitioning specification must match: {slabel} is partitioned "
+                                       f"{json.dumps(spart)}, {dlabel} {json.dumps(dpart)}")
+        if not _same_schema(src["schema"], dest["schema"]):
+            try:
+                _evolve(dest["schema"], src["schema"], set(), dlabel)
+            except JobFailed:
+                raise
+            raise JobFailed("invalid", f"Provided Schema does not match Table {dlabel}: the copy's source "
+                                       f"{slabel} has columns {[c['name'] for c in src['schema']]}, the table "
+                                       f"{[c['name'] for c in dest['schema']]} (the fake copies only between "
+                                       "equal schemas)")
+        pid = self._partition_id(dest, dlabel, ddec) if ddec else ""
+        self._rows_in(dest, rows, pid, dlabel)
+        held = dest["partitions"].get(pid, [])
+        if write == "WRITE_EMPTY" and held:
+            raise JobFailed("duplicate", f"Already Exists: Table {dlabel}{'$' + ddec if ddec else ''}")
+        self._partition_quota(dest, pid, rows, dlabel)
+        dest["partitions"][pid] = list(rows) if write != "WRITE_APPEND" else held + list(rows)
+        if not dest["partitions"][pid]:
+            del dest["partitions"][pid]
+        self._touch(dest)
+        return {"copiedRows": str(len(rows)), "copiedLogicalBytes": "0"}
 
     # --- the one query answered: a partition's row count from INFORMATION_SCHEMA.PARTITIONS ------
 
@@ -1162,7 +1399,7 @@ class FakeBigQuery:
                     if key is not None and row[key] is not None:
                         row[key] = convert(row[key])
             col["type"] = new
-            table["resource"]["lastModifiedTime"] = _ms(time.time())
+            self._touch(table)
         self.ddl.append(body["query"])
         return 200, {"kind": "bigquery#queryResponse", "jobComplete": True, "cacheHit": False,
                      "jobReference": {"projectId": p, "jobId": f"job_{uuid.uuid4().hex}", "location": location},

@@ -4,7 +4,9 @@ google-cloud-bigquery client over HTTP: no stack, Avro files in memory."""
 from __future__ import annotations
 
 import io
+from contextlib import contextmanager
 from decimal import Decimal
+from typing import Iterator
 
 import fastavro
 import pytest
@@ -269,12 +271,22 @@ def test_a_missing_source_object_fails_the_job(client, fake):
     assert fake.table_state(P, "ds", "t") is None
 
 
-def test_a_running_job_changes_the_table_only_when_done(objects):
-    fake = FakeBigQuery(objects.read, running_polls=2)
-    fake.start()
+@contextmanager
+def serving(objects, **settings) -> Iterator[tuple[FakeBigQuery, bigquery.Client]]:
+    """A started fake of `settings` (FakeBigQuery's: its quotas, its clock) and a client of project P
+    with dataset ds; the fake stopped on leaving."""
+    served = FakeBigQuery(objects.read, **settings)
+    served.start()
     try:
-        client = fake.client(P)
+        client = served.client(P)
         client.create_dataset(bigquery.Dataset(f"{P}.ds"))
+        yield served, client
+    finally:
+        served.stop()
+
+
+def test_a_running_job_changes_the_table_only_when_done(objects):
+    with serving(objects, running_polls=2) as (fake, client):
         objects["gs://b/1.avro"] = avro([A_LONG], [{"a": 1}])
         job = client.load_table_from_uri(["gs://b/1.avro"], f"{P}.ds.t${HOUR_A}", job_id="slow", job_config=config())
         assert job.state == "RUNNING" and fake.table_state(P, "ds", "t") is None
@@ -282,8 +294,6 @@ def test_a_running_job_changes_the_table_only_when_done(objects):
         assert job.state == "RUNNING"
         job.result()
         assert job.state == "DONE" and fake.partition_counts(P, "ds", "t") == {HOUR_A: 1}
-    finally:
-        fake.stop()
 
 
 def test_a_denied_permission_answers_403_naming_it(client, fake, objects):
