@@ -42,14 +42,20 @@ from kafka_landing.errors import KafkaLandingError, error_reason, heals_after, i
 from kafka_landing.handoff.manifests import Manifest
 from kafka_landing.naming import check_identifier, load_jobs_dir, load_jobs_root
 from kafka_landing.store.base import HeldLock, LandingStore
-from kafka_landing.warehouse.bigquery.layout import HOUR, UNPARTITIONED, Target, partition_id
+from kafka_landing.warehouse.bigquery.layout import (
+    HOUR,
+    MAX_PARTITIONS,
+    UNPARTITIONED,
+    LandingTables,
+    Target,
+    partition_id,
+)
 from kafka_landing.warehouse.bigquery.ledger import Ledger
 from kafka_landing.warehouse.bigquery.schema import LoadSchema
 from kafka_landing.warehouse.backend import LoadError
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 JOB_PREFIX = "kafka_landing"
-MAX_PARTITIONS = 10_000  # per table (BigQuery's quotas): 417 days of hours, 27 years of days
 PARTITIONS_WARNING = 9_000  # an HOUR table this full is months from refusing every load
 MAX_LOAD_JOBS = 1_500  # per table and UTC day (BigQuery's quotas), failed jobs included
 LOAD_JOBS_WARNING = 1_200
@@ -96,17 +102,20 @@ def source_uris(store: LandingStore, dones: list[Manifest]) -> list[str]:
 
 
 def job_config(reference: str | None, create: str | None, field: str | None = None,
-               whole_table: bool = False) -> bigquery.LoadJobConfig:
+               whole_table: bool = False, append: bool = False) -> bigquery.LoadJobConfig:
     """`reference`: the reader schema's URI; `create`: the layout of a table the load creates (partitioned
     on column `field`, or by ingestion time); `whole_table`: the load replaces a whole unpartitioned
-    table, schema included, where BigQuery refuses schema update options."""
+    table, schema included, where BigQuery refuses schema update options; `append`: the load adds to
+    what a load before it wrote (a scratch table's later steps), into a table that must exist."""
     config = bigquery.LoadJobConfig(
         source_format=bigquery.SourceFormat.AVRO,
         use_avro_logical_types=True,
-        write_disposition=bigquery.WriteDisposition.WRITE_TRUNCATE,
-        create_disposition=bigquery.CreateDisposition.CREATE_IF_NEEDED,
-        **({} if whole_table else {"schema_update_options": [bigquery.SchemaUpdateOption.ALLOW_FIELD_ADDITION,
-                                                             bigquery.SchemaUpdateOption.ALLOW_FIELD_RELAXATION]}),
+        write_disposition=bigquery.WriteDisposition.WRITE_APPEND if append else
+        bigquery.WriteDisposition.WRITE_TRUNCATE,
+        create_disposition=bigquery.CreateDisposition.CREATE_NEVER if append else
+        bigquery.CreateDisposition.CREATE_IF_NEEDED,
+        **({} if whole_table and not append else {"schema_update_options": [
+            bigquery.SchemaUpdateOption.ALLOW_FIELD_ADDITION, bigquery.SchemaUpdateOption.ALLOW_FIELD_RELAXATION]}),
         # Without it a decimal wider than NUMERIC (scale > 9, or > 29 integer digits) fails the load.
         decimal_target_types=["NUMERIC", "BIGNUMERIC"],
     )
@@ -117,12 +126,13 @@ def job_config(reference: str | None, create: str | None, field: str | None = No
     return config
 
 
-def job_failure(job_id_: str, error: dict, where: str, location: str, earlier: list[dict]) -> Exception:
+def job_failure(job_id_: str, error: dict, where: str, location: str, earlier: list[dict],
+                kind: str = "load") -> Exception:
     """A failed job's errorResult as an error: transient by `errors.transient_reason`, a schema refusal
     as IncompatibleSchemaError, anything else a terminal LoadError."""
     message = error.get("message", "?")
     before = "".join(f"; earlier job {e['job_id']}: {e['why']}" for e in earlier)
-    text = (f"{where}: BigQuery load job {job_id_} failed: {message} (reason {error.get('reason')}){before}. "
+    text = (f"{where}: BigQuery {kind} job {job_id_} failed: {message} (reason {error.get('reason')}){before}. "
             f"Nothing was replaced: {location} holds what it held before, and the landing files are untouched.")
     if transient_reason(error.get("reason")):
         return LoadError(text + " BigQuery was briefly unable to run it: the load is tried again (next job id)",
@@ -146,9 +156,10 @@ def job_failure(job_id_: str, error: dict, where: str, location: str, earlier: l
     return LoadError(text + " Fix the cause and run the load again: it uses the next job id")
 
 
-def quota_warnings(ref: str, target: Target, table: bigquery.Table | None, jobs: int) -> tuple[str, ...]:
+def quota_warnings(ref: str, target: Target, table: bigquery.Table | None, jobs: int,
+                   recreate: str = LandingTables.recreate_by_day) -> tuple[str, ...]:
     """What to know before BigQuery refuses the table's loads: `jobs` started today (`Jobs.run` counts
-    them), and an HOUR table's partitions."""
+    them), and an HOUR table's partitions (`recreate`: how to make the table by DAY)."""
     out = []
     if jobs >= LOAD_JOBS_WARNING:
         out.append(f"{ref}: {jobs} load jobs started today (UTC); BigQuery refuses the table's loads past "
@@ -158,8 +169,7 @@ def quota_warnings(ref: str, target: Target, table: bigquery.Table | None, jobs:
     if target.layout == HOUR and partitions >= PARTITIONS_WARNING:
         out.append(f"{ref} is partitioned by HOUR and holds {partitions} partitions; BigQuery refuses every load "
                    f"past {MAX_PARTITIONS} (about {(MAX_PARTITIONS - partitions) // 24} days of hours from now). "
-                   "Recreate it partitioned by DAY (drop it, or rename it away, and load its hours again: "
-                   "kafka_landing creates new tables by DAY), or set a partition expiration on it")
+                   f"{recreate}, or set a partition expiration on it")
     return tuple(out)
 
 
@@ -238,17 +248,27 @@ class Jobs:
                 try:
                     job = self.client.get_job(jid, project=self.project, location=self.location)
                 except api_exceptions.NotFound:
-                    return  # never created (its loader died before jobs.insert answered), or long gone
+                    job = None  # never created (its loader died before jobs.insert answered), or long gone
         except LoadError as exc:
             raise LoadError(f"{target.where}: {exc}", transient=exc.transient) from None
-        if job.state == "DONE":
-            return
-        cancel = f"bq {f'--location={self.location} ' if self.location else ''}cancel {self.project}:{jid}"
-        self.wait(job, target.where, then=(
-            "it loads an earlier content of the partition (a loader gave up on it), and a job of other content must "
-            "not run beside it: whichever ends last would hold the partition. This load changed nothing: run it again "
-            "later "
-            f"(it waits for that job again), or cancel that job ({cancel}) and then run the load again"))
+        if job is not None and job.state != "DONE":
+            cancel = f"bq {f'--location={self.location} ' if self.location else ''}cancel {self.project}:{jid}"
+            self.wait(job, target.where, then=(
+                "it loads an earlier content of the partition (a loader gave up on it), and a job of other content "
+                "must not run beside it: whichever ends last would hold the partition. This load changed nothing: run "
+                f"it again later (it waits for that job again), or cancel that job ({cancel}) and then run the load "
+                "again"))
+        if running.get("scratch"):  # a load in steps that stopped half way: its scratch table is of no use now
+            self.drop(target.dataset, running["scratch"], target.where)
+
+    def drop(self, dataset: str, table: str, where: str) -> None:
+        """Delete a scratch table (gone already: nothing to do)."""
+        ref = f"{self.project}.{dataset}.{table}"
+        try:
+            with self.answers(f"deleting scratch table {ref}"):
+                self.client.delete_table(ref, not_found_ok=True)
+        except LoadError as exc:
+            raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
 
     def widen(self, plan: LoadSchema, table_id: str, where: str) -> None:
         """Apply the plan's column widenings (free DDL queries) before the load; each is idempotent."""
@@ -277,22 +297,13 @@ class Jobs:
         recorded = self.ledger.read(target.ledger)
         for attempt in range(self.max_attempts):
             jid = _job_id(target.dataset, target.table, target.pid, sha, attempt)
-            self.ledger.mark_running(held, target.ledger, recorded, jid, sha)
-            jobs_today = self._count(held, target, jid)
-            fresh = True
-            held.fence()  # the job replaces the partition: a commit too
-            try:
-                with self.answers(f"starting load job {jid} into {target.location}"):
-                    try:
-                        job = self.client.load_table_from_uri(uris, target.location, job_id=jid, project=self.project,
-                                                              location=self.location, job_config=config)
-                    except api_exceptions.Conflict:
-                        fresh = False  # this content was loaded, or is loading, under this id already
-                        job = self.client.get_job(jid, project=self.project, location=self.location)
-            except LoadError as exc:
-                if fresh and not exc.transient:  # jobs.insert refused: no job was created
-                    self.ledger.clear_running(held, target.ledger)
-                raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
+            counted: list[int] = []
+            job, fresh = self.start(held, target, recorded, jid, sha, f"load job {jid} into {target.location}",
+                                    lambda: self.client.load_table_from_uri(
+                                        uris, target.location, job_id=jid, project=self.project,
+                                        location=self.location, job_config=config),
+                                    count=counted)
+            jobs_today = counted[0]
             finished_before = not fresh and job.state == "DONE"
             error = self.wait(job, where)
             if error is not None:
@@ -309,6 +320,41 @@ class Jobs:
         self.ledger.clear_running(held, target.ledger)
         raise LoadError(f"{where}: {self.max_attempts} job ids of this content are used up "
                         f"({', '.join(e['job_id'] for e in earlier[-3:])} ...): look at these jobs in BigQuery")
+
+    def start(self, held: HeldLock, target: Target, recorded: dict | None, jid: str, sha: str, what: str,
+              insert, count: list[int] | None = None, scratch: str | None = None):
+        """(the job `insert` starts under id `jid`, True) or, when that id exists already (this content is
+        loaded, or is loading, under it), (that job, False). The job is recorded as running first
+        (with the scratch table it writes, if any: `scratch`); `count`: counted against the table's load
+        jobs of the day, the day's count appended to it."""
+        self.ledger.mark_running(held, target.ledger, recorded, jid, sha, scratch)
+        if count is not None:
+            count.append(self._count(held, target, jid))
+        fresh = True
+        held.fence()  # the job replaces the partition (or the scratch table swapped into it): a commit too
+        try:
+            with self.answers(f"starting {what}"):
+                try:
+                    job = insert()
+                except api_exceptions.Conflict:
+                    fresh = False
+                    job = self.client.get_job(jid, project=self.project, location=self.location)
+        except LoadError as exc:
+            if fresh and not exc.transient:  # jobs.insert refused: no job was created
+                self.ledger.clear_running(held, target.ledger)
+            raise LoadError(f"{target.where}: {exc}", transient=exc.transient) from None
+        return job, fresh
+
+    def get(self, jid: str, where: str):
+        """The job of id `jid`, or None if there is none."""
+        try:
+            with self.answers(f"reading job {jid}"):
+                try:
+                    return self.client.get_job(jid, project=self.project, location=self.location)
+                except api_exceptions.NotFound:
+                    return None
+        except LoadError as exc:
+            raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
 
     def _count(self, held: HeldLock, target: Target, jid: str) -> int:
         """One empty object per job started, by UTC day: listing them is a count that concurrent loads

@@ -23,8 +23,10 @@ hour H of a table by DAY loads exactly the gs:// files the done files of H's day
 list (`day_hours`: read under the day's lock, so a load that waited for another
 sees the day as it is now).
 
-Event-time tables (`EventTables`): `<table>__by_event` partitioned by DAY (or HOUR)
-on the event time column, each event partition replaced whole by one load job
+Event-time tables (`EventTables`): `<table>__by_event` partitioned by DAY
+on the event time column (an `event_time_partition: hour` table is not created:
+by HOUR it would stop loading after 417 days; one made so before keeps loading,
+warned as it fills), each event partition replaced whole by one load job
 into its decorator (a decorator load holds only that partition's rows by
 construction, and BigQuery refuses one whose rows fall outside it). Records with
 no event time (`__unknown__`) would be the table's NULL partition, which no
@@ -60,6 +62,7 @@ from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.backend import LoadError
 
 HOUR, DAY = "HOUR", "DAY"  # how a table is partitioned: new tables by DAY, tables of before by HOUR
+MAX_PARTITIONS = 10_000  # per table (BigQuery's quotas): 417 days of hours, 27 years of days
 UNPARTITIONED = "NONE"  # the layout of the table of an event-time table's records with no event time
 UNKNOWN_TABLE_SUFFIX = "_unknown"
 
@@ -107,6 +110,8 @@ class LandingTables:
     layout: str | None = None  # None: each table's own (the existing table's; DAY for one a first load creates)
     field: str | None = None  # by ingestion time
     record_glob = "hour=*.json"
+    recreate_by_day = ("Recreate it partitioned by DAY (drop it, or rename it away, and load its hours again: "
+                       "kafka_landing creates new tables by DAY)")
 
     def target(self, project: str, dataset: str, table: str, hour: str, layout: str) -> Target:
         tid = table_id(project, dataset, table)
@@ -149,6 +154,8 @@ class EventTables:
     table is never created)."""
 
     record_glob = "partition=*.json"
+    recreate_by_day = ("Set the topic's event_time_partition to day, then drop the event-time table and load its "
+                       "event days (kafka_landing creates it partitioned by DAY on the event time column)")
 
     def __init__(self, granularity: str, field: str | None):
         if granularity not in ("day", "hour"):
@@ -198,6 +205,13 @@ class EventTables:
             return ("the table does not exist and its event-time column is unknown (no topic's config names the table "
                     "any more), so it is not created. Route a topic to it again, or remove the partition's markers if "
                     "its records are not wanted there")
+        if target.layout == HOUR:  # 10,000 partitions per table: 417 days of event hours, then every load refused
+            return (f"the topic's event_time_partition is hour, and BigQuery allows {MAX_PARTITIONS:,} partitions per "
+                    "table: a table partitioned by HOUR would refuse every load after 417 days of event hours, so it "
+                    "is not created. Set event_time_partition: day (a table partitioned by DAY on the event time "
+                    "lasts 27 years; read an hour with WHERE TIMESTAMP_TRUNC(<event time column>, HOUR) = ...), or "
+                    "load this topic into the Parquet warehouse, whose event hours have no such limit. An "
+                    "event-time table made by HOUR before keeps loading, warned as it fills")
         return None
 
 
@@ -241,5 +255,5 @@ def day_hours(store: LandingStore, target: Target, done: Manifest, done_file: st
     return dict(sorted(hours.items()))
 
 
-__all__ = ["DAY", "HOUR", "UNPARTITIONED", "DayHour", "EventTables", "LandingTables", "Target", "day_hours", "day_sha",
-           "partition_id", "table_id"]
+__all__ = ["DAY", "HOUR", "MAX_PARTITIONS", "UNPARTITIONED", "DayHour", "EventTables", "LandingTables", "Target",
+           "day_hours", "day_sha", "partition_id", "table_id"]

@@ -27,9 +27,14 @@ the field, the schema ids and what to do:
 
 Refused, terminal: STRING <-> BYTES (no coercion exists either way), a type change of
 a nested or repeated column, changes Avro cannot resolve (a type becoming another
-kind, differently named records or enums), and in one hour two scales of one decimal
-or two units of one timestamp (one reader schema cannot read both without changing
-values).
+kind, differently named records or enums).
+
+Not one reader, but not refused (`ReaderConflict`): schema ids that give one column
+the same BigQuery type through Avro types no single reader schema reads without
+changing values: two scales of one decimal (decimal(10,2) -> decimal(12,4), both
+NUMERIC), a bytes and a fixed decimal, two units of one timestamp, time or local
+timestamp (millis -> micros, both TIMESTAMP). Such files load in one job per group
+of schema ids (`reader_groups`), each through its own reader, into one column.
 
 What the design relies on, and where BigQuery documents it:
 - "Load Avro data from Cloud Storage": the schema of a multi-file Avro load is
@@ -92,6 +97,8 @@ _NUMBERS = ("int", "long", "float", "double")
 _API_TYPES = {"INT64": "INTEGER", "FLOAT64": "FLOAT", "BOOL": "BOOLEAN", "STRUCT": "RECORD"}
 _SQL_TYPES = {"FLOAT": "FLOAT64", "BIGNUMERIC": "BIGNUMERIC"}
 READER_NAMESPACE = "kafka_landing.reader"
+REMEDY_GROUPS = ("Nothing was loaded by this plan: such files load in one job per group of schema ids (a load too "
+                 "large for one job goes through a scratch table)")
 REMEDY_TYPE = ("Nothing was loaded; the table and the landing files are as they were. To go on: give the field a "
                "new name in the producer's schema (a new optional field) and stop writing the old one, or rebuild "
                "the table with the new type (CREATE TABLE ... AS SELECT with a CAST, then swap), then load the hour "
@@ -271,12 +278,12 @@ def plan_load(table: list[dict] | None, files: Sequence[FileSchema], where: str)
 def plan_from_files(store: LandingStore, dones: Sequence[Manifest], columns: Sequence | None, where: str) -> LoadSchema:
     """`plan_load` for the files of `dones` into a table of `columns` (BigQuery's SchemaFields; None
     if the load creates it): the writer schema of each schema id, from its smallest file's header."""
-    every = [f for d in dones for f in d.landed_files]
-    files = []
-    for sid in sorted({f.schema_id for f in every}, key=lambda s: (s is None, s)):
-        smallest = min((f for f in every if f.schema_id == sid), key=lambda f: f.bytes)
-        files.append(FileSchema(sid, store.location(smallest.path), store.avro_schema(smallest.path)))
-    return plan_load([f.to_api_repr() for f in columns] if columns is not None else None, files, where)
+    return plan_load(api_columns(columns), file_schemas(store, dones), where)
+
+
+def api_columns(columns: Sequence | None) -> list[dict] | None:
+    """BigQuery's SchemaFields in API form (None: no table)."""
+    return [f.to_api_repr() for f in columns] if columns is not None else None
 
 
 def reader_schema_uri(store: LandingStore, dataset: str, table: str, plan: LoadSchema) -> str | None:
@@ -290,18 +297,63 @@ def reader_schema_uri(store: LandingStore, dataset: str, table: str, plan: LoadS
     return store.location(rel)
 
 
+class ReaderConflict(IncompatibleSchemaError):
+    """The files of one load give a column one BigQuery type through Avro types that no single reader
+    schema reads without changing values (two decimal scales, two timestamp units): loadable by one
+    job per group of schema ids (`reader_groups`), not by one job."""
+
+
+# Logical types of one BigQuery type in several units: files of each unit load through readers of their own.
+_UNITS = ({"timestamp-millis", "timestamp-micros"}, {"time-millis", "time-micros"},
+          {"local-timestamp-millis", "local-timestamp-micros"})
+
+
+def file_schemas(store: LandingStore, dones: Sequence[Manifest]) -> list[FileSchema]:
+    """The writer schema of each schema id of the files of `dones`, from its smallest file's header."""
+    every = [f for d in dones for f in d.landed_files]
+    files = []
+    for sid in sorted({f.schema_id for f in every}, key=lambda s: (s is None, s)):
+        smallest = min((f for f in every if f.schema_id == sid), key=lambda f: f.bytes)
+        files.append(FileSchema(sid, store.location(smallest.path), store.avro_schema(smallest.path)))
+    return files
+
+
+def reader_groups(table: list[dict] | None, files: Sequence[FileSchema], where: str) -> list[list[FileSchema]]:
+    """The schema ids of one load in groups that each load through one reader schema, when no single
+    reader reads them all (the plan raised `ReaderConflict`): first fit, in schema id order, so the
+    groups depend on the files alone. Raises what no grouping helps: a refusal of the files together
+    (or against `table`, the table's columns) once units and scales are set aside."""
+    _Planner(where, files, lenient=True).plan(table)  # the files together, each column of one BigQuery type
+    groups: list[list[FileSchema]] = []
+    for f in files:
+        for group in groups:
+            try:
+                plan_load(None, [*group, f], where)
+            except ReaderConflict:
+                continue
+            group.append(f)
+            break
+        else:
+            groups.append([f])
+    return groups
+
+
 class _Planner:
-    def __init__(self, where: str, files: Sequence[FileSchema]):
+    def __init__(self, where: str, files: Sequence[FileSchema], lenient: bool = False):
+        """`lenient`: plan as if one reader could read every unit and scale of a column (what
+        `reader_groups` checks the files together with); such a plan is never loaded."""
         self.where = where
+        self.lenient = lenient
         # newest schema first: its field order and names lead
         self.files = sorted(files, key=lambda f: (f.schema_id is None, -(f.schema_id or 0)))
         self.widenings: list[Widening] = []
         self.names: dict[int, _Names] = {}
 
-    def refuse(self, path: str, what: str, remedy: str = REMEDY_TYPE) -> IncompatibleSchemaError:
+    def refuse(self, path: str, what: str, remedy: str = REMEDY_TYPE,
+               kind: type[IncompatibleSchemaError] = IncompatibleSchemaError) -> IncompatibleSchemaError:
         ids = ", ".join(f"schema id {f.schema_id}" for f in self.files)
-        return IncompatibleSchemaError(f"{self.where}: field {path}: {what} (the hour holds {ids}). {remedy}",
-                                       nothing_loaded=True)  # every remedy starts with it
+        return kind(f"{self.where}: field {path}: {what} (the files of this load hold {ids}). {remedy}",
+                    nothing_loaded=True)  # every remedy starts with it
 
     def plan(self, table: list[dict] | None) -> LoadSchema:
         roots = []
@@ -384,6 +436,13 @@ class _Planner:
             resolved.append((f, _strip(t), inner))
         kinds = {_kind(t) for _, t, _ in resolved}
         groups = {"number" if k in _NUMBERS else k for k in kinds}
+        if len(groups) > 1 and any(kinds <= units for units in _UNITS):
+            if not self.lenient:
+                said = " and ".join(sorted(_describe(t) for t in {json.dumps(t, sort_keys=True): t
+                                                                  for _, t, _ in resolved}.values()))
+                raise self.refuse(path, f"it is {said} in different schema ids of this load; one reader schema "
+                                  "cannot read both without changing values", REMEDY_GROUPS, ReaderConflict)
+            return self.against_table(path, resolved[0][1], col, top, resolved)
         if len(groups) > 1:
             said = "; ".join(f"{_describe(t)} in {f.label}" for f, t, _ in resolved)
             types = sorted({_bq_type(t) for _, t, _ in resolved})
@@ -425,10 +484,9 @@ class _Planner:
         # boolean, string, bytes, logical types: one type across the files
         distinct = {_describe(t) for _, t, _ in resolved}
         if len(distinct) > 1:
-            raise self.refuse(path, f"it is {' and '.join(sorted(_describe(t) for _, t, _ in resolved))} in different "
-                              "schema ids of this hour; one reader schema cannot read both without changing values",
-                              "Nothing was loaded. To go on: keep one type for the field (hours holding only one "
-                              "of them load)")
+            raise self.refuse(path, f"it is {' and '.join(sorted(distinct))} in different schema ids of this load; "
+                              "Avro cannot read one as the other", "Nothing was loaded. To go on: keep one type for "
+                              "the field")
         return self.against_table(path, resolved[0][1], col, top, resolved)
 
     def check_shape(self, path: str, group: str, resolved: list, col: dict) -> None:
@@ -470,20 +528,22 @@ class _Planner:
 
     def decimal(self, path: str, resolved: list) -> dict:
         scales = {int(t.get("scale", 0)) for _, t, _ in resolved}
-        if len(scales) > 1:
+        if len(scales) > 1 and not self.lenient:
             raise self.refuse(path, f"its decimal scale is {' and '.join(map(str, sorted(scales)))} in different "
-                              "schema ids of this hour; one reader schema cannot read both without changing values",
-                              "Nothing was loaded. To go on: keep one scale (hours holding only one scale load)")
+                              "schema ids of this load; one reader schema cannot read both without changing values",
+                              REMEDY_GROUPS, ReaderConflict)
         bases = {(t["type"], t.get("size"), _fullname(t, "").rsplit(".", 1)[-1] if t["type"] == "fixed" else None)
                  for _, t, _ in resolved}
-        if len(bases) > 1:
+        if len(bases) > 1 and not self.lenient:
             raise self.refuse(path, "its decimal is bytes in one schema id and fixed (or fixed of another size) in "
-                              "another; Avro cannot read one as the other",
-                              "Nothing was loaded. To go on: keep one representation of the decimal")
+                              "another; one reader schema cannot read both", REMEDY_GROUPS, ReaderConflict)
         first = resolved[0][1]
+        scale = max(scales)  # one scale unless lenient: then the column's widest, to check it fits the column
+        digits = max(int(t["precision"]) - int(t.get("scale", 0)) for _, t, _ in resolved)
         out = {**({"type": "bytes"} if first["type"] == "bytes" else _renamed(first, path)),
-               "logicalType": "decimal", "precision": max(int(t["precision"]) for _, t, _ in resolved),
-               "scale": scales.pop()}
+               "logicalType": "decimal",
+               "precision": max(int(t["precision"]) for _, t, _ in resolved) if len(scales) == 1 else digits + scale,
+               "scale": scale}
         return out
 
     def bignumeric(self, path: str, t: dict) -> dict:
@@ -615,5 +675,5 @@ def _why(a: str, b: str = "", kinds: set = frozenset()) -> str:
             f"only int -> long -> float -> double), not between {' and '.join(sorted(pair))}")
 
 
-__all__ = ["FileSchema", "LoadSchema", "Widening", "avro_columns", "bq_decimal_type", "plan_from_files", "plan_load",
-           "reader_schema_uri"]
+__all__ = ["FileSchema", "LoadSchema", "ReaderConflict", "Widening", "api_columns", "avro_columns", "bq_decimal_type",
+           "file_schemas", "plan_from_files", "plan_load", "reader_groups", "reader_schema_uri"]

@@ -5,7 +5,9 @@ table's columns).
 
 Loading a partition replaces its target whole with one load job from exactly the files its
 manifests list: a landing hour of a table by DAY reloads its day with every landed hour of it; a
-landing hour of a table by HOUR, or an event partition, is its own target. The dataset is created
+landing hour of a table by HOUR, or an event partition, is its own target. A target one job cannot
+load (more than 10,000 files or 15 TB, or files no single reader schema reads) loads in steps into
+a scratch table, swapped in by one copy job (`swap`). The dataset is created
 when missing, the table by the first load (a landing table by DAY on ingestion time; an event-time
 table on its column). A target whose manifests hold no row is emptied by deleting its partition
 (`tables.delete` on the decorator, BigQuery's documented way: a load job needs a source file).
@@ -45,7 +47,8 @@ from kafka_landing.warehouse.bigquery.layout import (
     table_id,
 )
 from kafka_landing.warehouse.bigquery.ledger import Ledger, load_record
-from kafka_landing.warehouse.bigquery.schema import plan_from_files, reader_schema_uri
+from kafka_landing.warehouse.bigquery.schema import ReaderConflict, plan_from_files, reader_schema_uri
+from kafka_landing.warehouse.bigquery.swap import Swap, Swapped, fits_one_job
 from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
@@ -76,6 +79,7 @@ class BigQueryWarehouse(Warehouse):
         self.datasets = tuple(check_identifier(d, "dataset") for d in datasets)
         self.jobs = Jobs(client, self.ledger, project, location, job_timeout_seconds, max_job_attempts)
         self.tables = tables or LandingTables()
+        self.swap = Swap(self)
         self._layouts: dict[tuple[str, str], str] = {}  # (dataset, table) -> HOUR or DAY, once it exists
 
     def by_event(self, granularity: str, field: str | None) -> BigQueryWarehouse:
@@ -252,10 +256,12 @@ class BigQueryWarehouse(Warehouse):
                           tuple((hour, h.sha) for hour, h in hours.items() if hour != manifest.partition))
 
     def _replace(self, held: HeldLock, store: LandingStore, target: Target, dones: list[Manifest], sha: str
-                 ) -> tuple[bigquery.LoadJob | None, list[dict], tuple[str, ...], tuple[str, ...]]:
+                 ) -> tuple[bigquery.LoadJob | Swapped | None, list[dict], tuple[str, ...], tuple[str, ...]]:
         """One job that replaces the target's partition with exactly the files of `dones` (or, when
-        they hold no row, the partition deleted: a load job needs a source). Returns the job, the
-        earlier job ids of this content, the columns it added to the table and warnings."""
+        they hold no row, the partition deleted: a load job needs a source); when one job cannot
+        (too many files or bytes, several reader schemas), load jobs into a scratch table and one
+        copy job (`swap`). Returns the job that replaced the partition, the earlier job ids of this
+        content, the columns it added to the table and warnings."""
         where, dataset, table = target.where, target.dataset, target.table
         self.jobs.await_running(target, sha)
         rows = sum(d.rows for d in dones)
@@ -266,34 +272,46 @@ class BigQueryWarehouse(Warehouse):
             return None, [], (), ()
         self._ensure_dataset(dataset)
         before = self._existing_table(dataset, table, target.layout)
-        plan = plan_from_files(store, dones, before.schema if before is not None else None, where)
-        if plan.widenings:
-            self.jobs.widen(plan, self.table_id(dataset, table), where)
-            before = self._existing_table(dataset, table, target.layout)
-        config = job_config(reader_schema_uri(store, dataset, table, plan), target.layout if before is None else None,
-                            self.tables.field, whole_table=target.layout == UNPARTITIONED)
-        try:
-            job, earlier, jobs_today = self.jobs.run(held, source_uris(store, dones), target, config, sha)
-        except IncompatibleSchemaError:
-            now = self._existing_table(dataset, table)
-            if [f.to_api_repr() for f in (now.schema if now else [])] != \
-                    [f.to_api_repr() for f in (before.schema if before else [])]:
-                raise LoadError(f"{where}: the table's schema changed while this load ran (another load widened or "
-                                "extended it), so BigQuery refused the schema planned before: loading the hour again "
-                                "plans against the table as it is now", transient=True) from None
-            raise
-        if job.output_rows != rows:
-            self.ledger.clear_running(held, target.ledger)
-            raise LoadError(
-                f"{where}: load job {job.job_id} wrote {job.output_rows} rows, the done files list {rows}. "
-                f"{target.location} now holds what the job loaded and is not recorded as loaded: check the files "
-                "(were they rewritten after landing?) and load the hour again")
+        uris = source_uris(store, dones)
+        plan = None
+        if fits_one_job(uris, dones):
+            try:
+                plan = plan_from_files(store, dones, before.schema if before is not None else None, where)
+            except ReaderConflict:
+                pass  # the files need several reader schemas: a load in steps
+        if plan is None:  # too many files or bytes for one job, or several readers: steps and a copy job
+            job, earlier = self.swap.replace(held, store, target, dones, sha, before, rows)
+            jobs_today = self.jobs.today(dataset, table)
+        else:
+            if plan.widenings:
+                self.jobs.widen(plan, self.table_id(dataset, table), where)
+                before = self._existing_table(dataset, table, target.layout)
+            config = job_config(reader_schema_uri(store, dataset, table, plan),
+                                target.layout if before is None else None, self.tables.field,
+                                whole_table=target.layout == UNPARTITIONED)
+            try:
+                job, earlier, jobs_today = self.jobs.run(held, uris, target, config, sha)
+            except IncompatibleSchemaError:
+                now = self._existing_table(dataset, table)
+                if [f.to_api_repr() for f in (now.schema if now else [])] != \
+                        [f.to_api_repr() for f in (before.schema if before else [])]:
+                    raise LoadError(f"{where}: the table's schema changed while this load ran (another load widened "
+                                    "or extended it), so BigQuery refused the schema planned before: loading the hour "
+                                    "again plans against the table as it is now", transient=True) from None
+                raise
+            if job.output_rows != rows:
+                self.ledger.clear_running(held, target.ledger)
+                raise LoadError(
+                    f"{where}: load job {job.job_id} wrote {job.output_rows} rows, the done files list {rows}. "
+                    f"{target.location} now holds what the job loaded and is not recorded as loaded: check the files "
+                    "(were they rewritten after landing?) and load the hour again")
         self._layouts[(dataset, table)] = target.layout
         with self.jobs.answers(f"reading table {self.table_id(dataset, table)}"):
             after = self.client.get_table(self.table_id(dataset, table))
         old = {f.name.lower() for f in before.schema} if before is not None else set()
         added = tuple(f.name for f in after.schema if f.name.lower() not in old) if before is not None else ()
-        return job, earlier, added, quota_warnings(self.table_id(dataset, table), target, after, jobs_today)
+        return job, earlier, added, quota_warnings(self.table_id(dataset, table), target, after, jobs_today,
+                                                   self.tables.recreate_by_day)
 
 
 __all__ = ["BigQueryWarehouse"]

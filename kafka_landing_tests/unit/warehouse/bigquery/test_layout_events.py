@@ -5,6 +5,7 @@ decorated partition. Through the real BigQueryWarehouse and the strict BigQuery 
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import pytest
@@ -146,3 +147,42 @@ def test_an_event_time_of_epoch_milliseconds_cannot_partition_a_bigquery_table_a
         load(fake, store, "2026-01-31")
     assert not err.value.transient
     assert (PROJECT, DS, "orders__by_event") not in fake.tables
+
+
+# --- event hours: 10,000 partitions are 417 days (N11) ---------------------------------------------
+
+BY_EVENT_HOUR = dataclasses.replace(CFG, event_time_partition="hour")
+
+
+def test_an_event_hour_table_is_not_created_and_the_refusal_says_what_to_use_instead(fake_bigquery):
+    """A table partitioned by HOUR would refuse every load after 417 days of event hours: the first
+    load refuses, before any job, naming event_time_partition: day and the Parquet warehouse."""
+    store, fake = fake_bigquery
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": orders("2026-01-31T13", "a")}, SCHEMA,
+                     granularity="hour", topic="orders")
+    with pytest.raises(LoadError) as refused:
+        load_event_partition(warehouse(fake, store), store, BY_EVENT_HOUR, T, "2026-01-31T13", NO_SPARK)
+    said = str(refused.value)
+    assert "event_time_partition is hour" in said and "417 days" in said and "event_time_partition: day" in said
+    assert "Parquet warehouse" in said and not refused.value.transient
+    assert fake.jobs == {} and (PROJECT, DS, "orders__by_event") not in fake.tables
+
+
+def test_an_event_hour_table_made_before_keeps_loading_and_warns_as_it_fills(fake_bigquery, monkeypatch):
+    from kafka_landing.warehouse.bigquery import jobs as bq
+    store, fake = fake_bigquery
+    client = fake.client(PROJECT)
+    client.create_dataset(DS)
+    table = bigquery.Table(f"{PROJECT}.{DS}.orders__by_event",
+                           schema=[bigquery.SchemaField("order_id", "STRING"),
+                                   bigquery.SchemaField("created_at", "TIMESTAMP")])
+    table.time_partitioning = bigquery.TimePartitioning(type_="HOUR", field="created_at")
+    client.create_table(table)
+    monkeypatch.setattr(bq, "PARTITIONS_WARNING", 1)
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": orders("2026-01-31T13", "a")}, SCHEMA,
+                     granularity="hour", topic="orders")
+    loaded = load_event_partition(warehouse(fake, store), store, BY_EVENT_HOUR, T, "2026-01-31T13", NO_SPARK)
+    assert ids(fake, "orders__by_event", "2026013113") == ["a"]
+    [warning] = loaded.result.warnings
+    assert "is partitioned by HOUR and holds 1 partitions" in warning
+    assert "Set the topic's event_time_partition to day" in warning
