@@ -1,8 +1,9 @@
-"""What one BigQuery load needs so that the hour's Avro files land in the table as it is now,
-whatever changes the producer's schema went through and in whatever order hours load.
+"""What one BigQuery load needs so that its Avro files (an hour's, a day's, an event partition's)
+land in the table as it is now, whatever changes the producer's schema went through and in
+whatever order hours load.
 
 Input: the table's columns (None if the first load creates it) and the writer schema of
-each schema id the hour's files hold. Output (`plan_load`), or IncompatibleSchemaError naming
+each schema id the load's files hold. Output (`plan_load`), or IncompatibleSchemaError naming
 the field, the schema ids and what to do:
 
 - `widenings`: top-level columns whose type must widen before the load, by
@@ -578,7 +579,7 @@ class _Planner:
         """An Avro type giving column `col` (for a column no file has: nothing is read through it)."""
         kind, mode = _api_type(col["type"]), col.get("mode", "NULLABLE")
         if not _AVRO_NAME.match(col["name"]):
-            raise self.refuse(path, f"the table's REQUIRED column {col['name']!r} is in no file of the hour and its "
+            raise self.refuse(path, f"the table's REQUIRED column {col['name']!r} is in no file of this load and its "
                               "name is no Avro name, so the load cannot relax it",
                               "Nothing was loaded. To go on: make the column NULLABLE (ALTER COLUMN DROP NOT NULL)")
         simple = {"INTEGER": "long", "FLOAT": "double", "BOOLEAN": "boolean", "STRING": "string", "BYTES": "bytes",
@@ -600,7 +601,7 @@ class _Planner:
             t = simple[kind]
         else:
             raise self.refuse(path, f"the table's REQUIRED column is {col['type']}, which no Avro type gives, and no "
-                              "file of the hour has it, so the load cannot relax it",
+                              "file of this load has it, so the load cannot relax it",
                               "Nothing was loaded. To go on: make the column NULLABLE (ALTER COLUMN DROP NOT NULL)")
         return {"type": "array", "items": t} if mode == "REPEATED" else t
 

@@ -19,7 +19,8 @@ from kafka_landing.warehouse.bigquery import day_sha, partition_id, swap
 from kafka_landing.warehouse.bigquery.jobs import Jobs
 from kafka_landing.warehouse.bigquery.ledger import Ledger
 from kafka_landing.warehouse.event_load import load_event_partition
-from kafka_landing.warehouse.load import load_done_file
+from kafka_landing.warehouse.load import LoadError, load_done_file
+from kafka_landing_tests.bigquery_fake import JobFailed
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse, serving_gs_folder
 from kafka_landing_tests.helpers import write_hour
 from kafka_landing_tests.landed_hours import DATASET, ORDERS_BY_EVENT, TABLE, land_event_orders
@@ -306,6 +307,57 @@ def test_a_load_of_other_content_waits_for_a_killed_loads_job_and_deletes_its_sc
         load_done_file(warehouse(fake, store), store, relanded, NO_SPARK)
         assert scratch_tables(fake) == [] and len(day_ids(fake)) == 7
         assert fake.overlaps == []  # the new job never ran beside the killed load's
+
+
+def test_a_table_another_load_changed_during_the_steps_is_loaded_by_the_next_attempt(small, monkeypatch):
+    """Another day's load adds a column while this day's steps run: the table cannot take the
+    scratch table's schema any more, so the next attempt makes a scratch table from the table as it
+    is then, and swaps that in."""
+    from google.cloud import bigquery
+    store, fake = small
+    wh = warehouse(fake, store)
+    load_done_file(wh, store, land(store, "2026-01-30T00", 1), NO_SPARK)  # the table exists
+    for hour in (H13, H14):
+        land(store, hour, 3)
+    last = land(store, H15, 3)
+    real, changed = swap._Attempt._table_as_scratch, []
+
+    def another_load_meanwhile(self):
+        if not changed:
+            client = fake.client(PROJECT)
+            table = client.get_table(f"{PROJECT}.{DATASET}.{TABLE}")
+            table.schema = [*table.schema, bigquery.SchemaField("extra", "STRING")]
+            client.update_table(table, ["schema"])
+            changed.append(1)
+        return real(self)
+    monkeypatch.setattr(swap._Attempt, "_table_as_scratch", another_load_meanwhile)
+    result = load_done_file(wh, store, last, NO_SPARK)
+    assert result.job_id.endswith("_swap_r1") and len(day_ids(fake)) == 9 and scratch_tables(fake) == []
+    [why] = [e["why"] for e in wh.loaded(DATASET, TABLE, H15)["earlier_jobs"]]
+    assert "the table changed while this load ran" in why and "extra is missing" in why
+    assert [c["name"] for c in fake.schema(PROJECT, DATASET, TABLE)] == ["order_id", "extra"]
+
+
+def test_a_step_that_fails_replaces_nothing_and_leaves_no_scratch_table(small):
+    store, fake = small
+    wh = warehouse(fake, store)
+    load_done_file(wh, store, land(store, H13, 2), NO_SPARK)
+    land(store, H14, 3)
+    last = land(store, H15, 3)
+    real = fake._load
+
+    def second_step_fails(ref, load):  # BigQuery fails the job, for a reason of its own
+        if "__kl_scratch_" in load["destinationTable"]["tableId"] and load["writeDisposition"] == "WRITE_APPEND":
+            raise JobFailed("invalid", "Error while reading data, error message: something BigQuery did not like")
+        return real(ref, load)
+    fake._load = second_step_fails
+    with pytest.raises(LoadError) as failed:
+        load_done_file(wh, store, last, NO_SPARK)
+    said = str(failed.value)
+    assert "2of2 failed" in said and f"Nothing was replaced: {PROJECT}.{DATASET}.{TABLE}${DAY_ID} holds what it " \
+        "held before" in said and not failed.value.transient
+    assert len(day_ids(fake)) == 2 and scratch_tables(fake) == []
+    assert "running_job" not in store.read_json(f"warehouse_loads/bigquery/{DATASET}/{TABLE}/day=2026-01-31.json")
 
 
 # --- event partitions ----------------------------------------------------------------------------
