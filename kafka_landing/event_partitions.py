@@ -2,14 +2,21 @@
 
 A topic with `event_time_field` lands files that each hold one event hour (`LandedFile.event_hour`;
 None for records with no event time), so an event partition P (a day or an hour of event time, or
-`__unknown__`) is a set of files listed by done files: nothing is re-read from Kafka. Records of P
-arrive with many landing hours, some days late, so P is never appended to: it gets a new manifest
-version listing every file, its landing hour and rows, and the warehouse replaces P whole from it.
+`__unknown__<landing day>`: `naming.event_partition`) is a set of files listed by done files: nothing
+is re-read from Kafka. Records of P arrive with many landing hours, some days late, so P is never
+appended to: it gets a new manifest version listing every file, its landing hour and rows, and the
+warehouse replaces P whole from it.
 
 In the landing root, per (dataset, table, P), beside the index and markers publish leaves
 (`handoff/event_index`):
 
-    event_partitions/<ds>/<t>/<P>/v=000003.json        P's manifest versions, the newest last
+    event_partitions/<ds>/<t>/<P>/v=000003.json        P's manifest versions, the newest last; only
+                                                       the newest VERSIONS_KEPT are kept
+
+What a version costs is bounded by P's content, not by history: the records a landing hour brings
+with no usable event time go to the unknown partition of its landing day (fed by at most that day's
+24 landing hours), sentinel times (outside `naming.EVENT_TIME_FROM`..`EVENT_TIME_UNTIL`) with them,
+and older versions are removed as newer ones are written.
 
 A versioning (`next_manifest`) reads P's index and each landing hour's current done file, so it
 sees P as the done files say it is now, whatever order things ran in; the load step then clears
@@ -24,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 
 from kafka_landing.errors import KafkaLandingError
@@ -35,10 +42,15 @@ from kafka_landing.naming import (
     event_manifest_path,
     event_partition_dir,
     event_table,
+    placeable,
 )
 from kafka_landing.store.base import HeldLock, LandingStore
 
 MANIFEST_VERSION = 1
+# The newest versions kept of a partition: the newest, and the one it replaced (what `settling` reads
+# of a manifest written before `previous_amended_at` existed). Nothing else reads an older one: a load
+# and the checks read the newest, and the warehouse's record names the content it loaded by its hash.
+VERSIONS_KEPT = 2
 
 
 class EventPartitionError(KafkaLandingError, RuntimeError):
@@ -72,7 +84,9 @@ class EventManifest:
         return event_manifest_path(self.dataset, self.table, self.partition, self.version)
 
     def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), indent=2, sort_keys=True).encode()
+        # As asdict would give it, without its deep copy of every file's entry (a version is written
+        # on every change of its partition).
+        return json.dumps({f.name: getattr(self, f.name) for f in fields(self)}, indent=2, sort_keys=True).encode()
 
     @classmethod
     def from_dict(cls, d: dict) -> EventManifest:
@@ -95,6 +109,21 @@ class EventManifest:
     def attempt(self) -> str:
         """What a load records of which version it loaded."""
         return f"v{self.version}"
+
+    @property
+    def no_event_time_rows(self) -> int:
+        """Rows of records with no event time (in an unknown partition)."""
+        return sum(f["rows"] for f in self.files if f.get("event_hour") is None)
+
+    @property
+    def sentinel_rows(self) -> dict[str, int]:
+        """{event hour: rows} of records whose event time is a sentinel, outside
+        EVENT_TIME_FROM..EVENT_TIME_UNTIL (in an unknown partition; empty in any other)."""
+        out: dict[str, int] = {}
+        for f in self.files:
+            if f.get("event_hour") is not None and not placeable(f["event_hour"]):
+                out[f["event_hour"]] = out.get(f["event_hour"], 0) + f["rows"]
+        return dict(sorted(out.items()))
 
     def settled(self, now: datetime, settle_hours: int) -> bool:
         """No landing hour changed the partition for `settle_hours`."""
@@ -161,26 +190,41 @@ def versions(store: LandingStore, dataset: str, table: str, partition: str) -> l
 
 def latest_manifest(store: LandingStore, dataset: str, table: str, partition: str) -> EventManifest | None:
     """The partition's newest version, None before its first."""
+    return _latest(store, dataset, table, partition)[0]
+
+
+def _latest(store: LandingStore, dataset: str, table: str, partition: str
+            ) -> tuple[EventManifest | None, list[int]]:
+    """(the newest version, every version number listed): one listing and one read."""
     have = versions(store, dataset, table, partition)
     if not have:
-        return None
+        return None, have
     rel = event_manifest_path(dataset, table, partition, have[-1])
     try:
-        return EventManifest.from_dict(json.loads(store.read_bytes(rel)))
+        return EventManifest.from_dict(json.loads(store.read_bytes(rel))), have
     except (ValueError, TypeError, KeyError) as exc:
         raise EventPartitionError(f"{dataset}.{table} event partition {partition}: its manifest {store.location(rel)} "
                                   f"cannot be read ({type(exc).__name__}: {exc}); remove it and the partition is "
                                   "versioned again from the done files") from None
 
 
+def _prune(held: HeldLock, dataset: str, table: str, partition: str, have: list[int]) -> None:
+    """Remove all but the newest VERSIONS_KEPT of `have` (the versions there are now)."""
+    for v in sorted(have)[:-VERSIONS_KEPT]:
+        held.delete(event_manifest_path(dataset, table, partition, v))
+
+
 def next_manifest(store: LandingStore, held: HeldLock, dataset: str, table: str, partition: str, granularity: str,
-                  now: datetime | None = None) -> tuple[EventManifest, bool, dict[str, str | None]]:
+                  now: datetime | None = None, content: tuple[dict[str, Contribution], dict[str, str | None]] | None
+                  = None) -> tuple[EventManifest, bool, dict[str, str | None]]:
     """(the partition's version as the done files stand now, whether it is new, the done-file hash read
-    per landing hour). Call under `event_lock_path(dataset, table, partition)`. A new version is
-    written when the content differs from the newest one. A landing hour in the newest version whose
-    done file is gone stops it: the partition would lose its rows without a trace."""
-    latest = latest_manifest(store, dataset, table, partition)
-    parts, seen = read_content(store, dataset, table, partition, granularity)
+    per landing hour). Call under `event_lock_path(dataset, table, partition)`; `content`: what
+    `read_content` answered under that lock already, if the caller read it. A new version is
+    written when the content differs from the newest one, and versions older than the newest
+    VERSIONS_KEPT are removed. A landing hour in the newest version whose done file is gone stops it:
+    the partition would lose its rows without a trace."""
+    latest, have = _latest(store, dataset, table, partition)
+    parts, seen = content or read_content(store, dataset, table, partition, granularity)
     gone = sorted(h for h, part in (latest.hours if latest else {}).items() if part.get("rows") and seen.get(h) is None)
     if gone:
         raise EventPartitionError(
@@ -190,6 +234,7 @@ def next_manifest(store: LandingStore, held: HeldLock, dataset: str, table: str,
             "load the partition again")
     sha = partition_sha(parts)
     if latest is not None and latest.sha256 == sha:
+        _prune(held, dataset, table, partition, have)
         return latest, False, seen
     now = now or _now()
     hours = {h: {"done_sha256": c.done_sha256, "rows": c.rows, "files": len(c.files)} for h, c in sorted(parts.items())}
@@ -206,6 +251,7 @@ def next_manifest(store: LandingStore, held: HeldLock, dataset: str, table: str,
         created_at=latest.created_at if latest and latest.created_at else now.isoformat(timespec="seconds"),
     )
     held.write_atomic(manifest.path, manifest.to_bytes())
+    _prune(held, dataset, table, partition, [*have, manifest.version])
     return manifest, True, seen
 
 

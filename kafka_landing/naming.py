@@ -242,10 +242,16 @@ DONE_FILE_RE = re.compile(
 # --- event partitions: a table's records by event time (`event_partitions`) ----------
 
 EVENT_TABLE_SUFFIX = "__by_event"
-UNKNOWN_EVENT = "__unknown__"  # the event partition of records with no event time
-EVENT_PARTITION_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:T\d{2})?|__unknown__")
+UNKNOWN_EVENT = "__unknown__"  # the prefix of the partitions of records with no usable event time
+EVENT_PARTITION_RE = re.compile(r"\d{4}-\d{2}-\d{2}(?:T\d{2})?|__unknown__(?:\d{4}-\d{2}-\d{2})?")
 EVENTS_DIR = "event_partitions"
 EVENT_PENDING_DIR = "pending_event_loads"
+# The event hours an event partition is cut by: outside them an event time is a sentinel (0001-01-01,
+# 1900-01-01, timestamp zero or -1 on 1969-12-31/1970-01-01, 9999-12-31), not a time to file the
+# record by. BigQuery partitions 1960-01-01 to 2159-12-31 only; the epoch's day is where a producer's
+# missing time (0) lands, and a day fed by every landing hour would grow with history.
+EVENT_TIME_FROM = "1970-01-02T00"
+EVENT_TIME_UNTIL = "2159-12-31T23"
 
 
 def event_table(table: str) -> str:
@@ -253,21 +259,64 @@ def event_table(table: str) -> str:
     return f"{check_identifier(table, 'table')}{EVENT_TABLE_SUFFIX}"
 
 
-def event_partition(event_hour: Hour | None, granularity: str) -> str:
-    """The event partition of a file's event hour: its day (2026-01-31), its hour (2026-01-31T13),
-    or __unknown__ for records with no event time."""
-    if event_hour is None:
-        return UNKNOWN_EVENT
-    if granularity == "day":
-        return Hour(event_hour).day
-    if granularity == "hour":
-        return Hour(event_hour)
-    raise ValueError(f"event partitions are by 'day' or 'hour', not {granularity!r}")
+def placeable(event_hour: Hour | str) -> bool:
+    """Whether an event hour files its records by event time (EVENT_TIME_FROM..EVENT_TIME_UNTIL)."""
+    return EVENT_TIME_FROM <= Hour(event_hour) <= EVENT_TIME_UNTIL
+
+
+def unknown_partition(landing_hour: Hour) -> str:
+    """The event partition of the records a landing hour brought with no usable event time (none,
+    or a sentinel outside EVENT_TIME_FROM..EVENT_TIME_UNTIL): one per landing day, so it is fed by
+    at most that day's 24 landing hours (__unknown__2026-01-31)."""
+    return f"{UNKNOWN_EVENT}{Hour(landing_hour).day}"
+
+
+def is_unknown(partition: str) -> bool:
+    """An unknown partition: of a landing day, or the single one of before (`UNKNOWN_EVENT`)."""
+    return partition.startswith(UNKNOWN_EVENT)
+
+
+def unknown_day(partition: str) -> str | None:
+    """The landing day of an unknown partition (2026-01-31); None for the single one of before."""
+    if not is_unknown(partition):
+        return None
+    return partition[len(UNKNOWN_EVENT):] or None
+
+
+def superseded(partition: str) -> bool:
+    """A partition no landed file is cut into any more (each landing hour's records in it now belong
+    to the unknown partition of its landing day): the single __unknown__ of before, and event days or
+    hours outside EVENT_TIME_FROM..EVENT_TIME_UNTIL. `event_load` hands them over once."""
+    if partition == UNKNOWN_EVENT:
+        return True
+    if is_unknown(partition):
+        return False
+    return not placeable(partition[:10] + "T00") or not placeable(partition[:10] + "T23")
+
+
+def event_partition(event_hour: Hour | None, granularity: str, landing_hour: Hour) -> str:
+    """The event partition of a file of landing hour `landing_hour` whose records are of
+    `event_hour`: its day (2026-01-31) or hour (2026-01-31T13), or, for records with no event time
+    or a sentinel one (outside EVENT_TIME_FROM..EVENT_TIME_UNTIL), the unknown partition of the
+    landing day (__unknown__2026-02-03)."""
+    if granularity not in ("day", "hour"):
+        raise ValueError(f"event partitions are by 'day' or 'hour', not {granularity!r}")
+    if event_hour is None or not placeable(event_hour):
+        return unknown_partition(landing_hour)
+    return Hour(event_hour).day if granularity == "day" else Hour(event_hour)
 
 
 def check_event_partition(partition: object) -> str:
-    if not isinstance(partition, str) or not EVENT_PARTITION_RE.fullmatch(partition):
-        raise NameError_(f"{partition!r} is not an event partition like 2026-01-31, 2026-01-31T13 or {UNKNOWN_EVENT}")
+    try:
+        if not isinstance(partition, str) or not EVENT_PARTITION_RE.fullmatch(partition):
+            raise NameError_(partition)
+        if partition != UNKNOWN_EVENT:  # a real day (or hour)
+            when = unknown_day(partition) or partition
+            Hour(when if len(when) == 13 else f"{when}T00")
+    except NameError_:
+        raise NameError_(f"{partition!r} is not an event partition like 2026-01-31, 2026-01-31T13 or "
+                         f"{UNKNOWN_EVENT}2026-01-31 (the records with no usable event time landed that day)"
+                         ) from None
     return partition
 
 
@@ -293,6 +342,16 @@ def event_pending_dir(dataset: str, table: str, partition: str | None = None) ->
 def event_pending_path(dataset: str, table: str, partition: str, hour: Hour) -> str:
     """Landing hour H changed what the partition holds: load it again."""
     return f"{event_pending_dir(dataset, table, partition)}/hour={Hour(hour)}.json"
+
+
+def event_handover_path(dataset: str, table: str) -> str:
+    """The record that a table's superseded event partitions were handed over (`naming.superseded`)."""
+    return f"{EVENTS_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}/_handed_over.json"
+
+
+def event_handover_lock_path(dataset: str, table: str) -> str:
+    return f"locks/{EVENTS_DIR}/{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}/" \
+           "_handed_over.lock"
 
 
 def event_lock_path(dataset: str, table: str, partition: str | None = None) -> str:

@@ -2,8 +2,10 @@
 
 A topic with `event_time_field` lands files that each hold one event hour (`LandedFile.event_hour`;
 None for records with no event time), so an event partition P (a day or an hour of event time, or
-`__unknown__`) is the set of files the done files list for it. Before a done file replaces the old
-one, publish (`mark_event_partitions`) writes, for every P the new or the old done file lists:
+`__unknown__<landing day>` for the records a landing day brought with no usable event time:
+`naming.event_partition`) is the set of files the done files list for it. Before a done file
+replaces the old one, publish (`mark_event_partitions`) writes, for every P the new or the old done
+file lists:
 
     event_partitions/<ds>/<t>/<P>/from/hour=<H>.json   landing hour H's done file may list files of P
                                                        (the index, never removed: P is one listing away)
@@ -37,7 +39,7 @@ def partitions_of(done: DoneFile | None, granularity: str) -> dict[str, list[Lan
     """The event partitions a done file's files fall in, with those files."""
     out: dict[str, list[LandedFile]] = {}
     for f in done.files if done else ():
-        out.setdefault(event_partition(f.event_hour, granularity), []).append(f)
+        out.setdefault(event_partition(f.event_hour, granularity, done.hour), []).append(f)
     return out
 
 
@@ -48,15 +50,31 @@ def mark_event_partitions(store: LandingStore, done: DoneFile, sha: str, before:
     not `done.table` (a retired table's, whose new done file lists nothing). Returns them."""
     table = table or done.table
     touched = sorted({*partitions_of(done, granularity), *partitions_of(before, granularity)})
-    if not touched:
-        return []
-    body = json.dumps({"sha256": sha, "marked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-    with store.lock(event_lock_path(done.dataset, table)) as held:
-        for p in touched:
-            held.write_atomic(event_source_path(done.dataset, table, p, done.hour), body.encode())
-    markers.mark(store, [event_unit(done.dataset, table, p) for p in touched],
-                 done_file_path(done.dataset, table, done.hour), sha)
+    index_event_partitions(store, done.dataset, table, done.hour, sha, touched)
     return touched
+
+
+def index_event_partitions(store: LandingStore, dataset: str, table: str, hour: str, sha: str,
+                           partitions: list[str]) -> None:
+    """Index and mark `partitions` as fed by landing hour `hour`, whose done file has (or is about to
+    have) content hash `sha`."""
+    if not partitions:
+        return
+    body = json.dumps({"sha256": sha, "marked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    with store.lock(event_lock_path(dataset, table)) as held:
+        for p in partitions:
+            held.write_atomic(event_source_path(dataset, table, p, hour), body.encode())
+    markers.mark(store, [event_unit(dataset, table, p) for p in partitions], done_file_path(dataset, table, hour), sha)
+
+
+def index_hours(store: LandingStore, dataset: str, table: str, partition: str, hours: dict[str, str]) -> None:
+    """Index `partition` as fed by each of `hours` ({landing hour: its done file's hash}), under one
+    lock (a hand-over of many hours: `event_load.hand_over`); the caller marks it."""
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    with store.lock(event_lock_path(dataset, table)) as held:
+        for hour, sha in sorted(hours.items()):
+            held.write_atomic(event_source_path(dataset, table, partition, hour),
+                              json.dumps({"sha256": sha, "marked_at": stamp}).encode())
 
 
 def sources(store: LandingStore, dataset: str, table: str, partition: str) -> list[str]:

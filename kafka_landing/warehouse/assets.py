@@ -36,7 +36,7 @@ from kafka_landing.errors import is_transient
 from kafka_landing.hours import SPARK_TAG, failure, history, run_hours, single_run, topic_hours
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff.units import event_unit
-from kafka_landing.naming import Hour, done_file_path, event_table
+from kafka_landing.naming import EVENT_TIME_FROM, EVENT_TIME_UNTIL, Hour, done_file_path, event_table
 from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.warehouse.load import (
     DoneFileMismatch,
@@ -45,7 +45,7 @@ from kafka_landing.warehouse.load import (
     load_done_file,
     load_unit,
 )
-from kafka_landing.warehouse.event_load import settling
+from kafka_landing.warehouse.event_load import settling, unknown_counts
 from kafka_landing.warehouse.resources import WarehouseResource
 
 GROUP = "warehouse"
@@ -122,8 +122,9 @@ def event_key(dataset: str, table: str) -> AssetKey:
 
 
 def event_partitions(dataset: str, table: str) -> DynamicPartitionsDefinition:
-    """An event-time table's partitions: the event days (or hours) that have records, and
-    __unknown__, added by the event sensor as landing hours bring them."""
+    """An event-time table's partitions: the event days (or hours) that have records, and the
+    unknown partition of each landing day (`__unknown__2026-01-31`: records with no usable event
+    time), added by the event sensor as landing hours bring them."""
     return DynamicPartitionsDefinition(name=f"{dataset}__{event_table(table)}")
 
 
@@ -137,8 +138,9 @@ def _writable(backend, name: str) -> None:
 
 
 def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
-    """The event-time table beside `table`: one partition per event day (or hour) and __unknown__,
-    each replaced whole from its newest manifest version (`warehouse/event_load`)."""
+    """The event-time table beside `table`: one partition per event day (or hour) and one per landing
+    day for records with no usable event time (`__unknown__<landing day>`), each replaced whole from
+    its newest manifest version (`warehouse/event_load`)."""
     key = event_key(cfg.dataset, table)
     granularity = cfg.event_granularity
     name = f"{cfg.dataset}.{event_table(table)}"
@@ -170,6 +172,14 @@ def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
             raise failure(exc) from None
         m = ev.manifest
         settle = settling(store, cfg.dataset, table, partition, cfg.settle_hours, manifest=m)
+        for warning in ev.warnings:
+            context.log.warning(warning)
+        unknown = unknown_counts(m)
+        if unknown.get("sentinel_time_rows"):
+            context.log.warning(f"{name} {partition}: {unknown['sentinel_time_rows']} record(s) with a sentinel event "
+                                f"time (outside {EVENT_TIME_FROM[:10]}..{EVENT_TIME_UNTIL[:10]}: "
+                                f"{', '.join(unknown['sentinel_event_hours'])}) are here, with the records that have "
+                                "no event time")
         if ev.result is not None:
             for warning in ev.result.warnings:
                 context.log.warning(warning)
@@ -191,6 +201,7 @@ def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
             "manifest": MetadataValue.path(store.location(m.path)),
             "manifest_sha256": m.sha256,
             "location": MetadataValue.path(ev.location),
+            **{k: MetadataValue.json(v) if isinstance(v, dict) else v for k, v in unknown.items()},
             **({"job_id": ev.result.job_id} if ev.result and ev.result.job_id else {}),
         })
 

@@ -35,7 +35,7 @@ class RetireConfig(Config):
                                   "landing root: tables/<dataset>/<table>/hour=<YYYY-MM-DDTHH>/_DONE.json")
     event_partitions: list[str] = Field(default=[], description="Event partitions of tables in no topic's config to "
                                         "version and load again: <dataset>.<table>__by_event/<YYYY-MM-DD[THH]> or "
-                                        "/__unknown__")
+                                        "/__unknown__<YYYY-MM-DD> (a landing day's records with no usable event time)")
 
 
 def event_partition_unit(name: str) -> LoadUnit:

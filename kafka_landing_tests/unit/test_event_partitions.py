@@ -1,10 +1,12 @@
 """Event partitions: versions made from the done files as they stand, late landing hours amending
 a partition as a new version, re-lands re-versioning exactly the partitions whose files changed,
-records with no event time in __unknown__, and nothing lost on the way. A local landing root, no
-Spark: the versioning is pure."""
+records with no event time (or a sentinel one) in the unknown partition of their landing day, only
+the newest versions kept, and nothing lost on the way. A local landing root, no Spark: the
+versioning is pure."""
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
@@ -130,11 +132,60 @@ def test_a_reland_re_versions_exactly_the_partitions_whose_files_changed(store):
     assert [ids_in(store, got[p][0]) for p in ("2026-01-31", "2026-02-01")] == [["a"], ["b"]]
 
 
-def test_records_with_no_event_time_have_a_partition_of_their_own(store):
+def test_records_with_no_event_time_have_a_partition_of_each_landing_day(store):
     write_event_hour(store, DS, T, "2026-01-31T13", {None: recs("n1", "n2"), "2026-01-31T13": recs("a")}, SCHEMA)
-    assert set(pending_partitions(store, DS, T)) == {UNKNOWN_EVENT, "2026-01-31"}
-    unknown, _ = version(store, UNKNOWN_EVENT)
-    assert (unknown.rows, ids_in(store, unknown)) == (2, ["n1", "n2"])
+    write_event_hour(store, DS, T, "2026-01-31T14", {None: recs("n3")}, SCHEMA, first=2000)
+    write_event_hour(store, DS, T, "2026-02-01T00", {None: recs("n4")}, SCHEMA, first=3000)
+    assert set(pending_partitions(store, DS, T)) == {"__unknown__2026-01-31", "__unknown__2026-02-01", "2026-01-31"}
+    jan31, _ = version(store, "__unknown__2026-01-31")
+    feb1, _ = version(store, "__unknown__2026-02-01")
+    version(store, "2026-01-31")
+    assert (jan31.rows, ids_in(store, jan31), sorted(jan31.hours)) == (3, ["n1", "n2", "n3"],
+                                                                      ["2026-01-31T13", "2026-01-31T14"])
+    assert (feb1.rows, ids_in(store, feb1), jan31.no_event_time_rows, jan31.sentinel_rows) == (1, ["n4"], 3, {})
+    # A re-land of a landing hour of Jan 31 re-versions Jan 31's partition, not Feb 1's.
+    write_event_hour(store, DS, T, "2026-01-31T14", {None: recs("n3", "n3b")}, SCHEMA, first=2000)
+    assert set(pending_partitions(store, DS, T)) == {"__unknown__2026-01-31"}
+
+
+SENTINELS = ["0001-01-01T00", "1900-01-01T00", "1959-12-31T23", "1969-12-31T23", "1970-01-01T00", "2160-01-01T00",
+             "9999-12-31T23"]
+
+
+def test_sentinel_event_times_go_with_the_records_with_no_event_time_counted_by_event_hour(store):
+    """Event times no event partition is cut by (before 1970-01-02 or after 2159-12-31: what BigQuery
+    cannot partition, and timestamp zero) are in the unknown partition of their landing day, counted
+    apart from the records with no event time; the landing-hour files are as landed."""
+    spread = {None: recs("none"), "1970-01-02T00": recs("first"), "2159-12-31T23": recs("last"),
+              **{s: recs(f"s-{s}") for s in SENTINELS}}
+    write_event_hour(store, DS, T, "2026-01-31T13", spread, SCHEMA)
+    assert set(pending_partitions(store, DS, T)) == {"__unknown__2026-01-31", "1970-01-02", "2159-12-31"}
+    unknown, _ = version(store, "__unknown__2026-01-31")
+    assert ids_in(store, unknown) == sorted(["none", *(f"s-{s}" for s in SENTINELS)])
+    assert unknown.no_event_time_rows == 1 and unknown.sentinel_rows == {s: 1 for s in SENTINELS}
+    assert ids_in(store, version(store, "1970-01-02")[0]) == ["first"]
+    done, _ = read_done(store, DS, T, "2026-01-31T13")  # the landing hour lists its files as landed
+    assert sorted(f.event_hour or "" for f in done.files) == sorted(["", "1970-01-02T00", "2159-12-31T23", *SENTINELS])
+
+
+def test_only_the_newest_two_versions_are_kept(store):
+    for n in range(5):
+        write_event_hour(store, DS, T, f"2026-01-31T{10 + n:02d}", {"2026-01-31T09": recs(f"x{n}")}, SCHEMA,
+                         first=1000 * (n + 1))
+        m, new = version(store, "2026-01-31", now=NOW + timedelta(hours=n))
+        assert new and m.version == n + 1
+        assert versions(store, DS, T, "2026-01-31") == list(range(max(1, n), n + 2))
+    assert m.previous_amended_at == (NOW + timedelta(hours=3)).isoformat(timespec="seconds")
+
+
+def test_the_versions_a_partition_kept_before_are_removed_by_its_next_versioning_changed_or_not(store):
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T09": recs("a")}, SCHEMA)
+    m, _ = version(store, "2026-01-31")
+    for v in range(2, 301):  # what 300 landing hours left before versions were removed
+        store.write_atomic(m.path.replace("v=000001", f"v={v:06d}"), json.dumps({**json.loads(m.to_bytes()),
+                                                                                  "version": v}).encode())
+    again, new = version(store, "2026-01-31")
+    assert (new, again.version, versions(store, DS, T, "2026-01-31")) == (False, 300, [299, 300])
 
 
 def test_hour_granularity(store):
@@ -179,7 +230,7 @@ def fresh_store(tmp_path_factory):
 
 
 LANDING_HOURS = [f"2026-01-{d:02d}T{h:02d}" for d in (30, 31) for h in (0, 12)]
-EVENT_HOURS = [None, "2026-01-29T05", "2026-01-30T00", "2026-01-30T23", "2026-01-31T12"]
+EVENT_HOURS = [None, "1900-01-01T00", "2026-01-29T05", "2026-01-30T00", "2026-01-30T23", "2026-01-31T12"]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -93,3 +93,54 @@ def test_an_hour_is_its_tag_wherever_a_tag_was_written():
 def test_what_is_not_an_hour_is_refused_naming_it(bad):
     with pytest.raises(n.NameError_, match="hour"):
         n.Hour(bad)
+
+
+# --- event partitions -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("event_hour, granularity, expected", [
+    ("2026-01-30T05", "day", "2026-01-30"),
+    ("2026-01-30T05", "hour", "2026-01-30T05"),
+    (None, "day", "__unknown__2026-01-31"),  # no event time: the unknown partition of the landing day
+    (None, "hour", "__unknown__2026-01-31"),
+    ("1970-01-02T00", "day", "1970-01-02"),  # the first and last event hours an event partition is cut by
+    ("2159-12-31T23", "hour", "2159-12-31T23"),
+    ("0001-01-01T00", "day", "__unknown__2026-01-31"),  # sentinels: with the records that have none
+    ("1900-01-01T00", "day", "__unknown__2026-01-31"),
+    ("1959-12-31T23", "day", "__unknown__2026-01-31"),  # BigQuery partitions 1960..2159 only
+    ("1969-12-31T23", "hour", "__unknown__2026-01-31"),  # -1 ms
+    ("1970-01-01T00", "day", "__unknown__2026-01-31"),  # timestamp zero: the day every landing hour would feed
+    ("2160-01-01T00", "day", "__unknown__2026-01-31"),
+    ("9999-12-31T23", "hour", "__unknown__2026-01-31"),
+])
+def test_a_file_is_cut_into_its_event_day_or_hour_or_its_landing_days_unknown_partition(event_hour, granularity,
+                                                                                         expected):
+    assert n.event_partition(event_hour, granularity, TAG) == expected
+    assert n.check_event_partition(expected) == expected
+
+
+@pytest.mark.parametrize("partition, superseded", [
+    ("__unknown__", True), ("__unknown__2026-01-31", False), ("1970-01-01", True), ("1969-12-31T23", True),
+    ("1970-01-02", False), ("2159-12-31T23", False), ("2160-01-01", True), ("1900-01-01", True), ("2026-01-31", False),
+])
+def test_the_partitions_no_file_is_cut_into_any_more_are_named_by_their_names(partition, superseded):
+    assert n.superseded(partition) is superseded
+
+
+@pytest.mark.parametrize("bad", ["__unknown__2026-02-30", "__unknown__x", "__unknown__/2026-01-31", "2026-01-31T24",
+                                 "../x", "", None])
+def test_what_is_not_an_event_partition_is_refused(bad):
+    with pytest.raises(n.NameError_, match="is not an event partition"):
+        n.check_event_partition(bad)
+
+
+def test_an_unknown_partition_is_named_by_its_landing_day_in_every_path():
+    p = n.unknown_partition(H)
+    assert (p, n.unknown_day(p), n.unknown_day(n.UNKNOWN_EVENT), n.unknown_day("2026-01-31")) == (
+        "__unknown__2026-01-31", "2026-01-31", None, None)
+    assert n.event_manifest_path("shop", "orders", p, 3) == \
+        "event_partitions/shop/orders/__unknown__2026-01-31/v=000003.json"
+    assert n.event_pending_path("shop", "orders", p, H) == \
+        "pending_event_loads/shop/orders/__unknown__2026-01-31/hour=2026-01-31T13.json"
+    assert n.event_load_ledger_path("shop", "orders__by_event", p) == \
+        "warehouse_loads/bigquery/shop/orders__by_event/partition=__unknown__2026-01-31.json"
+    assert n.event_handover_path("shop", "orders") == "event_partitions/shop/orders/_handed_over.json"

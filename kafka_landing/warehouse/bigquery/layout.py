@@ -29,11 +29,19 @@ by HOUR it would stop loading after 417 days; one made so before keeps loading,
 warned as it fills), each event partition replaced whole by one load job
 into its decorator (a decorator load holds only that partition's rows by
 construction, and BigQuery refuses one whose rows fall outside it). Records with
-no event time (`__unknown__`) would be the table's NULL partition, which no
-documented decorator writes: they are `<table>__by_event_unknown`, an
-unpartitioned table replaced whole the same way. Loads are recorded per partition:
+no event time would be the table's NULL partition, and sentinel times (before 1960
+or after 2159) its __UNPARTITIONED__ one, which no documented decorator writes:
+they are the unknown partitions of their landing days (`__unknown__2026-01-31`,
+`naming.event_partition`), each loaded into its day of `<table>__by_event_unknown`,
+a table partitioned by DAY on ingestion time (`$20260131`), replaced whole the same
+way. Loads are recorded per partition:
 
     <ledger>/warehouse_loads/bigquery/<dataset>/<table>__by_event/partition=2026-01-31.json
+    <ledger>/warehouse_loads/bigquery/<dataset>/<table>__by_event/partition=__unknown__2026-01-31.json
+
+The single `__unknown__` of before was `<table>__by_event_unknown` unpartitioned: its
+target stays the whole table, so that its hand-over (`event_load.hand_over`, before
+any unknown day is loaded) drops it; the first unknown day creates it again by day.
 
 Pure: no client, no Dagster, no Spark.
 """
@@ -45,6 +53,7 @@ from dataclasses import dataclass
 
 from kafka_landing.handoff.manifests import DoneFileError, Manifest, content_sha, read_done_file
 from kafka_landing.naming import (
+    EVENT_TABLE_SUFFIX,
     UNKNOWN_EVENT,
     Hour,
     check_event_partition,
@@ -53,17 +62,19 @@ from kafka_landing.naming import (
     event_load_ledger_path,
     event_load_lock_path,
     hour_folder_tag,
+    is_unknown,
     load_day_ledger_path,
     load_day_lock_path,
     load_ledger_path,
     load_lock_path,
+    unknown_day,
 )
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.backend import LoadError
 
 HOUR, DAY = "HOUR", "DAY"  # how a table is partitioned: new tables by DAY, tables of before by HOUR
 MAX_PARTITIONS = 10_000  # per table (BigQuery's quotas): 417 days of hours, 27 years of days
-UNPARTITIONED = "NONE"  # the layout of the table of an event-time table's records with no event time
+UNPARTITIONED = "NONE"  # the layout of the table of records with no event time, before it was by landing day
 UNKNOWN_TABLE_SUFFIX = "_unknown"
 
 
@@ -151,7 +162,9 @@ class LandingTables:
 class EventTables:
     """Event-time tables, partitioned by `granularity` ("day" or "hour") on column `field` (None: the
     column the table is partitioned on now, a retired table's, whose topic's config is gone; such a
-    table is never created)."""
+    table is never created). The unknown partitions go to `<table>_unknown`, partitioned by DAY on
+    ingestion time whatever `granularity` and `field` (`event_load.event_backend` gives them a backend
+    whose `field` is None, which the load job reads when it creates the table)."""
 
     record_glob = "partition=*.json"
     recreate_by_day = ("Set the topic's event_time_partition to day, then drop the event-time table and load its "
@@ -167,11 +180,16 @@ class EventTables:
         partition = check_event_partition(partition)
         ledger = event_load_ledger_path(dataset, table, partition)
         lock = event_load_lock_path(dataset, table, partition)
-        if partition == UNKNOWN_EVENT:
+        if is_unknown(partition):
             unknown = check_identifier(f"{table}{UNKNOWN_TABLE_SUFFIX}", "table")
             tid = table_id(project, dataset, unknown)
-            return Target(dataset, unknown, partition, UNPARTITIONED, "unknown", tid, ledger, lock,
-                          f"{tid} (event partition {partition})")
+            if partition == UNKNOWN_EVENT:  # the single one of before: the whole table
+                return Target(dataset, unknown, partition, UNPARTITIONED, "unknown", tid, ledger, lock,
+                              f"{tid} (event partition {partition}, as it was before it was split by landing day)")
+            pid = unknown_day(partition).replace("-", "")
+            return Target(dataset, unknown, partition, DAY, pid, f"{tid}${pid}", ledger, lock,
+                          f"{tid}${pid} (event partition {partition}: the records landed on {unknown_day(partition)} "
+                          "with no usable event time)")
         pid = partition.replace("-", "").replace("T", "")
         tid = table_id(project, dataset, table)
         if len(pid) != (8 if self.layout == DAY else 10):
@@ -186,22 +204,35 @@ class EventTables:
         return name[len("partition="):-len(".json")]
 
     def problem(self, ref: str, table: str, tp, layout: str | None) -> str | None:
-        """Why an existing table cannot be loaded: the table of the records with no event time is
-        partitioned, or an event-time table is not partitioned by this layout on this column (on
-        the one it has, when `field` is None); None if it can."""
-        unknown = layout == UNPARTITIONED or (layout is None and table.endswith(UNKNOWN_TABLE_SUFFIX))
+        """Why an existing table cannot be loaded: the table of the records with no usable event time
+        is not partitioned by DAY on ingestion time (or, for the hand-over of the single partition of
+        before, is partitioned), or an event-time table is not partitioned by this layout on this
+        column (on the one it has, when `field` is None); None if it can."""
+        unknown = table.endswith(f"{EVENT_TABLE_SUFFIX}{UNKNOWN_TABLE_SUFFIX}")
         field = self.field or (tp.field if tp is not None else None)
-        if (tp is not None) if unknown else (tp is None or tp.type_ != self.layout or tp.field != field):
+        if unknown:  # by landing day; unpartitioned as before only for the hand-over (layout None: either)
+            by_day = tp is not None and tp.type_ == DAY and not tp.field
+            ok = {UNPARTITIONED: tp is None, DAY: by_day}.get(layout, tp is None or by_day)
+        else:
+            ok = tp is not None and tp.type_ == self.layout and tp.field == field
+        if not ok:
             how = "not partitioned" if tp is None else f"partitioned by {tp.type_}" + (f" on {tp.field}" if tp.field
                                                                                       else " by ingestion time")
-            want = "not partitioned (it holds the records with no event time)" if unknown else \
-                f"partitioned by {self.layout} on column {field or 'its event time'}"
+            if unknown and layout == UNPARTITIONED:
+                want = "not partitioned, as the records with no event time were before they were split by landing day"
+            elif unknown:
+                want = ("partitioned by DAY on ingestion time (it holds the records with no usable event time by "
+                        "landing day)" + (": the unpartitioned table of before is dropped when the partition "
+                                          f"{UNKNOWN_EVENT} is handed over, before any day is loaded" if tp is None
+                                          else ""))
+            else:
+                want = f"partitioned by {self.layout} on column {field or 'its event time'}"
             return (f"table {ref} exists but is {how}; kafka_landing needs it {want}: drop or rename it, or set the "
                     "topic's event_time_partition to what it is")
         return None
 
     def not_created(self, target: Target) -> str | None:
-        if self.field is None and target.layout != UNPARTITIONED:
+        if self.field is None and not is_unknown(target.partition):
             return ("the table does not exist and its event-time column is unknown (no topic's config names the table "
                     "any more), so it is not created. Route a topic to it again, or remove the partition's markers if "
                     "its records are not wanted there")

@@ -211,3 +211,24 @@ def test_a_partition_being_loaded_is_not_evaluated_again_by_another_s_run(world)
     shown = latest(instance, CONSERVATION_BY_EVENT)
     assert {p: e.passed for p, e in shown.items()} == {DAY: True, LATE_DAY: True}, {
         p: e.description for p, e in shown.items()}
+
+
+def test_a_landing_days_unknown_partition_shows_its_sentinels_and_fails_on_a_loss(world):
+    """Records with no event time and with sentinel ones (0001-01-01, 9999-12-31) are loaded into the
+    landing day's unknown partition, counted in its materialisation and its check; exact, the check
+    passes; a row lost in BigQuery fails it with ERROR."""
+    store, fake, instance = world
+    unknown = "__unknown__2026-03-01"
+    land(store, "2026-03-01T10", {None: ["n"], "0001-01-01T00": ["first"], "9999-12-31T23": ["last"]}, first=1000)
+    result = run(world, unknown)
+    (mat,) = result.get_asset_materialization_events()
+    shown = {k: v.value for k, v in mat.materialization.metadata.items()}
+    assert (shown["dagster/row_count"], shown["no_event_time_rows"], shown["sentinel_time_rows"]) == (3, 1, 2)
+    assert shown["sentinel_event_hours"] == {"0001-01-01T00": 1, "9999-12-31T23": 1}
+    check = latest(instance, CONSERVATION_BY_EVENT)[unknown]
+    assert check.passed and check.metadata["sentinel_time_rows"].value == 2, check.description
+    fake.tables[(PROJECT, DS, "orders__by_event_unknown")]["partitions"]["20260301"].pop()  # other hands
+    run(world, unknown)
+    check = latest(instance, CONSERVATION_BY_EVENT)[unknown]
+    assert (check.passed, check.severity) == (False, AssetCheckSeverity.ERROR)
+    assert "holds 2 rows, version 1 lists 3" in check.description

@@ -46,9 +46,10 @@ def test_each_marked_partition_is_requested_and_new_partitions_are_added(tmp_pat
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("d__orders__by_event", [DAY])  # known already
         result = tick(tmp_path, instance)
-        assert sorted(r.partition_key for r in result.run_requests) == [DAY, "__unknown__"]
+        assert sorted(r.partition_key for r in result.run_requests) == [DAY, "__unknown__2026-01-31"]
         assert [(a.partitions_def_name, list(a.partition_keys)) for a in result.dynamic_partitions_requests] == [
-            ("d__orders__by_event", ["__unknown__"])]
+            ("d__orders__by_event", ["__unknown__2026-01-31"])]
+        assert instance.get_dynamic_partitions("d__orders__by_event") == [DAY, "__unknown__2026-01-31"]
         req = next(r for r in result.run_requests if r.partition_key == DAY)
         assert req.asset_selection == [event_key("d", "orders")] and req.tags[EVENT_TAG] == f"d.orders__by_event/{DAY}"
         assert req.tags["kafka_landing/spark"] == "true"  # Parquet loads take a Spark slot

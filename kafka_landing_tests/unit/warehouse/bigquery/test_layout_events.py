@@ -1,7 +1,8 @@
 """Event-time tables in BigQuery: each event partition replaced whole by one load job into the decorator
 of a table partitioned on the event-time column, a late landing hour amending it as a new version, records
-with no event time in their own table, and the fake refusing a decorator load whose rows fall outside the
-decorated partition. Through the real BigQueryWarehouse and the strict BigQuery fake over HTTP."""
+with no event time (or a sentinel one BigQuery cannot partition) in a table of their own by landing day, the
+unknown partition of before handed over to it, and the fake refusing a decorator load whose rows fall outside
+the decorated partition. Through the real BigQueryWarehouse and the strict BigQuery fake over HTTP."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from google.cloud import bigquery
 
 from kafka_landing.handoff import markers
 from kafka_landing.handoff.units import EVENT
-from kafka_landing.naming import UNKNOWN_EVENT
+from kafka_landing.naming import UNKNOWN_EVENT, Hour, event_handover_path
 from kafka_landing.warehouse.event_load import event_conservation, load_event_partition
 from kafka_landing.warehouse.load import LoadError
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
 from kafka_landing_tests.helpers import avro_file, write_event_hour
 from kafka_landing_tests.landed_hours import ORDER_WITH_EVENT_TIME as SCHEMA, ORDERS_BY_EVENT as CFG, orders
+from kafka_landing_tests.landed_hours import events_cut_as_before, load_event_partition_as_before
 from kafka_landing_tests.landed_hours import land_event_orders as land
 
 PROJECT = "kl-bq-events"
@@ -78,17 +80,112 @@ def test_conservation_fails_when_the_partition_in_bigquery_is_changed_by_other_h
     assert not c.ok and not c.waiting and "holds 1 rows, version 1 lists 2" in c.why
 
 
-def test_records_with_no_event_time_go_to_a_table_of_their_own_replaced_whole(fake_bigquery):
+def pending(store) -> list[str]:
+    return sorted(u.partition for u in markers.list_units(store, EVENT, [(DS, T)]))
+
+
+def load_pending(fake, store) -> dict:
+    """Every marked partition loaded, as the event sensor's runs do: {partition: EventLoad}."""
+    return {p: load(fake, store, p) for p in pending(store)}
+
+
+def test_records_with_no_event_time_go_to_their_landing_day_of_a_table_of_their_own(fake_bigquery):
     store, fake = fake_bigquery
     land(store, "2026-01-31T13", {None: ["n1", "n2"], "2026-01-31T13": ["a"]})
-    result = load(fake, store, UNKNOWN_EVENT)
-    assert result.location == f"{PROJECT}.{DS}.orders__by_event_unknown"
-    assert ids(fake, "orders__by_event_unknown", "") == ["n1", "n2"]
+    result = load(fake, store, "__unknown__2026-01-31")
+    assert result.location == f"{PROJECT}.{DS}.orders__by_event_unknown$20260131"
+    [(_, jid)] = list(fake.jobs)
+    job = fake.jobs[(PROJECT, jid)]["resource"]["configuration"]["load"]
+    assert (job["destinationTable"]["tableId"], job["timePartitioning"]) == (
+        "orders__by_event_unknown$20260131", {"type": "DAY"})  # by ingestion time: the landing day
+    assert ids(fake, "orders__by_event_unknown", "20260131") == ["n1", "n2"]
     land(store, "2026-01-31T14", {None: ["n3"]}, first=2000)
-    load(fake, store, UNKNOWN_EVENT)
+    land(store, "2026-02-01T00", {None: ["n4"]}, first=3000)
+    load_pending(fake, store)
+    assert fake.partition_counts(PROJECT, DS, "orders__by_event_unknown") == {"20260131": 3, "20260201": 1}
+    by_event = warehouse(fake, store).by_event("day", None)
+    assert by_event.partition_rows(DS, "orders__by_event", "__unknown__2026-01-31") == 3
+    for p in ("__unknown__2026-01-31", "__unknown__2026-02-01", "2026-01-31"):
+        c = event_conservation(store, warehouse(fake, store), CFG, T, p)
+        assert c.ok, c.why
+
+
+def test_three_days_of_hourly_landing_hours_name_at_most_a_days_files_per_job(fake_bigquery):
+    store, fake = fake_bigquery
+    for n in range(72):
+        hour = Hour("2026-01-31T00").plus(n)
+        land(store, hour, {None: [f"n{n}"], hour: [f"e{n}"]}, first=1000 + 10 * n)
+        load_pending(fake, store)
+    unknown_jobs = [j["resource"]["configuration"]["load"] for j in fake.jobs.values()
+                    if j["resource"]["configuration"]["load"]["destinationTable"]["tableId"].startswith(
+                        "orders__by_event_unknown$")]
+    assert len(unknown_jobs) == 72 and max(len(j["sourceUris"]) for j in unknown_jobs) == 24
+    assert fake.partition_counts(PROJECT, DS, "orders__by_event_unknown") == {
+        "20260131": 24, "20260201": 24, "20260202": 24}
+
+
+def test_sentinel_event_times_load_into_the_landing_days_unknown_partition_counted(fake_bigquery):
+    """Event times BigQuery cannot partition (before 1960, after 2159) and timestamp zero are never a
+    refused load: they are in the landing day's unknown partition, counted and named in its check."""
+    store, fake = fake_bigquery
+    land(store, "2026-03-01T10", {"2026-03-01T10": ["ok"], "1900-01-01T00": ["sentinel"], "9999-12-31T23": ["max"],
+                                  "1970-01-01T00": ["zero"], None: ["none"]})
+    assert pending(store) == ["2026-03-01", "__unknown__2026-03-01"]
+    loaded = load_pending(fake, store)
+    assert {p: ev.manifest.rows for p, ev in loaded.items()} == {"2026-03-01": 1, "__unknown__2026-03-01": 4}
+    assert ids(fake, "orders__by_event_unknown", "20260301") == ["max", "none", "sentinel", "zero"]
+    c = event_conservation(store, warehouse(fake, store), CFG, T, "__unknown__2026-03-01")
+    assert c.ok, c.why
+    assert (c.metadata["no_event_time_rows"], c.metadata["sentinel_time_rows"], c.metadata["sentinel_event_hours"]) \
+        == (1, 3, {"1900-01-01T00": 1, "1970-01-01T00": 1, "9999-12-31T23": 1})
+    assert "3 of them have an event time outside 1970-01-02..2159-12-31" in c.why
+
+
+# --- the single __unknown__ of before, and sentinel days, handed over ------------------------------
+
+def load_as_before(fake, store, partition: str):
+    return load_event_partition_as_before(warehouse(fake, store).by_event("day", CFG.event_time_field), store,
+                                          partition)
+
+
+def test_the_unknown_partition_of_before_is_handed_over_to_its_landing_days_before_any_is_loaded(fake_bigquery):
+    store, fake = fake_bigquery
+    with events_cut_as_before():
+        land(store, "2026-01-31T13", {None: ["n1"], "2026-01-31T13": ["a"], "1900-01-01T00": ["s1"]})
+        land(store, "2026-02-01T09", {None: ["n2", "n3"]}, first=2000)
+        load_as_before(fake, store, UNKNOWN_EVENT)
+        load_as_before(fake, store, "2026-01-31")
+        with pytest.raises(LoadError, match=r"Invalid partition decorator \$19000101"):
+            load_as_before(fake, store, "1900-01-01")  # what R9 was: refused for good
+    assert fake.tables[(PROJECT, DS, "orders__by_event_unknown")]["resource"].get("timePartitioning") is None
     assert ids(fake, "orders__by_event_unknown", "") == ["n1", "n2", "n3"]
-    by_event = warehouse(fake, store).by_event("day", "created_at")
-    assert by_event.partition_rows(DS, "orders__by_event", UNKNOWN_EVENT) == 3
+
+    # The upgrade: the next landing hour brings a record with no event time; its day's load hands over first.
+    land(store, "2026-02-02T00", {None: ["n4"]}, first=3000)
+    new_day = load(fake, store, "__unknown__2026-02-02")
+    assert new_day.manifest.rows == 1
+    record = store.read_json(event_handover_path(DS, T))
+    assert record["failed"] == {} and sorted(record["handed_over"]) == ["1900-01-01", UNKNOWN_EVENT]
+    assert record["handed_over"][UNKNOWN_EVENT]["to"] == ["__unknown__2026-01-31", "__unknown__2026-02-01"]
+    assert pending(store) == ["1900-01-01", UNKNOWN_EVENT, "__unknown__2026-01-31", "__unknown__2026-02-01"]
+    loaded = load_pending(fake, store)
+    assert {p: (ev.manifest.rows, ev.result is None) for p, ev in loaded.items()} == {
+        "1900-01-01": (0, True), UNKNOWN_EVENT: (0, True),  # emptied by the hand-over, shown empty by their runs
+        "__unknown__2026-01-31": (2, False), "__unknown__2026-02-01": (2, False)}
+    assert fake.tables[(PROJECT, DS, "orders__by_event_unknown")]["resource"]["timePartitioning"] == {"type": "DAY"}
+    assert fake.partition_counts(PROJECT, DS, "orders__by_event_unknown") == {
+        "20260131": 2, "20260201": 2, "20260202": 1}
+    assert ids(fake, "orders__by_event_unknown", "20260131") == ["n1", "s1"]
+    for p in ("2026-01-31", "1900-01-01", UNKNOWN_EVENT, "__unknown__2026-01-31", "__unknown__2026-02-01",
+              "__unknown__2026-02-02"):
+        c = event_conservation(store, warehouse(fake, store), CFG, T, p)
+        assert c.ok, c.why
+    assert pending(store) == []
+    # Handed over once: later loads read the record and nothing else of it.
+    land(store, "2026-02-02T01", {None: ["n5"]}, first=4000)
+    before = store.read_bytes(event_handover_path(DS, T))
+    load(fake, store, "__unknown__2026-02-02")
+    assert store.read_bytes(event_handover_path(DS, T)) == before
 
 
 def test_a_reland_reloads_exactly_the_event_partitions_whose_files_changed(fake_bigquery):

@@ -13,7 +13,7 @@ from functools import partial
 
 import pytest
 
-from kafka_landing.naming import UNKNOWN_EVENT, done_file_path, hour_from_tag
+from kafka_landing.naming import done_file_path, hour_from_tag, unknown_partition
 from kafka_landing.handoff.manifests import content_sha
 from kafka_landing.warehouse.bigquery import day_sha, partition_id, swap
 from kafka_landing.warehouse.bigquery.jobs import Jobs
@@ -376,13 +376,14 @@ def test_an_event_day_of_more_files_than_one_job_may_name_loads_in_steps(small):
     assert scratch_tables(fake) == []
 
 
-def test_the_records_with_no_event_time_load_in_steps_into_their_whole_table(small):
+def test_the_records_with_no_event_time_load_in_steps_into_their_landing_day(small):
     store, fake = small
     cfg = ORDERS_BY_EVENT
     for n in range(7):
         land_event_orders(store, f"2026-01-31T{n:02d}", {None: [f"n{n}"]}, first=1000)
-    loaded = load_event_partition(warehouse(fake, store), store, cfg, cfg.table, UNKNOWN_EVENT, NO_SPARK)
+    loaded = load_event_partition(warehouse(fake, store), store, cfg, cfg.table, unknown_partition(H13), NO_SPARK)
     assert loaded.result.rows == 7
     assert kinds(fake) == [("load", "orders__by_event_unknown(scratch)", 5),
-                           ("load", "orders__by_event_unknown(scratch)", 2), ("copy", "orders__by_event_unknown", 0)]
-    assert len(fake.partition_rows(PROJECT, cfg.dataset, "orders__by_event_unknown", "")) == 7
+                           ("load", "orders__by_event_unknown(scratch)", 2),
+                           ("copy", "orders__by_event_unknown$20260131", 0)]
+    assert len(fake.partition_rows(PROJECT, cfg.dataset, "orders__by_event_unknown", "20260131")) == 7
