@@ -1,13 +1,14 @@
 """Event-time tables on the real stack (broker, registry, Spark, a Dagster instance): records of one
 event day arriving over several landing hours, one of them days later, landed as a range and hour
-by hour; each amendment replaces the event day whole as a new version; every landed offset is in the
+by hour; each amendment replaces the event day whole as a new version; records with no event time
+or a sentinel one in the unknown partition of their landing day; every landed offset is in the
 event-time table exactly once, checked by (topic, partition, offset); re-lands re-version exactly the
 event partitions whose records changed."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 from dagster import AssetCheckKey, AssetCheckSeverity, materialize
@@ -17,7 +18,7 @@ from kafka_landing.avro_landing.framing import frame
 from kafka_landing.config import load_config
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing.event_partitions import latest_manifest, versions
-from kafka_landing.naming import ONE_HOUR, UNKNOWN_EVENT, floor_hour, hour_key, hour_tag, to_millis
+from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis, unknown_partition
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.event_load import event_conservation
 from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME
@@ -95,6 +96,7 @@ def test_late_records_amend_their_event_day_and_relands_re_version_what_they_tou
     day = (floor_hour(now) - timedelta(days=3)).replace(hour=20)  # the event day's evening, three days ago
     h0, h1, late = day + ONE_HOUR, day + 2 * ONE_HOUR, floor_hour(now) - 2 * ONE_HOUR
     d, late_day = hour_tag(day)[:10], hour_tag(late)[:10]
+    unknown, late_unknown = unknown_partition(h1), unknown_partition(late)  # by landing day
 
     def rec(n: int, landing_hour: datetime, created: datetime | None, paid: datetime | None = None):
         value = {"id": n, "created_at": created, "paid_at": paid}
@@ -104,62 +106,67 @@ def test_late_records_amend_their_event_day_and_relands_re_version_what_they_tou
     sent = send([
         *(rec(n, h0, day + timedelta(minutes=5 * n)) for n in range(6)),  # event day d, landing hour h0
         *(rec(n, h1, h1 + timedelta(minutes=n), paid=h1 + timedelta(days=1)) for n in range(6, 10)),  # d, hour h1
-        rec(10, h1, None),  # no event time: __unknown__
+        rec(10, h1, None),  # no event time: the unknown partition of h1's day
         rec(11, late, day + timedelta(hours=-8)),  # three days late, still day d
         rec(12, late, late + timedelta(minutes=1)),  # on time, in the late hour's own day
+        rec(13, late, datetime(1900, 1, 1, tzinfo=timezone.utc)),  # a sentinel: the late hour's day's unknown
     ])
-    by_id = {json_id: (s.topic, s.partition, s.offset) for json_id, s in zip(range(13), sent_in_id_order(sent))}
+    by_id = {json_id: (s.topic, s.partition, s.offset) for json_id, s in zip(range(14), sent_in_id_order(sent))}
     code_location({topic: {"dataset": DS, "table": "orders", "event_time_field": "created_at"}},
                   first_hour=hour_key(h0))
     defs = build_definitions()
     landing = LocalStore(tmp_path / "landing")
 
-    # The event day's two landing hours as one range: version 1 of day d, and __unknown__.
+    # The event day's two landing hours as one range: version 1 of day d, and h1's day's unknown partition.
     land(defs, instance, h0, h1)
     first = load_events(defs, instance, landing)
-    assert set(first) == {d, UNKNOWN_EVENT}
+    assert set(first) == {d, unknown}
     assert (first[d]["version"], first[d]["dagster/row_count"], first[d]["settled"]) == (1, 10, False)
     assert first[d]["landing_hours"] == {hour_tag(h0): 6, hour_tag(h1): 4}
     assert keys(table(tmp_path / "warehouse", d)) == sorted(by_id[i] for i in range(10))
-    assert keys(table(tmp_path / "warehouse", UNKNOWN_EVENT)) == [by_id[10]]
+    assert keys(table(tmp_path / "warehouse", unknown)) == [by_id[10]]
+    assert (first[unknown]["no_event_time_rows"], first[unknown]["sentinel_time_rows"]) == (1, 0)
     assert tick(defs, instance, sensor=EVENT_SENSOR_NAME).run_requests == []  # nothing changed since: nothing asked
 
     # Three days later a landing hour brings one more record of day d: version 2 replaces it whole.
     land(defs, instance, late)
     second = load_events(defs, instance, landing)
-    assert set(second) == {d, late_day}
+    assert set(second) == {d, late_day, late_unknown}
     assert (second[d]["version"], second[d]["changed_hours"], second[d]["dagster/row_count"]) == \
         (2, [hour_tag(late)], 11)
     got = keys(table(tmp_path / "warehouse", d))
     assert got == sorted([*(by_id[i] for i in range(10)), by_id[11]])  # each offset once
     assert keys(table(tmp_path / "warehouse", late_day)) == [by_id[12]]
+    assert keys(table(tmp_path / "warehouse", late_unknown)) == [by_id[13]]  # as landed: its time is 1900-01-01
+    assert (second[late_unknown]["sentinel_time_rows"], second[late_unknown]["sentinel_event_hours"]) == (
+        1, {"1900-01-01T00": 1})
     manifest = latest_manifest(landing, DS, "orders", d)
     assert sorted(manifest.hours) == [hour_tag(h0), hour_tag(h1), hour_tag(late)]
 
     # Re-landing the late hour as it was changes no event partition's files: no new version.
     land(defs, instance, late)
     again = load_events(defs, instance, landing)
-    assert {p: (m["version"], m["amended"]) for p, m in again.items()} == {d: (2, False), late_day: (1, False)}
+    assert {p: (m["version"], m["amended"]) for p, m in again.items()} == {
+        d: (2, False), late_day: (1, False), late_unknown: (1, False)}
 
     # The event time changes (another field): re-landing h1 moves its records from day d to the next
-    # day. Day d and the next day get new versions; __unknown__ (h1's record with neither time) is
-    # looked at and keeps its version; the late hour's day is not touched.
+    # day. Day d and the next day get new versions; h1's day's unknown partition (h1's record with
+    # neither time) is looked at and keeps its version; the late hour's day is not touched.
     code_location({topic: {"dataset": DS, "table": "orders", "event_time_field": "paid_at"}},
                   first_hour=hour_key(h0))
     defs = build_definitions()
     land(defs, instance, h1)
     next_day = hour_tag(h1 + timedelta(days=1))[:10]
     third = load_events(defs, instance, landing)
-    assert set(third) == {d, next_day, UNKNOWN_EVENT}
+    assert set(third) == {d, next_day, unknown}
     assert (third[d]["version"], third[d]["dagster/row_count"]) == (3, 7)
-    assert (third[next_day]["version"], third[UNKNOWN_EVENT]["version"], third[UNKNOWN_EVENT]["amended"]) == \
-        (1, 1, False)
+    assert (third[next_day]["version"], third[unknown]["version"], third[unknown]["amended"]) == (1, 1, False)
     assert keys(table(tmp_path / "warehouse", next_day)) == sorted(by_id[i] for i in range(6, 10))
     assert keys(table(tmp_path / "warehouse", d)) == sorted([*(by_id[i] for i in range(6)), by_id[11]])
     assert versions(landing, DS, "orders", late_day) == [1]
     # Every landed offset is in exactly one event partition.
     everything = duckdb_all(tmp_path / "warehouse")
-    assert len(everything) == len(set(keys(everything))) == 13
+    assert len(everything) == len(set(keys(everything))) == 14
 
 
 def sent_in_id_order(sent):
