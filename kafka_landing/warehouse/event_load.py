@@ -282,6 +282,9 @@ def settling(store: LandingStore, dataset: str, table: str, partition: str, sett
     window = timedelta(hours=settle_hours)
     made = datetime.fromisoformat(manifest.amended_at)
     at = (made + window).isoformat(timespec="seconds")
+    if superseded(partition) and manifest.rows == 0:  # its records moved, not amended: no alert
+        return Settling(True, f"{name}: no file is cut into it any more: its records were handed over to the "
+                              f"unknown partitions of their landing days at {manifest.amended_at}", at)
     before = _previous_amended_at(store, manifest)
     had_settled = before is not None and datetime.fromisoformat(before) + window <= made
     previous_settled_at = ((datetime.fromisoformat(before) + window).isoformat(timespec="seconds") if had_settled

@@ -7,6 +7,7 @@ the decorated partition. Through the real BigQueryWarehouse and the strict BigQu
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime, timedelta, timezone
 from functools import partial
 
 import pytest
@@ -15,7 +16,7 @@ from google.cloud import bigquery
 from kafka_landing.handoff import markers
 from kafka_landing.handoff.units import EVENT
 from kafka_landing.naming import UNKNOWN_EVENT, Hour, event_handover_path
-from kafka_landing.warehouse.event_load import event_conservation, load_event_partition
+from kafka_landing.warehouse.event_load import event_conservation, load_event_partition, settling
 from kafka_landing.warehouse.load import LoadError
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
 from kafka_landing_tests.helpers import avro_file, write_event_hour
@@ -160,9 +161,11 @@ def test_the_unknown_partition_of_before_is_handed_over_to_its_landing_days_befo
     assert fake.tables[(PROJECT, DS, "orders__by_event_unknown")]["resource"].get("timePartitioning") is None
     assert ids(fake, "orders__by_event_unknown", "") == ["n1", "n2", "n3"]
 
-    # The upgrade: the next landing hour brings a record with no event time; its day's load hands over first.
+    # The upgrade, a month later: the next landing hour brings a record with no event time; its day's load
+    # hands over first.
     land(store, "2026-02-02T00", {None: ["n4"]}, first=3000)
-    new_day = load(fake, store, "__unknown__2026-02-02")
+    later = datetime.now(timezone.utc) + timedelta(days=30)
+    new_day = load_event_partition(warehouse(fake, store), store, CFG, T, "__unknown__2026-02-02", NO_SPARK, now=later)
     assert new_day.manifest.rows == 1
     record = store.read_json(event_handover_path(DS, T))
     assert record["failed"] == {} and sorted(record["handed_over"]) == ["1900-01-01", UNKNOWN_EVENT]
@@ -180,6 +183,9 @@ def test_the_unknown_partition_of_before_is_handed_over_to_its_landing_days_befo
               "__unknown__2026-02-02"):
         c = event_conservation(store, warehouse(fake, store), CFG, T, p)
         assert c.ok, c.why
+    for p in ("1900-01-01", UNKNOWN_EVENT):  # emptied by the hand-over a month after they had settled: no alert
+        s = settling(store, DS, T, p, CFG.settle_hours, now=later)
+        assert s.ok and "handed over" in s.why, s.why
     assert pending(store) == []
     # Handed over once: later loads read the record and nothing else of it.
     land(store, "2026-02-02T01", {None: ["n5"]}, first=4000)
