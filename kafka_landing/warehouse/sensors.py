@@ -56,12 +56,17 @@ RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
-def _cursor(raw: str | None) -> tuple[ScanPosition, Cursor]:
+def _cursor_fields(raw: str | None) -> dict:
+    """A sensor cursor's fields; {} for none, or for one this release cannot read (starts over)."""
     try:
         d = json.loads(raw) if raw else {}
     except ValueError:
-        d = {}
-    d = d if isinstance(d, dict) else {}
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _cursor(raw: str | None) -> tuple[ScanPosition, Cursor]:
+    d = _cursor_fields(raw)
     return ScanPosition.from_json(d["reconcile"]) if "reconcile" in d else ScanPosition(), \
         Cursor.from_json(d.get("queue"))
 
@@ -228,11 +233,7 @@ def _retire_config(*units: LoadUnit) -> dict[str, list[str]]:
 
 
 def _cursors(raw: str | None) -> dict[str, Cursor]:
-    try:
-        d = json.loads(raw) if raw else {}
-    except ValueError:
-        d = {}
-    return {k: Cursor.from_json(v) for k, v in d.items() if k != "v"} if isinstance(d, dict) else {}
+    return {k: Cursor.from_json(v) for k, v in _cursor_fields(raw).items() if k != "v"}
 
 
 def build_event_sensor(events: dict[tuple[str, str], AssetKey], partitions: dict[tuple[str, str], object]):

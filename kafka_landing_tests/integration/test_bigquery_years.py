@@ -68,7 +68,7 @@ def test_a_day_of_24_hours_of_420_files_loads_though_one_job_may_name_10000(fold
         loads = [j["resource"]["configuration"]["load"] for j in fake.jobs.values()
                  if "load" in j["resource"]["configuration"]]
         assert sorted(len(load["sourceUris"]) for load in loads) == [80, 10_000]
-        assert all("__kl_scratch_" in load["destinationTable"]["tableId"] for load in loads)
+        assert ["__kl_scratch_" in load["destinationTable"]["tableId"] for load in loads] == [True, True]
         assert result.job_id.endswith("_swap")
         assert fake.partition_counts(PROJECT, DATASET, TABLE) == {"20260131": 10_080}
         assert wh.partition_rows(DATASET, TABLE, "2026-01-31T23") == 420

@@ -27,7 +27,6 @@ lines. Pure: no Dagster, no Spark.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -342,7 +341,3 @@ def tick(store: LandingStore, kind: Kind, runs_of: Callable[[Sequence[PendingLoa
     plan.groups = list(planned.groups[:MAX_REQUESTS_PER_TICK])
     plan.more_ready = max(0, len(planned.groups) - MAX_REQUESTS_PER_TICK)
     return plan
-
-
-def cursor_json(cursor: Cursor, **more) -> str:
-    return json.dumps({"v": 4, "queue": cursor.to_json(), **more})
