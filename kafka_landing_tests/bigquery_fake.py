@@ -23,7 +23,10 @@ purpose:
   nothing is silently ignored;
 - a wildcard in sourceUris -> 400 (BigQuery allows them; kafka_landing must never
   use one: it loads exactly the files its done file lists);
-- a job id used before in the project -> 409 "Already Exists: Job ...";
+- a job id used before in the project, by a job of any kind -> 409 "Already Exists:
+  Job ..." (so a job id taken by one job can never start another);
+- query jobs: only `SELECT ERROR('...')`, which fails with its message (reason
+  invalidQuery) and reads no table; job labels checked as BigQuery words them;
 - a failed job changes nothing; WRITE_TRUNCATE on `table$YYYYMMDDHH` (or
   `$YYYYMMDD` in a table partitioned by DAY) replaces that partition only;
   WRITE_TRUNCATE without a decorator replaces an unpartitioned table whole, its
@@ -116,8 +119,16 @@ _FIELDS: dict[str, tuple[set[str], set[str]]] = {
             {"kind", "etag", "id", "selfLink", "user_email", "statistics", "status", "principal_subject",
              "jobCreationReason"}),
     "jobReference": ({"projectId", "jobId", "location"}, set()),
-    "configuration": ({"load", "copy", "labels", "jobType"},
-                      {"query", "extract", "dryRun", "jobTimeoutMs", "reservation", "maxSlots"}),
+    "configuration": ({"load", "copy", "query", "labels", "jobType"},
+                      {"extract", "dryRun", "jobTimeoutMs", "reservation", "maxSlots"}),
+    # JobConfigurationQuery (REST reference, jobs): a query job; the fake runs only `SELECT ERROR('...')`
+    "jobQuery": ({"query", "useLegacySql"},
+                 {"destinationTable", "tableDefinitions", "userDefinedFunctionResources", "createDisposition",
+                  "writeDisposition", "defaultDataset", "priority", "allowLargeResults", "useQueryCache",
+                  "flattenResults", "maximumBillingTier", "maximumBytesBilled", "parameterMode", "queryParameters",
+                  "systemVariables", "schemaUpdateOptions", "timePartitioning", "rangePartitioning", "clustering",
+                  "destinationEncryptionConfiguration", "scriptOptions", "connectionProperties", "createSession",
+                  "continuous", "writeIncrementalResults", "preserveNulls"}),
     # JobConfigurationTableCopy (REST reference, jobs): one source table or several, into one destination
     "copy": ({"sourceTable", "sourceTables", "destinationTable", "writeDisposition", "createDisposition"},
              {"operationType", "destinationExpirationTime", "destinationEncryptionConfiguration"}),
@@ -173,6 +184,11 @@ PARTITIONS_QUERY = re.compile(
     r"^\s*SELECT\s+total_rows\s+FROM\s+`(?P<project>[^`.]+)\.(?P<dataset>[^`.]+)\.INFORMATION_SCHEMA\.PARTITIONS`"
     r"\s+WHERE\s+table_name\s*=\s*@(?P<t>\w+)\s+AND\s+partition_id\s*=\s*@(?P<p>\w+)\s*;?\s*$",
     re.IGNORECASE)
+
+
+# The one statement a query job runs: GoogleSQL's ERROR(), which fails the job with its message and
+# reads no table (a job that exists, changes nothing and fails: what a reserved job id is).
+ERROR_QUERY = re.compile(r"^\s*SELECT\s+ERROR\s*\(\s*'(?P<message>(?:[^'\\]|\\.)*)'\s*\)\s*;?\s*$", re.IGNORECASE)
 
 
 ALTER_COLUMN = re.compile(
@@ -262,6 +278,27 @@ def _check_params(method: str, params: dict) -> None:
             raise ApiError(501, f"bigquery_fake does not implement the query parameter {name!r} of {method}")
         if name not in implemented:
             raise ApiError(400, f"Invalid request: unknown query parameter {name!r} for {method}")
+
+
+def _check_labels(labels) -> None:
+    """Job labels ("Labels"): keys and values of at most 63 lowercase letters, digits, _ and -, keys
+    starting with a letter."""
+    if not isinstance(labels, dict):
+        raise ApiError(400, "Invalid value for configuration.labels: a map of strings")
+    for key, value in labels.items():
+        if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", key) or not re.fullmatch(r"[a-z0-9_-]{0,63}", str(value)):
+            raise ApiError(400, f"Invalid label {key}: {value}: keys and values hold at most 63 lowercase letters, "
+                                "digits, underscores and dashes, and a key starts with a letter")
+
+
+def _check_query(query) -> dict:
+    """JobConfigurationQuery: GoogleSQL, and of statements only `SELECT ERROR('...')`."""
+    _check_fields(query, "jobQuery", "job.configuration.query")
+    if query.get("useLegacySql", True) is not False:
+        raise ApiError(501, "bigquery_fake runs GoogleSQL query jobs only (useLegacySql must be false)")
+    if not isinstance(query.get("query"), str) or not ERROR_QUERY.match(query["query"]):
+        raise ApiError(501, f"bigquery_fake runs only `SELECT ERROR('...')` as a query job, not: {query.get('query')!r}")
+    return query
 
 
 def _check_schema_fields(fields, where: str) -> list[dict]:
@@ -613,9 +650,10 @@ def _ms(t: float) -> str:
     return str(int(t * 1000))
 
 
-def _destination(job: dict) -> dict:
+def _destination(job: dict) -> dict | None:
     config = job["configuration"]
-    return (config.get("load") or config.get("copy"))["destinationTable"]
+    spec = config.get("load") or config.get("copy")
+    return spec["destinationTable"] if spec else None  # a query job here writes no table
 
 
 class FakeBigQuery:
@@ -987,15 +1025,17 @@ class FakeBigQuery:
             raise ApiError(400, f"Invalid job ID \"{job_id}\". Job IDs must be alphanumeric (plus underscores and "
                                 "dashes) and must be at most 1024 characters long.")
         config = _check_fields(body.get("configuration"), "configuration", "job.configuration")
-        kind = "copy" if "copy" in config else "load"
-        if config.get("jobType", kind.upper()) != kind.upper() or len({"load", "copy"} & set(config)) != 1:
-            raise ApiError(501, "bigquery_fake implements load and copy jobs only, one configuration per job")
-        spec = self._check_load(config["load"], p) if kind == "load" else self._check_copy(config["copy"])
-        if (p, job_id) in self.jobs:  # job ids are unique in a project, whatever the location
+        kind = next((k for k in ("copy", "query") if k in config), "load")
+        if config.get("jobType", kind.upper()) != kind.upper() or len({"load", "copy", "query"} & set(config)) != 1:
+            raise ApiError(501, "bigquery_fake implements load, copy and query jobs only, one configuration per job")
+        _check_labels(config.get("labels", {}))
+        spec = self._check_load(config["load"], p) if kind == "load" else self._check_copy(config["copy"]) \
+            if kind == "copy" else _check_query(config["query"])
+        if (p, job_id) in self.jobs:  # job ids are unique in a project, whatever the kind and the location
             location = self.jobs[(p, job_id)]["resource"]["jobReference"]["location"]
             raise ApiError(409, f"Already Exists: Job {p}:{location}.{job_id}")
-        dest = spec["destinationTable"]
-        location = ref.get("location") or (self.datasets.get((p, dest["datasetId"])) or {}).get("location") \
+        dest = spec.get("destinationTable") or {}
+        location = ref.get("location") or (self.datasets.get((p, dest.get("datasetId"))) or {}).get("location") \
             or self.default_location
         over_quota = False
         if kind == "load":  # "Load jobs per table per day", counted over any 24 hours, failed ones included
@@ -1010,7 +1050,7 @@ class FakeBigQuery:
         job = {"resource": resource, "polls_left": self.running_polls, "over_quota": over_quota}
         self.overlaps += [(j, job_id) for (proj, j), other in self.jobs.items() if proj == p
                           and other["resource"]["status"]["state"] != "DONE"
-                          and _destination(other["resource"]) == dest]
+                          and dest and _destination(other["resource"]) == dest]
         self.jobs[(p, job_id)] = job
         if job["polls_left"] <= 0:
             self._run(job)
@@ -1126,6 +1166,9 @@ class FakeBigQuery:
         resource = job["resource"]
         config = resource["configuration"]
         try:
+            if "query" in config:  # SELECT ERROR('...'): checked by jobs.insert, fails with its message
+                message = ERROR_QUERY.match(config["query"]["query"])["message"]
+                raise JobFailed("invalidQuery", re.sub(r"\\(.)", r"\1", message))
             if "copy" in config:
                 resource["statistics"]["copy"] = self._copy(resource["jobReference"], config["copy"])
             else:

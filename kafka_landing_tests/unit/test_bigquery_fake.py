@@ -122,6 +122,24 @@ def test_a_repeated_job_id_answers_409_and_runs_nothing(client, fake, objects):
     assert client.get_job("same").output_rows == 1
 
 
+def test_a_job_id_taken_by_a_query_job_cannot_start_a_load_and_the_query_changes_nothing(client, fake, objects):
+    objects["gs://b/1.avro"] = avro([A_LONG], [{"a": 1}])
+    reserve = bigquery.QueryJobConfig(use_legacy_sql=False, labels={"kafka_landing_reserved_for": "abc"})
+    query = client.query(r"SELECT ERROR('reserved: don\'t use')", job_config=reserve, job_id="taken",
+                         job_retry=None)
+    with pytest.raises(gexc.BadRequest, match="reserved: don't use"):
+        query.result()
+    assert query.error_result["reason"] == "invalidQuery" and client.get_job("taken").labels == {
+        "kafka_landing_reserved_for": "abc"}
+    with pytest.raises(gexc.Conflict, match=r"Already Exists: Job proj:US\.taken"):
+        load(client, ["gs://b/1.avro"], job_id="taken")
+    assert fake.tables == {} and fake.load_jobs == {}  # nothing loaded, nothing counted
+    with pytest.raises(gexc.MethodNotImplemented, match="only `SELECT ERROR"):
+        client.query("SELECT 1", job_id="other", job_retry=None)
+    with pytest.raises(gexc.BadRequest, match="Invalid label"):
+        client.query("SELECT ERROR('x')", job_config=bigquery.QueryJobConfig(labels={"Upper": "x"}), job_retry=None)
+
+
 def test_write_truncate_replaces_only_the_decorated_partition(client, fake, objects):
     objects["gs://b/a1.avro"] = avro([A_LONG], [{"a": 1}, {"a": 2}])
     objects["gs://b/b.avro"] = avro([A_LONG], [{"a": 10}, {"a": 11}, {"a": 12}])

@@ -22,7 +22,10 @@ same one, so duplicates still meet on one job), each recorded in the ledger unde
   between a job's end and its ledger record, this reloads once more: harmless.
 
 Before a job of other content, the job the ledger records as running is waited for until DONE
-(`Jobs.await_running`; a wait that runs out is a transient error naming the job). Each job
+(`Jobs.await_running`; a wait that runs out is a transient error naming the job); one recorded
+but not in BigQuery has its id reserved by a query job that does nothing, so the loader that
+recorded it, if it only stalled past its lease before jobs.insert, meets 409 and stops with
+LockTakenOver instead of replacing the partition after this load (the job start, fenced). Each job
 started is counted by UTC day in the ledger, and a load warns from 1,200 a day on. Pure of
 Dagster and Spark.
 """
@@ -41,7 +44,7 @@ from google.cloud import bigquery
 from kafka_landing.errors import KafkaLandingError, error_reason, heals_after, is_transient, transient_reason
 from kafka_landing.handoff.manifests import Manifest
 from kafka_landing.naming import check_identifier, load_jobs_dir, load_jobs_root
-from kafka_landing.store.base import HeldLock, LandingStore
+from kafka_landing.store.base import HeldLock, LandingStore, LockTakenOver
 from kafka_landing.warehouse.bigquery.layout import (
     HOUR,
     MAX_PARTITIONS,
@@ -56,6 +59,7 @@ from kafka_landing.warehouse.backend import LoadError
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 JOB_PREFIX = "kafka_landing"
+RESERVED_LABEL = "kafka_landing_reserved_for"  # a reserved job id's label: the start id it stopped
 PARTITIONS_WARNING = 9_000  # an HOUR table this full is months from refusing every load
 MAX_LOAD_JOBS = 1_500  # per table and UTC day (BigQuery's quotas), failed jobs included
 LOAD_JOBS_WARNING = 1_200
@@ -124,6 +128,13 @@ def job_config(reference: str | None, create: str | None, field: str | None = No
     if reference is not None:
         config.reference_file_schema_uri = reference
     return config
+
+
+def reservation_message(jid: str, lock: str) -> str:
+    """The words of a reserved job id's failure, as BigQuery shows them (quotes and backslashes left out)."""
+    text = (f"kafka_landing reserved job id {jid}: the loader that recorded it under lock {lock} had not started "
+            "it when another loader took the lock over, so it never will. Nothing to do")
+    return re.sub(r"['\\]", "", text)
 
 
 def job_failure(job_id_: str, error: dict, where: str, location: str, earlier: list[dict],
@@ -231,26 +242,28 @@ class Jobs:
                                 f"{again}", transient=not denied) from None
         return job.error_result  # a job that ran and failed says why here
 
-    def await_running(self, target: Target, sha: str) -> None:
+    def await_running(self, held: HeldLock, target: Target, sha: str) -> None:
         """Before a job of other content (or an empty hour's partition delete): wait until the job the
         ledger records as started last is DONE, whatever its result. Why: the lock serialises loaders,
         not jobs; a job outlives a loader that timed out or was killed, and of two jobs into one
         partition the one that commits last holds it. Why wait rather than cancel: jobs.cancel is best
         effort (the job may still commit), so it must be waited for until DONE all the same; a load job
         is free and the next job replaces the partition whole; and waiting needs only jobs.get, which
-        loads use anyway. The same content needs nothing here: its job id meets the job (409)."""
+        loads use anyway. The same content needs nothing here: its job id meets the job (409).
+
+        A recorded job that does not exist is not known to be dead: its loader may only have stalled
+        between recording it and jobs.insert (past its lease, its lock taken over since by this
+        loader), and would then start it after this load, replacing the partition with older
+        content. A job start cannot be made conditional on the lock, but a job id is taken once:
+        so its id is reserved here (`_reserve`), and that loader's jobs.insert meets 409, finds the
+        reservation labelled with its own start id and stops (`start`: LockTakenOver)."""
         running = self.ledger.running(target.ledger)
         if not running or not running.get("job_id") or running.get("sha256") == sha:
             return
         jid = running["job_id"]
-        try:
-            with self.answers(f"reading load job {jid}"):
-                try:
-                    job = self.client.get_job(jid, project=self.project, location=self.location)
-                except api_exceptions.NotFound:
-                    job = None  # never created (its loader died before jobs.insert answered), or long gone
-        except LoadError as exc:
-            raise LoadError(f"{target.where}: {exc}", transient=exc.transient) from None
+        job = self.get(jid, target.where)  # None: never created yet (its loader died or stalled before), or long gone
+        if job is None:
+            job = self._reserve(held, target, running)
         if job is not None and job.state != "DONE":
             cancel = f"bq {f'--location={self.location} ' if self.location else ''}cancel {self.project}:{jid}"
             self.wait(job, target.where, then=(
@@ -260,6 +273,27 @@ class Jobs:
                 "again"))
         if running.get("scratch"):  # a load in steps that stopped half way: its scratch table is of no use now
             self.drop(target.dataset, running["scratch"], target.where)
+
+    def _reserve(self, held: HeldLock, target: Target, running: dict):
+        """Take the id of the recorded job that does not exist with a job that does nothing: a query
+        job of GoogleSQL's ERROR(), which reads no table, is free and fails at once with a message
+        saying why it exists, labelled with the start id of the record it reserves. Returns None
+        once reserved, or the job that took the id first (its loader's jobs.insert came first)."""
+        jid = running["job_id"]
+        label = running.get("start_id") or "unknown"  # a record written before start ids
+        sql = f"SELECT ERROR('{reservation_message(jid, target.lock)}')"
+        config = bigquery.QueryJobConfig(use_legacy_sql=False, labels={RESERVED_LABEL: label})
+        held.fence()  # this loader's own check: it must hold the lock to stop the one before it
+        try:
+            with self.answers(f"reserving job id {jid} (recorded as started by the loader before this one)"):
+                try:
+                    self.client.query(sql, job_config=config, job_id=jid, project=self.project,
+                                      location=self.location, job_retry=None)
+                    return None
+                except api_exceptions.Conflict:
+                    return self.client.get_job(jid, project=self.project, location=self.location)
+        except LoadError as exc:
+            raise LoadError(f"{target.where}: {exc}", transient=exc.transient) from None
 
     def drop(self, dataset: str, table: str, where: str) -> None:
         """Delete a scratch table (gone already: nothing to do)."""
@@ -327,7 +361,7 @@ class Jobs:
         loaded, or is loading, under it), (that job, False). The job is recorded as running first
         (with the scratch table it writes, if any: `scratch`); `count`: counted against the table's load
         jobs of the day, the day's count appended to it."""
-        self.ledger.mark_running(held, target.ledger, recorded, jid, sha, scratch)
+        mine = self.ledger.mark_running(held, target.ledger, recorded, jid, sha, scratch)
         if count is not None:
             count.append(self._count(held, target, jid))
         fresh = True
@@ -343,6 +377,15 @@ class Jobs:
             if fresh and not exc.transient:  # jobs.insert refused: no job was created
                 self.ledger.clear_running(held, target.ledger)
             raise LoadError(f"{target.where}: {exc}", transient=exc.transient) from None
+        if not fresh and (job.labels or {}).get(RESERVED_LABEL) == mine["start_id"]:
+            # The fence passed, then this loader stalled past its lease before jobs.insert: the loader
+            # that took the lock over found this job recorded and not started, and took its id.
+            raise LockTakenOver(
+                f"{target.where}: {what} was not started: its job id {jid} was reserved by the loader that took "
+                f"lock {target.lock} over after this one stalled past its lease between recording the job and "
+                f"starting it. Nothing was replaced by this load; {target.location} holds what the newer loader "
+                "loaded, and this attempt stops here (a retry cannot help: the partition is that loader's now). "
+                "If the hour's content changed since, load it again: a new run reads the ledger as it is then")
         return job, fresh
 
     def get(self, jid: str, where: str):

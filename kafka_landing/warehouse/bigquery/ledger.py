@@ -6,8 +6,8 @@ landing files (BigQuery keeps no per-partition properties). Each target's record
 
 Loads of one partition (a day) are serialised by a lock in the ledger store. A job outlives a
 loader that timed out or was killed, and of two jobs into one partition the one that commits
-last holds it; so each job is recorded in the partition's record ("running_job": its id and
-content hash, and for a load in steps the scratch table it writes) before it is started and waited
+last holds it; so each job is recorded in the partition's record ("running_job": its id, content hash and a
+start id of its own, and for a load in steps the scratch table it writes) before it is started and waited
 for (`mark_running`), and a load of other content first waits until the recorded job is DONE
 (`jobs.Jobs.await_running`, which then deletes that scratch table). So an older content never
 finishes after a newer one. Pure: no client, no Dagster, no Spark.
@@ -15,6 +15,7 @@ finishes after a newer one. Pure: no client, no Dagster, no Spark.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timezone
 
 from kafka_landing.handoff.manifests import Manifest
@@ -65,13 +66,17 @@ class Ledger:
             return None  # unreadable: no job to know of
 
     def mark_running(self, held: HeldLock, path: str, previous: dict | None, jid: str, sha: str,
-                     scratch: str | None = None) -> None:
+                     scratch: str | None = None) -> dict:
         """Record the job before it is started and waited for: a loader that times out or is killed
         leaves it running, and the next load of the partition must find it (`running`); with the
-        scratch table it writes (a load in steps), which a load of other content then deletes."""
+        scratch table it writes (a load in steps), which a load of other content then deletes. Returns
+        the record, whose "start_id" is this start's alone: a later loader that reserves the job id
+        (`jobs.Jobs.await_running`) labels the reservation with it, so this loader knows it was stopped."""
         base = previous if previous else {} if previous is None else {"sha256": None}  # unreadable stays "loaded"
-        running = {"job_id": jid, "sha256": sha, "started_at": _now(), **({"scratch": scratch} if scratch else {})}
+        running = {"job_id": jid, "sha256": sha, "started_at": _now(), "start_id": uuid.uuid4().hex,
+                   **({"scratch": scratch} if scratch else {})}
         held.write_json_atomic(path, {**base, RUNNING: running})
+        return running
 
     def clear_running(self, held: HeldLock, path: str) -> None:
         """The job ended without a recorded load (it failed, or was refused): the record says again

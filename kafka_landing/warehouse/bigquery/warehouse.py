@@ -263,7 +263,7 @@ class BigQueryWarehouse(Warehouse):
         copy job (`swap`). Returns the job that replaced the partition, the earlier job ids of this
         content, the columns it added to the table and warnings."""
         where, dataset, table = target.where, target.dataset, target.table
-        self.jobs.await_running(target, sha)
+        self.jobs.await_running(held, target, sha)
         rows = sum(d.rows for d in dones)
         if rows == 0:
             held.fence()
