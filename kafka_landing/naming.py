@@ -432,16 +432,23 @@ def load_lock_path(dataset: str, table: str, hour: Hour) -> str:
     return f"locks/{load_ledger_dir(dataset, table)}/hour={Hour(hour)}.lock"
 
 
-def load_jobs_root(dataset: str, table: str) -> str:
-    return f"{load_ledger_dir(dataset, table)}/jobs"
+# Where the jobs started into a table are counted, per kind (BigQuery's quotas per table differ):
+# load jobs where they were counted before copy jobs were.
+JOB_COUNT_FOLDERS = {"load": "jobs", "copy": "copy_jobs"}
 
 
-def load_jobs_dir(dataset: str, table: str, day: str) -> str:
-    """One empty object per load job started into a table on a UTC day (YYYY-MM-DD): BigQuery
-    allows 1,500 a day per table, failed ones included."""
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", day):
-        raise NameError_(f"{day!r} is not a day like 2026-01-31")
-    return f"{load_jobs_root(dataset, table)}/day={day}"
+def job_counts_root(dataset: str, table: str, kind: str = "load") -> str:
+    if kind not in JOB_COUNT_FOLDERS:
+        raise NameError_(f"{kind!r} is not a kind of job kafka_landing counts ({', '.join(JOB_COUNT_FOLDERS)})")
+    return f"{load_ledger_dir(dataset, table)}/{JOB_COUNT_FOLDERS[kind]}"
+
+
+def job_count_path(dataset: str, table: str, kind: str, started: datetime, job_id: str) -> str:
+    """One empty object per job of `kind` started into a table, named by its start (UTC) and id:
+    `day=YYYY-MM-DD/HHMMSS_<job id>`. BigQuery allows 1,500 load jobs and 1,000 copy jobs per table
+    in 24 hours, failed ones included; the names say which fall in the last 24 hours."""
+    utc = started.astimezone(timezone.utc)
+    return f"{job_counts_root(dataset, table, kind)}/day={utc:%Y-%m-%d}/{utc:%H%M%S}_{job_id}"
 
 
 def day_done_file_glob(dataset: str, table: str, hour: Hour) -> str:

@@ -1,5 +1,5 @@
 """BigQuery's load jobs: one per target and content, run and awaited one at a time per partition,
-their failures classified, and counted per day.
+their failures classified, and counted over the last 24 hours.
 
 A load job's source format is Avro with logical types, from exactly the gs:// files the done
 files list (`source_uris`: never a wildcard, which could pick up a file of another attempt),
@@ -26,8 +26,9 @@ Before a job of other content, the job the ledger records as running is waited f
 but not in BigQuery has its id reserved by a query job that does nothing, so the loader that
 recorded it, if it only stalled past its lease before jobs.insert, meets 409 and stops with
 LockTakenOver instead of replacing the partition after this load (the job start, fenced). Each job
-started is counted by UTC day in the ledger, and a load warns from 1,200 a day on. Pure of
-Dagster and Spark.
+started is counted beside the ledger by its start time, over the last 24 hours as BigQuery's quota
+counts it: a load warns from 1,200 load jobs in 24 hours, and at 1,500 the next is refused before
+it starts (healing with time). Pure of Dagster and Spark.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
 from google.api_core import exceptions as api_exceptions
@@ -43,7 +44,7 @@ from google.cloud import bigquery
 
 from kafka_landing.errors import KafkaLandingError, error_reason, heals_after, is_transient, transient_reason
 from kafka_landing.handoff.manifests import Manifest
-from kafka_landing.naming import check_identifier, load_jobs_dir, load_jobs_root
+from kafka_landing.naming import check_identifier, job_count_path, job_counts_root
 from kafka_landing.store.base import HeldLock, LandingStore, LockTakenOver
 from kafka_landing.warehouse.bigquery.layout import (
     HOUR,
@@ -61,9 +62,10 @@ from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 JOB_PREFIX = "kafka_landing"
 RESERVED_LABEL = "kafka_landing_reserved_for"  # a reserved job id's label: the start id it stopped
 PARTITIONS_WARNING = 9_000  # an HOUR table this full is months from refusing every load
-MAX_LOAD_JOBS = 1_500  # per table and UTC day (BigQuery's quotas), failed jobs included
+MAX_LOAD_JOBS = 1_500  # per table in any 24 hours (BigQuery's quotas), failed jobs included
 LOAD_JOBS_WARNING = 1_200
-JOB_COUNTS_KEPT_SECONDS = 2 * 86_400  # BigQuery's quota looks back 24 hours; older counts are swept
+QUOTA_WINDOW_SECONDS = 86_400  # BigQuery counts a table's jobs over the last 24 hours, not per UTC day
+JOB_COUNTS_KEPT_SECONDS = 2 * 86_400  # older counts than the window needs are swept
 # BigQuery's words for a schema it will not apply to the table (job errorResult messages).
 _SCHEMA_REFUSED = re.compile(r"Provided Schema does not match|Invalid schema update|Cannot add (required )?fields"
                              r"|has changed (type|mode)", re.IGNORECASE)
@@ -169,13 +171,13 @@ def job_failure(job_id_: str, error: dict, where: str, location: str, earlier: l
 
 def quota_warnings(ref: str, target: Target, table: bigquery.Table | None, jobs: int,
                    recreate: str = LandingTables.recreate_by_day) -> tuple[str, ...]:
-    """What to know before BigQuery refuses the table's loads: `jobs` started today (`Jobs.run` counts
-    them), and an HOUR table's partitions (`recreate`: how to make the table by DAY)."""
+    """What to know before BigQuery refuses the table's loads: `jobs` load jobs started in the last 24
+    hours (`Jobs.run` counts them), and an HOUR table's partitions (`recreate`: how to make the table by DAY)."""
     out = []
     if jobs >= LOAD_JOBS_WARNING:
-        out.append(f"{ref}: {jobs} load jobs started today (UTC); BigQuery refuses the table's loads past "
-                   f"{MAX_LOAD_JOBS} in 24 hours, failed ones included (its quota refills over 24 hours). Load "
-                   "fewer, larger ranges (a backfill as one run: a day's hours share one job)")
+        out.append(f"{ref}: {jobs} load jobs started in the last 24 hours; BigQuery refuses the table's loads "
+                   f"past {MAX_LOAD_JOBS} in any 24 hours, failed ones included (its quota refills as jobs turn 24 "
+                   "hours old). Load fewer, larger ranges (a backfill as one run: a day's hours share one job)")
     partitions = int(table.to_api_repr().get("numPartitions") or 0) if table is not None else 0
     if target.layout == HOUR and partitions >= PARTITIONS_WARNING:
         out.append(f"{ref} is partitioned by HOUR and holds {partitions} partitions; BigQuery refuses every load "
@@ -325,7 +327,7 @@ class Jobs:
 
     def run(self, held: HeldLock, uris: list[str], target: Target, config: bigquery.LoadJobConfig,
             sha: str) -> tuple[bigquery.LoadJob, list[dict], int]:
-        """(the job that loaded this content, earlier job ids of it, the table's load jobs today)."""
+        """(the job that loaded this content, earlier job ids of it, the table's load jobs in the last 24 hours)."""
         where = target.where
         earlier: list[dict] = []
         recorded = self.ledger.read(target.ledger)
@@ -337,7 +339,7 @@ class Jobs:
                                         uris, target.location, job_id=jid, project=self.project,
                                         location=self.location, job_config=config),
                                     count=counted)
-            jobs_today = counted[0]
+            jobs_24h = counted[0]
             finished_before = not fresh and job.state == "DONE"
             error = self.wait(job, where)
             if error is not None:
@@ -350,7 +352,7 @@ class Jobs:
                 earlier.append({"job_id": jid, "why": "succeeded before a later load of the partition "
                                                       f"({recorded.get('job_id') or 'an empty one'})"})
                 continue
-            return job, earlier, jobs_today
+            return job, earlier, jobs_24h
         self.ledger.clear_running(held, target.ledger)
         raise LoadError(f"{where}: {self.max_attempts} job ids of this content are used up "
                         f"({', '.join(e['job_id'] for e in earlier[-3:])} ...): look at these jobs in BigQuery")
@@ -360,10 +362,10 @@ class Jobs:
         """(the job `insert` starts under id `jid`, True) or, when that id exists already (this content is
         loaded, or is loading, under it), (that job, False). The job is recorded as running first
         (with the scratch table it writes, if any: `scratch`); `count`: counted against the table's load
-        jobs of the day, the day's count appended to it."""
+        jobs of the last 24 hours (refused when BigQuery would refuse it), that count appended to it."""
+        if count is not None:  # before the job is recorded: a job the quota refuses is not started
+            count.append(self._count(held, target, jid, what))
         mine = self.ledger.mark_running(held, target.ledger, recorded, jid, sha, scratch)
-        if count is not None:
-            count.append(self._count(held, target, jid))
         fresh = True
         held.fence()  # the job replaces the partition (or the scratch table swapped into it): a commit too
         try:
@@ -399,26 +401,61 @@ class Jobs:
         except LoadError as exc:
             raise LoadError(f"{where}: {exc}", transient=exc.transient) from None
 
-    def _count(self, held: HeldLock, target: Target, jid: str) -> int:
-        """One empty object per job started, by UTC day: listing them is a count that concurrent loads
-        of other days of the table cannot lose. A job met again (409) is counted once. Returns the
-        table's jobs today, this one included (one listing: the warnings use it too)."""
-        store = self.ledger.store
-        today = load_jobs_dir(target.dataset, target.table, _today())
-        listed = store.list(today)
-        if not listed:  # the table's first job today: the counts of two days ago are done with
+    def _count(self, held: HeldLock, target: Target, jid: str, what: str, kind: str = "load") -> int:
+        """One empty object per job started, named by its start time (UTC) and id: listing them is a
+        count that concurrent loads of other partitions of the table cannot lose. A job met again
+        (409) is counted once. Returns the table's jobs of `kind` started in the last 24 hours, this
+        one included (one listing: the warnings use it too). Refuses (LoadError, healing with time) a
+        job BigQuery would refuse: its quota counts every job of the last 24 hours, failed ones too,
+        so a refused job would only keep the quota spent longer."""
+        store, now = self.ledger.store, _now()
+        root = job_counts_root(target.dataset, target.table, kind)
+        counted = [_counted(root, rel) for rel in store.walk(root)]
+        window = [(started, job) for started, job in counted if started > now - timedelta(seconds=QUOTA_WINDOW_SECONDS)]
+        if any(job == jid for _, job in window):
+            return len(window)
+        limit = _limit(kind)
+        if len(window) >= limit:
+            refills = min(started for started, _ in window) + timedelta(seconds=QUOTA_WINDOW_SECONDS)
+            after = heals_after("quotaExceeded")
+            raise LoadError(
+                f"{target.where}: {what} was not started: {len(window)} {kind} jobs were started into "
+                f"{self.project}.{target.dataset}.{target.table} in the last 24 hours, and BigQuery allows {limit} "
+                f"in any 24 hours, failed ones included, so it would refuse this one. Nothing was replaced: "
+                f"{target.location} holds what it held before. The quota refills as jobs turn 24 hours old (the "
+                f"first at {refills:%Y-%m-%d %H:%M} UTC): the load is asked for again in {after / 3600:g} h by itself; "
+                "to need fewer jobs, load fewer, larger ranges", heals_after=after)
+        if not any(started.date() == now.date() for started, _ in counted):  # the day's first: sweep the old
             held.fence()
-            store.sweep(load_jobs_root(target.dataset, target.table), "day=*/*", JOB_COUNTS_KEPT_SECONDS)
-        held.create_exclusive(f"{today}/{jid}", b"")
-        return len(listed) + (f"{today}/{jid}" not in listed)
+            store.sweep(root, "day=*/*", JOB_COUNTS_KEPT_SECONDS)
+        held.create_exclusive(job_count_path(target.dataset, target.table, kind, now, jid), b"")
+        return len(window) + 1
 
-    def today(self, dataset: str, table: str) -> int:
-        """The table's load jobs started today (UTC)."""
-        return len(self.ledger.store.list(load_jobs_dir(dataset, table, _today())))
+    def last_24_hours(self, dataset: str, table: str, kind: str = "load") -> int:
+        """The table's jobs of `kind` started in the last 24 hours (one listing)."""
+        root = job_counts_root(dataset, table, kind)
+        since = _now() - timedelta(seconds=QUOTA_WINDOW_SECONDS)
+        return sum(started > since for started, _ in (_counted(root, rel) for rel in self.ledger.store.walk(root)))
 
 
-def _today() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%d")
+def _limit(kind: str) -> int:
+    """BigQuery's quota of a table's jobs of `kind` in 24 hours (read when asked: tests lower it)."""
+    return MAX_LOAD_JOBS
+
+
+def _counted(root: str, rel: str) -> tuple[datetime, str]:
+    """(start, job id) of a job's count object under `root`: `day=YYYY-MM-DD/HHMMSS_<job id>`. One
+    counted before starts were (`day=.../<job id>`) is taken as started at its day's end: counted
+    for as long as it may be in BigQuery's window."""
+    day, _, name = rel[len(root) + 1:].partition("/")
+    date = datetime.strptime(day[len("day="):], "%Y-%m-%d").replace(tzinfo=timezone.utc)
+    if re.fullmatch(r"\d{6}_.+", name):
+        return date.replace(hour=int(name[:2]), minute=int(name[2:4]), second=int(name[4:6])), name[7:]
+    return date + timedelta(days=1) - timedelta(seconds=1), name
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 __all__ = ["Jobs", "job_config", "job_failure", "job_id", "quota_warnings", "source_uris"]

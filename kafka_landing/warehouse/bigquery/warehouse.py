@@ -154,8 +154,9 @@ class BigQueryWarehouse(Warehouse):
                 return None  # no dataset: no partition
         return int(rows[0]["total_rows"]) if rows and rows[0]["total_rows"] is not None else None
 
-    def load_jobs_today(self, dataset: str, table: str) -> int:
-        return self.jobs.today(dataset, table)
+    def load_jobs_in_24_hours(self, dataset: str, table: str) -> int:
+        """The table's load jobs started in the last 24 hours (BigQuery's quota counts them so)."""
+        return self.jobs.last_24_hours(dataset, table)
 
     # --- datasets and tables --------------------------------------------------------------------------
 
@@ -281,7 +282,7 @@ class BigQueryWarehouse(Warehouse):
                 pass  # the files need several reader schemas: a load in steps
         if plan is None:  # too many files or bytes for one job, or several readers: steps and a copy job
             job, earlier = self.swap.replace(held, store, target, dones, sha, before, rows)
-            jobs_today = self.jobs.today(dataset, table)
+            jobs_24h = self.jobs.last_24_hours(dataset, table)
         else:
             if plan.widenings:
                 self.jobs.widen(plan, self.table_id(dataset, table), where)
@@ -290,7 +291,7 @@ class BigQueryWarehouse(Warehouse):
                                 target.layout if before is None else None, self.tables.field,
                                 whole_table=target.layout == UNPARTITIONED)
             try:
-                job, earlier, jobs_today = self.jobs.run(held, uris, target, config, sha)
+                job, earlier, jobs_24h = self.jobs.run(held, uris, target, config, sha)
             except IncompatibleSchemaError:
                 now = self._existing_table(dataset, table)
                 if [f.to_api_repr() for f in (now.schema if now else [])] != \
@@ -310,7 +311,7 @@ class BigQueryWarehouse(Warehouse):
             after = self.client.get_table(self.table_id(dataset, table))
         old = {f.name.lower() for f in before.schema} if before is not None else set()
         added = tuple(f.name for f in after.schema if f.name.lower() not in old) if before is not None else ()
-        return job, earlier, added, quota_warnings(self.table_id(dataset, table), target, after, jobs_today,
+        return job, earlier, added, quota_warnings(self.table_id(dataset, table), target, after, jobs_24h,
                                                    self.tables.recreate_by_day)
 
 

@@ -343,7 +343,7 @@ def test_a_loader_that_lost_its_ledger_lock_starts_no_job(bq):
     store, fake, _ = bq
     wh = _recording_warehouse(store, fake)
     done = land(store, 0, ["o0", "o1"])
-    store.lose_after_fences = 1  # the running job is recorded, then the lock is lost
+    store.lose_after_fences = 3  # the job is counted (a sweep, the count) and recorded running, then the lock is lost
     with pytest.raises(LockLost):
         load_done_file(wh, store, done, NO_SPARK)
     assert fake.jobs == {} and not any(e[1].startswith("bq-") for e in store.events if e[0] == "commit")

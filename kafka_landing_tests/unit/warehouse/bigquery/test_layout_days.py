@@ -176,17 +176,17 @@ def test_bigquery_refuses_a_partition_past_its_limit_and_a_table_by_day_holds_24
         assert fake.partition_counts(PROJECT, DATASET, TABLE) == {"20260131": 3, "20260201": 1}
 
 
-def test_load_jobs_are_counted_by_day_warned_about_and_refused_past_the_quota(tmp_path, monkeypatch):
+def test_load_jobs_are_counted_warned_about_and_refused_past_the_quota(tmp_path, monkeypatch):
     monkeypatch.setattr(bq, "LOAD_JOBS_WARNING", 2)
     with serving_gs_folder(tmp_path, max_load_jobs_per_day=2) as (store, fake):
         wh = warehouse(fake, store)
         assert load_done_file(wh, store, land(store, H13, ["a0"]), NO_SPARK).warnings == ()
         [warning] = load_done_file(wh, store, land(store, H14, ["b0"]), NO_SPARK).warnings
-        assert f"{PROJECT}.{DATASET}.{TABLE}: 2 load jobs started today (UTC)" in warning and "1500" in warning
-        assert wh.load_jobs_today(DATASET, TABLE) == 2
+        assert f"{PROJECT}.{DATASET}.{TABLE}: 2 load jobs started in the last 24 hours" in warning
+        assert "1500" in warning and wh.load_jobs_in_24_hours(DATASET, TABLE) == 2
         with pytest.raises(LoadError, match="Quota exceeded: Your table exceeded quota for imports") as failed:
             load_done_file(wh, store, land(store, H15, ["c0"]), NO_SPARK)
-        assert wh.load_jobs_today(DATASET, TABLE) == 3  # a failed job counts too, as BigQuery counts it
+        assert wh.load_jobs_in_24_hours(DATASET, TABLE) == 3  # a failed job counts too, as BigQuery counts it
         assert day_ids(fake, H13) == ["a0", "b0"] and "Nothing was replaced" in str(failed.value)
 
 
@@ -197,7 +197,7 @@ def test_job_counts_older_than_two_days_are_swept_by_a_days_first_job(fake_bigqu
     os.utime(store._path(old), (time.time() - 3 * 86_400,) * 2)
     wh = warehouse(fake, store)
     load_done_file(wh, store, land(store, H13, ["a0"]), NO_SPARK)
-    assert not store.exists(old) and wh.load_jobs_today(DATASET, TABLE) == 1
+    assert not store.exists(old) and wh.load_jobs_in_24_hours(DATASET, TABLE) == 1
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -260,15 +260,15 @@ def test_a_load_counts_its_job_and_warns_from_one_listing(fake_bigquery, monkeyp
     store, fake = fake_bigquery
     monkeypatch.setattr(bq, "LOAD_JOBS_WARNING", 2)
     listed: list[str] = []
-    lister = store.list
+    walker = store.walk
 
-    def list_(rel_dir, pattern="*"):
+    def walk(rel_dir, suffix=""):
         listed.append(rel_dir)
-        return lister(rel_dir, pattern)
+        return walker(rel_dir, suffix)
 
-    store.list = list_
+    store.walk = walk
     wh = warehouse(fake, store)
     load_done_file(wh, store, land(store, H13, ["a0"]), NO_SPARK)
     first = load_done_file(wh, store, land(store, NEXT_DAY, ["n0"]), NO_SPARK)
-    assert sum("/jobs/day=" in d for d in listed) == 2  # one listing per job, none more for the warning
-    assert any("2 load jobs started today" in w for w in first.warnings)
+    assert sum(d.endswith("/jobs") for d in listed) == 2  # one listing per job, none more for the warning
+    assert any("2 load jobs started in the last 24 hours" in w for w in first.warnings)
