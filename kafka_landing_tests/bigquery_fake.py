@@ -43,7 +43,9 @@ purpose:
   10,000 source URIs is refused by jobs.insert (400 "Too many sources provided");
   a load that would add a partition to a table holding 10,000 fails; a table's
   load jobs past 1,500 in any 24 hours (a rolling window, by the fake's `clock`)
-  fail (quotaExceeded; failed jobs count too). Tests may lower each;
+  fail (quotaExceeded; failed jobs count too), and so do a destination table's
+  copy jobs past 1,000 ("Copy jobs per destination table per day", counted
+  over any 24 hours as load jobs are, failed ones included). Tests may lower each;
 - copy jobs (`configuration.copy`, JobConfigurationTableCopy: sourceTable(s),
   destinationTable, writeDisposition, default WRITE_EMPTY, createDisposition):
   a partition into a partition of a table of the same partitioning, or an
@@ -661,7 +663,8 @@ class FakeBigQuery:
 
     def __init__(self, read_object: Callable[[str], bytes], *, default_location: str = "US",
                  running_polls: int = 0, max_partitions: int = 10_000, max_load_jobs_per_day: int = 1_500,
-                 max_source_uris: int = 10_000, clock: Callable[[], float] = time.time):
+                 max_source_uris: int = 10_000, max_copy_jobs_per_day: int = 1_000,
+                 clock: Callable[[], float] = time.time):
         self.read_object = read_object
         self.default_location = default_location
         #: BigQuery's quotas and limits: partitions per table; load jobs per table over any 24 hours,
@@ -669,9 +672,11 @@ class FakeBigQuery:
         self.max_partitions = max_partitions
         self.max_load_jobs_per_day = max_load_jobs_per_day
         self.max_source_uris = max_source_uris
+        self.max_copy_jobs_per_day = max_copy_jobs_per_day  # per destination table, failed ones included
         #: the fake's time (seconds since the epoch): the quota's 24 hours and tables' expiration
         self.clock = clock
         self.load_jobs: dict[tuple[str, str, str], list[float]] = {}  # (project, dataset, table) -> job start times
+        self.copy_jobs: dict[tuple[str, str, str], list[float]] = {}  # (project, dataset, destination) -> the same
         #: jobs.get answers RUNNING this many times before a job runs (0: jobs.insert runs it)
         self.running_polls = running_polls
         self.datasets: dict[tuple[str, str], dict] = {}
@@ -1038,10 +1043,14 @@ class FakeBigQuery:
         location = ref.get("location") or (self.datasets.get((p, dest.get("datasetId"))) or {}).get("location") \
             or self.default_location
         over_quota = False
-        if kind == "load":  # "Load jobs per table per day", counted over any 24 hours, failed ones included
-            started = self.load_jobs.setdefault((p, dest["datasetId"], dest["tableId"].partition("$")[0]), [])
+        if kind in ("load", "copy"):  # "Load jobs per table per day", "Copy jobs per destination table per
+            # day": counted over any 24 hours, failed ones included
+            counts, limit = (self.load_jobs, self.max_load_jobs_per_day) if kind == "load" else \
+                (self.copy_jobs, self.max_copy_jobs_per_day)
+            started = counts.setdefault((dest.get("projectId", p), dest["datasetId"],
+                                         dest["tableId"].partition("$")[0]), [])
             started.append(self.clock())
-            over_quota = sum(t > self.clock() - 86_400 for t in started) > self.max_load_jobs_per_day
+            over_quota = sum(t > self.clock() - 86_400 for t in started) > limit
         now = _ms(self.clock())
         resource = {"kind": "bigquery#job", "etag": uuid.uuid4().hex, "id": f"{p}:{location}.{job_id}",
                     "jobReference": {"projectId": p, "jobId": job_id, "location": location},
@@ -1170,6 +1179,10 @@ class FakeBigQuery:
                 message = ERROR_QUERY.match(config["query"]["query"])["message"]
                 raise JobFailed("invalidQuery", re.sub(r"\\(.)", r"\1", message))
             if "copy" in config:
+                if job.get("over_quota"):
+                    raise JobFailed("quotaExceeded", f"Quota exceeded: Your table exceeded quota for copies per "
+                                                     f"destination table. Table: "
+                                                     f"{config['copy']['destinationTable']['tableId'].partition('$')[0]}")
                 resource["statistics"]["copy"] = self._copy(resource["jobReference"], config["copy"])
             else:
                 load = config["load"]

@@ -144,6 +144,30 @@ def test_a_copy_job_replaces_one_partition_with_write_truncate(client, fake, obj
         len(fake.load_jobs[(P, "ds", "t")]) == 2  # a copy job is no load job: the load quota does not count it
 
 
+def test_copy_jobs_per_destination_table_are_counted_over_any_24_hours(objects):
+    now = [datetime(2026, 1, 31, 23, 0, tzinfo=timezone.utc).timestamp()]
+    with serving(objects, max_copy_jobs_per_day=2, clock=lambda: now[0]) as (fake, c):
+        _two_tables(c, objects)
+        truncate = bigquery.CopyJobConfig(write_disposition="WRITE_TRUNCATE", create_disposition="CREATE_NEVER")
+
+        def copy(dest: str = f"{P}.ds.t${HOUR_A}"):
+            job = c.copy_table(f"{P}.ds.s${HOUR_A}", dest, job_config=truncate)
+            try:
+                job.result()
+            except gexc.GoogleAPICallError:
+                pass
+            return job.error_result
+        assert copy() is None and copy() is None
+        now[0] += 2 * 3600  # past UTC midnight: the window still holds both
+        third = copy()
+        assert third["reason"] == "quotaExceeded" and "exceeded quota for copies per destination table" in \
+            third["message"]
+        assert copy(f"{P}.ds.s${HOUR_A}") is None  # another destination table: its own quota
+        now[0] += 22 * 3600 + 1  # the first two are older than 24 hours; the refused one is not
+        assert copy() is None
+        assert len(fake.copy_jobs[(P, "ds", "t")]) == 4 and len(fake.load_jobs[(P, "ds", "t")]) == 1
+
+
 def test_a_copy_job_is_refused_what_bigquery_refuses(client, fake, objects):
     _two_tables(client, objects, schema_b=[A_LONG, B_OPT])
     def copy(src, dst, **kw):  # noqa: E306

@@ -64,6 +64,8 @@ RESERVED_LABEL = "kafka_landing_reserved_for"  # a reserved job id's label: the 
 PARTITIONS_WARNING = 9_000  # an HOUR table this full is months from refusing every load
 MAX_LOAD_JOBS = 1_500  # per table in any 24 hours (BigQuery's quotas), failed jobs included
 LOAD_JOBS_WARNING = 1_200
+MAX_COPY_JOBS = 1_000  # per destination table ("Copy jobs per destination table per day"), failed ones included
+COPY_JOBS_WARNING = 800
 QUOTA_WINDOW_SECONDS = 86_400  # BigQuery counts a table's jobs over the last 24 hours, not per UTC day
 JOB_COUNTS_KEPT_SECONDS = 2 * 86_400  # older counts than the window needs are swept
 # BigQuery's words for a schema it will not apply to the table (job errorResult messages).
@@ -170,10 +172,15 @@ def job_failure(job_id_: str, error: dict, where: str, location: str, earlier: l
 
 
 def quota_warnings(ref: str, target: Target, table: bigquery.Table | None, jobs: int,
-                   recreate: str = LandingTables.recreate_by_day) -> tuple[str, ...]:
-    """What to know before BigQuery refuses the table's loads: `jobs` load jobs started in the last 24
-    hours (`Jobs.run` counts them), and an HOUR table's partitions (`recreate`: how to make the table by DAY)."""
+                   recreate: str = LandingTables.recreate_by_day, copies: int = 0) -> tuple[str, ...]:
+    """What to know before BigQuery refuses the table's loads: `jobs` load jobs and `copies` copy jobs
+    (a load in steps swaps by one) started into it in the last 24 hours (`Jobs.start` counts them),
+    and an HOUR table's partitions (`recreate`: how to make the table by DAY)."""
     out = []
+    if copies >= COPY_JOBS_WARNING:
+        out.append(f"{ref}: {copies} copy jobs started into it in the last 24 hours (each load in steps swaps its "
+                   f"partition in by one); BigQuery refuses the table's copies past {MAX_COPY_JOBS} in a day, failed "
+                   "ones included. Load fewer, larger ranges, or fewer loads in steps (fewer reader schemas in a day)")
     if jobs >= LOAD_JOBS_WARNING:
         out.append(f"{ref}: {jobs} load jobs started in the last 24 hours; BigQuery refuses the table's loads "
                    f"past {MAX_LOAD_JOBS} in any 24 hours, failed ones included (its quota refills as jobs turn 24 "
@@ -358,13 +365,13 @@ class Jobs:
                         f"({', '.join(e['job_id'] for e in earlier[-3:])} ...): look at these jobs in BigQuery")
 
     def start(self, held: HeldLock, target: Target, recorded: dict | None, jid: str, sha: str, what: str,
-              insert, count: list[int] | None = None, scratch: str | None = None):
+              insert, count: list[int] | None = None, scratch: str | None = None, kind: str = "load"):
         """(the job `insert` starts under id `jid`, True) or, when that id exists already (this content is
         loaded, or is loading, under it), (that job, False). The job is recorded as running first
-        (with the scratch table it writes, if any: `scratch`); `count`: counted against the table's load
-        jobs of the last 24 hours (refused when BigQuery would refuse it), that count appended to it."""
+        (with the scratch table it writes, if any: `scratch`); `count`: counted against the table's jobs of
+        `kind` of the last 24 hours (refused when BigQuery would refuse it), that count appended to it."""
         if count is not None:  # before the job is recorded: a job the quota refuses is not started
-            count.append(self._count(held, target, jid, what))
+            count.append(self._count(held, target, jid, what, kind))
         mine = self.ledger.mark_running(held, target.ledger, recorded, jid, sha, scratch)
         fresh = True
         held.fence()  # the job replaces the partition (or the scratch table swapped into it): a commit too
@@ -411,25 +418,41 @@ class Jobs:
         store, now = self.ledger.store, _now()
         root = job_counts_root(target.dataset, target.table, kind)
         counted = [_counted(root, rel) for rel in store.walk(root)]
-        window = [(started, job) for started, job in counted if started > now - timedelta(seconds=QUOTA_WINDOW_SECONDS)]
+        since = now - timedelta(seconds=QUOTA_WINDOW_SECONDS)
+        window = [(started, job) for started, job in counted if started > since]
         if any(job == jid for _, job in window):
             return len(window)
-        limit = _limit(kind)
-        if len(window) >= limit:
-            refills = min(started for started, _ in window) + timedelta(seconds=QUOTA_WINDOW_SECONDS)
-            after = heals_after("quotaExceeded")
-            raise LoadError(
-                f"{target.where}: {what} was not started: {len(window)} {kind} jobs were started into "
-                f"{self.project}.{target.dataset}.{target.table} in the last 24 hours, and BigQuery allows {limit} "
-                f"in any 24 hours, failed ones included, so it would refuse this one. Nothing was replaced: "
-                f"{target.location} holds what it held before. The quota refills as jobs turn 24 hours old (the "
-                f"first at {refills:%Y-%m-%d %H:%M} UTC): the load is asked for again in {after / 3600:g} h by itself; "
-                "to need fewer jobs, load fewer, larger ranges", heals_after=after)
+        self._at_quota(target, kind, what, window)
         if not any(started.date() == now.date() for started, _ in counted):  # the day's first: sweep the old
             held.fence()
             store.sweep(root, "day=*/*", JOB_COUNTS_KEPT_SECONDS)
         held.create_exclusive(job_count_path(target.dataset, target.table, kind, now, jid), b"")
         return len(window) + 1
+
+    def _at_quota(self, target: Target, kind: str, what: str, window: list[tuple[datetime, str]]) -> None:
+        """Refuse `what` (a job of `kind`) if the table's jobs of that kind in the last 24 hours (`window`)
+        are as many as BigQuery allows: healing with time, as BigQuery's own quotaExceeded (`errors.py`)."""
+        limit = _limit(kind)
+        if len(window) < limit:
+            return
+        refills = min(started for started, _ in window) + timedelta(seconds=QUOTA_WINDOW_SECONDS)
+        after = heals_after("quotaExceeded")
+        raise LoadError(
+            f"{target.where}: {what} was not started: {len(window)} {kind} jobs were started into "
+            f"{self.project}.{target.dataset}.{target.table} in the last 24 hours, and BigQuery allows {limit} "
+            f"in 24 hours, failed ones included, so it would refuse this one. Nothing was replaced: "
+            f"{target.location} holds what it held before. The quota refills as jobs turn 24 hours old (the "
+            f"first at {refills:%Y-%m-%d %H:%M} UTC): the load is asked for again in {after / 3600:g} h by itself; "
+            "to need fewer jobs, load fewer, larger ranges", heals_after=after)
+
+    def check_quota(self, target: Target, kind: str, what: str) -> None:
+        """Refuse now, before any job, a load that needs a job of `kind` BigQuery would refuse (a load in
+        steps needs a copy job at its end: its steps would be spent for nothing)."""
+        root = job_counts_root(target.dataset, target.table, kind)
+        since = _now() - timedelta(seconds=QUOTA_WINDOW_SECONDS)
+        window = [(started, job) for started, job in (_counted(root, rel) for rel in self.ledger.store.walk(root))
+                  if started > since]
+        self._at_quota(target, kind, what, window)
 
     def last_24_hours(self, dataset: str, table: str, kind: str = "load") -> int:
         """The table's jobs of `kind` started in the last 24 hours (one listing)."""
@@ -440,7 +463,7 @@ class Jobs:
 
 def _limit(kind: str) -> int:
     """BigQuery's quota of a table's jobs of `kind` in 24 hours (read when asked: tests lower it)."""
-    return MAX_LOAD_JOBS
+    return MAX_LOAD_JOBS if kind == "load" else MAX_COPY_JOBS
 
 
 def _counted(root: str, rel: str) -> tuple[datetime, str]:

@@ -29,7 +29,9 @@ a job met failed, or a table whose schema another load changed meanwhile start t
 (its scratch table made from the table as it is then). Each job is recorded as running (with its
 scratch table) before it starts, so a load of other content waits for it and then deletes that
 scratch table (`jobs.Jobs.await_running`); a scratch table nothing deletes expires. A load of
-content the ledger records as loaded starts nothing. Pure of Dagster and Spark.
+content the ledger records as loaded starts nothing. Copy jobs are counted against the table's copy
+quota (1,000 per destination table a day) as load jobs are against theirs: a load in steps is
+refused before its first step when the copy at its end would be refused. Pure of Dagster and Spark.
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ class Swap:
         running = recorded.get(RUNNING) or {}
         if recorded.get("sha256") == sha and recorded.get("job_id") and running.get("sha256", sha) == sha:
             return Swapped(recorded["job_id"]), list(recorded.get("earlier_jobs") or [])  # loaded already
+        # Its copy job at the end is counted against the table's copy quota: refused now, not after the steps.
+        self.jobs.check_quota(target, "copy", f"the copy job of this load in steps into {target.location}")
         whole = target.layout == UNPARTITIONED  # replaced whole, schema included: planned as a new table
         files = file_schemas(store, dones)
         columns = None if whole else api_columns(before.schema if before is not None else None)
@@ -302,7 +306,7 @@ class _Attempt:
                                      lambda: self.client.copy_table(self.scratch_location, target.location,
                                                                     job_id=self.copy_id, project=self.swap.wh.project,
                                                                     location=self.swap.wh.location, job_config=config),
-                                     scratch=self.scratch)
+                                     count=[], kind="copy", scratch=self.scratch)
         error = self.jobs.wait(job, where)
         if error is not None:
             if not fresh:

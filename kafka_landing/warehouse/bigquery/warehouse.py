@@ -282,8 +282,9 @@ class BigQueryWarehouse(Warehouse):
                 pass  # the files need several reader schemas: a load in steps
         if plan is None:  # too many files or bytes for one job, or several readers: steps and a copy job
             job, earlier = self.swap.replace(held, store, target, dones, sha, before, rows)
-            jobs_24h = self.jobs.last_24_hours(dataset, table)
+            jobs_24h, copies = self.jobs.last_24_hours(dataset, table), self.jobs.last_24_hours(dataset, table, "copy")
         else:
+            copies = 0
             if plan.widenings:
                 self.jobs.widen(plan, self.table_id(dataset, table), where)
                 before = self._existing_table(dataset, table, target.layout)
@@ -312,7 +313,7 @@ class BigQueryWarehouse(Warehouse):
         old = {f.name.lower() for f in before.schema} if before is not None else set()
         added = tuple(f.name for f in after.schema if f.name.lower() not in old) if before is not None else ()
         return job, earlier, added, quota_warnings(self.table_id(dataset, table), target, after, jobs_24h,
-                                                   self.tables.recreate_by_day)
+                                                   self.tables.recreate_by_day, copies)
 
 
 __all__ = ["BigQueryWarehouse"]
