@@ -270,10 +270,31 @@ def _strip(t):
 
 # --- the plan ---------------------------------------------------------------------------------------
 
-def plan_load(table: list[dict] | None, files: Sequence[FileSchema], where: str) -> LoadSchema:
+def plan_load(table: list[dict] | None, files: Sequence[FileSchema], where: str,
+              widest: dict[str, str] | None = None) -> LoadSchema:
     """The reader schema and the widenings a load of `files` into `table` needs (see the module
-    doc). `where` names the load (table and hour) in errors."""
-    return _Planner(where, files).plan(table)
+    doc). `where` names the load (table and hour) in errors. `widest`: for one step of a load in
+    steps, the BigQuery type of each field path the whole sequence needs (`sequence_types`): a field
+    new to the table is read as that type already (a long as a double, a NUMERIC-sized decimal as a
+    BIGNUMERIC one), so a later step never needs a column widened half way."""
+    return _Planner(where, files, widest=widest).plan(table)
+
+
+def sequence_types(table: list[dict] | None, files: Sequence[FileSchema], where: str) -> dict[str, str]:
+    """The BigQuery type of every field path (lower case, `record.field`) that a load of all `files`
+    into `table` brings, whichever step loads it: planned for the whole sequence before its first
+    job (what no grouping loads is refused here, before any job, as `reader_groups` refuses it)."""
+    out: dict[str, str] = {}
+
+    def walk(columns: list[dict], prefix: str) -> None:
+        for c in columns:
+            path = f"{prefix}{c['name'].lower()}"
+            if c.get("fields"):
+                walk(c["fields"], path + ".")
+            else:
+                out[path] = _api_type(c["type"])
+    walk(_Planner(where, files, lenient=True).plan(table).columns, "")
+    return out
 
 
 def plan_from_files(store: LandingStore, dones: Sequence[Manifest], columns: Sequence | None, where: str) -> LoadSchema:
@@ -340,11 +361,13 @@ def reader_groups(table: list[dict] | None, files: Sequence[FileSchema], where: 
 
 
 class _Planner:
-    def __init__(self, where: str, files: Sequence[FileSchema], lenient: bool = False):
+    def __init__(self, where: str, files: Sequence[FileSchema], lenient: bool = False,
+                 widest: dict[str, str] | None = None):
         """`lenient`: plan as if one reader could read every unit and scale of a column (what
         `reader_groups` checks the files together with); such a plan is never loaded."""
         self.where = where
         self.lenient = lenient
+        self.widest = widest or {}
         # newest schema first: its field order and names lead
         self.files = sorted(files, key=lambda f: (f.schema_id is None, -(f.schema_id or 0)))
         self.widenings: list[Widening] = []
@@ -504,8 +527,14 @@ class _Planner:
                               "BigQuery cannot change a column's type")
 
     def against_table(self, path: str, t, col: dict | None, top: bool, resolved: list):
-        """The reader type `t` adjusted to the table's column, with the widening the column needs."""
+        """The reader type `t` adjusted to the table's column, with the widening the column needs; for a
+        column new to the table, to the type the whole load needs of it (`widest`)."""
         if col is None:
+            wanted = (self.widest.get(path.lower()), _bq_type(t))
+            if wanted == ("FLOAT", "INTEGER"):
+                return "double"  # Avro promotes int and long to double
+            if wanted == ("BIGNUMERIC", "NUMERIC"):
+                return self.bignumeric(path, t)
             return t
         have, want = _api_type(col["type"]), _bq_type(t)
         if have == want:
@@ -677,4 +706,4 @@ def _why(a: str, b: str = "", kinds: set = frozenset()) -> str:
 
 
 __all__ = ["FileSchema", "LoadSchema", "ReaderConflict", "Widening", "api_columns", "avro_columns", "bq_decimal_type",
-           "file_schemas", "plan_from_files", "plan_load", "reader_groups", "reader_schema_uri"]
+           "file_schemas", "plan_from_files", "plan_load", "reader_groups", "reader_schema_uri", "sequence_types"]

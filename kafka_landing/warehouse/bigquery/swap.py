@@ -58,6 +58,7 @@ from kafka_landing.warehouse.bigquery.schema import (
     plan_load,
     reader_groups,
     reader_schema_uri,
+    sequence_types,
 )
 from kafka_landing.warehouse.backend import LoadError
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
@@ -147,10 +148,14 @@ class Swap:
             groups = [files]
         except ReaderConflict:
             groups = reader_groups(columns, files, where)
+        # The whole sequence's schema, before its first job: each group's steps read a field new to the
+        # table as the widest type any group needs (a nested column cannot be widened half way), and
+        # each group's plan against the table refuses here what it cannot load, not after a step.
+        widest = sequence_types(columns, files, where) if len(groups) > 1 else None
+        plans = [plan_load(columns, group, where, widest) for group in groups]
         if columns is not None:  # the table's columns widen first, for every group (free DDL, idempotent)
             widened = False
-            for group in groups:
-                plan = plan_load(columns, group, where)
+            for plan in plans:
                 if plan.widenings:
                     self.jobs.widen(plan, self.wh.table_id(dataset, table), where)
                     widened = True
@@ -163,7 +168,7 @@ class Swap:
             if attempt and not whole:  # the table as it is now: a new attempt's scratch table starts from it
                 before = self.wh._existing_table(dataset, table, target.layout)
             run = _Attempt(self, held, store, target, todo, groups, sha, sequence, attempt, before, rows, recorded,
-                           earlier)
+                           earlier, widest)
             try:
                 return run.go(), earlier
             except _Again as again:
@@ -179,8 +184,10 @@ class _Attempt:
 
     def __init__(self, swap: Swap, held: HeldLock, store: LandingStore, target: Target, todo: list[Step],
                  groups: list[list[FileSchema]], sha: str, sequence: str, attempt: int,
-                 before: bigquery.Table | None, rows: int, recorded: dict, earlier: list[dict]):
+                 before: bigquery.Table | None, rows: int, recorded: dict, earlier: list[dict],
+                 widest: dict[str, str] | None = None):
         self.swap, self.jobs, self.client = swap, swap.jobs, swap.client
+        self.widest = widest  # the types the whole sequence needs of fields new to the table
         self.held, self.store, self.target, self.todo, self.groups = held, store, target, todo, groups
         self.sha, self.rows, self.recorded, self.earlier = sha, rows, recorded, earlier
         self.whole = target.layout == UNPARTITIONED
@@ -225,7 +232,8 @@ class _Attempt:
             create = None
             if k == 0 or self.todo[k - 1].group != step.group:  # each group through its reader, against the scratch
                 now = self._scratch_table()
-                plan = plan_load(api_columns(now.schema if now is not None else None), self.groups[step.group], where)
+                plan = plan_load(api_columns(now.schema if now is not None else None), self.groups[step.group], where,
+                                 self.widest)
                 if plan.widenings:  # a column the steps before added, narrower than this group's
                     self.jobs.widen(plan, self.scratch_id, where)
                 reference = reader_schema_uri(self.store, target.dataset, target.table, plan)
