@@ -56,6 +56,7 @@ from kafka_landing.warehouse.checks import build_warehouse_checks
 from kafka_landing.warehouse.jobs import retire_hours
 from kafka_landing.warehouse.resources import (
     BigQueryWarehouseResource,
+    IcebergWarehouseResource,
     ParquetWarehouseResource,
     WarehouseResource,
 )
@@ -92,7 +93,7 @@ def _registry_url():
     return EnvVar("SCHEMA_REGISTRY_URL") if urlsplit(url).password is not None else url
 
 
-WAREHOUSES = ("parquet", "bigquery")
+WAREHOUSES = ("parquet", "iceberg", "bigquery")
 
 
 def warehouse_kind() -> str:
@@ -103,9 +104,13 @@ def warehouse_kind() -> str:
 
 
 def build_warehouse() -> WarehouseResource:
-    """Parquet by default; BigQuery with KAFKA_LANDING_WAREHOUSE=bigquery (and a gs:// landing root)."""
+    """Parquet by default; Iceberg with KAFKA_LANDING_WAREHOUSE=iceberg; BigQuery with
+    KAFKA_LANDING_WAREHOUSE=bigquery (and a gs:// landing root)."""
+    root = os.environ.get("KAFKA_LANDING_WAREHOUSE_ROOT", str(LOCAL / "warehouse"))
     if warehouse_kind() == "parquet":
-        return ParquetWarehouseResource(root=os.environ.get("KAFKA_LANDING_WAREHOUSE_ROOT", str(LOCAL / "warehouse")))
+        return ParquetWarehouseResource(root=root)
+    if warehouse_kind() == "iceberg":
+        return IcebergWarehouseResource(root=root, catalog_uri=_secret("KAFKA_LANDING_ICEBERG_CATALOG_URI"))
     project = os.environ.get("KAFKA_LANDING_BIGQUERY_PROJECT")
     if not project:
         raise ValueError("KAFKA_LANDING_WAREHOUSE=bigquery needs KAFKA_LANDING_BIGQUERY_PROJECT, the project that "
@@ -224,7 +229,11 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
     environment, as `dagster dev` loads it (tests and tools pass their own)."""
     resources = resources if resources is not None else build_resources()
     config = first_hours_from(resources["landing"], config if config is not None else load_config())
-    kind = "bigquery" if isinstance(resources["warehouse"], BigQueryWarehouseResource) else "parquet"
+    kind = resources["warehouse"].backend_kind
+    if kind == "iceberg" and (events := sorted(t for t, c in config.topics.items() if c.event_granularity)):
+        raise ValueError(f"topics {', '.join(events)} have an event_time_field, and event-time tables are not "
+                         "Iceberg tables yet: use KAFKA_LANDING_WAREHOUSE=parquet or bigquery for them, or remove "
+                         "their event_time_field")
     tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
     hours = {(ds, t): topic_hours(config.topic(topic)) for ds, t, topic in config.destinations()}
     events = {(ds, t): event_key(ds, t) for ds, t, topic in config.destinations() if config.topic(topic).event_granularity}
