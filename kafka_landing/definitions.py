@@ -230,10 +230,6 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
     resources = resources if resources is not None else build_resources()
     config = first_hours_from(resources["landing"], config if config is not None else load_config())
     kind = resources["warehouse"].backend_kind
-    if kind == "iceberg" and (events := sorted(t for t, c in config.topics.items() if c.event_granularity)):
-        raise ValueError(f"topics {', '.join(events)} have an event_time_field, and event-time tables are not "
-                         "Iceberg tables yet: use KAFKA_LANDING_WAREHOUSE=parquet or bigquery for them, or remove "
-                         "their event_time_field")
     tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
     hours = {(ds, t): topic_hours(config.topic(topic)) for ds, t, topic in config.destinations()}
     events = {(ds, t): event_key(ds, t) for ds, t, topic in config.destinations() if config.topic(topic).event_granularity}

@@ -146,7 +146,7 @@ def test_each_load_is_a_snapshot_that_says_what_it_loaded_and_a_lost_ledger_make
     wh.load_partition(store, manifest, lambda: spark, done_file=done, done_sha256=sha)
     t = wh.table("shop", "orders")
     summary = t.current_snapshot().summary.additional_properties
-    assert (summary["kafka-landing.hour"], summary["kafka-landing.sha256"], summary["kafka-landing.rows"],
+    assert (summary["kafka-landing.partition"], summary["kafka-landing.sha256"], summary["kafka-landing.rows"],
             summary["kafka-landing.done-file"]) == (_hour(0), sha, "3", done)
 
     wh._ledger("shop", "orders", _hour(0)).unlink()  # killed after the commit, before the ledger
@@ -250,3 +250,138 @@ def test_an_hour_materialised_from_dagster_lands_in_its_iceberg_table(tmp_path, 
     assert set(asset.specs_by_key[warehouse_key("shop", "orders")].kinds) == {"iceberg", "spark"}
     wh = resource.backend(store)
     assert sorted(r["order_id"] for r in _rows(wh, "orders", hour=_hour(5))) == ["o0", "o1", "o2", "o3"]
+
+
+# --- event-time tables --------------------------------------------------------------------------
+
+DAY = "2026-01-31"
+
+
+def _event_rows(wh: IcebergWarehouse, partition: str, snapshot_id: int | None = None) -> dict[str, list[str]]:
+    """{landing hour: order ids} of one event partition, read from the table."""
+    t = wh.table("shop", "orders__by_event")
+    rows = t.scan(row_filter=EqualTo("event_day", partition), snapshot_id=snapshot_id).to_arrow().to_pylist()
+    out: dict[str, list[str]] = {}
+    for r in rows:
+        out.setdefault(r[HOUR_COLUMN], []).append(r["order_id"])
+    return {h: sorted(ids) for h, ids in sorted(out.items())}
+
+
+def test_an_event_day_amended_by_a_late_hour_commits_only_that_hours_files(iceberg, spark):
+    from kafka_landing.naming import unknown_partition
+    from kafka_landing.warehouse.event_load import event_conservation, load_event_partition
+    from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
+    from kafka_landing_tests.landed_hours import land_event_orders
+
+    store, wh = iceberg
+    land_event_orders(store, f"{DAY}T10", {f"{DAY}T10": ["a", "b"], None: ["n"]})
+    land_event_orders(store, f"{DAY}T11", {f"{DAY}T10": ["c"], f"{DAY}T11": ["e"]}, first=2000)
+    first = load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
+    unknown = load_event_partition(wh, store, CFG, "orders", unknown_partition(f"{DAY}T10"), lambda: spark)
+    etable = wh.by_event("day", "created_at")
+    assert _event_rows(etable, DAY) == {f"{DAY}T10": ["a", "b"], f"{DAY}T11": ["c", "e"]}
+    assert _event_rows(etable, unknown_partition(f"{DAY}T10")) == {f"{DAY}T10": ["n"]}
+    assert first.result.rows == 4 and unknown.result.rows == 1
+    before = {f.file_path for f in etable.partition_files("shop", "orders__by_event", DAY)}
+    version_1 = etable.table("shop", "orders__by_event").current_snapshot().snapshot_id
+
+    land_event_orders(store, f"{DAY}T20", {f"{DAY}T10": ["late"]}, first=3000)  # a late record
+    amended = load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
+
+    assert amended.amended and amended.manifest.version == 2
+    assert _event_rows(etable, DAY) == {f"{DAY}T10": ["a", "b"], f"{DAY}T11": ["c", "e"], f"{DAY}T20": ["late"]}
+    after = {f.file_path for f in etable.partition_files("shop", "orders__by_event", DAY)}
+    assert after >= before and len(after - before) == 1  # the late hour's file; the day's others untouched
+    summary = etable.table("shop", "orders__by_event").current_snapshot().summary.additional_properties
+    assert (summary["kafka-landing.landing-hours"], summary["kafka-landing.attempt"]) == (f"{DAY}T20", "v2")
+    assert _event_rows(etable, DAY, version_1) == {f"{DAY}T10": ["a", "b"], f"{DAY}T11": ["c", "e"]}
+    checked = event_conservation(store, wh, CFG, "orders", DAY)
+    assert checked.ok, checked.why
+    assert checked.metadata["warehouse_rows"] == 5
+
+    # A landing hour re-landed with other records: its part of the day replaced, the rest untouched.
+    land_event_orders(store, f"{DAY}T11", {f"{DAY}T11": ["e"]}, first=2000)
+    load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
+    assert _event_rows(etable, DAY) == {f"{DAY}T10": ["a", "b"], f"{DAY}T11": ["e"], f"{DAY}T20": ["late"]}
+    now = {f.file_path for f in etable.partition_files("shop", "orders__by_event", DAY)}
+    assert len(now - after) == 1 and len(after - now) == 1
+    assert event_conservation(store, wh, CFG, "orders", DAY).ok
+
+
+def test_a_load_record_that_lags_the_table_is_not_trusted_the_tables_snapshot_is(iceberg, spark):
+    """A load killed after its commit, before its record: the record names the version before. The
+    next version equals that one, so by the record nothing changed, but the table holds the killed
+    load's landing hour: the table's own snapshot says so, and that hour is removed."""
+    from kafka_landing.warehouse.event_load import load_event_partition
+    from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
+    from kafka_landing_tests.landed_hours import land_event_orders
+
+    store, wh = iceberg
+    land_event_orders(store, f"{DAY}T10", {f"{DAY}T10": ["a", "b"]})
+    load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
+    etable = wh.by_event("day", "created_at")
+    record = etable._ledger("shop", "orders__by_event", DAY)
+    as_of_v1 = record.read_bytes()
+    land_event_orders(store, f"{DAY}T12", {f"{DAY}T10": ["c"]}, first=2000)
+    load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
+    record.write_bytes(as_of_v1)  # as if killed between the commit and the record
+    land_event_orders(store, f"{DAY}T12", {})  # the late hour re-landed without its record
+
+    load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
+
+    assert _event_rows(etable, DAY) == {f"{DAY}T10": ["a", "b"]}
+    assert etable.partition_rows("shop", "orders__by_event", DAY) == 2
+
+
+def test_an_event_partition_known_neither_by_snapshot_nor_by_record_is_replaced_whole_never_doubled(iceberg, spark):
+    from kafka_landing.warehouse.event_load import load_event_partition
+    from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
+    from kafka_landing_tests.landed_hours import land_event_orders
+
+    store, wh = iceberg
+    land_event_orders(store, f"{DAY}T10", {f"{DAY}T10": ["a", "b"]})
+    load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
+    land_event_orders(store, f"{DAY}T11", {"2026-02-01T10": ["x"]})
+    load_event_partition(wh, store, CFG, "orders", "2026-02-01", lambda: spark)
+    etable = wh.by_event("day", "created_at")
+    t = etable.table("shop", "orders__by_event")
+    ours = [s.snapshot_id for s in t.metadata.snapshots
+            if s.summary.additional_properties.get("kafka-landing.partition") == DAY]
+    assert ours
+    t.maintenance.expire_snapshots().by_ids(ours).commit()  # expired, as upkeep does after a while
+    etable._ledger("shop", "orders__by_event", DAY).write_text("not json")
+    land_event_orders(store, f"{DAY}T12", {f"{DAY}T10": ["c"]}, first=2000)
+
+    load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
+
+    assert _event_rows(etable, DAY) == {f"{DAY}T10": ["a", "b"], f"{DAY}T12": ["c"]}
+    assert _event_rows(etable, "2026-02-01") == {f"{DAY}T11": ["x"]}
+    assert etable.partition_rows("shop", "orders__by_event", DAY) == 3
+
+
+def test_an_event_day_materialised_from_dagster_lands_in_its_iceberg_table_and_its_checks_pass(tmp_path,
+                                                                                            pyspark_resource):
+    from dagster import DagsterInstance, materialize
+
+    from kafka_landing.resources import LandingResource
+    from kafka_landing.warehouse.assets import build_event_asset
+    from kafka_landing.warehouse.checks import build_event_checks
+    from kafka_landing.warehouse.resources import IcebergWarehouseResource
+    from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
+    from kafka_landing_tests.landed_hours import land_event_orders
+
+    store = LocalStore(tmp_path / "landing")
+    land_event_orders(store, f"{DAY}T10", {f"{DAY}T10": ["a", "b"], f"{DAY}T09": ["c"]})
+    resource = IcebergWarehouseResource(root=str(tmp_path / "warehouse"))
+    asset = build_event_asset(CFG, "orders", resource.backend_kind)
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("shop__orders__by_event", [DAY])
+        result = materialize([asset, *build_event_checks(CFG, "orders")], partition_key=DAY, instance=instance,
+                             resources={"landing": LandingResource(landing_root=str(tmp_path / "landing")),
+                                        "warehouse": resource, "pyspark": pyspark_resource})
+    assert result.success
+    [mat] = result.asset_materializations_for_node(asset.op.name)
+    assert mat.metadata["dagster/row_count"].value == 3
+    checks = result.get_asset_check_evaluations()
+    assert checks and {c.check_name: c.passed for c in checks} == {c.check_name: True for c in checks}
+    assert _event_rows(resource.backend(store).by_event("day", "created_at"), DAY) == {f"{DAY}T10": ["a", "b", "c"]}

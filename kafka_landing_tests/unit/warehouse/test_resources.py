@@ -62,17 +62,3 @@ def test_iceberg_is_chosen_by_configuration_with_its_catalog_url_only_through_an
     assert "s3cret" not in repr(warehouse)
     assert warehouse.kinds == {"iceberg", "spark"} and warehouse.needs_spark
 
-
-def test_an_iceberg_warehouse_refuses_event_time_topics_naming_them(monkeypatch, tmp_path):
-    from kafka_landing.config import load_config
-    from kafka_landing.definitions import build_definitions, build_resources
-
-    config_file = tmp_path / "topics.yaml"
-    config_file.write_text("topics:\n  orders:\n    dataset: shop\n    table: orders\n    event_time_field: ts\n"
-                           "    first_hour: 2026-01-01-00:00\n  clicks:\n    dataset: web\n    table: clicks\n"
-                           "    first_hour: 2026-01-01-00:00\n")
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "iceberg")
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "wh"))
-    monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
-    with pytest.raises(ValueError, match=r"topics orders have an event_time_field.*not Iceberg tables yet"):
-        build_definitions(load_config(str(config_file)), build_resources())
