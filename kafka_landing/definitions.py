@@ -53,7 +53,7 @@ from kafka_landing.resources import (
 from kafka_landing.spark_setup import spark_config
 from kafka_landing.warehouse.assets import build_warehouse_assets, event_key, event_partitions, warehouse_key
 from kafka_landing.warehouse.checks import build_warehouse_checks
-from kafka_landing.warehouse.jobs import retire_hours
+from kafka_landing.warehouse.jobs import iceberg_upkeep, iceberg_upkeep_daily, retire_hours
 from kafka_landing.warehouse.resources import (
     BigQueryWarehouseResource,
     IcebergWarehouseResource,
@@ -237,8 +237,9 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
     return Definitions(
         assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config, kind),
                 *build_warehouse_checks(config)],
-        jobs=[*jobs.values(), plan_backfill, retire_hours],
-        schedules=[build_schedule(config.topics[name], job) for name, job in jobs.items()],
+        jobs=[*jobs.values(), plan_backfill, retire_hours, *([iceberg_upkeep] if kind == "iceberg" else [])],
+        schedules=[*(build_schedule(config.topics[name], job) for name, job in jobs.items()),
+                   *([iceberg_upkeep_daily] if kind == "iceberg" else [])],
         sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables, events),
                  *([build_event_sensor(events, {k: event_partitions(*k) for k in events})] if events else [])],
         resources=resources,

@@ -34,7 +34,8 @@ import json
 import os
 import shutil
 import uuid
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -45,7 +46,7 @@ from pyspark.sql.types import StructType
 from kafka_landing.crash_points import crash_point
 from kafka_landing.handoff.manifests import LandedFile, Manifest, content_sha
 from kafka_landing.naming import check_identifier
-from kafka_landing.store.base import LandingStore
+from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
 from kafka_landing.warehouse.parquet import _conform
 from kafka_landing.warehouse.schema_evolution import merge_schemas
@@ -463,4 +464,60 @@ class IcebergWarehouse(Warehouse):
         return paths
 
 
-__all__ = ["IcebergWarehouse"]
+@dataclass(frozen=True)
+class Upkept:
+    """What one table's upkeep did."""
+
+    table: str  # dataset.table
+    snapshots_expired: int
+    snapshots_kept: int
+    files_removed: int  # data and manifest files no kept snapshot lists any more
+    bytes_removed: int
+
+
+def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = None,
+           tables: list[tuple[str, str]] | None = None) -> list[Upkept]:
+    """Expire every table's snapshots older than `keep` (never the current one), then remove the
+    files no kept snapshot lists, and that are older than a day: a load's files are on disk before
+    its commit lists them, and no load runs for a day. What the checks and loads need is the
+    current snapshot (they read it) and the load records; older snapshots are for time travel and
+    for a load killed between its commit and its record, which the queue asks for again at once."""
+    now = now or datetime.now(timezone.utc)
+    catalog = warehouse.catalog
+    if tables is None:
+        tables = [ident[-2:] for ns in catalog.list_namespaces() for ident in catalog.list_tables(ns)]
+    out = []
+    for dataset, table in sorted(tables):
+        t = warehouse.table(dataset, table)
+        if t is None:
+            continue
+        current = t.current_snapshot()
+        old = [snap.snapshot_id for snap in t.metadata.snapshots
+               if datetime.fromtimestamp(snap.timestamp_ms / 1000, timezone.utc) < now - keep
+               and (current is None or snap.snapshot_id != current.snapshot_id)]
+        if old:
+            t.maintenance.expire_snapshots().by_ids(old).commit()
+            t = warehouse.table(dataset, table)
+        listed = set()
+        for snap in t.metadata.snapshots:
+            listed.add(_local(snap.manifest_list))
+            for m in snap.manifests(t.io):
+                listed.add(_local(m.manifest_path))
+                listed.update(_local(e.data_file.file_path) for e in m.fetch_manifest_entry(t.io))
+        removed = removed_bytes = 0
+        cutoff = now.timestamp() - STAGING_MAX_AGE_SECONDS
+        tdir = warehouse.table_dir(dataset, table)
+        for f in [*tdir.glob("data/**/*.parquet"), *tdir.glob("metadata/*.avro")]:
+            st = f.stat()
+            if str(f) not in listed and st.st_mtime < cutoff:
+                f.unlink()
+                removed, removed_bytes = removed + 1, removed_bytes + st.st_size
+        out.append(Upkept(f"{dataset}.{table}", len(old), len(t.metadata.snapshots), removed, removed_bytes))
+    return out
+
+
+def _local(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
+__all__ = ["IcebergWarehouse", "Upkept", "upkeep"]

@@ -385,3 +385,78 @@ def test_an_event_day_materialised_from_dagster_lands_in_its_iceberg_table_and_i
     checks = result.get_asset_check_evaluations()
     assert checks and {c.check_name: c.passed for c in checks} == {c.check_name: True for c in checks}
     assert _event_rows(resource.backend(store).by_event("day", "created_at"), DAY) == {f"{DAY}T10": ["a", "b", "c"]}
+
+
+def test_upkeep_expires_old_snapshots_and_removes_only_the_files_no_kept_snapshot_lists(iceberg, spark):
+    import os
+    from datetime import datetime, timedelta, timezone
+
+    from kafka_landing.warehouse.iceberg import upkeep
+
+    store, wh = iceberg
+    for n in range(3):  # the same hour loaded three times: two replaced versions of its file
+        wh.load_partition(store, _land_orders(store, _hour(0), V1, orders(2, 10 * n)), lambda: spark)
+    wh.load_partition(store, _land_orders(store, _hour(1), V1, orders(1, 99)), lambda: spark)
+    t = wh.table("shop", "orders")
+    current = {f.file.file_path for f in t.scan().plan_files()}
+    data = {str(p) for p in wh.table_dir("shop", "orders").glob("data/**/*.parquet")}
+    assert len(data) == 4 and len(current) == 2
+    later = datetime.now(timezone.utc) + timedelta(days=2)
+    staged = wh.table_dir("shop", "orders") / "data" / "hour=x" / "in-flight" / "_kl_hour=x" / "part-0.parquet"
+    staged.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"a": [1]}), staged)
+    os.utime(staged, (later.timestamp() - 3600,) * 2)  # written an hour before the upkeep: a load under way
+
+    kept_a_week = upkeep(wh, timedelta(days=7), now=later)
+    assert [(u.snapshots_expired, u.files_removed) for u in kept_a_week] == [(0, 0)]
+
+    [done] = upkeep(wh, timedelta(hours=1), now=later)
+
+    t = wh.table("shop", "orders")
+    assert done.snapshots_expired > 0 and done.snapshots_kept == 1 and len(t.metadata.snapshots) == 1
+    left = {str(p) for p in wh.table_dir("shop", "orders").glob("data/**/*.parquet")}
+    assert left == {f.removeprefix("file://") for f in current} | {str(staged)}
+    assert done.files_removed >= 2 and done.bytes_removed > 0
+    assert sorted(r["order_id"] for r in _rows(wh, "orders")) == ["o20", "o21", "o99"]
+
+
+def test_the_upkeep_job_reports_each_table_on_its_asset_and_refuses_another_warehouse(tmp_path, pyspark_resource):
+    from dagster import DagsterInstance
+
+    from kafka_landing.resources import LandingResource
+    from kafka_landing.warehouse.assets import warehouse_key
+    from kafka_landing.warehouse.jobs import iceberg_upkeep
+    from kafka_landing.warehouse.resources import IcebergWarehouseResource, ParquetWarehouseResource
+
+    store = LocalStore(tmp_path / "landing")
+    resource = IcebergWarehouseResource(root=str(tmp_path / "warehouse"))
+    wh = resource.backend(store)
+    for n in range(2):
+        wh.load_partition(store, _land_orders(store, _hour(0), V1, orders(1, n)), lambda: pyspark_resource.spark_session)
+    landing = LandingResource(landing_root=str(tmp_path / "landing"))
+    with DagsterInstance.ephemeral() as instance:
+        result = iceberg_upkeep.execute_in_process(instance=instance, resources={
+            "landing": landing, "warehouse": resource},
+            run_config={"ops": {"iceberg_upkeep_op": {"config": {"keep_hours": 1}}}})
+        assert result.success
+        [obs] = [e.event_specific_data.asset_observation for e in result.all_events
+                 if e.event_type_value == "ASSET_OBSERVATION"]
+        assert obs.asset_key == warehouse_key("shop", "orders")
+        assert obs.metadata["snapshots_kept"].value == len(wh.table("shop", "orders").metadata.snapshots)
+        refused = iceberg_upkeep.execute_in_process(instance=instance, raise_on_error=False, resources={
+            "landing": landing, "warehouse": ParquetWarehouseResource(root=str(tmp_path / "pq"))})
+        assert not refused.success
+
+
+def test_the_code_location_of_an_iceberg_warehouse_has_the_upkeep_job_and_its_schedule(monkeypatch, tmp_path):
+    from kafka_landing.definitions import build_definitions, build_resources
+    from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT
+    from kafka_landing.config import LandingConfig
+
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "wh"))
+    monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
+    config = LandingConfig({ORDERS_BY_EVENT.topic: ORDERS_BY_EVENT})
+    for kind, has in (("iceberg", True), ("parquet", False)):
+        monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", kind)
+        names = {s.name for s in build_definitions(config, build_resources()).schedules}
+        assert ("iceberg_upkeep_daily" in names) is has and "land_orders_hourly" in names, names
