@@ -53,9 +53,10 @@ from kafka_landing.resources import (
 from kafka_landing.spark_setup import spark_config
 from kafka_landing.warehouse.assets import build_warehouse_assets, event_key, event_partitions, warehouse_key
 from kafka_landing.warehouse.checks import build_warehouse_checks
-from kafka_landing.warehouse.jobs import retire_hours
+from kafka_landing.warehouse.jobs import iceberg_upkeep, iceberg_upkeep_daily, retire_hours
 from kafka_landing.warehouse.resources import (
     BigQueryWarehouseResource,
+    IcebergWarehouseResource,
     ParquetWarehouseResource,
     WarehouseResource,
 )
@@ -92,7 +93,7 @@ def _registry_url():
     return EnvVar("SCHEMA_REGISTRY_URL") if urlsplit(url).password is not None else url
 
 
-WAREHOUSES = ("parquet", "bigquery")
+WAREHOUSES = ("parquet", "iceberg", "bigquery")
 
 
 def warehouse_kind() -> str:
@@ -103,9 +104,13 @@ def warehouse_kind() -> str:
 
 
 def build_warehouse() -> WarehouseResource:
-    """Parquet by default; BigQuery with KAFKA_LANDING_WAREHOUSE=bigquery (and a gs:// landing root)."""
+    """Parquet by default; Iceberg with KAFKA_LANDING_WAREHOUSE=iceberg; BigQuery with
+    KAFKA_LANDING_WAREHOUSE=bigquery (and a gs:// landing root)."""
+    root = os.environ.get("KAFKA_LANDING_WAREHOUSE_ROOT", str(LOCAL / "warehouse"))
     if warehouse_kind() == "parquet":
-        return ParquetWarehouseResource(root=os.environ.get("KAFKA_LANDING_WAREHOUSE_ROOT", str(LOCAL / "warehouse")))
+        return ParquetWarehouseResource(root=root)
+    if warehouse_kind() == "iceberg":
+        return IcebergWarehouseResource(root=root, catalog_uri=_secret("KAFKA_LANDING_ICEBERG_CATALOG_URI"))
     project = os.environ.get("KAFKA_LANDING_BIGQUERY_PROJECT")
     if not project:
         raise ValueError("KAFKA_LANDING_WAREHOUSE=bigquery needs KAFKA_LANDING_BIGQUERY_PROJECT, the project that "
@@ -224,7 +229,7 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
     environment, as `dagster dev` loads it (tests and tools pass their own)."""
     resources = resources if resources is not None else build_resources()
     config = first_hours_from(resources["landing"], config if config is not None else load_config())
-    kind = "bigquery" if isinstance(resources["warehouse"], BigQueryWarehouseResource) else "parquet"
+    kind = resources["warehouse"].backend_kind
     tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
     hours = {(ds, t): topic_hours(config.topic(topic)) for ds, t, topic in config.destinations()}
     events = {(ds, t): event_key(ds, t) for ds, t, topic in config.destinations() if config.topic(topic).event_granularity}
@@ -232,8 +237,9 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
     return Definitions(
         assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config, kind),
                 *build_warehouse_checks(config)],
-        jobs=[*jobs.values(), plan_backfill, retire_hours],
-        schedules=[build_schedule(config.topics[name], job) for name, job in jobs.items()],
+        jobs=[*jobs.values(), plan_backfill, retire_hours, *([iceberg_upkeep] if kind == "iceberg" else [])],
+        schedules=[*(build_schedule(config.topics[name], job) for name, job in jobs.items()),
+                   *([iceberg_upkeep_daily] if kind == "iceberg" else [])],
         sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables, events),
                  *([build_event_sensor(events, {k: event_partitions(*k) for k in events})] if events else [])],
         resources=resources,

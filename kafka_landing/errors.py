@@ -113,6 +113,10 @@ def is_transient(exc: BaseException) -> bool:
         return type(exc).__name__ in _TRANSPORT_ERRORS
     if module.startswith("pyspark.errors"):
         return spark_server_gone(exc)
+    if module.startswith("sqlalchemy"):  # the Iceberg catalog's database: busy (SQLite's lock) or away
+        said = str(getattr(exc, "orig", None) or exc).lower()
+        return type(exc).__name__ in _DATABASE_AWAY or (
+            type(exc).__name__ in ("OperationalError", "InterfaceError") and any(w in said for w in _DATABASE_BUSY))
     if module.startswith("grpc") and callable(getattr(exc, "code", None)):  # a Spark Connect call's own answer
         return getattr(exc.code(), "name", None) in _TRANSIENT_GRPC
     return False
@@ -134,6 +138,13 @@ def spark_server_gone(exc: BaseException) -> bool:
 
 # gRPC statuses that mean "no answer" or "not now" (a Spark Connect server restarting or busy).
 _TRANSIENT_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"})
+
+
+# SQLAlchemy's errors for a database that is unreachable or dropped the connection; an
+# OperationalError is one only when it says so (SQLite also reports a syntax error as one).
+_DATABASE_AWAY = frozenset({"DisconnectionError", "TimeoutError"})
+_DATABASE_BUSY = ("database is locked", "database is busy", "could not connect", "connection refused",
+                  "server closed the connection", "connection reset", "timeout", "terminating connection")
 
 
 # Client-library exceptions that mean the request got no answer (by name: no import of the clients here).

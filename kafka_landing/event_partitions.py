@@ -101,6 +101,12 @@ class EventManifest:
     def landed_files(self) -> tuple[LandedFile, ...]:
         return tuple(LandedFile(**{k: v for k, v in f.items() if k != "hour"}) for f in self.files)
 
+    def by_landing_hour(self) -> dict[str, tuple[LandedFile, ...]]:
+        out: dict[str, list[LandedFile]] = {}
+        for f in self.files:
+            out.setdefault(f["hour"], []).append(LandedFile(**{k: v for k, v in f.items() if k != "hour"}))
+        return {h: tuple(fs) for h, fs in sorted(out.items())}
+
     @property
     def schema_ids(self) -> tuple[int, ...]:
         return tuple(sorted({f["schema_id"] for f in self.files if f.get("schema_id") is not None}))

@@ -87,6 +87,9 @@ class DoneFile:
     def landed_files(self) -> tuple[LandedFile, ...]:
         return self.files
 
+    def by_landing_hour(self) -> dict[str, tuple[LandedFile, ...]]:
+        return {self.hour: self.files}
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -129,6 +132,10 @@ class Manifest(Protocol):
     @property
     def landed_files(self) -> tuple[LandedFile, ...]:
         """Exactly the files the partition holds (an event version's `files` are its entries on disk)."""
+
+    def by_landing_hour(self) -> dict[str, tuple[LandedFile, ...]]:
+        """`landed_files` by the landing hour that listed them: what a backend that replaces part of a
+        partition (one landing hour's files of an event day) compares."""
 
     @property
     def rows(self) -> int:

@@ -55,6 +55,9 @@ def warehouse_key(dataset: str, table: str) -> AssetKey:
     return AssetKey([GROUP, dataset, table])
 
 
+SPARK_WAREHOUSES = frozenset({"parquet", "iceberg"})  # the backends whose loads run Spark
+
+
 def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
     key = warehouse_key(cfg.dataset, table)
 
@@ -67,9 +70,9 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
         # load of the table would wait for it forever. The warehouse's own lock serialises
         # loads of a table instead, and dies with the process that holds it.
         group_name=GROUP,
-        kinds={"parquet", "spark"} if kind == "parquet" else {kind},
+        kinds={kind, "spark"} if kind in SPARK_WAREHOUSES else {kind},
         description=f"Table `{cfg.dataset}.{table}`, loaded by landing hour from `{cfg.topic}`; {history(cfg)}.",
-        op_tags={SPARK_TAG: "true"} if kind == "parquet" else {},
+        op_tags={SPARK_TAG: "true"} if kind in SPARK_WAREHOUSES else {},
         # Time-based (see the module docstring): warn after 2 hours without a load, fail at 3.
         freshness_policy=FreshnessPolicy.time_window(fail_window=timedelta(hours=3), warn_window=timedelta(hours=2)),
         metadata={"dataset": cfg.dataset, "table": table, "topic": cfg.topic},
@@ -151,11 +154,11 @@ def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
         deps=[AssetDep(warehouse_key(cfg.dataset, table), partition_mapping=AllPartitionMapping())],
         partitions_def=event_partitions(cfg.dataset, table),
         group_name=GROUP,
-        kinds={"parquet", "spark"} if kind == "parquet" else {kind},
+        kinds={kind, "spark"} if kind in SPARK_WAREHOUSES else {kind},
         description=f"Table `{name}`: the records of `{cfg.dataset}.{table}` by event {granularity} "
                     f"(`{cfg.event_time_field}`), from every landing hour; a late record amends its partition "
                     f"as a new version, replaced whole. Settled after {cfg.settle_hours} h without a change.",
-        op_tags={SPARK_TAG: "true"} if kind == "parquet" else {},
+        op_tags={SPARK_TAG: "true"} if kind in SPARK_WAREHOUSES else {},
         metadata={"dataset": cfg.dataset, "table": event_table(table), "topic": cfg.topic,
                   "event_time_field": cfg.event_time_field, "event_time_partition": granularity},
     )

@@ -13,7 +13,9 @@ they stand, which no longer list the re-landed hours' records.
 
 # No `from __future__ import annotations`: Dagster reads the op's annotations at decoration time.
 
-from dagster import Config, OpExecutionContext, job, op
+from datetime import timedelta
+
+from dagster import AssetObservation, Config, DefaultScheduleStatus, OpExecutionContext, ScheduleDefinition, job, op
 
 from pydantic import Field
 
@@ -23,6 +25,7 @@ from kafka_landing.hours import failure
 from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.handoff.units import LoadUnit, event_unit
 from kafka_landing.naming import EVENT_TABLE_SUFFIX
+from kafka_landing.warehouse.assets import event_key, warehouse_key
 from kafka_landing.warehouse.event_load import retired_source
 from kafka_landing.warehouse.load import LoadError, load_done_file, load_unit
 from kafka_landing.warehouse.resources import WarehouseResource
@@ -87,3 +90,49 @@ def retire_hours_op(context: OpExecutionContext, config: RetireConfig, landing: 
                  "retired-hours sensor.")
 def retire_hours():
     retire_hours_op()
+
+
+# --- Iceberg upkeep ----------------------------------------------------------------------------------
+
+UPKEEP_JOB = "iceberg_upkeep"
+
+
+class UpkeepConfig(Config):
+    keep_hours: int = Field(default=168, ge=1, description="Snapshots younger than this stay (time travel, and a "
+                            "load killed after its commit); older ones expire, and the files only they list are "
+                            "removed. Keep it above the topics' settle_hours if readers time-travel to settled days.")
+
+
+@op(description="Expires the Iceberg tables' old snapshots and removes the files no kept snapshot lists.")
+def iceberg_upkeep_op(context: OpExecutionContext, config: UpkeepConfig, landing: LandingResource,
+                      warehouse: WarehouseResource) -> None:
+    from kafka_landing.warehouse.iceberg import IcebergWarehouse, upkeep
+
+    backend = warehouse.backend(landing.store())
+    if not isinstance(backend, IcebergWarehouse):
+        raise failure(LoadError(f"{UPKEEP_JOB}: the warehouse is {backend.kind}, not Iceberg: nothing to upkeep"))
+    try:
+        done = upkeep(backend, timedelta(hours=config.keep_hours))
+    except KafkaLandingError as exc:
+        raise failure(exc) from None
+    for u in done:
+        dataset, _, table = u.table.partition(".")
+        key = (event_key(dataset, table[:-len(EVENT_TABLE_SUFFIX)]) if table.endswith(EVENT_TABLE_SUFFIX)
+               else warehouse_key(dataset, table))
+        context.log_event(AssetObservation(asset_key=key, metadata={
+            "snapshots_expired": u.snapshots_expired, "snapshots_kept": u.snapshots_kept,
+            "files_removed": u.files_removed, "bytes_removed": u.bytes_removed, "keep_hours": config.keep_hours}))
+        context.log.info(f"{u.table}: {u.snapshots_expired} snapshot(s) expired, {u.snapshots_kept} kept, "
+                         f"{u.files_removed} file(s) removed ({u.bytes_removed} bytes)")
+
+
+@job(description="Expires old snapshots of the Iceberg warehouse's tables and removes the files only they listed; "
+                 "daily by its schedule.")
+def iceberg_upkeep():
+    iceberg_upkeep_op()
+
+
+iceberg_upkeep_daily = ScheduleDefinition(
+    name="iceberg_upkeep_daily", job=iceberg_upkeep, cron_schedule="17 3 * * *", execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.RUNNING,
+    description="Daily at 03:17 UTC: the Iceberg tables' snapshots older than a week expire and their files go.")

@@ -17,15 +17,17 @@ from kafka_landing.warehouse.backend import Warehouse
 class WarehouseResource(ConfigurableResource):
     """Where the landed hours are loaded. Use a subclass; it says what its loads need."""
 
-    #: whether its loads start Spark (their runs then take a Spark slot); the kinds shown in the UI
+    #: the backend's name (KAFKA_LANDING_WAREHOUSE); whether its loads start Spark (their runs then
+    #: take a Spark slot); the kinds shown in the UI
+    backend_kind: ClassVar[str] = ""
     needs_spark: ClassVar[bool] = False
     kinds: ClassVar[frozenset[str]] = frozenset()
 
     def backend(self, store: LandingStore) -> Warehouse:
         """The backend; `store` is the landing root (where loads are recorded, for backends
         that keep that record outside the warehouse)."""
-        raise NotImplementedError(f"{type(self).__name__} is not a warehouse backend: use ParquetWarehouseResource "
-                                  "or BigQueryWarehouseResource")
+        raise NotImplementedError(f"{type(self).__name__} is not a warehouse backend: use ParquetWarehouseResource, "
+                                  "IcebergWarehouseResource or BigQueryWarehouseResource")
 
 
 class ParquetWarehouseResource(WarehouseResource):
@@ -33,6 +35,7 @@ class ParquetWarehouseResource(WarehouseResource):
 
     root: str = Field(description="Folder of the Parquet tables: <root>/<dataset>/<table>/hour=<H>/data.parquet.")
 
+    backend_kind: ClassVar[str] = "parquet"
     needs_spark: ClassVar[bool] = True
     kinds: ClassVar[frozenset[str]] = frozenset({"parquet", "spark"})
 
@@ -40,6 +43,26 @@ class ParquetWarehouseResource(WarehouseResource):
         from kafka_landing.warehouse.parquet import ParquetWarehouse
 
         return ParquetWarehouse(self.root)
+
+
+class IcebergWarehouseResource(WarehouseResource):
+    """Apache Iceberg tables in a SQL catalog, partitioned by landing hour: Spark writes each hour's
+    Parquet files, one Iceberg commit swaps them in. Read by Spark, Trino, DuckDB, pandas, pyiceberg."""
+
+    root: str = Field(description="Folder of the tables (<root>/<dataset>/<table>/) and, by default, of the "
+                                  "catalog: a SQLite file <root>/_catalog.db, nothing to start.")
+    catalog_uri: str | None = Field(default=None, description="The catalog's database as a SQLAlchemy URL, e.g. "
+                                    "postgresql+psycopg2://user:password@host/db, only through an EnvVar (it holds "
+                                    "a password); unset: SQLite under `root`.")
+
+    backend_kind: ClassVar[str] = "iceberg"
+    needs_spark: ClassVar[bool] = True
+    kinds: ClassVar[frozenset[str]] = frozenset({"iceberg", "spark"})
+
+    def backend(self, store: LandingStore) -> Warehouse:
+        from kafka_landing.warehouse.iceberg import IcebergWarehouse
+
+        return IcebergWarehouse(self.root, self.catalog_uri)
 
 
 class BigQueryWarehouseResource(WarehouseResource):
@@ -54,6 +77,7 @@ class BigQueryWarehouseResource(WarehouseResource):
     gcp_credentials: str | None = Field(default=None, description="A service-account key's JSON, base64-encoded, "
                                         "only through an EnvVar; unset: Application Default Credentials.")
 
+    backend_kind: ClassVar[str] = "bigquery"
     kinds: ClassVar[frozenset[str]] = frozenset({"bigquery"})
 
     def backend(self, store: LandingStore) -> Warehouse:

@@ -1,5 +1,5 @@
 """What every warehouse backend promises, one test body run against each: the embedded Parquet
-tables (a local landing root, real Spark) and BigQuery (a gs:// landing root on the GCS
+tables and the Iceberg tables (a local landing root, real Spark), and BigQuery (a gs:// landing root on the GCS
 emulator, the strict BigQuery fake at the client's HTTP transport, no Spark). A new backend
 gets these tests by adding a parameter. What only one backend has (job ids, ledgers, Parquet
 rewrites) is tested in that backend's own file."""
@@ -13,6 +13,7 @@ from typing import Callable
 
 import pyarrow.parquet as pq
 import pytest
+from pyiceberg.expressions import EqualTo
 
 from kafka_landing.errors import is_transient
 from kafka_landing.handoff.markers import content_sha
@@ -20,6 +21,7 @@ from kafka_landing.store.base import LandingStore
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.bigquery import DAY, partition_id
 from kafka_landing.warehouse.load import LoadError, Warehouse, load_done_file
+from kafka_landing.warehouse.iceberg import IcebergWarehouse
 from kafka_landing.warehouse.parquet import ParquetWarehouse
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
@@ -52,7 +54,7 @@ class Backend:
         return sorted(r["order_id"] for r in self.rows(hour))
 
 
-@pytest.fixture(params=["parquet", "bigquery"])
+@pytest.fixture(params=["parquet", "iceberg", "bigquery"])
 def backend(request, tmp_path) -> Backend:
     dataset = f"shop_{uuid.uuid4().hex[:8]}"
     if request.param == "parquet":
@@ -64,6 +66,18 @@ def backend(request, tmp_path) -> Backend:
             return pq.read_table(path).to_pylist() if path.exists() else []
 
         return Backend(wh, LocalStore(tmp_path / "landing"), lambda: spark, dataset, parquet_rows)
+    if request.param == "iceberg":
+        spark = request.getfixturevalue("spark")
+        iceberg = IcebergWarehouse(str(tmp_path / "warehouse"))
+
+        def iceberg_rows(hour: str) -> list[dict]:
+            t = iceberg.table(dataset, TABLE)
+            if t is None:
+                return []
+            rows = t.scan(row_filter=EqualTo("hour", hour)).to_arrow().to_pylist()
+            return [{k: v for k, v in r.items() if k != "hour"} for r in rows]
+
+        return Backend(iceberg, LocalStore(tmp_path / "landing"), lambda: spark, dataset, iceberg_rows)
     store = request.getfixturevalue("gcs_store_factory")(prefix="landing", lease_seconds=5)
     fake = request.getfixturevalue("bigquery_on_gcs")
     wh = bigquery_warehouse(fake, store, PROJECT, datasets=[dataset])

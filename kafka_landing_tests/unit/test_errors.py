@@ -99,6 +99,19 @@ def test_client_library_errors_are_transient_only_for_no_answer_or_not_now(exc, 
     assert is_transient(exc) is transient
 
 
+def test_the_iceberg_catalogs_database_busy_or_away_is_transient_a_wrong_statement_is_not():
+    import sqlite3
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy import exc as sa
+
+    locked = sa.OperationalError("UPDATE iceberg_tables ...", {}, sqlite3.OperationalError("database is locked"))
+    assert is_transient(locked) and is_transient(sa.DisconnectionError("gone"))
+    with create_engine("sqlite://").connect() as conn, pytest.raises(sa.OperationalError) as wrong:
+        conn.execute(text("select * from no_such_table"))  # SQLite's OperationalError too, but terminal
+    assert not is_transient(wrong.value)
+
+
 def _connect_errors():
     from pyspark.errors import PySparkAssertionError
     from pyspark.errors.exceptions.base import RetriesExceeded

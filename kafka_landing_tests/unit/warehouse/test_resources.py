@@ -48,3 +48,17 @@ def test_parquet_is_the_default(monkeypatch, tmp_path):
     monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path))
     warehouse = build_warehouse()
     assert isinstance(warehouse, ParquetWarehouseResource) and warehouse.root == str(tmp_path)
+
+
+def test_iceberg_is_chosen_by_configuration_with_its_catalog_url_only_through_an_env_var(monkeypatch, tmp_path):
+    from kafka_landing.warehouse.resources import IcebergWarehouseResource
+
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "iceberg")
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path))
+    monkeypatch.setenv("KAFKA_LANDING_ICEBERG_CATALOG_URI", "postgresql+psycopg2://u:s3cret@db/ice")
+    warehouse = build_warehouse()
+    assert isinstance(warehouse, IcebergWarehouseResource) and warehouse.root == str(tmp_path)
+    assert warehouse.catalog_uri == EnvVar("KAFKA_LANDING_ICEBERG_CATALOG_URI")
+    assert "s3cret" not in repr(warehouse)
+    assert warehouse.kinds == {"iceberg", "spark"} and warehouse.needs_spark
+

@@ -1,0 +1,523 @@
+"""The open warehouse: one Apache Iceberg table per destination, partitioned by landing hour.
+
+    <root>/_catalog.db                              the SQL catalog (SQLite: nothing to start)
+    <root>/<dataset>/<table>/metadata/...           the table's Iceberg metadata: schema, snapshots
+    <root>/<dataset>/<table>/data/hour=<H>/<load>/  the Parquet files one load of hour H wrote
+    <root>/<dataset>/<table>/_loads/hour=<H>.json   what was loaded: the done file's content hash
+
+Loading hour H: Spark reads exactly the Avro files H's done file lists and writes them as Parquet
+under the table's schema; then one Iceberg commit drops H's files and adds the new ones (two
+snapshots in one metadata swap, so a reader sees the old hour or the new one, never both, and a
+reload never duplicates rows). The commit's snapshot summary carries the hour, the done file and
+its hash: a reload of content already committed makes no new snapshot.
+
+Schema changes follow `schema_evolution`, the rules every backend shares. What Iceberg changes in
+metadata (a new column anywhere, a decimal's precision with its scale kept) writes no data file
+but the new hour's. What it cannot (long to double, string to binary, a decimal's scale) is the
+one rule that rewrites: the table's files are read and written again under the wider type, in the
+same commit as the schema change, so no reader sees mixed types and no value changes but by the
+widening Avro itself applies. Concurrent loads need no lock: the catalog's commit is conditional
+on the snapshot it started from, and a load that loses the race commits again on the new one.
+
+The event-time tables (`by_event`) are Iceberg tables too, partitioned by event partition and
+landing hour (`event_day`/`event_hour`, then `hour`: string columns, as the Parquet tables name
+them; an event time may be a long of epoch milliseconds, which no Iceberg transform takes, and
+records without a usable one are in `__unknown__<landing day>`). A version of an event partition
+replaces only the landing hours whose files changed since the version the table holds: a late
+record costs its landing hour's part of the day, not the day.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from kafka_landing.crash_points import crash_point
+from kafka_landing.handoff.manifests import LandedFile, Manifest, content_sha
+from kafka_landing.naming import check_identifier
+from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
+from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
+from kafka_landing.warehouse.parquet import _conform
+from kafka_landing.warehouse.schema_evolution import merge_schemas
+
+HOUR_COLUMN = "hour"  # the landing hour of each row, a partition column of every table (as in the Parquet tables)
+SCHEMA_PROPERTY = "kafka-landing.schema"  # the table's schema in Spark's terms: what `merge_schemas` widens
+# kafka-landing.<key> on every load's snapshots: what it loaded, and which landing hours it replaced
+SNAPSHOT_KEYS = ("partition", "done-file", "sha256", "rows", "attempt", "landing-hours", "hours")
+COMMIT_ATTEMPTS = 8  # commits lost to a concurrent writer of the same table before the load gives up (transient)
+
+
+@functools.lru_cache(maxsize=8)
+def _catalog(root: str, uri: str | None):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    base = Path(root).expanduser().resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    return SqlCatalog("kafka_landing", uri=uri or f"sqlite:///{base / '_catalog.db'}", warehouse=base.as_uri())
+
+
+def _prop(key: str) -> str:
+    return f"kafka-landing.{key}"
+
+
+def _needs_rewrite(old, new) -> bool:
+    """True if going from Spark type `old` to `new` (a widening `merge_schemas` allowed) changes a
+    column's type in a way Iceberg cannot apply in metadata: every primitive change but a decimal
+    precision grown at the same scale. pyiceberg 0.12 wrongly accepts a scale change in metadata,
+    which would reread old values at the new scale: that is why scale is decided here."""
+    if old == new:
+        return False
+    if isinstance(old, str) and isinstance(new, str):
+        if old.startswith("decimal(") and new.startswith("decimal("):
+            return old.split(",")[1] != new.split(",")[1]
+        return True
+    if isinstance(old, dict) and isinstance(new, dict):
+        kind = new.get("type")
+        if kind == "struct":
+            before = {f["name"]: f["type"] for f in old["fields"]}
+            return any(_needs_rewrite(before[f["name"]], f["type"]) for f in new["fields"] if f["name"] in before)
+        if kind == "array":
+            return _needs_rewrite(old["elementType"], new["elementType"])
+        if kind == "map":
+            return _needs_rewrite(old["keyType"], new["keyType"]) or _needs_rewrite(old["valueType"], new["valueType"])
+    return True
+
+
+def _type_changes(old, new, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+    """(column path, new Spark type) of every primitive whose type `merge_schemas` changed, nested
+    ones by Iceberg's names (`element`, `value`). Applied one by one: pyiceberg's union_by_name
+    keeps string where binary was asked (it reads binary as string) and cannot be trusted here."""
+    if old == new:
+        return []
+    if isinstance(old, str) and isinstance(new, str):
+        return [(path, new)]
+    kind = new.get("type") if isinstance(new, dict) else None
+    if kind == "struct":
+        before = {f["name"]: f["type"] for f in old["fields"]}
+        return [c for f in new["fields"] if f["name"] in before
+                for c in _type_changes(before[f["name"]], f["type"], path + (f["name"],))]
+    if kind == "array":
+        return _type_changes(old["elementType"], new["elementType"], path + ("element",))
+    if kind == "map":
+        return _type_changes(old["valueType"], new["valueType"], path + ("value",))
+    return []
+
+
+def _iceberg_type(spark_type: str):
+    from pyiceberg.types import BinaryType, DecimalType, DoubleType, LongType
+
+    simple = {"long": LongType(), "double": DoubleType(), "binary": BinaryType()}
+    if spark_type in simple:
+        return simple[spark_type]
+    precision, scale = spark_type[len("decimal("):-1].split(",")
+    return DecimalType(int(precision), int(scale))
+
+
+def _with_columns(schema: dict, columns: tuple[str, ...]) -> dict:
+    return {**schema, "fields": schema["fields"] + [{"name": c, "type": "string", "nullable": True, "metadata": {}}
+                                                    for c in columns]}
+
+
+def _arrow_schema(schema: dict, columns: tuple[str, ...]):
+    """The table's columns as Arrow (what pyiceberg takes), its partition columns last."""
+    return to_arrow_schema(StructType.fromJson(_with_columns(schema, columns)))
+
+
+def _key(files) -> str:
+    """What a landing hour gives a partition: its files, rows and schema ids, hashed."""
+    return content_sha(json.dumps(sorted([f.path, f.rows, f.schema_id] for f in files)).encode())
+
+
+class IcebergWarehouse(Warehouse):
+    """Iceberg tables in a SQL catalog, written with Spark (Parquet files) and committed with pyiceberg."""
+
+    kind = "iceberg"
+
+    def __init__(self, root: str, catalog_uri: str | None = None, column: str = HOUR_COLUMN):
+        self.root = root
+        self.catalog_uri = catalog_uri  # None: SQLite under the root; or a SQLAlchemy URL (PostgreSQL)
+        self.column = column  # the partition a load replaces: hour, or event_day / event_hour (`by_event`)
+        self._seen: dict[tuple[str, str], object] = {}  # tables as `loaded` read them
+
+    @property
+    def catalog(self):
+        return _catalog(self.root, self.catalog_uri)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The table's partition columns, in its spec's order."""
+        return (HOUR_COLUMN,) if self.column == HOUR_COLUMN else (self.column, HOUR_COLUMN)
+
+    def by_event(self, granularity: str, field: str | None) -> IcebergWarehouse:
+        """The event-time tables: <dataset>.<table>__by_event, partitioned by event_<granularity> and hour."""
+        return IcebergWarehouse(self.root, self.catalog_uri, column=f"event_{granularity}")
+
+    def table_dir(self, dataset: str, table: str) -> Path:
+        return (Path(self.root).expanduser().resolve() / check_identifier(dataset, "dataset")
+                / check_identifier(table, "table"))
+
+    def _identifier(self, dataset: str, table: str) -> tuple[str, str]:
+        return check_identifier(dataset, "dataset"), check_identifier(table, "table")
+
+    def table(self, dataset: str, table: str):
+        """The Iceberg table, or None before its first load."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog.load_table(self._identifier(dataset, table))
+        except NoSuchTableError:
+            return None
+
+    def partition_location(self, dataset: str, table: str, partition: str) -> str:
+        return f"{dataset}.{table} ({self.table_dir(dataset, table)}) where {self.column} = '{partition}'"
+
+    def check_writable(self) -> None:
+        root = Path(self.root).expanduser().resolve()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            probe = root / f".write-probe-{uuid.uuid4().hex}"
+            probe.write_bytes(b"")
+            probe.unlink()
+            self.catalog.list_namespaces()
+        except OSError as exc:
+            raise LoadError(f"Iceberg warehouse root {root} cannot be written ({exc.strerror or exc}): check "
+                            "KAFKA_LANDING_WAREHOUSE_ROOT and its permissions") from None
+        except Exception as exc:  # the catalog's database: SQLAlchemy's errors, by driver
+            raise LoadError(f"the Iceberg catalog of {root} cannot be opened ({type(exc).__name__}: {exc}): check "
+                            "KAFKA_LANDING_ICEBERG_CATALOG_URI and that its database is up", transient=True) from None
+
+    def partition_files(self, dataset: str, table: str, partition: str) -> list:
+        """The data files (pyiceberg `DataFile`) the current snapshot holds for a partition: metadata only."""
+        from pyiceberg.expressions import EqualTo
+
+        t = self.table(dataset, table)
+        if t is None or t.current_snapshot() is None:
+            return []
+        return [task.file for task in t.scan(row_filter=EqualTo(self.column, partition)).plan_files()]
+
+    def partition_rows(self, dataset: str, table: str, partition: str) -> int | None:
+        """Rows of a partition from the table's metadata (its data files' record counts): no data
+        read. None if it holds no file."""
+        files = self.partition_files(dataset, table, partition)
+        return sum(f.record_count for f in files) if files else None
+
+    # --- what was loaded ----------------------------------------------------------
+
+    def _ledger(self, dataset: str, table: str, partition: str) -> Path:
+        return self.table_dir(dataset, table) / "_loads" / f"{self.column}={partition}.json"
+
+    def _recorded(self, dataset: str, table: str, partition: str) -> dict | None:
+        try:
+            with open(self._ledger(dataset, table, partition), "rb") as f:
+                return json.loads(f.read())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            return {}
+
+    def loaded(self, dataset: str, table: str, partition: str) -> dict | None:
+        """The load record, unless the table holds a newer load of the partition than it names (a load
+        that died between its commit and its record): then what that load's snapshot says."""
+        record = self._recorded(dataset, table, partition)
+        key = (dataset, table)
+        if key not in self._seen:  # one metadata read per table for the life of this backend
+            self._seen[key] = self.table(dataset, table)
+        done = self.committed(self._seen[key], partition)
+        if done is None or (record and record.get("snapshot_id") == done["snapshot_id"]):
+            return record
+        return {"done_file": done["done-file"] or None, "sha256": done["sha256"] or None, "rows": int(done["rows"]),
+                "attempt": done["attempt"], "snapshot_id": done["snapshot_id"], "hours": json.loads(done["hours"] or "{}")}
+
+    def loaded_partitions(self, dataset: str, table: str) -> set[str]:
+        try:
+            with os.scandir(self.table_dir(dataset, table) / "_loads") as it:
+                prefix = f"{self.column}="
+                return {e.name[len(prefix):-5] for e in it if e.name.startswith(prefix) and e.name.endswith(".json")}
+        except FileNotFoundError:
+            return set()
+
+    def _record_load(self, manifest: Manifest, done_file: str | None, sha: str | None, snapshot_id: int | None,
+                     hours: dict[str, str]) -> None:
+        p = self._ledger(manifest.dataset, manifest.target, manifest.partition)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.parent / f".{p.name}.{uuid.uuid4().hex}"
+        tmp.write_text(json.dumps({
+            "done_file": done_file, "sha256": sha, "rows": manifest.rows, "attempt": manifest.attempt,
+            "snapshot_id": snapshot_id, "hours": hours,
+            "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }))
+        os.replace(tmp, p)
+
+    def committed(self, t, partition: str) -> dict | None:
+        """The summary of the newest snapshot that loaded a partition, as the table itself records it."""
+        if t is None:
+            return None
+        for snap in sorted(t.metadata.snapshots, key=lambda s: s.sequence_number, reverse=True):
+            props = snap.summary.additional_properties if snap.summary else {}
+            if props.get(_prop("partition")) == partition and props.get(_prop("column"), HOUR_COLUMN) == self.column:
+                return {k: props.get(_prop(k)) for k in SNAPSHOT_KEYS} | {"snapshot_id": snap.snapshot_id}
+        return None
+
+    # --- loading ------------------------------------------------------------------
+
+    def load_partition(self, store: LandingStore, manifest: Manifest, spark: SparkFactory,
+                       done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
+        """Replace the landing hours of the partition whose files changed since the load the table
+        holds (a landing hour's table: the hour itself), in one commit."""
+        verify_files(store, manifest)
+        name = f"{manifest.dataset}.{manifest.target}"
+        where = f"{name} {self.column} {manifest.partition} (schema ids {list(manifest.schema_ids)})"
+        location = self.partition_location(manifest.dataset, manifest.target, manifest.partition)
+        groups = manifest.by_landing_hour()
+        keys = {h: _key(fs) for h, fs in groups.items()}
+        t = self.table(manifest.dataset, manifest.target)
+        done = self.committed(t, manifest.partition)
+        if done_sha256 and done and done.get("sha256") == done_sha256:  # committed before its ledger was written
+            self._record_load(manifest, done_file, done_sha256, done["snapshot_id"], keys)
+            return LoadResult(name, manifest.partition, manifest.rows, 0, tuple(manifest.schema_ids), (), location,
+                              done_file, done_sha256)
+        # What each landing hour gave the partition the table holds: as its newest snapshot of it says
+        # (true even where a load died before its record), else as recorded (snapshots expire).
+        held = (json.loads(done["hours"]) if done and done.get("hours")
+                else (self._recorded(manifest.dataset, manifest.target, manifest.partition) or {}).get("hours"))
+        if self.column == HOUR_COLUMN or not isinstance(held, dict):
+            changed, whole = dict(groups), True  # a landing hour, or an event partition held as who knows what
+        else:
+            changed = {h: fs for h, fs in groups.items() if held.get(h) != keys[h]}
+            changed.update({h: () for h in held if h not in groups})  # landing hours that left the partition
+            whole = False
+        props = {_prop("partition"): manifest.partition, _prop("column"): self.column,
+                 _prop("done-file"): done_file or "", _prop("sha256"): done_sha256 or "",
+                 _prop("rows"): str(manifest.rows), _prop("attempt"): str(manifest.attempt),
+                 _prop("landing-hours"): ",".join(sorted(changed)), _prop("hours"): json.dumps(keys)}
+        replaced = self._replaced(manifest.partition, None if whole else sorted(changed))
+        reads, hour_schema = self._read(store, changed, spark, where)
+        want = sum(f.rows for fs in changed.values() for f in fs)
+        staging = self.table_dir(manifest.dataset, manifest.target) / "data" / f"{self.column}={manifest.partition}" \
+            / uuid.uuid4().hex
+        written, added = None, []
+        try:
+            for _ in range(COMMIT_ATTEMPTS):
+                t = self.table(manifest.dataset, manifest.target)
+                table_schema = json.loads(t.properties[SCHEMA_PROPERTY]) if t is not None else None
+                merged, added = (merge_schemas(table_schema, hour_schema, where) if hour_schema
+                                 else (table_schema, []))
+                if merged is None:  # nothing to make a table of yet: an empty first load
+                    self._record_load(manifest, done_file, done_sha256, None, keys)
+                    return LoadResult(name, manifest.partition, 0, 0, (), (), location, done_file, done_sha256)
+                if reads and written != merged:  # (re)write the changed hours under the table's schema
+                    shutil.rmtree(staging, ignore_errors=True)
+                    self._write(reads, merged, manifest.partition, staging)
+                    written = merged
+                files = sorted(str(p) for p in staging.glob("_kl_hour=*/part-*.parquet"))
+                n = sum(pq.read_metadata(p).num_rows for p in files)
+                if n != want:
+                    raise LoadError(f"{where}: wrote {n} rows, the manifest lists {want} for landing hours "
+                                    f"{sorted(changed)}; nothing was committed. Look at {staging}")
+                crash_point("warehouse:staged")
+                if self._commit(t, manifest, merged, table_schema, files, props, replaced, spark, where):
+                    break
+            else:
+                raise LoadError(f"{where}: {COMMIT_ATTEMPTS} commits lost to other writers of {name}; nothing was "
+                                "committed. The load is asked for again", transient=True)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)  # never committed: nobody references these files
+            raise
+        crash_point("warehouse:swapped")
+        self._seen.pop((manifest.dataset, manifest.target), None)
+        now = self.committed(self.table(manifest.dataset, manifest.target), manifest.partition)
+        self._record_load(manifest, done_file, done_sha256, now["snapshot_id"] if now else None, keys)
+        return LoadResult(name, manifest.partition, manifest.rows, sum(len(fs) for fs in changed.values()),
+                          tuple(manifest.schema_ids), tuple(added), location, done_file, done_sha256)
+
+    def _replaced(self, partition: str, hours: list[str] | None):
+        """The rows a load replaces: the whole partition, or these landing hours' part of it."""
+        from pyiceberg.expressions import And, EqualTo, In
+
+        whole = EqualTo(self.column, partition)
+        return whole if hours is None or self.column == HOUR_COLUMN else And(whole, In(HOUR_COLUMN, hours))
+
+    @staticmethod
+    def _read(store: LandingStore, changed: dict[str, tuple[LandedFile, ...]], spark: SparkFactory, where: str):
+        """One Spark read per (landing hour, schema id), each with its writer schema, and their schema
+        merged: nothing is read yet (Spark reads as it writes)."""
+        reads, schema = [], None
+        session = None
+        for hour, files in sorted(changed.items()):
+            for sid in sorted({f.schema_id for f in files if f.rows}):
+                session = session or spark()
+                paths = [store.location(f.path) for f in files if f.schema_id == sid and f.rows]
+                df = session.read.format("avro").load(paths)
+                schema, _ = merge_schemas(schema, df.schema.jsonValue(), f"{where}, landing hour {hour}, schema id {sid}")
+                reads.append((hour, df))
+        return reads, schema
+
+    def _write(self, reads: list, schema: dict, partition: str, staging: Path) -> None:
+        """The rows under the table's schema, one Parquet file per landing hour (its column kept in the
+        data, as a partition's file must have it): one Spark job."""
+        df = None
+        for hour, part in reads:
+            part = _conform(part, schema).withColumns(
+                {**({self.column: F.lit(partition)} if self.column != HOUR_COLUMN else {}),
+                 HOUR_COLUMN: F.lit(hour)})
+            df = part if df is None else df.unionByName(part)
+        df = df.withColumn("_kl_hour", F.col(HOUR_COLUMN))
+        df = df.coalesce(1) if len({h for h, _ in reads}) == 1 else df.repartition("_kl_hour")
+        df.write.partitionBy("_kl_hour").mode("error").parquet(str(staging))
+
+    def _commit(self, t, manifest: Manifest, merged: dict, table_schema: dict | None, files: list[str],
+                props: dict, replaced, spark: SparkFactory, where: str) -> bool:
+        """One metadata commit: the schema widened if it must be, the replaced rows' files dropped, the
+        new ones added. False if another writer committed first (the caller tries again on its commit)."""
+        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.expressions import AlwaysTrue
+
+        if t is None:
+            return self._create(manifest, merged, files, props)
+        rewrite = table_schema is not None and _needs_rewrite(table_schema, merged)
+        rewritten: list[str] = []
+        try:
+            if rewrite:
+                rewritten = self._rewrite(t, merged, spark, replaced, where)
+            with t.transaction() as tx:
+                if merged != table_schema:
+                    with tx.update_schema(allow_incompatible_changes=rewrite) as update:
+                        for path, new_type in _type_changes(table_schema, merged):
+                            update.update_column(path, field_type=_iceberg_type(new_type))
+                        update.union_by_name(_arrow_schema(merged, self.columns))
+                    tx.set_properties({SCHEMA_PROPERTY: json.dumps(merged)})
+                if rewrite:
+                    tx.delete(AlwaysTrue(), snapshot_properties=props)
+                    if rewritten:
+                        tx.add_files(rewritten, snapshot_properties=props)
+                elif self._holds(t, replaced):
+                    tx.delete(replaced, snapshot_properties=props)
+                if files:
+                    tx.add_files(files, snapshot_properties=props)
+            return True
+        except CommitFailedException:
+            for f in rewritten:
+                Path(f).unlink(missing_ok=True)
+            return False
+
+    @staticmethod
+    def _holds(t, rows) -> bool:
+        return t.current_snapshot() is not None and any(True for _ in t.scan(row_filter=rows).plan_files())
+
+    def _create(self, manifest: Manifest, schema: dict, files: list[str], props: dict) -> bool:
+        from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, TableAlreadyExistsError
+
+        ident = self._identifier(manifest.dataset, manifest.target)
+        try:
+            self.catalog.create_namespace(ident[0])
+        except NamespaceAlreadyExistsError:
+            pass
+        try:
+            tx = self.catalog.create_table_transaction(
+                ident, schema=_arrow_schema(schema, self.columns),
+                location=self.table_dir(*ident).as_uri(),
+                properties={SCHEMA_PROPERTY: json.dumps(schema), "format-version": "2",
+                            "write.metadata.delete-after-commit.enabled": "true",
+                            "write.metadata.previous-versions-max": "100"})
+            with tx.update_spec() as spec:
+                for column in self.columns:
+                    spec.add_identity(column)
+            if files:
+                tx.add_files(files, snapshot_properties=props)
+            tx.commit_transaction()
+            return True
+        except (TableAlreadyExistsError, CommitFailedException):
+            return False  # another load created it first: widen and commit on its table
+
+    def _rewrite(self, t, merged: dict, spark: SparkFactory, replaced, where: str) -> list[str]:
+        """Every file of the table but the rows the load replaces read again and written under `merged`
+        (one Spark job), to commit with the schema change; the old files stay for the snapshots before
+        it. Each new file holds one partition, its columns kept in the data."""
+        from pyiceberg.expressions import Not
+
+        tasks = list(t.scan(row_filter=Not(replaced)).plan_files())
+        old = [task.file.file_path for task in tasks]
+        if not old:
+            return []
+        target = self.table_dir(*t.name()[-2:]) / "data" / f"_rewrite-{uuid.uuid4().hex}"
+        copies = {f"_kl_{i}": c for i, c in enumerate(self.columns)}
+        df = _conform(spark().read.parquet(*old), _with_columns(merged, self.columns))
+        df.withColumns({k: F.col(c) for k, c in copies.items()}).repartition(*copies) \
+            .write.partitionBy(*copies).mode("error").parquet(str(target))
+        paths = sorted(str(p) for p in target.glob("/".join(["*"] * len(copies)) + "/part-*.parquet"))
+        got = sum(pq.read_metadata(p).num_rows for p in paths)
+        want = sum(task.file.record_count for task in tasks)
+        if got != want:
+            raise LoadError(f"{where}: rewriting the table under its widened schema gave {got} rows, it holds "
+                            f"{want}; nothing was committed. Look at {target}")
+        return paths
+
+
+@dataclass(frozen=True)
+class Upkept:
+    """What one table's upkeep did."""
+
+    table: str  # dataset.table
+    snapshots_expired: int
+    snapshots_kept: int
+    files_removed: int  # data and manifest files no kept snapshot lists any more
+    bytes_removed: int
+
+
+def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = None,
+           tables: list[tuple[str, str]] | None = None) -> list[Upkept]:
+    """Expire every table's snapshots older than `keep` (never the current one), then remove the
+    files no kept snapshot lists, and that are older than a day: a load's files are on disk before
+    its commit lists them, and no load runs for a day. What the checks and loads need is the
+    current snapshot (they read it) and the load records; older snapshots are for time travel and
+    for a load killed between its commit and its record, which the queue asks for again at once."""
+    now = now or datetime.now(timezone.utc)
+    catalog = warehouse.catalog
+    if tables is None:
+        tables = [ident[-2:] for ns in catalog.list_namespaces() for ident in catalog.list_tables(ns)]
+    out = []
+    for dataset, table in sorted(tables):
+        t = warehouse.table(dataset, table)
+        if t is None:
+            continue
+        current = t.current_snapshot()
+        old = [snap.snapshot_id for snap in t.metadata.snapshots
+               if datetime.fromtimestamp(snap.timestamp_ms / 1000, timezone.utc) < now - keep
+               and (current is None or snap.snapshot_id != current.snapshot_id)]
+        if old:
+            t.maintenance.expire_snapshots().by_ids(old).commit()
+            t = warehouse.table(dataset, table)
+        listed = set()
+        for snap in t.metadata.snapshots:
+            listed.add(_local(snap.manifest_list))
+            for m in snap.manifests(t.io):
+                listed.add(_local(m.manifest_path))
+                listed.update(_local(e.data_file.file_path) for e in m.fetch_manifest_entry(t.io))
+        removed = removed_bytes = 0
+        cutoff = now.timestamp() - STAGING_MAX_AGE_SECONDS
+        tdir = warehouse.table_dir(dataset, table)
+        for f in [*tdir.glob("data/**/*.parquet"), *tdir.glob("metadata/*.avro")]:
+            st = f.stat()
+            if str(f) not in listed and st.st_mtime < cutoff:
+                f.unlink()
+                removed, removed_bytes = removed + 1, removed_bytes + st.st_size
+        out.append(Upkept(f"{dataset}.{table}", len(old), len(t.metadata.snapshots), removed, removed_bytes))
+    return out
+
+
+def _local(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
+__all__ = ["IcebergWarehouse", "Upkept", "upkeep"]
