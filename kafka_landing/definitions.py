@@ -97,15 +97,15 @@ WAREHOUSES = ("parquet", "iceberg", "bigquery")
 
 
 def warehouse_kind() -> str:
-    kind = os.environ.get("KAFKA_LANDING_WAREHOUSE", "parquet")
+    kind = os.environ.get("KAFKA_LANDING_WAREHOUSE", "iceberg")
     if kind not in WAREHOUSES:
         raise ValueError(f"KAFKA_LANDING_WAREHOUSE={kind!r}: choose one of {', '.join(WAREHOUSES)}")
     return kind
 
 
 def build_warehouse() -> WarehouseResource:
-    """Parquet by default; Iceberg with KAFKA_LANDING_WAREHOUSE=iceberg; BigQuery with
-    KAFKA_LANDING_WAREHOUSE=bigquery (and a gs:// landing root)."""
+    """Iceberg by default; the Parquet tables of before with KAFKA_LANDING_WAREHOUSE=parquet; BigQuery
+    with KAFKA_LANDING_WAREHOUSE=bigquery (and a gs:// landing root)."""
     root = os.environ.get("KAFKA_LANDING_WAREHOUSE_ROOT", str(LOCAL / "warehouse"))
     if warehouse_kind() == "parquet":
         return ParquetWarehouseResource(root=root)

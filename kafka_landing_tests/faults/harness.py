@@ -117,6 +117,7 @@ class Deployment:
             "KAFKA_LANDING_TOPICS_CONFIG": str(self.config_path),
             "KAFKA_LANDING_ROOT": str(self.landing),
             "KAFKA_LANDING_WAREHOUSE_ROOT": str(self.warehouse),
+            "KAFKA_LANDING_WAREHOUSE": "parquet",  # the checks below read its files
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             "SCHEMA_REGISTRY_URL": self.registry_url,
         })

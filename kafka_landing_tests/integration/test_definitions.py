@@ -109,7 +109,8 @@ def test_topics_with_their_own_first_hours_load_and_validate(tmp_path, monkeypat
     jobs = {j.name: j.partitions_def.get_first_partition_key() for j in defs.resolve_all_job_defs() if j.name.startswith("land_")}
     assert jobs == {"land_old_topic": "2026-11-01-00:00", "land_new_topic": "2026-11-20-13:00"}
     assert {s.name: s.job_name for s in defs.schedules} == {"land_old_topic_hourly": "land_old_topic",
-                                                            "land_new_topic_hourly": "land_new_topic"}
+                                                            "land_new_topic_hourly": "land_new_topic",
+                                                            "iceberg_upkeep_daily": "iceberg_upkeep"}  # the default
     sensor = defs.resolve_sensor_def(SENSOR_NAME)
     assert not sensor.has_anonymous_job  # runs on the implicit asset job, which allows several histories
 

@@ -36,8 +36,8 @@ HOURS = 3
 
 @pytest.fixture
 def env(code_location):
-    """A topic config, landing root and warehouse root of the test's own."""
-    return lambda topics: code_location(topics, dead_letter_limit=0.5)
+    """A topic config, landing root and warehouse root of the test's own (Parquet unless told)."""
+    return lambda topics, warehouse="parquet": code_location(topics, warehouse=warehouse, dead_letter_limit=0.5)
 
 
 def land(defs, instance, partition: str):
@@ -67,7 +67,14 @@ def run_requests(defs, instance, requests):
         assert {h for c, h in checked if c == "conservation"} == set(covered_hours(req)), req.run_key
 
 
-def read_table(root, dataset, table) -> pd.DataFrame:
+def read_table(root, dataset, table, warehouse: str = "parquet") -> pd.DataFrame:
+    """Every row of a table, as a reader outside the product reads it: DuckDB over the Parquet
+    folders, pyiceberg through the Iceberg catalog."""
+    if warehouse == "iceberg":
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog = SqlCatalog("kafka_landing", uri=f"sqlite:///{root}/_catalog.db")
+        return catalog.load_table(f"{dataset}.{table}").scan().to_pandas()
     import duckdb
 
     return duckdb.sql(
@@ -75,7 +82,8 @@ def read_table(root, dataset, table) -> pd.DataFrame:
     ).df()
 
 
-def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, spark, tmp_path):
+@pytest.mark.parametrize("warehouse", ["iceberg", "parquet"])
+def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, spark, tmp_path, warehouse):
     suffix = uuid.uuid4().hex[:6]
     topics = {ORDERS: f"orders_{suffix}", WEB: f"web_{suffix}"}
     now = utcnow()
@@ -84,7 +92,7 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
         topics[ORDERS]: {"dataset": f"shop_{suffix}", "table": "orders", "event_time_field": "created_at"},
         topics[WEB]: {"dataset": f"web_{suffix}", "route": {"field": "type", "tables": {"page_view": "page_views"},
                                                              "default": "other_events"}},
-    })
+    }, warehouse=warehouse)
     defs = build_definitions()
     hours = demo_hours(now, HOURS)
     for hour in hours:
@@ -99,9 +107,9 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
 
     # Record by record: every good record produced is in its table once, with its fields.
     rows = pd.concat([
-        read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders").assign(_t="orders"),
-        read_table(tmp_path / "warehouse", f"web_{suffix}", "page_views").assign(_t="page_views"),
-        read_table(tmp_path / "warehouse", f"web_{suffix}", "other_events").assign(_t="other_events"),
+        read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders", warehouse).assign(_t="orders"),
+        read_table(tmp_path / "warehouse", f"web_{suffix}", "page_views", warehouse).assign(_t="page_views"),
+        read_table(tmp_path / "warehouse", f"web_{suffix}", "other_events", warehouse).assign(_t="other_events"),
     ])
     by_key = {(r["_kafka_topic"], r["_kafka_partition"], r["_kafka_offset"]): r for _, r in rows.iterrows()}
     assert len(by_key) == len(rows), "a record is in the warehouse twice"
@@ -123,7 +131,7 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
     assert not tick(defs, instance, cursor=first.cursor).run_requests
 
     # Re-land and reload an hour: a new done file, one new load, an unchanged table.
-    before = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders").sort_values("_kafka_offset")
+    before = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders", warehouse).sort_values(["_kafka_partition", "_kafka_offset"])
     assert land(defs, instance, hour_key(hours[1])).success
     relanded = tick(defs, instance, cursor=first.cursor)
     assert sorted((covered_hours(r), r.asset_selection[0].path[-1]) for r in relanded.run_requests) == [
@@ -131,7 +139,7 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
     ]
     assert not {r.run_key for r in relanded.run_requests} & {r.run_key for r in first.run_requests}
     run_requests(defs, instance, relanded.run_requests)
-    after = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders").sort_values("_kafka_offset")
+    after = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders", warehouse).sort_values(["_kafka_partition", "_kafka_offset"])
     pd.testing.assert_frame_equal(before.reset_index(drop=True), after.reset_index(drop=True))
     assert not tick(defs, instance, cursor=relanded.cursor).run_requests
 

@@ -86,6 +86,7 @@ def test_hours_landed_by_kafka_landing_load_in_one_run_that_starts_spark_once(
     monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(config))
     monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
     monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")  # rows_per_hour reads its files
     sid = register(registry.client(), f"{topic}-value", SCHEMA)
     first = floor_hour(utcnow()) - ONE_HOUR * 6
     hours = [first + ONE_HOUR * i for i in range(4)]

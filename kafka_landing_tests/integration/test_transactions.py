@@ -68,6 +68,7 @@ def test_aborted_records_never_land_and_gaps_are_counted(transactional_hours, tm
     monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(config))
     monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
     monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")  # its files are read below
     defs = build_definitions()
     instance = DagsterInstance.ephemeral()
     layers = [defs.get_assets_def(k) for k in defs.resolve_asset_graph().get_all_asset_keys()

@@ -13,7 +13,7 @@ from kafka_landing.definitions import build_warehouse
 from kafka_landing.warehouse.resources import BigQueryWarehouseResource, ParquetWarehouseResource
 
 
-def test_the_code_location_of_a_parquet_warehouse_imports_no_bigquery_client():
+def test_the_code_location_of_the_embedded_warehouse_imports_no_bigquery_client():
     """dagster-gcp brings the BigQuery client and pandas, about 1.5 s of every run's start."""
     probe = ("import sys, kafka_landing.definitions as d\n"
              "d.build_resources()\n"
@@ -43,9 +43,16 @@ def test_bigquery_without_a_project_is_refused_naming_the_variable(monkeypatch):
         build_warehouse()
 
 
-def test_parquet_is_the_default(monkeypatch, tmp_path):
+def test_iceberg_is_the_default_and_parquet_is_chosen_by_configuration(monkeypatch, tmp_path):
+    from kafka_landing.warehouse.resources import IcebergWarehouseResource
+
     monkeypatch.delenv("KAFKA_LANDING_WAREHOUSE", raising=False)
+    monkeypatch.delenv("KAFKA_LANDING_ICEBERG_CATALOG_URI", raising=False)
     monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path))
+    warehouse = build_warehouse()
+    assert isinstance(warehouse, IcebergWarehouseResource) and warehouse.root == str(tmp_path)
+    assert warehouse.catalog_uri is None
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")
     warehouse = build_warehouse()
     assert isinstance(warehouse, ParquetWarehouseResource) and warehouse.root == str(tmp_path)
 
