@@ -390,9 +390,10 @@ def contender_kafka_landing_cold(args) -> int:
 
 
 def contender_warehouse(args) -> int:
-    """The warehouse assets of every table of the topic (Parquet), the hours as one run,
-    as a load run requested for those tables would do it; returns the rows now in the tables."""
-    os.environ["KAFKA_LANDING_WAREHOUSE"] = "parquet"
+    """The warehouse assets of every table of the topic (`--warehouse`: Parquet or Iceberg), the
+    hours as one run, as a load run requested for those tables would do it; returns the rows now
+    in the tables."""
+    os.environ["KAFKA_LANDING_WAREHOUSE"] = args.warehouse
     os.environ["KAFKA_LANDING_WAREHOUSE_ROOT"] = args.warehouse_root
     cfg = _only_topic(args)
     from dagster import DagsterInstance, materialize
@@ -597,9 +598,10 @@ def contender_event_amendment(args) -> dict:
     tables, in one process on the warm engine, through Dagster as production runs them: (1) the
     first versions of the day's event partitions (one run each, as the event sensor requests them);
     then the late hour is landed (not timed); (2) its landing-hour load (one run, every table);
-    (3) the amendment: each event day it brought records to versioned again and replaced whole
-    (one run each). The rows are those of the amended partitions."""
-    os.environ["KAFKA_LANDING_WAREHOUSE"] = "parquet"
+    (3) the amendment: each event day it brought records to versioned again and loaded (one run
+    each): replaced whole in Parquet, only the late hour's part of it in Iceberg (`--warehouse`).
+    The records are those of the amended partitions; `written`, the rows the warehouse wrote."""
+    os.environ["KAFKA_LANDING_WAREHOUSE"] = args.warehouse
     os.environ["KAFKA_LANDING_WAREHOUSE_ROOT"] = args.warehouse_root
     cfg = _only_topic(args)
     from dagster import DagsterInstance, build_sensor_context, materialize
@@ -641,14 +643,17 @@ def contender_event_amendment(args) -> dict:
         t0 = time.monotonic()
         amended = event_runs(instance)
         seconds[f"the amendment ({len(amended)} event partitions, one run each)"] = round(time.monotonic() - t0, 2)
-    rows = 0
+    rows = written = 0
     for name in amended:
         table, partition = name.split(" ")
         m = latest_manifest(store, cfg.dataset, table[:-len("__by_event")], partition)
         if m.version < 2 and partition in {p.split(" ")[1] for p in first}:
             raise BenchError(f"{args.topic}: {name} was not amended (version {m.version})")
         rows += m.rows
-    return {"records": rows, "stages": seconds}
+        # Parquet replaces the partition whole; Iceberg only the landing hours that changed it
+        written += m.rows if args.warehouse == "parquet" else sum(m.hours[h]["rows"] for h in m.changed_hours
+                                                                  if h in m.hours)
+    return {"records": rows, "written": written, "stages": seconds}
 
 
 CONTENDERS = {
@@ -752,7 +757,7 @@ def _finish(r: _Running, seconds: float, work: Path) -> dict:
                          f"slices hold {r.job.expected}: a wrong count voids the benchmark. Its work dir {work} is "
                          "kept.")
     return {"contender": r.job.contender, "seconds": round(seconds, 2), "records": records,
-            "peak_rss_mb": round(r.peak / 2**20), **({"stages": said["stages"]} if "stages" in said else {})}
+            "peak_rss_mb": round(r.peak / 2**20), **{k: said[k] for k in ("stages", "written") if k in said}}
 
 
 def measure(jobs: list[Job], env: dict, work: Path, workers: int = 1, on_done=None) -> dict[str, dict]:
@@ -831,6 +836,7 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
             shutil.copytree(work / "landing" / slice_dir(data.day), work / root / slice_dir(data.day))
         m = measure(data.landing_jobs(work, contenders, whole), env, work, workers, _done)
         if whole:
+            data.amendment_roots(work)
             m |= measure(data.warehouse_jobs(work), env, work, workers, _done)
         if data.many:  # alone, whatever `workers`: it runs several runs at once by itself
             m |= measure([data.many_job(work)], env, work, 1, _done)
@@ -856,8 +862,11 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
                              "single_runs": m["backfill single-hour runs"],
                              "processes": m["backfill hourly processes"]},
                 "warehouse": {"tables": day_tables(), "hours": day_hours, "all_hours": m["warehouse all hours"],
-                              "one_hour": m["warehouse one hour"]},
-                "amendment": {"late_records": data.late_records, "hours": day_hours, **m["event amendment"]},
+                              "one_hour": m["warehouse one hour"],
+                              "iceberg": {"all_hours": m["warehouse all hours iceberg"],
+                                          "one_hour": m["warehouse one hour iceberg"]}},
+                "amendment": {"late_records": data.late_records, "hours": day_hours, **m["event amendment"],
+                              "iceberg": m["event amendment iceberg"]},
             }
         if data.many:
             report["many_topics"] = {"topics": len(data.many), "hours": hours, "per_hour": many_per_hour,
@@ -1012,17 +1021,38 @@ class _BenchData:
         late hour landed, loaded and amending its event day (it lands into the backfill's root, last)."""
         day, n, last = self.day, len(self.day_keys), self.day_keys[-1:]
         tables = ", ".join(day_tables())
-        return [
-            Job("warehouse all hours", "warehouse",
-                self._argv(work, day, self.day_keys, "--warehouse-root", str(work / "warehouse_all")),
-                self._records(work, day, self.day_keys), f"{day} ({tables}), {n} hours, in the warehouse"),
-            Job("warehouse one hour", "warehouse",
-                self._argv(work, day, last, "--warehouse-root", str(work / "warehouse_one")),
-                self._records(work, day, last), f"{day} ({tables}), hour {last[0]}, in the warehouse"),
-            Job("event amendment", "event_amendment",
-                self._argv(work, day, self.day_keys, "--warehouse-root", str(work / "warehouse_events"),
-                           "--late-hour", self.late_key), None, f"{day}: the event days the late hour amended"),
-        ]
+        jobs = []
+        for kind, name in WAREHOUSES:
+            suffix, folder = (f" {name}", f"_{name}") if name else ("", "")
+            jobs += [
+                Job(f"warehouse all hours{suffix}", "warehouse",
+                    self._argv(work, day, self.day_keys, "--warehouse-root", str(work / f"warehouse_all{folder}"),
+                               "--warehouse", kind),
+                    self._records(work, day, self.day_keys), f"{day} ({tables}), {n} hours, in the {kind} warehouse"),
+                Job(f"warehouse one hour{suffix}", "warehouse",
+                    self._argv(work, day, last, "--warehouse-root", str(work / f"warehouse_one{folder}"),
+                               "--warehouse", kind),
+                    self._records(work, day, last), f"{day} ({tables}), hour {last[0]}, in the {kind} warehouse"),
+                # Each warehouse amends a landing root of its own (`amendment_roots`): the late hour lands in it.
+                Job(f"event amendment{suffix}", "event_amendment",
+                    self._argv(work, day, self.day_keys, "--warehouse-root", str(work / f"warehouse_events{folder}"),
+                               "--late-hour", self.late_key, "--warehouse", kind, root=f"landing{folder}"),
+                    None, f"{day}: the event days the late hour amended, {kind}"),
+            ]
+        return jobs
+
+    @staticmethod
+    def amendment_roots(work: Path) -> None:
+        """A landing root per warehouse for the amendments (each lands the late hour and versions the
+        event days in its own): copies of the backfill's, made before any amendment (not timed)."""
+        for _, name in WAREHOUSES:
+            if name:
+                shutil.copytree(work / "landing", work / f"landing_{name}")
+
+
+# The warehouses the day is loaded into, side by side: (KAFKA_LANDING_WAREHOUSE, suffix of its jobs' labels
+# and folders; the Parquet warehouse's are those of the runs before the Iceberg one existed)
+WAREHOUSES = (("parquet", ""), ("iceberg", "iceberg"))
 
 
 def _after(key: str) -> str:
@@ -1220,8 +1250,12 @@ def _summary(report: dict) -> list[str]:
         rows.append(["empty hour", f"{e:.1f} s ({e - s:.1f} s beyond a {s:.1f} s process start)", *blank])
     if w := report.get("warehouse"):
         a, one = w["all_hours"]["seconds"], w["one_hour"]["seconds"]
-        rows.append([f"warehouse load, {len(w['tables'])} tables",
-                     f"{w['hours']} hours {a:.1f} s; one hour {one:.1f} s ({a / one:.2f}x)", *blank])
+        text = f"{w['hours']} hours {a:.1f} s; one hour {one:.1f} s ({a / one:.2f}x)"
+        if ice := w.get("iceberg"):
+            ia, ione = ice["all_hours"]["seconds"], ice["one_hour"]["seconds"]
+            text = (f"Parquet: {text}; Iceberg: {w['hours']} hours {ia:.1f} s; one hour {ione:.1f} s "
+                    f"({ia / ione:.2f}x)")
+        rows.append([f"warehouse load, {len(w['tables'])} tables", text, *blank])
     return _table([f"case ({p['hours']} hours, {p['partitions']} partitions)", *names], rows)
 
 
@@ -1251,18 +1285,33 @@ def stage_table(report: dict) -> list[str]:
 
 
 def amendment_table(report: dict) -> list[str]:
-    """A late hour's cost to the event-time tables beside its cost to the landing-hour tables."""
+    """A late hour's cost to the event-time tables beside its cost to the landing-hour tables, in
+    each warehouse measured: Parquet replaces the amended days whole, Iceberg the late hour's part."""
     a = report.get("amendment")
     if not a or not a.get("stages"):
         return []
-    (first, s1), (load, s2), (amend, s3) = a["stages"].items()
+    runs = [("Parquet", a), *([("Iceberg", a["iceberg"])] if a.get("iceberg", {}).get("stages") else [])]
+    rows = []
+    for n, label in enumerate(list(a["stages"])):
+        cells = []
+        for _, r in runs:
+            seconds = list(r["stages"].values())[n]
+            written = {0: "-", 1: f"{a['late_records']:,}", 2: f"{r.get('written', r['records']):,}"}[n]
+            cells += [f"{seconds:.2f}", written]
+        rows.append([label, *cells])
+    ratio = []
+    for _, r in runs:
+        _, s2, s3 = r["stages"].values()
+        ratio += [f"{s3 / s2:.2f}" if s2 else "-", "-"]
+    rows.append(["amendment / landing-hour load", *ratio])
+    heads = [h for name, _ in runs for h in (f"{name} seconds", f"{name} rows written")]
     return [(f"The day's topic has an event-time table by day beside each of its tables. After its {a['hours']} "
              f"hours, a late hour brings {a['late_records']:,} records whose event time is in its middle hour: "
-             "that hour's event day is versioned again and replaced whole in each table, while the landing-hour "
-             "tables load one new hour. One process, the warm engine, each load a Dagster run as the sensors request them."), "",
-            *_table(["what", "seconds", "rows replaced"], [
-                [first, s1, "-"], [load, s2, a["late_records"]], [amend, s3, a["records"]],
-                ["amendment / landing-hour load", f"{s3 / s2:.2f}" if s2 else "-", "-"]])]
+             f"that hour's event day ({a['records']:,} rows in all, after it) is versioned again in each table, "
+             "and loaded: replaced whole in the Parquet tables, only the late hour's part of it in the Iceberg "
+             "tables, while the landing-hour tables load one new hour. One process per warehouse, the warm "
+             "engine, each load a Dagster run as the sensors request them."), "",
+            *_table(["what", *heads], rows)]
 
 
 def markdown(report: dict) -> str:
@@ -1326,15 +1375,18 @@ def markdown(report: dict) -> str:
     out += ["", "### Warehouse load", ""]
     w = report.get("warehouse")
     if w:
-        a, one = w["all_hours"], w["one_hour"]
         out += [(f"The day's topic is routed into {len(w['tables'])} tables ({', '.join(w['tables'])}); each load "
-                 "is one Dagster run of the Parquet warehouse assets of all of them, in a fresh process."), ""]
-        out += _table(["load", "rows", "seconds", "rows/s", "peak RSS MB"], [
-            [f"{w['hours']} hours x {len(w['tables'])} tables, one run", a["records"], a["seconds"],
-             round(a["records"] / a["seconds"]), a["peak_rss_mb"]],
-            [f"1 hour x {len(w['tables'])} tables, one run", one["records"], one["seconds"],
-             round(one["records"] / one["seconds"]), one["peak_rss_mb"]],
-            ["all hours / one hour", "-", f"{a['seconds'] / one['seconds']:.2f}", "-", "-"]])
+                 "is one Dagster run of the warehouse assets of all of them, in a fresh process, once into the "
+                 "Parquet warehouse and once into the Iceberg one."), ""]
+        rows = []
+        for name, r in (("Parquet", w), *((("Iceberg", w["iceberg"]),) if w.get("iceberg") else ())):
+            a, one = r["all_hours"], r["one_hour"]
+            rows += [[f"{name}: {w['hours']} hours x {len(w['tables'])} tables, one run", a["records"], a["seconds"],
+                      round(a["records"] / a["seconds"]), a["peak_rss_mb"]],
+                     [f"{name}: 1 hour x {len(w['tables'])} tables, one run", one["records"], one["seconds"],
+                      round(one["records"] / one["seconds"]), one["peak_rss_mb"]],
+                     [f"{name}: all hours / one hour", "-", f"{a['seconds'] / one['seconds']:.2f}", "-", "-"]]
+        out += _table(["load", "rows", "seconds", "rows/s", "peak RSS MB"], rows)
     else:
         out.append("Not measured in this run.")
     out += ["", "### Amending an event day", ""]
@@ -1411,6 +1463,7 @@ def main() -> None:
     ap.add_argument("--freeze-spec", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="range", help=argparse.SUPPRESS)
     ap.add_argument("--late-hour", help=argparse.SUPPRESS)
+    ap.add_argument("--warehouse", default="parquet", choices=("parquet", "iceberg"), help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--registry", help=argparse.SUPPRESS)
     ap.add_argument("--topics-config", help=argparse.SUPPRESS)

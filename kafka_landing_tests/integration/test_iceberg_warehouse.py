@@ -460,3 +460,50 @@ def test_the_code_location_of_an_iceberg_warehouse_has_the_upkeep_job_and_its_sc
         monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", kind)
         names = {s.name for s in build_definitions(config, build_resources()).schedules}
         assert ("iceberg_upkeep_daily" in names) is has and "land_orders_hourly" in names, names
+
+
+def test_a_catalog_on_postgresql_takes_concurrent_loads_as_sqlite_does(tmp_path, spark, stack):
+    """Production's catalog: a PostgreSQL database (KAFKA_LANDING_ICEBERG_CATALOG_URI). Loads of three
+    hours of one table at once from three backends commit each, none lost, none doubled, and the
+    catalog's rows are in PostgreSQL."""
+    import uuid
+
+    import psycopg2
+
+    from kafka_landing_tools import devstack
+
+    pg = devstack.start_postgres()
+    db = f"iceberg_{uuid.uuid4().hex[:8]}"
+    devstack.create_database(db)
+    uri = (f"postgresql+psycopg2://{pg['DAGSTER_PG_USERNAME']}:{pg['DAGSTER_PG_PASSWORD']}@{pg['DAGSTER_PG_HOST']}:"
+           f"{pg['DAGSTER_PG_PORT']}/{db}")
+    store = LocalStore(tmp_path / "landing")
+    IcebergWarehouse(str(tmp_path / "warehouse"), uri).load_partition(
+        store, _land_orders(store, _hour(0), V1, orders(1)), lambda: spark)
+    dones = [_land_orders(store, _hour(h), V1, orders(2, 10 * h)) for h in (1, 2, 3)]
+    errors: list[BaseException] = []
+
+    def load(done):
+        try:
+            IcebergWarehouse(str(tmp_path / "warehouse"), uri).load_partition(store, done, lambda: spark)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load, args=(d,)) for d in dones]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+    assert errors == []
+    wh = IcebergWarehouse(str(tmp_path / "warehouse"), uri)
+    assert sorted(r["order_id"] for r in _rows(wh, "orders")) == ["o0", "o10", "o11", "o20", "o21", "o30", "o31"]
+    conn = psycopg2.connect(host=pg["DAGSTER_PG_HOST"], port=int(pg["DAGSTER_PG_PORT"]), dbname=db,
+                            user=pg["DAGSTER_PG_USERNAME"], password=pg["DAGSTER_PG_PASSWORD"])
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT table_namespace, table_name FROM iceberg_tables")
+            assert cur.fetchall() == [("shop", "orders")]
+    finally:
+        conn.close()
+    assert not (tmp_path / "warehouse" / "_catalog.db").exists()

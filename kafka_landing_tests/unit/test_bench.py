@@ -267,6 +267,15 @@ def test_an_amendment_is_shown_beside_the_late_hours_landing_hour_load():
     lines = amendment_table(report)
     assert any("| the amendment (3 event partitions, one run each) | 5.00 | 151,250 |" in line for line in lines)
     assert any("| amendment / landing-hour load | 2.50 |" in line for line in lines)
+    # Beside it, the Iceberg tables: only the late hour's rows written
+    report["amendment"]["iceberg"] = {"records": 151_250, "written": 1_250, "seconds": 20.0,
+                                      "stages": {"first versions of the day (6 event partitions, one run each)": 8.0,
+                                                 "the late hour's landing-hour load (3 tables, one run)": 2.0,
+                                                 "the amendment (3 event partitions, one run each)": 1.0}}
+    lines = amendment_table(report)
+    assert any("| the amendment (3 event partitions, one run each) | 5.00 | 151,250 | 1.00 | 1,250 |" in line
+               for line in lines), lines
+    assert any("| amendment / landing-hour load | 2.50 | - | 0.50 | - |" in line for line in lines), lines
     assert "### Amending an event day\n\nThe day's topic" in markdown({**report, "goals": evaluate_goals(report)})
 
 
@@ -341,3 +350,13 @@ def test_a_run_checks_the_pages_markers_before_it_measures_anything(tmp_path, mo
     monkeypatch.setattr("kafka_landing_tools.devstack.up", lambda: pytest.fail("the run started"))
     with pytest.raises(ValueError, match="the latest run goes between"):
         bench.run(out=tmp_path, docs_page=page)
+
+
+def test_the_warehouse_load_is_summarised_for_each_warehouse_measured():
+    report = _report()
+    assert "| warehouse load, 3 tables | 24 hours " in markdown({**report, "goals": evaluate_goals(report)})
+    report["warehouse"]["iceberg"] = {"all_hours": _m(20.0, 300_000, contender="warehouse"),
+                                      "one_hour": _m(4.0, 12_500, contender="warehouse")}
+    md = markdown({**report, "goals": evaluate_goals(report)})
+    assert "; Iceberg: 24 hours 20.0 s; one hour 4.0 s (5.00x) |" in md and "| warehouse load, 3 tables | Parquet: " in md
+    assert "| Iceberg: 24 hours x 3 tables, one run | 300,000 | 20.00 | 15,000 |" in md, md
