@@ -101,10 +101,6 @@ def session_config() -> dict:
         # read as nanoseconds: years 1 and 9999 came back as 1754 and 1816.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
-        # A Spark Connect 4.0 server caches the plans it analyses; a write whose plan holds an
-        # observation of a DataFrame analysed before (`.schema`, `.columns`) then never reports it.
-        # The landing job counts every record by observation, so: no plan cache (classic ignores it).
-        "spark.connect.session.planCache.enabled": "false",
     }
 
 
@@ -210,9 +206,10 @@ def local_copy(df):
     spark = df.sparkSession
     if not is_connect(spark):
         return df.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
-    # pyspark 4.0 binds the copy to the thread's active session, not to the one that made it
-    # (connect/conversion.proto_to_remote_cached_dataframe): with two sessions in a process (a
-    # reopened one, a test's), later jobs would ask the wrong session for it. Make this one active.
+    # pyspark (4.0 to 4.2 at least) binds the copy to the thread's active session, not to the one
+    # that made it (connect/conversion.proto_to_remote_cached_dataframe calls SparkSession.active()):
+    # with two sessions in a process (a reopened one, a test's), later jobs would ask the wrong
+    # session for it and fail with CONNECT_INVALID_PLAN.DATAFRAME_NOT_FOUND. Make this one active.
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     holder = ConnectSession._active_session

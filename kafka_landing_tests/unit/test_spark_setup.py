@@ -66,13 +66,6 @@ def test_only_the_session_settings_reach_a_connect_session_and_the_classic_one_g
     assert [k for k in start_only if is_session_setting(k)] == []
 
 
-def test_a_session_turns_off_the_connect_servers_plan_cache_which_loses_observations():
-    """A cached plan of a DataFrame analysed before (.schema, .columns) makes a write's observation of
-    it never arrive: the landing job's counts ride on observations."""
-    assert session_config()["spark.connect.session.planCache.enabled"] == "false"
-    assert is_session_setting("spark.connect.session.planCache.enabled")
-
-
 def test_spark_connect_errors_are_transient_only_when_the_server_was_away():
     import grpc
     from pyspark.errors.exceptions.connect import AnalysisException, SparkConnectGrpcException
