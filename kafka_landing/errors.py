@@ -128,7 +128,9 @@ def spark_server_gone(exc: BaseException) -> bool:
     then closes the client, and every later call says NO_ACTIVE_SESSION: a new session works). The
     session must be reopened to go on."""
     name = type(exc).__name__
-    if name == "RetriesExceeded":
+    # The client's retries ran out on a server away: pyspark 4.2 raises the last answer, a
+    # SparkConnectGrpcException of gRPC status UNAVAILABLE (4.0 raised RetriesExceeded).
+    if getattr(getattr(exc, "getGrpcStatusCode", lambda: None)(), "name", None) == "UNAVAILABLE":
         return True
     condition = getattr(exc, "getCondition", lambda: None)() or ""
     if condition.startswith("INVALID_HANDLE.") or condition == "NO_ACTIVE_SESSION":

@@ -47,7 +47,7 @@ def gcs_config(env: Mapping[str, str] | None = None) -> dict:
         # path, so without it gs:// is "No FileSystem for scheme".
         "spark.hadoop.fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
         "spark.hadoop.fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
-        # Why the classic committer, in production as on the emulator: Hadoop 3.4 binds gs:// to
+        # Why the classic committer, in production as on the emulator: Hadoop 3.4 on binds gs:// to
         # its manifest committer, but Spark's own commit protocol gives a task a staging path only
         # from a FileOutputCommitter. With the manifest committer tasks write straight into the
         # destination and the committer commits nothing (its _SUCCESS lists no file), so a failed
@@ -59,6 +59,15 @@ def gcs_config(env: Mapping[str, str] | None = None) -> dict:
         "spark.hadoop.mapreduce.outputcommitter.factory.scheme.gs":
             "org.apache.hadoop.mapreduce.lib.output.FileOutputCommitterFactory",
         "spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version": "1",  # v2 publishes at task commit
+        # Hadoop 3.5 (pyspark 4.2) has a gs:// connector of its own, not shipped, and its
+        # core-default.xml sets that connector's sizes with suffixes ("64m") under the same names;
+        # Google's connector reads them as plain numbers and fails every gs:// path with
+        # NumberFormatException. Its own defaults, as plain numbers:
+        "spark.hadoop.fs.gs.block.size": str(64 << 20),
+        "spark.hadoop.fs.gs.rewrite.max.chunk.size": str(512 << 20),
+        "spark.hadoop.fs.gs.outputstream.buffer.size": str(8 << 20),
+        "spark.hadoop.fs.gs.inputstream.inplace.seek.limit": str(8 << 20),
+        "spark.hadoop.fs.gs.inputstream.min.range.request.size": str(2 << 20),
     }
     emulator = env.get("STORAGE_EMULATOR_HOST")
     if emulator:
@@ -92,10 +101,6 @@ def session_config() -> dict:
         # read as nanoseconds: years 1 and 9999 came back as 1754 and 1816.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
-        # A Spark Connect 4.0 server caches the plans it analyses; a write whose plan holds an
-        # observation of a DataFrame analysed before (`.schema`, `.columns`) then never reports it.
-        # The landing job counts every record by observation, so: no plan cache (classic ignores it).
-        "spark.connect.session.planCache.enabled": "false",
     }
 
 
@@ -201,9 +206,10 @@ def local_copy(df):
     spark = df.sparkSession
     if not is_connect(spark):
         return df.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
-    # pyspark 4.0 binds the copy to the thread's active session, not to the one that made it
-    # (connect/conversion.proto_to_remote_cached_dataframe): with two sessions in a process (a
-    # reopened one, a test's), later jobs would ask the wrong session for it. Make this one active.
+    # pyspark (4.0 to 4.2 at least) binds the copy to the thread's active session, not to the one
+    # that made it (connect/conversion.proto_to_remote_cached_dataframe calls SparkSession.active()):
+    # with two sessions in a process (a reopened one, a test's), later jobs would ask the wrong
+    # session for it and fail with CONNECT_INVALID_PLAN.DATAFRAME_NOT_FOUND. Make this one active.
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     holder = ConnectSession._active_session
@@ -213,6 +219,58 @@ def local_copy(df):
         return df.localCheckpoint(eager=True, storageLevel=StorageLevel.DISK_ONLY)
     finally:
         holder.session = before
+
+
+# Avro's time-of-day logical types, which Spark reads as their numbers (see `spark_readable`).
+TIME_OF_DAY = frozenset({"time-millis", "time-micros"})
+
+
+def spark_readable(t):
+    """The Avro type `t` as Spark reads records of it: without the time-of-day logical types.
+    Spark 4.0 read time-micros as its long (time-millis as its int); Spark 4.2 reads time-micros
+    as its TIME type and then refuses every query that holds one ([UNSUPPORTED_TIME_TYPE]: TIME
+    is a preview behind spark.sql.timeType.enabled). So Spark reads the number, as before: the
+    landing files keep the logical type (BigQuery loads it as TIME), the Parquet warehouse keeps
+    the number. The same wire format, so every writer of `t` resolves against it."""
+    if isinstance(t, list):
+        return [spark_readable(b) for b in t]
+    if not isinstance(t, dict):
+        return t
+    out = {k: v for k, v in t.items() if not (k == "logicalType" and v in TIME_OF_DAY)}
+    kind = out.get("type")
+    if kind in ("record", "error"):
+        out["fields"] = [{**f, "type": spark_readable(f["type"])} for f in out.get("fields") or []]
+    elif kind == "array":
+        out["items"] = spark_readable(out["items"])
+    elif kind == "map":
+        out["values"] = spark_readable(out["values"])
+    elif isinstance(kind, (dict, list)):
+        out["type"] = spark_readable(kind)
+    if set(out) == {"type"} and isinstance(out["type"], str):
+        return out["type"]
+    return out
+
+
+def type_ddl(t) -> str:
+    """A Spark type as the DDL a cast names it by: what `Column.cast` gets instead of the type
+    object. pyspark 4.2 sends a string type to a Connect server with its collation, always,
+    which the server then takes for an explicit one: the cast's result is `string collate
+    UTF8_BINARY`, not `string`, and so is every Parquet file's Spark schema written from it.
+    Nullability goes as a struct field's NOT NULL; arrays and maps hold nulls (as every table
+    type does: `warehouse.schema_evolution.table_type`)."""
+    from pyspark.sql.types import ArrayType, MapType, StringType, StructType
+
+    if isinstance(t, StructType):
+        return "struct<" + ",".join(
+            f"`{f.name.replace('`', '``')}`:{type_ddl(f.dataType)}{'' if f.nullable else ' NOT NULL'}"
+            for f in t.fields) + ">"
+    if isinstance(t, ArrayType):
+        return f"array<{type_ddl(t.elementType)}>"
+    if isinstance(t, MapType):
+        return f"map<{type_ddl(t.keyType)},{type_ddl(t.valueType)}>"
+    if isinstance(t, StringType):
+        return "string" if t.isUTF8BinaryCollation() else f"string collate {t.collation}"
+    return t.simpleString()
 
 
 def default_parallelism(spark) -> int:

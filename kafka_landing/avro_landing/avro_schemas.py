@@ -8,6 +8,7 @@ import copy
 import json
 
 from kafka_landing.errors import KafkaLandingError
+from kafka_landing.spark_setup import spark_readable
 
 META_PREFIX = "_kafka_"
 OK_MARKER = "__kafka_landing_decoded"
@@ -311,9 +312,10 @@ def landing_schema(writer: dict) -> dict:
 
 
 def marked_reader_schema(writer: dict) -> dict:
-    """The writer schema plus a boolean that defaults to true: Avro schema resolution
-    fills it in for every record that decodes, so a null marker means 'corrupt'."""
-    out = copy.deepcopy(writer)
+    """The writer schema as Spark reads it (`spark_setup.spark_readable`) plus a boolean that
+    defaults to true: Avro schema resolution fills it in for every record that decodes, so a
+    null marker means 'corrupt'."""
+    out = copy.deepcopy(spark_readable(writer))
     out["fields"] = out["fields"] + [{"name": OK_MARKER, "type": "boolean", "default": True}]
     return out
 

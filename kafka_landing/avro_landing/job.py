@@ -128,7 +128,7 @@ _PACK = 1 << 20  # more hours than a run can hold
 
 
 def _take(obs: Observation, hours: list[str], likely_ids: tuple[int, ...], into: _Pass) -> bool:
-    """The observed counts into `into`; False if they never arrived (Spark Connect)."""
+    """The observed counts into `into`; False if they never arrived (see `_count_apart`)."""
     got = obs.get
     if not got:
         return False
@@ -143,8 +143,12 @@ def _take(obs: Observation, hours: list[str], likely_ids: tuple[int, ...], into:
 
 def _count_apart(framed: DataFrame, hours: list[str], into: _Pass) -> None:
     """What `_observed` counts, plus the records of each schema id, as a query of its own, for
-    when the first job's observation never arrived (as on a Spark Connect 4.0 server caching
-    plans; `spark_setup.session_config` turns that cache off): a query's result always arrives."""
+    when the first job's observation never arrived: a query's result always arrives. Not the
+    normal path since Spark 4.2 (`integration/test_decode.py` fails if it runs on the warm
+    engine); kept because an observation can still be lost: a Spark Connect server before 4.2
+    (another `SPARK_REMOTE`) drops one whose plan was analysed before (SPARK-53908, fixed in 4.1)
+    or that arrives after 100 ms (SPARK-54279, fixed in 4.2), and even 4.2 reports none when the
+    optimiser removes the observed plan (an empty relation under it)."""
     ix = F.col("_kl_hour_ix")
     bad = F.col("_reason").isNotNull()
     for r in framed.groupBy(ix.alias("ix"), bad.alias("bad"), F.when(~bad, F.col("_schema_id")).alias("sid")).count() \

@@ -40,6 +40,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 from kafka_landing.crash_points import crash_point
 from kafka_landing.handoff.manifests import Manifest
 from kafka_landing.naming import check_identifier
+from kafka_landing.spark_setup import spark_readable, type_ddl
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 from kafka_landing.warehouse.backend import (
     LoadError,
@@ -54,11 +55,12 @@ from kafka_landing.warehouse.schema_evolution import merge_schemas
 def _conform(df: DataFrame, schema: dict) -> DataFrame:
     """The rows under the table's schema: its columns in its order, each value widened to the
     column's type (`schema_evolution`), nested fields and columns the rows lack as typed nulls.
-    Expressions only: Spark does it in the JVM as it writes."""
+    Expressions only: Spark does it in the JVM as it writes. Casts name their types as DDL
+    (`spark_setup.type_ddl`), so every file of a table has the one Spark schema."""
     want = StructType.fromJson(schema)
     have = {f.name: f.dataType for f in df.schema.fields}
     return df.select(*[(_conformed(F.col(f.name), have[f.name], f.dataType) if f.name in have
-                        else F.lit(None).cast(f.dataType)).alias(f.name) for f in want.fields])
+                        else F.lit(None).cast(type_ddl(f.dataType))).alias(f.name) for f in want.fields])
 
 
 def _conformed(col: Column, have: DataType, want: DataType) -> Column:
@@ -67,13 +69,13 @@ def _conformed(col: Column, have: DataType, want: DataType) -> Column:
     if isinstance(have, StructType) and isinstance(want, StructType):
         by_name = {f.name: f.dataType for f in have.fields}
         fields = [(_conformed(col.getField(f.name), by_name[f.name], f.dataType) if f.name in by_name
-                   else F.lit(None).cast(f.dataType)).alias(f.name) for f in want.fields]
-        return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields)).cast(want)
+                   else F.lit(None).cast(type_ddl(f.dataType))).alias(f.name) for f in want.fields]
+        return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields)).cast(type_ddl(want))
     if isinstance(have, ArrayType) and isinstance(want, ArrayType):
-        return F.transform(col, lambda x: _conformed(x, have.elementType, want.elementType)).cast(want)
+        return F.transform(col, lambda x: _conformed(x, have.elementType, want.elementType)).cast(type_ddl(want))
     if isinstance(have, MapType) and isinstance(want, MapType):
-        return F.transform_values(col, lambda _k, v: _conformed(v, have.valueType, want.valueType)).cast(want)
-    return col.cast(want)  # a widening merge_schemas allowed: long -> double, string -> binary, decimals
+        return F.transform_values(col, lambda _k, v: _conformed(v, have.valueType, want.valueType)).cast(type_ddl(want))
+    return col.cast(type_ddl(want))  # a widening merge_schemas allowed: long -> double, string -> binary, decimals
 
 
 @functools.lru_cache(maxsize=16)
@@ -240,8 +242,10 @@ class ParquetWarehouse(Warehouse):
             # One read per schema id: each file group is read with its own writer schema.
             parts, hour_schema = [], None
             for sid in sorted(manifest.schema_ids):
-                paths = [store.location(f.path) for f in manifest.landed_files if f.schema_id == sid]
-                df = session.read.format("avro").load(paths)
+                files = [f.path for f in manifest.landed_files if f.schema_id == sid]
+                reader = spark_readable(store.avro_schema(files[0]))  # one header: the id's files share it
+                df = session.read.format("avro").option("avroSchema", json.dumps(reader)) \
+                    .load([store.location(p) for p in files])
                 hour_schema, _ = merge_schemas(hour_schema, df.schema.jsonValue(), f"{where}, schema id {sid}")
                 parts.append(df)
             merged, added = merge_schemas(table_schema, hour_schema, where)

@@ -113,21 +113,23 @@ def test_the_iceberg_catalogs_database_busy_or_away_is_transient_a_wrong_stateme
 
 
 def _connect_errors():
+    from grpc import StatusCode
     from pyspark.errors import PySparkAssertionError
-    from pyspark.errors.exceptions.base import RetriesExceeded
     from pyspark.errors.exceptions.connect import SparkConnectException, SparkConnectGrpcException
 
     def grpc(condition: str) -> Exception:
         return SparkConnectGrpcException(f"[{condition}] ...", errorClass=condition, messageParameters={})
 
     return [
-        # The Spark Connect server restarted under the session (pyspark 4.0 client/core.py): reopen and retry.
+        # The Spark Connect server restarted under the session (pyspark client/core.py): reopen and retry.
         (PySparkAssertionError("Received incorrect server side session identifier for request. Please create a new "
                                "Spark Session to reconnect. (a != b)"), True),
         (grpc("INVALID_HANDLE.SESSION_CHANGED"), True), (grpc("INVALID_HANDLE.OPERATION_NOT_FOUND"), True),
         (grpc("INVALID_HANDLE.SESSION_NOT_FOUND"), True),
         (SparkConnectException(errorClass="NO_ACTIVE_SESSION", messageParameters={}), True),  # the client it closed
-        (RetriesExceeded(errorClass="RETRIES_EXCEEDED", messageParameters={}), True),  # the server stayed away
+        # The client's retries ran out on a server away (pyspark 4.2 raises the last answer).
+        (SparkConnectGrpcException("failed to connect to all addresses", grpc_status_code=StatusCode.UNAVAILABLE),
+         True),
         # What the engine says of the work itself is terminal.
         (grpc("UNRESOLVED_COLUMN.WITH_SUGGESTION"), False), (PySparkAssertionError("a bug of ours"), False),
     ]

@@ -4,7 +4,11 @@ get one means. No Spark is started here: a closed port stands for a server that 
 from __future__ import annotations
 
 import os
+import re
 import socket
+import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -12,11 +16,14 @@ from kafka_landing.errors import is_transient
 from kafka_landing.spark_setup import (
     SparkConfigError,
     SparkUnavailable,
+    gcs_config,
     is_session_setting,
     open_session,
     session_config,
     shown_remote,
     spark_config,
+    spark_readable,
+    type_ddl,
 )
 
 
@@ -59,17 +66,9 @@ def test_only_the_session_settings_reach_a_connect_session_and_the_classic_one_g
     assert [k for k in start_only if is_session_setting(k)] == []
 
 
-def test_a_session_turns_off_the_connect_servers_plan_cache_which_loses_observations():
-    """A cached plan of a DataFrame analysed before (.schema, .columns) makes a write's observation of
-    it never arrive: the landing job's counts ride on observations."""
-    assert session_config()["spark.connect.session.planCache.enabled"] == "false"
-    assert is_session_setting("spark.connect.session.planCache.enabled")
-
-
 def test_spark_connect_errors_are_transient_only_when_the_server_was_away():
     import grpc
-    from pyspark.errors.exceptions.base import RetriesExceeded
-    from pyspark.errors.exceptions.connect import AnalysisException
+    from pyspark.errors.exceptions.connect import AnalysisException, SparkConnectGrpcException
 
     class Answer(grpc.RpcError):
         __module__ = "grpc._channel"
@@ -80,7 +79,7 @@ def test_spark_connect_errors_are_transient_only_when_the_server_was_away():
         def code(self):
             return self._code
 
-    assert is_transient(RetriesExceeded(errorClass="RETRIES_EXCEEDED", messageParameters={}))
+    assert is_transient(SparkConnectGrpcException("failed to connect", grpc_status_code=grpc.StatusCode.UNAVAILABLE))
     assert is_transient(Answer(grpc.StatusCode.UNAVAILABLE))
     assert not is_transient(Answer(grpc.StatusCode.INVALID_ARGUMENT))
     assert not is_transient(AnalysisException(message="[UNRESOLVED_COLUMN] no such column"))
@@ -91,3 +90,47 @@ def test_spark_connect_errors_are_transient_only_when_the_server_was_away():
 ])
 def test_a_local_master_says_its_parallelism_so_no_session_needs_a_spark_context_to_know_it(master, parallelism):
     assert spark_config(master=master).get("spark.default.parallelism") == parallelism
+
+
+def test_a_cast_names_its_type_as_ddl_so_a_connect_server_keeps_the_default_string():
+    """pyspark 4.2 sends a StringType with its collation and a Connect server takes it for an
+    explicit one (`string collate UTF8_BINARY` in every Parquet file's Spark schema)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        DecimalType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    t = StructType([StructField("a`b", StringType()), StructField("n", LongType(), nullable=False),
+                    StructField("m", MapType(StringType(), ArrayType(DecimalType(12, 3))))])
+    assert type_ddl(t) == "struct<`a``b`:string,`n`:bigint NOT NULL,`m`:map<string,array<decimal(12,3)>>>"
+    assert type_ddl(StringType("UTF8_LCASE")) == "string collate UTF8_LCASE"
+
+
+def test_spark_reads_a_time_of_day_as_its_number_and_every_other_logical_type_as_it_is():
+    t = {"type": "record", "name": "r", "fields": [
+        {"name": "t", "type": {"type": "long", "logicalType": "time-micros"}},
+        {"name": "a", "type": {"type": "array", "items": ["null", {"type": "int", "logicalType": "time-millis"}]}},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}
+    assert [f["type"] for f in spark_readable(t)["fields"]] == [
+        "long", {"type": "array", "items": ["null", "int"]}, {"type": "long", "logicalType": "timestamp-micros"}]
+
+
+def test_every_gs_size_hadoop_sets_with_a_suffix_is_a_plain_number_for_googles_connector():
+    """Hadoop 3.5 (pyspark 4.2) sets sizes of its own gs:// connector as "64m" in core-default.xml,
+    under the names Google's connector reads as plain numbers (NumberFormatException on every
+    gs:// path): the session's config gives each one as a number."""
+    import pyspark
+
+    jar = next((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+    with zipfile.ZipFile(jar) as z:
+        root = ET.fromstring(z.read("core-default.xml"))
+    suffixed = {p.findtext("name") for p in root.iter("property") if (p.findtext("name") or "").startswith("fs.gs.")
+                and re.fullmatch(r"\d+[kmgtKMGT]", p.findtext("value") or "")}
+    assert suffixed, "Hadoop sets no gs:// size with a suffix any more: the overrides may go"
+    config = gcs_config({})
+    assert {k: config.get(f"spark.hadoop.{k}", "").isdigit() for k in suffixed} == {k: True for k in suffixed}

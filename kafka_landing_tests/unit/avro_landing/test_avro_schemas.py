@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from kafka_landing.avro_landing import avro_schemas
 from kafka_landing.avro_landing.avro_schemas import SchemaError, check_landable, parse
+from kafka_landing.spark_setup import spark_readable
 from kafka_landing_tools.demo import generate
 
 DEMO = sorted(generate.SCHEMAS.glob("*.avsc"))
@@ -74,6 +75,7 @@ def test_what_can_land():
 LOGICAL = st.sampled_from([
     {"type": "long", "logicalType": "timestamp-millis"}, {"type": "long", "logicalType": "timestamp-micros"},
     {"type": "int", "logicalType": "date"}, dec(6, 3), {"type": "string", "logicalType": "uuid"},
+    {"type": "int", "logicalType": "time-millis"}, {"type": "long", "logicalType": "time-micros"},
 ])
 PLAIN = st.sampled_from(["long", "int", "string", "boolean", "double"])
 
@@ -168,3 +170,23 @@ def test_the_digits_a_fixed_holds():
     assert [avro_schemas.fixed_decimal_max_precision(n) for n in range(1, 18)] == [
         math.floor(math.log10(2) * (8 * n - 1)) for n in range(1, 18)] == [
         2, 4, 6, 9, 11, 14, 16, 18, 21, 23, 26, 28, 31, 33, 35, 38, 40]
+
+
+@given(schemas())
+def test_what_spark_reads_is_the_same_wire_format_without_the_time_of_day_types(schema):
+    """Spark 4.2 reads time-micros as its TIME type and then refuses every query of it: Spark reads
+    records with the time-of-day logical types removed (their numbers), every other one kept."""
+    readable = spark_readable(schema)
+    assert not {"time-millis", "time-micros"} & set(avro_schemas.logical_types(readable))
+    assert [lt for lt in avro_schemas.logical_types(schema) if lt not in ("time-millis", "time-micros")] \
+        == avro_schemas.logical_types(readable)
+    assert avro_schemas.strip_logical_types(readable) == avro_schemas.strip_logical_types(schema)
+    fastavro.parse_schema(readable)
+
+
+def test_the_decoding_reader_reads_a_time_of_day_as_its_number():
+    schema = rec([{"name": "t", "type": {"type": "long", "logicalType": "time-micros"}},
+                  {"name": "m", "type": ["null", {"type": "int", "logicalType": "time-millis"}]},
+                  {"name": "d", "type": dec(4)}])
+    reader = avro_schemas.marked_reader_schema(schema)
+    assert [f["type"] for f in reader["fields"][:3]] == ["long", ["null", "int"], dec(4)]

@@ -4,9 +4,9 @@ schema as unlandable (review R6). No Spark: the decode is replaced by what the e
 
 from __future__ import annotations
 
+import grpc
 import pytest
 from pyspark.errors import PySparkAssertionError
-from pyspark.errors.exceptions.base import RetriesExceeded
 from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 
 from kafka_landing.avro_landing import decode
@@ -23,7 +23,7 @@ def raising(exc):
 
 
 @pytest.mark.parametrize("exc", [
-    RetriesExceeded(errorClass="RETRIES_EXCEEDED", messageParameters={}),
+    SparkConnectGrpcException("failed to connect to all addresses", grpc_status_code=grpc.StatusCode.UNAVAILABLE),
     SparkConnectGrpcException("[INVALID_HANDLE.SESSION_CHANGED] restarted", errorClass="INVALID_HANDLE.SESSION_CHANGED",
                               messageParameters={}),
     PySparkAssertionError("Received incorrect server side session identifier for request. (a != b)"),
