@@ -46,6 +46,7 @@ from pyspark.sql.types import StructType
 from kafka_landing.crash_points import crash_point
 from kafka_landing.handoff.manifests import LandedFile, Manifest, content_sha
 from kafka_landing.naming import check_identifier
+from kafka_landing.spark_setup import spark_readable
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
 from kafka_landing.warehouse.parquet import _conform
@@ -131,7 +132,7 @@ def _with_columns(schema: dict, columns: tuple[str, ...]) -> dict:
 
 def _arrow_schema(schema: dict, columns: tuple[str, ...]):
     """The table's columns as Arrow (what pyiceberg takes), its partition columns last."""
-    return to_arrow_schema(StructType.fromJson(_with_columns(schema, columns)))
+    return to_arrow_schema(StructType.fromJson(_with_columns(schema, columns)), timezone="UTC")
 
 
 def _key(files) -> str:
@@ -357,8 +358,10 @@ class IcebergWarehouse(Warehouse):
         for hour, files in sorted(changed.items()):
             for sid in sorted({f.schema_id for f in files if f.rows}):
                 session = session or spark()
-                paths = [store.location(f.path) for f in files if f.schema_id == sid and f.rows]
-                df = session.read.format("avro").load(paths)
+                paths = [f.path for f in files if f.schema_id == sid and f.rows]
+                reader = spark_readable(store.avro_schema(paths[0]))  # one header: the id's files share it
+                df = session.read.format("avro").option("avroSchema", json.dumps(reader)) \
+                    .load([store.location(p) for p in paths])
                 schema, _ = merge_schemas(schema, df.schema.jsonValue(), f"{where}, landing hour {hour}, schema id {sid}")
                 reads.append((hour, df))
         return reads, schema
