@@ -93,6 +93,7 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
     monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(config))
     monkeypatch.setenv("KAFKA_LANDING_ROOT", f"gs://{gcs_bucket}/landing")
     monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "iceberg")  # the default: Iceberg tables loaded from the bucket
     defs = build_definitions()
     hours = demo_hours(now, HOURS)
     for hour in hours:
@@ -112,15 +113,15 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
     assert not tick(defs, instance, cursor=first.cursor).run_requests
     assert_checks_download_no_landing_file(gcs_bucket, topics[ORDERS], f"gshop_{suffix}", hours[0], monkeypatch)
 
-    rows = pd.concat([read_table(tmp_path / "warehouse", f"gshop_{suffix}", "orders"),
-                      read_table(tmp_path / "warehouse", f"gweb_{suffix}", "page_views"),
-                      read_table(tmp_path / "warehouse", f"gweb_{suffix}", "other_events")])
+    rows = pd.concat([read_table(tmp_path / "warehouse", f"gshop_{suffix}", "orders", "iceberg"),
+                      read_table(tmp_path / "warehouse", f"gweb_{suffix}", "page_views", "iceberg"),
+                      read_table(tmp_path / "warehouse", f"gweb_{suffix}", "other_events", "iceberg")])
     got = sorted(zip(rows["_kafka_topic"], rows["_kafka_partition"], rows["_kafka_offset"]))
     assert got == sorted((s.topic, s.partition, s.offset) for s in sent.records if not s.bad)
 
     # The orders' event-time table, from the same files in the bucket: every landed order exactly once.
     event_days = event_runs(defs, instance)
-    by_event = read_table(tmp_path / "warehouse", f"gshop_{suffix}", "orders__by_event")
+    by_event = read_table(tmp_path / "warehouse", f"gshop_{suffix}", "orders__by_event", "iceberg")
     order_keys = sorted((s.topic, s.partition, s.offset) for s in sent.records
                         if s.topic == topics[ORDERS] and not s.bad)
     assert sorted(zip(by_event["_kafka_topic"], by_event["_kafka_partition"], by_event["_kafka_offset"])) == order_keys
