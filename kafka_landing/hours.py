@@ -114,18 +114,21 @@ AllHours = Callable[[list[str]], dict[str, Outcome]]
 
 
 def run_hours(context: AssetExecutionContext, key: AssetKey, one_hour: OneHour | None = None,
-              all_hours: AllHours | None = None) -> Iterator:
+              all_hours: AllHours | None = None, prepare: Callable[[list[str]], str | None] | None = None
+              ) -> Iterator:
     """Run the hours of the run, oldest first: `one_hour(partition_key) -> (metadata, check
     results)` hour by hour, or `all_hours(partition_keys) -> {key: (metadata, checks) or
     exception}` once for every hour still to do. Return (not yield) it from the asset body:
-    Dagster iterates the events. A `Failure` fails its hour."""
+    Dagster iterates the events. A `Failure` fails its hour. `prepare(keys)`, before a range's
+    hours, may do work for all of them at once (what it did, for the log); if it fails, the
+    hours run without it."""
     if (one_hour is None) == (all_hours is None):
         raise TypeError("run_hours takes one_hour or all_hours")
     keys = sorted(context.partition_keys)
     if len(keys) == 1:
         yield _single_hour(context, keys[0], one_hour, all_hours)
         return
-    yield from _range(context, key, keys, one_hour, all_hours)
+    yield from _range(context, key, keys, one_hour, all_hours, prepare)
 
 
 def _single_hour(context: AssetExecutionContext, k: str, one_hour: OneHour | None,
@@ -197,7 +200,7 @@ def _outcomes(context: AssetExecutionContext, name: str, todo: list[str], positi
 
 
 def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_hour: OneHour | None,
-           all_hours: AllHours | None) -> Iterator:
+           all_hours: AllHours | None, prepare: Callable[[list[str]], str | None] | None = None) -> Iterator:
     name, n = key.to_user_string(), len(keys)
     reuse = {} if redo_asked(context.run.tags) else done_hours(context.instance, key, _upstream(context, key), keys)
     results: dict[str, tuple[dict, list[AssetCheckResult]]] = {}
@@ -212,6 +215,15 @@ def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_h
             f"than its upstream: not redone (run tag {REDO_DONE_HOURS_TAG}=true redoes it)"
         )
     todo = [k for k in keys if k not in reuse]
+    if prepare is not None and len(todo) > 1:
+        try:
+            said = prepare(todo)
+        except Exception as exc:  # noqa: BLE001 - a shortcut: each hour still does all its own work
+            context.log.warning(f"{name}: preparing {len(todo)} hours together failed ({_why(exc)}); "
+                                "each hour runs on its own")
+        else:
+            if said:
+                context.log.info(f"{name}: {said}")
     for k, outcome in _outcomes(context, name, todo, position, n, one_hour, all_hours):
         if isinstance(outcome, BaseException):
             failures[k] = outcome

@@ -44,6 +44,7 @@ from kafka_landing.warehouse.load import (
     LoadError,
     load_done_file,
     load_unit,
+    stage_done_files,
 )
 from kafka_landing.warehouse.event_load import settling, unknown_counts
 from kafka_landing.warehouse.resources import WarehouseResource
@@ -115,7 +116,12 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
             }
             return metadata, []
 
-        return run_hours(context, key, one_hour)
+        def stage(keys: list[str]) -> str | None:  # a range's hours written in one Spark job, then each committed
+            n = stage_done_files(backend, store, [done_file_path(cfg.dataset, table, Hour.from_key(k)) for k in keys],
+                                 lambda: pyspark.spark_session)
+            return f"{n} of {len(keys)} hours loaded together in one Spark job and one commit" if n else None
+
+        return run_hours(context, key, one_hour, prepare=stage)
 
     return _table
 

@@ -91,6 +91,15 @@ class Warehouse(ABC):
         "hour" of column `field`): the same interface, whose partitions are event partitions, each
         loaded from a version of it (`event_partitions.EventManifest`)."""
 
+    def stage(self, store: LandingStore, loads: list[tuple[Manifest, str | None, str | None]],
+              spark: SparkFactory) -> int:
+        """Optionally load many partitions ((manifest, done file, its hash): the hours of a run)
+        together, ahead of their own `load_partition`, which then finds its content loaded, or
+        staged, and only records it. Returns how many it took; a backend that does not returns 0.
+        Never needed for a load to be right: what was not taken, or whose content changed since,
+        loads alone."""
+        return 0
+
     def loaded_sha(self, dataset: str, table: str, partition: str) -> str | None:
         return (self.loaded(dataset, table, partition) or {}).get("sha256")
 

@@ -135,6 +135,16 @@ def _arrow_schema(schema: dict, columns: tuple[str, ...]):
     return to_arrow_schema(StructType.fromJson(_with_columns(schema, columns)), timezone="UTC")
 
 
+@dataclass(frozen=True)
+class _Staged:
+    """A landing hour `stage` wrote ahead of its load."""
+
+    keys: dict[str, str]  # its content (`_key` by landing hour): a load of other content writes its own
+    hour_schema: dict  # the hour's own schema, as its `_read` merged it
+    schema: dict  # the schema its file was written under
+    folder: Path  # its files: <folder>/part-*.parquet (the `_kl_hour=<hour>` folder of the stage)
+
+
 def _key(files) -> str:
     """What a landing hour gives a partition: its files, rows and schema ids, hashed."""
     return content_sha(json.dumps(sorted([f.path, f.rows, f.schema_id] for f in files)).encode())
@@ -150,6 +160,8 @@ class IcebergWarehouse(Warehouse):
         self.catalog_uri = catalog_uri  # None: SQLite under the root; or a SQLAlchemy URL (PostgreSQL)
         self.column = column  # the partition a load replaces: hour, or event_day / event_hour (`by_event`)
         self._seen: dict[tuple[str, str], object] = {}  # tables as `loaded` read them
+        self._staged: dict[tuple[str, str, str], _Staged] = {}  # what `stage` wrote, by (dataset, table, hour)
+        self._ahead: dict[tuple[str, str, str], tuple[str, ...]] = {}  # what it committed: the columns each added
 
     @property
     def catalog(self):
@@ -266,8 +278,13 @@ class IcebergWarehouse(Warehouse):
             return None
         for snap in sorted(t.metadata.snapshots, key=lambda s: s.sequence_number, reverse=True):
             props = snap.summary.additional_properties if snap.summary else {}
-            if props.get(_prop("partition")) == partition and props.get(_prop("column"), HOUR_COLUMN) == self.column:
+            if props.get(_prop("column"), HOUR_COLUMN) != self.column:
+                continue
+            if props.get(_prop("partition")) == partition:
                 return {k: props.get(_prop(k)) for k in SNAPSHOT_KEYS} | {"snapshot_id": snap.snapshot_id}
+            together = props.get(_prop("loads"), "")  # the hours of a run committed together (`stage`)
+            if f'"{partition}"' in together and partition in (loads := json.loads(together)):
+                return {k: loads[partition].get(k) for k in SNAPSHOT_KEYS} | {"snapshot_id": snap.snapshot_id}
         return None
 
     # --- loading ------------------------------------------------------------------
@@ -285,9 +302,10 @@ class IcebergWarehouse(Warehouse):
         t = self.table(manifest.dataset, manifest.target)
         done = self.committed(t, manifest.partition)
         if done_sha256 and done and done.get("sha256") == done_sha256:  # committed before its ledger was written
+            ahead = self._ahead.pop((manifest.dataset, manifest.target, manifest.partition), None)  # by `stage`
             self._record_load(manifest, done_file, done_sha256, done["snapshot_id"], keys)
-            return LoadResult(name, manifest.partition, manifest.rows, 0, tuple(manifest.schema_ids), (), location,
-                              done_file, done_sha256)
+            return LoadResult(name, manifest.partition, manifest.rows, 0 if ahead is None else len(manifest.landed_files),
+                              tuple(manifest.schema_ids), ahead or (), location, done_file, done_sha256)
         # What each landing hour gave the partition the table holds: as its newest snapshot of it says
         # (true even where a load died before its record), else as recorded (snapshots expire).
         held = (json.loads(done["hours"]) if done and done.get("hours")
@@ -298,16 +316,17 @@ class IcebergWarehouse(Warehouse):
             changed = {h: fs for h, fs in groups.items() if held.get(h) != keys[h]}
             changed.update({h: () for h in held if h not in groups})  # landing hours that left the partition
             whole = False
-        props = {_prop("partition"): manifest.partition, _prop("column"): self.column,
-                 _prop("done-file"): done_file or "", _prop("sha256"): done_sha256 or "",
-                 _prop("rows"): str(manifest.rows), _prop("attempt"): str(manifest.attempt),
-                 _prop("landing-hours"): ",".join(sorted(changed)), _prop("hours"): json.dumps(keys)}
+        props = self._props(manifest, done_file, done_sha256, changed, keys)
         replaced = self._replaced(manifest.partition, None if whole else sorted(changed))
-        reads, hour_schema = self._read(store, changed, spark, where)
+        staged = self._staged.pop((manifest.dataset, manifest.target, manifest.partition), None)
+        if staged is not None and (staged.keys != keys or not whole):
+            shutil.rmtree(staged.folder, ignore_errors=True)  # staged from other content: not this load's
+            staged = None
+        reads, hour_schema = (None, staged.hour_schema) if staged else self._read(store, changed, spark, where, manifest.partition)
         want = sum(f.rows for fs in changed.values() for f in fs)
-        staging = self.table_dir(manifest.dataset, manifest.target) / "data" / f"{self.column}={manifest.partition}" \
-            / uuid.uuid4().hex
-        written, added = None, []
+        staging = staged.folder if staged else (self.table_dir(manifest.dataset, manifest.target) / "data"
+                                                / f"{self.column}={manifest.partition}" / uuid.uuid4().hex)
+        written, added = (staged.schema if staged else None), []
         try:
             for _ in range(COMMIT_ATTEMPTS):
                 t = self.table(manifest.dataset, manifest.target)
@@ -317,11 +336,13 @@ class IcebergWarehouse(Warehouse):
                 if merged is None:  # nothing to make a table of yet: an empty first load
                     self._record_load(manifest, done_file, done_sha256, None, keys)
                     return LoadResult(name, manifest.partition, 0, 0, (), (), location, done_file, done_sha256)
-                if reads and written != merged:  # (re)write the changed hours under the table's schema
+                if hour_schema and written != merged:  # (re)write the changed hours under the table's schema
+                    if reads is None:  # staged under another schema than the table's now
+                        reads, _ = self._read(store, changed, spark, where, manifest.partition)
                     shutil.rmtree(staging, ignore_errors=True)
-                    self._write(reads, merged, manifest.partition, staging)
+                    self._write(reads, merged, staging)
                     written = merged
-                files = sorted(str(p) for p in staging.glob("_kl_hour=*/part-*.parquet"))
+                files = sorted(str(p) for p in staging.rglob("part-*.parquet"))
                 n = sum(pq.read_metadata(p).num_rows for p in files)
                 if n != want:
                     raise LoadError(f"{where}: wrote {n} rows, the manifest lists {want} for landing hours "
@@ -350,9 +371,10 @@ class IcebergWarehouse(Warehouse):
         return whole if hours is None or self.column == HOUR_COLUMN else And(whole, In(HOUR_COLUMN, hours))
 
     @staticmethod
-    def _read(store: LandingStore, changed: dict[str, tuple[LandedFile, ...]], spark: SparkFactory, where: str):
-        """One Spark read per (landing hour, schema id), each with its writer schema, and their schema
-        merged: nothing is read yet (Spark reads as it writes)."""
+    def _read(store: LandingStore, changed: dict[str, tuple[LandedFile, ...]], spark: SparkFactory, where: str,
+              partition: str):
+        """One Spark read per (landing hour, schema id) of the partition, each with its writer schema,
+        and their schema merged: nothing is read yet (Spark reads as it writes)."""
         reads, schema = [], None
         session = None
         for hour, files in sorted(changed.items()):
@@ -363,21 +385,151 @@ class IcebergWarehouse(Warehouse):
                 df = session.read.format("avro").option("avroSchema", json.dumps(reader)) \
                     .load([store.location(p) for p in paths])
                 schema, _ = merge_schemas(schema, df.schema.jsonValue(), f"{where}, landing hour {hour}, schema id {sid}")
-                reads.append((hour, df))
+                reads.append((partition, hour, df))
         return reads, schema
 
-    def _write(self, reads: list, schema: dict, partition: str, staging: Path) -> None:
-        """The rows under the table's schema, one Parquet file per landing hour (its column kept in the
-        data, as a partition's file must have it): one Spark job."""
+    @staticmethod
+    def _read_together(store: LandingStore, manifests: list[Manifest], spark: SparkFactory, where: str):
+        """The landing hours' files, one Spark read per writer schema across all of them (each file's
+        hour from its folder, `_kl_hour`), and each hour's schema: what `_read` gives one hour. The
+        writer schema is read from each (hour, schema id)'s files, never assumed from the id."""
+        by_schema: dict[str, list[str]] = {}  # reader schema (JSON) -> its files
+        of_hour: dict[str, set[str]] = {}
+        for m in manifests:
+            for sid in sorted({f.schema_id for f in m.landed_files if f.rows}):
+                paths = [f.path for f in m.landed_files if f.schema_id == sid and f.rows]
+                reader = json.dumps(spark_readable(store.avro_schema(paths[0])), sort_keys=True)
+                by_schema.setdefault(reader, []).extend(paths)
+                of_hour.setdefault(m.partition, set()).add(reader)
+        session, reads, spark_schema = spark(), [], {}
+        hour = F.regexp_extract(F.col("_metadata.file_path"), rf"/{HOUR_COLUMN}=([^/]+)/[^/]+$", 1)
+        for reader, paths in by_schema.items():
+            df = session.read.format("avro").option("avroSchema", reader).load([store.location(p) for p in paths])
+            spark_schema[reader] = df.schema.jsonValue()
+            reads.append((None, None, df.withColumn("_kl_hour", hour)))
+        schemas = {}
+        for partition, readers in of_hour.items():
+            schema = None
+            for reader in sorted(readers):
+                schema, _ = merge_schemas(schema, spark_schema[reader], f"{where}, landing hour {partition}")
+            schemas[partition] = schema
+        return reads, schemas
+
+    def stage(self, store: LandingStore, loads: list[tuple[Manifest, str | None, str | None]],
+              spark: SparkFactory) -> int:
+        """Load the landing hours of a run together, ahead of their own loads: per table, one Spark
+        job writes them all and one metadata commit adds each as a snapshot of its own (with its
+        properties, as its own load would have made it). Each hour's `load_partition` then finds
+        its content committed and only records it: a day costs one job and one commit, not 24 of
+        each. An hour joins only where its rows would be written as they are here, under the schema
+        the table will have after it; the others, and every hour staged whose commit fails, load
+        alone (from the staged files where their content and schema still match). Files of a stage
+        never committed are removed by `upkeep` after a day, as a killed load's are."""
+        if self.column != HOUR_COLUMN:
+            return 0
+        by_table: dict[tuple[str, str], list[tuple[Manifest, str | None, str | None]]] = {}
+        for load in loads:
+            by_table.setdefault((load[0].dataset, load[0].target), []).append(load)
+        staged = 0
+        for (dataset, table), group in sorted(by_table.items()):
+            where = f"{dataset}.{table} hours {group[0][0].partition}..{group[-1][0].partition} (loaded together)"
+            t = self.table(dataset, table)
+            table_schema = json.loads(t.properties[SCHEMA_PROPERTY]) if t is not None else None
+            todo = [load for load in group if load[0].rows
+                    and (self.committed(t, load[0].partition) or {}).get("sha256") != load[2]]
+            if len(todo) < 2:
+                continue
+            for m, _, _ in todo:
+                verify_files(store, m)
+            reads, schemas = self._read_together(store, [m for m, _, _ in todo], spark, where)
+            schema = table_schema
+            for hour_schema in schemas.values():
+                schema, _ = merge_schemas(schema, hour_schema, where)
+            # The table's schema after each hour's own load must be the run's: else that hour loads alone.
+            alike = [ld for ld in todo if merge_schemas(table_schema, schemas[ld[0].partition], where)[0] == schema]
+            if len(alike) < 2 or (table_schema is not None and _needs_rewrite(table_schema, schema)):
+                continue
+            folder = self.table_dir(dataset, table) / "data" / f"_stage-{uuid.uuid4().hex}"
+            hours = sorted(m.partition for m, _, _ in alike)
+            if len(alike) < len(todo):
+                reads = [(p, h, df.where(F.col("_kl_hour").isin(hours))) for p, h, df in reads]
+            self._write(reads, schema, folder)
+            files, loads = [], {}
+            for m, done_file, sha in alike:
+                keys = {h: _key(fs) for h, fs in m.by_landing_hour().items()}
+                hour_dir = folder / f"_kl_hour={m.partition}"
+                mine = sorted(str(f) for f in hour_dir.glob("part-*.parquet"))
+                if sum(pq.read_metadata(f).num_rows for f in mine) != m.rows:
+                    shutil.rmtree(hour_dir, ignore_errors=True)  # it loads alone, and says what it finds
+                    continue
+                self._staged[(dataset, table, m.partition)] = _Staged(keys, schemas[m.partition], schema, hour_dir)
+                files += mine
+                loads[m.partition] = {k[len("kafka-landing."):]: v
+                                      for k, v in self._props(m, done_file, sha, keys, keys).items()}
+            crash_point("warehouse:staged")
+            if self._commit_together(dataset, table, t, table_schema, schema, files, loads):
+                _, added = merge_schemas(table_schema, schema, where)
+                for m, _, _ in alike:  # committed: each hour's load only records it
+                    if self._staged.pop((dataset, table, m.partition), None) is not None:
+                        self._ahead[(dataset, table, m.partition)] = tuple(added)
+                        added = []  # the run's first hour added the columns
+                crash_point("warehouse:swapped")
+            staged += len(loads)
+        return staged
+
+    def _commit_together(self, dataset: str, table: str, t, table_schema: dict | None, schema: dict,
+                         files: list[str], loads: dict[str, dict]) -> bool:
+        """One commit of many landing hours: their rows the table held dropped, their files added,
+        each hour's load (`_props`) in the snapshots' `kafka-landing.loads`; False if the table
+        changed under it (its hours then load alone)."""
+        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.expressions import In
+
+        if len(loads) < 2:
+            return False
+        props = {_prop("column"): self.column, _prop("loads"): json.dumps(loads, sort_keys=True)}
+        if t is None:
+            return self._create(dataset, table, schema, [(files, props)])
+        try:
+            with t.transaction() as tx:
+                if schema != table_schema:
+                    with tx.update_schema() as update:
+                        update.union_by_name(_arrow_schema(schema, self.columns))
+                    tx.set_properties({SCHEMA_PROPERTY: json.dumps(schema)})
+                replaced = In(HOUR_COLUMN, sorted(loads))
+                if self._holds(t, replaced):
+                    tx.delete(replaced, snapshot_properties=props)
+                tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
+            return True
+        except CommitFailedException:
+            return False
+
+    def _props(self, manifest: Manifest, done_file: str | None, sha: str | None, changed, keys: dict) -> dict:
+        """What a load's snapshots say (`SNAPSHOT_KEYS`, each `kafka-landing.<key>`): `committed` reads them."""
+        return {_prop("partition"): manifest.partition, _prop("column"): self.column,
+                _prop("done-file"): done_file or "", _prop("sha256"): sha or "",
+                _prop("rows"): str(manifest.rows), _prop("attempt"): str(manifest.attempt),
+                _prop("landing-hours"): ",".join(sorted(changed)), _prop("hours"): json.dumps(keys)}
+
+    def _write(self, reads: list, schema: dict, staging: Path) -> None:
+        """The rows of `reads` ((partition, landing hour, dataframe); hour None: the dataframe's
+        `_kl_hour` column says it) under the table's schema, in `staging/_kl_hour=<hour>/`, their
+        partition columns kept in the data (`add_files` takes a file's partition from its column
+        statistics): one Spark job."""
         df = None
-        for hour, part in reads:
-            part = _conform(part, schema).withColumns(
-                {**({self.column: F.lit(partition)} if self.column != HOUR_COLUMN else {}),
-                 HOUR_COLUMN: F.lit(hour)})
+        for partition, hour, part in reads:
+            if hour is None:
+                part = _conform(part, _with_columns(schema, ("_kl_hour",))).withColumn(HOUR_COLUMN, F.col("_kl_hour"))
+            else:
+                part = _conform(part, schema).withColumns({HOUR_COLUMN: F.lit(hour), "_kl_hour": F.lit(hour)})
+            if self.column != HOUR_COLUMN:
+                part = part.withColumn(self.column, F.lit(partition))
             df = part if df is None else df.unionByName(part)
-        df = df.withColumn("_kl_hour", F.col(HOUR_COLUMN))
-        df = df.coalesce(1) if len({h for h, _ in reads}) == 1 else df.repartition("_kl_hour")
-        df.write.partitionBy("_kl_hour").mode("error").parquet(str(staging))
+        hours = {h for _, h, _ in reads}
+        if len(hours) == 1 and None not in hours:  # no partitioned write: Spark would sort the rows by a constant
+            df.drop("_kl_hour").coalesce(1).write.mode("error").parquet(str(staging / f"_kl_hour={hours.pop()}"))
+            return
+        df.repartition("_kl_hour").write.partitionBy("_kl_hour").mode("error").parquet(str(staging))  # a file each
 
     def _commit(self, t, manifest: Manifest, merged: dict, table_schema: dict | None, files: list[str],
                 props: dict, replaced, spark: SparkFactory, where: str) -> bool:
@@ -387,7 +539,7 @@ class IcebergWarehouse(Warehouse):
         from pyiceberg.expressions import AlwaysTrue
 
         if t is None:
-            return self._create(manifest, merged, files, props)
+            return self._create(manifest.dataset, manifest.target, merged, [(files, props)])
         rewrite = table_schema is not None and _needs_rewrite(table_schema, merged)
         rewritten: list[str] = []
         try:
@@ -403,11 +555,11 @@ class IcebergWarehouse(Warehouse):
                 if rewrite:
                     tx.delete(AlwaysTrue(), snapshot_properties=props)
                     if rewritten:
-                        tx.add_files(rewritten, snapshot_properties=props)
+                        tx.add_files(rewritten, snapshot_properties=props, check_duplicate_files=False)
                 elif self._holds(t, replaced):
                     tx.delete(replaced, snapshot_properties=props)
-                if files:
-                    tx.add_files(files, snapshot_properties=props)
+                if files:  # new files under fresh names: no need to scan the table for them (a year of hours)
+                    tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
             return True
         except CommitFailedException:
             for f in rewritten:
@@ -418,10 +570,11 @@ class IcebergWarehouse(Warehouse):
     def _holds(t, rows) -> bool:
         return t.current_snapshot() is not None and any(True for _ in t.scan(row_filter=rows).plan_files())
 
-    def _create(self, manifest: Manifest, schema: dict, files: list[str], props: dict) -> bool:
+    def _create(self, dataset: str, table: str, schema: dict, adds: list[tuple[list[str], dict]]) -> bool:
+        """The table, made with its first loads' files ((files, snapshot properties) each) in one commit."""
         from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, TableAlreadyExistsError
 
-        ident = self._identifier(manifest.dataset, manifest.target)
+        ident = self._identifier(dataset, table)
         try:
             self.catalog.create_namespace(ident[0])
         except NamespaceAlreadyExistsError:
@@ -436,8 +589,9 @@ class IcebergWarehouse(Warehouse):
             with tx.update_spec() as spec:
                 for column in self.columns:
                     spec.add_identity(column)
-            if files:
-                tx.add_files(files, snapshot_properties=props)
+            for files, props in adds:
+                if files:
+                    tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
             tx.commit_transaction()
             return True
         except (TableAlreadyExistsError, CommitFailedException):

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff import markers
-from kafka_landing.handoff.manifests import DoneFileMismatch, read_done_file
+from kafka_landing.handoff.manifests import DoneFileMismatch, read_done_file, read_done_file_or_none
 from kafka_landing.handoff.units import EVENT, HOUR, LoadUnit, hour_unit
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
@@ -52,10 +52,17 @@ def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: 
     return result
 
 
+def stage_done_files(warehouse: Warehouse, store: LandingStore, done_files: list[str], spark: SparkFactory) -> int:
+    """`Warehouse.stage` of the landing hours of these done files (those that exist): the hours of a
+    run loaded together ahead of their own loads, which stay hour by hour (markers, failures, results)."""
+    loads = [(got[0], rel, got[1]) for rel in done_files if (got := read_done_file_or_none(store, rel))]
+    return warehouse.stage(store, loads, spark) if len(loads) > 1 else 0
+
+
 def load_done_file(warehouse: Warehouse, store: LandingStore, done_file: str, spark: SparkFactory) -> LoadResult:
     """`load_unit` of the landing hour of one done file (relative to the landing root)."""
     return load_unit(warehouse, store, markers.parse_done_path(done_file), spark)
 
 
 __all__ = ["DoneFileMismatch", "EventLoad", "IncompatibleSchemaError", "LoadError", "LoadResult", "SparkFactory",
-           "Warehouse", "load_done_file", "load_unit", "verify_files"]
+           "Warehouse", "load_done_file", "load_unit", "stage_done_files", "verify_files"]
