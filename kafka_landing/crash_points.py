@@ -20,8 +20,8 @@ STEPS = (
     "landing:files_moved",      # files moved into place, no new manifest or done file yet
     "landing:done_written",     # the first table's done file written, others not yet
     "landing:published",        # every done file written, unlisted files not yet removed
-    "warehouse:staged",         # the hour's Parquet file written to staging, not swapped in
-    "warehouse:swapped",        # the hour swapped in, the table schema not yet updated
+    "warehouse:staged",         # the hour's Parquet files written to staging, not swapped in (Iceberg: not committed)
+    "warehouse:swapped",        # the hour swapped in (Iceberg: committed), the load not yet recorded
 )
 
 

@@ -4,11 +4,12 @@ and an exact check, offset by offset, of what an hour left on disk.
 
 The checks trust nothing the product wrote about itself: expectations come
 from what the test produced, and files are read back with fastavro, pandas and
-DuckDB.
+DuckDB (an Iceberg table through pyiceberg, and its data files with pyarrow).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ from typing import Iterator
 import duckdb
 import fastavro
 import pandas as pd
+import pyarrow.parquet as pq
 import yaml
 
 from kafka_landing.crash_points import ENV_VAR as CRASH_ENV
@@ -76,6 +78,9 @@ class WebHour:
 
 # --- a deployment ----------------------------------------------------------------
 
+WAREHOUSES = ("parquet", "iceberg")  # the warehouses the checks below can read
+
+
 @dataclass
 class Deployment:
     """One isolated kafka_landing: its own config, storage and Dagster instance."""
@@ -85,6 +90,7 @@ class Deployment:
     bootstrap: str
     registry_url: str
     home_name: str = "dagster_home"
+    warehouse_kind: str = "parquet"  # what its runs load: Parquet folders, or Iceberg tables (a root of their own)
 
     @property
     def landing(self) -> Path:
@@ -92,15 +98,17 @@ class Deployment:
 
     @property
     def warehouse(self) -> Path:
-        return self.root / "warehouse"
+        return self.root / ("warehouse" if self.warehouse_kind == "parquet" else f"warehouse_{self.warehouse_kind}")
 
     @property
     def home(self) -> Path:
         return self.root / self.home_name
 
-    def with_own_instance(self, name: str) -> "Deployment":
-        """The same config and storage, another Dagster instance: nothing in Dagster relates their runs."""
-        other = replace(self, home_name=name)
+    def with_own_instance(self, name: str, warehouse: str | None = None) -> "Deployment":
+        """The same config and landing root, another Dagster instance: nothing in Dagster relates their
+        runs. `warehouse`: its runs load that warehouse instead (its own root)."""
+        assert warehouse in (None, *WAREHOUSES), warehouse
+        other = replace(self, home_name=name, warehouse_kind=warehouse or self.warehouse_kind)
         other.home.mkdir(parents=True, exist_ok=True)
         (other.home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
         return other
@@ -117,7 +125,7 @@ class Deployment:
             "KAFKA_LANDING_TOPICS_CONFIG": str(self.config_path),
             "KAFKA_LANDING_ROOT": str(self.landing),
             "KAFKA_LANDING_WAREHOUSE_ROOT": str(self.warehouse),
-            "KAFKA_LANDING_WAREHOUSE": "parquet",  # the checks below read its files
+            "KAFKA_LANDING_WAREHOUSE": self.warehouse_kind,  # one the checks below can read
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             "SCHEMA_REGISTRY_URL": self.registry_url,
         })
@@ -443,7 +451,29 @@ def check_landed_exactly(dep: Deployment, topic: str, hour: datetime, sent: list
     return on_disk
 
 
+def _iceberg(dep: Deployment):
+    from kafka_landing.warehouse.iceberg import IcebergWarehouse
+
+    return IcebergWarehouse(str(dep.warehouse))
+
+
+def _iceberg_hour(dep: Deployment, topic: str, table: str, hour: datetime):
+    """(the table, the scan of the hour) of the table's current snapshot, or None while it holds no file of it."""
+    from pyiceberg.expressions import EqualTo
+
+    t = _iceberg(dep).table(dep.topics[topic]["dataset"], table)
+    if t is None or t.current_snapshot() is None:
+        return None
+    scan = t.scan(row_filter=EqualTo("hour", hour_tag(hour)))
+    return (t, scan) if any(True for _ in scan.plan_files()) else None
+
+
 def read_warehouse_hour(dep: Deployment, topic: str, table: str, hour: datetime) -> pd.DataFrame | None:
+    """The table's rows of the hour, None if it holds no file of it: the hour's Parquet file, or what
+    a reader of the Iceberg table's current snapshot gets for the hour."""
+    if dep.warehouse_kind == "iceberg":
+        found = _iceberg_hour(dep, topic, table, hour)
+        return None if found is None else found[1].to_arrow().to_pandas()
     path = dep.warehouse / dep.topics[topic]["dataset"] / table / f"hour={hour_tag(hour)}" / "data.parquet"
     return pd.read_parquet(path) if path.exists() else None
 
@@ -456,7 +486,7 @@ def warehouse_problems(dep: Deployment, topic: str, table: str, hour: datetime, 
     where = f"warehouse {ds}.{table} {hour_tag(hour)}"
     df = read_warehouse_hour(dep, topic, table, hour)
     if df is None:
-        return [f"{where}: no Parquet file for the hour"]
+        return [f"{where}: no {'Iceberg data' if dep.warehouse_kind == 'iceberg' else 'Parquet'} file for the hour"]
     problems = []
     keys = list(zip(df["_kafka_partition"], df["_kafka_offset"]))
     if len(keys) != len(set(keys)):
@@ -470,6 +500,8 @@ def warehouse_problems(dep: Deployment, topic: str, table: str, hour: datetime, 
         r = landed.get((p, o))
         if r is not None and str(r["event_id"]) != str(event_id):
             problems.append(f"{where}: offset {(p, o)} holds event {event_id}, landed {r['event_id']}")
+    if dep.warehouse_kind == "iceberg":
+        return problems + _iceberg_problems(dep, topic, table, hour, sorted(keys), len(landed))
     # What readers of the whole table see (pyarrow and DuckDB skip _ and . names, as Spark does).
     visible = {p.relative_to(tdir).as_posix() for p in tdir.rglob("*.parquet")
                if not any(part.startswith(("_", ".")) for part in p.relative_to(tdir).parts)}
@@ -488,8 +520,57 @@ def warehouse_problems(dep: Deployment, topic: str, table: str, hour: datetime, 
     return problems
 
 
-def check_loaded_exactly(dep: Deployment, topic: str, hour: datetime, on_disk: HourOnDisk) -> None:
+def _iceberg_problems(dep: Deployment, topic: str, table: str, hour: datetime, keys: list, landed: int) -> list[str]:
+    """What else readers of the Iceberg table see: the hour's data files read as plain Parquet (no delete
+    file hides a row), the files' record counts in the metadata, and a scan of the whole table."""
+    ds, tag = dep.topics[topic]["dataset"], hour_tag(hour)
+    where = f"warehouse {ds}.{table} {tag}"
+    t, scan = _iceberg_hour(dep, topic, table, hour)
     problems = []
+    tasks = list(scan.plan_files())
+    if any(task.delete_files for task in tasks):
+        problems.append(f"{where}: the hour's data files come with delete files")
+    raw = pd.concat([pq.read_table(task.file.file_path.removeprefix("file://"),
+                                   columns=["_kafka_partition", "_kafka_offset", "hour"]).to_pandas()
+                     for task in tasks])
+    if set(raw["hour"]) != {tag}:
+        problems.append(f"{where}: the hour's data files hold rows of hours {sorted(set(raw['hour']))}")
+    if sorted(zip(raw["_kafka_partition"], raw["_kafka_offset"])) != keys:
+        problems.append(f"{where}: the hour's data files, read as Parquet, hold {len(raw)} rows, a scan returns "
+                        f"{len(keys)}")
+    if sum(task.file.record_count for task in tasks) != landed:
+        problems.append(f"{where}: the table's metadata counts {sum(task.file.record_count for task in tasks)} rows, "
+                        f"the done file lists {landed}")
+    whole = t.scan(selected_fields=("_kafka_partition", "_kafka_offset", "hour")).to_arrow().to_pandas()
+    whole = whole[whole["hour"] == tag]
+    if sorted(zip(whole["_kafka_partition"], whole["_kafka_offset"])) != keys:
+        problems.append(f"{where}: a scan of the whole table sees other rows of the hour than a scan of the hour")
+    return problems
+
+
+def _warehouse_backend(dep: Deployment):
+    if dep.warehouse_kind == "iceberg":
+        return _iceberg(dep)
+    from kafka_landing.warehouse.parquet import ParquetWarehouse
+
+    return ParquetWarehouse(str(dep.warehouse))
+
+
+def check_loaded_exactly(dep: Deployment, topic: str, hour: datetime, on_disk: HourOnDisk) -> None:
+    """Each table's hour holds exactly its done file's rows, and the warehouse says it loaded that done
+    file's content (else the sensor loads the hour again) and records the hour as loaded (else the
+    `hours_behind` check counts it missing)."""
+    problems = []
+    ds, tag = dep.topics[topic]["dataset"], hour_tag(hour)
+    backend = _warehouse_backend(dep)
     for table in dep.tables(topic):
         problems += warehouse_problems(dep, topic, table, hour, on_disk.rows[table])
+        where = f"warehouse {ds}.{table} {tag}"
+        sha = hashlib.sha256((dep.landing / done_file_path(ds, table, hour)).read_bytes()).hexdigest()
+        if backend.loaded_sha(ds, table, tag) != sha:
+            problems.append(f"{where}: the warehouse says it loaded {backend.loaded(ds, table, tag)}, not the done "
+                            f"file's content {sha}")
+        if tag not in backend.loaded_partitions(ds, table):
+            problems.append(f"{where}: no load record for the hour (`loaded_partitions`): hours_behind counts "
+                            "it missing")
     assert not problems, "\n".join(problems)

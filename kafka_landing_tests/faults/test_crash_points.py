@@ -7,6 +7,12 @@ deployment, and a real `dagster asset materialize` process killed at that step
 then one clean run re-runs what every crash interrupted (one Spark start
 instead of seven).
 
+The loads are killed twice: on the Parquet warehouse, and on the Iceberg one (the default: Spark
+writes Parquet, one pyiceberg commit swaps the hour). The Iceberg crash runs share a Dagster instance
+and a warehouse root of their own, and one clean run of their own re-runs them, beside the Parquet
+one. One more Iceberg load is killed after its commit and then re-landed before it is loaded again:
+a new done file whose load must replace the hour the table holds while its load record still lags.
+
 Right after each crash, whatever a consumer of done files can see must already
 be exact; after the re-run, every produced offset is in its table once or is a
 dead letter, each done file lists exactly the files of its folder, and each
@@ -49,16 +55,39 @@ from kafka_landing_tests.faults.harness import (
 WAREHOUSE_STEPS = tuple(s for s in STEPS if s.startswith("warehouse:"))
 
 
-def slug(step: str) -> str:
-    return step.replace(":", "_")
+@dataclass(frozen=True)
+class Point:
+    """A crash point on a warehouse: each gets a topic of its own."""
+
+    step: str
+    warehouse: str = "parquet"
+    reland: bool = False  # the re-run lands the hour again (a new done file) before it loads it
+
+    @property
+    def loads(self) -> bool:
+        return self.step in WAREHOUSE_STEPS
+
+    @property
+    def id(self) -> str:
+        return "-".join([*([self.warehouse] if self.warehouse != "parquet" else []), self.step,
+                         *(["relanded"] if self.reland else [])])
+
+    @property
+    def slug(self) -> str:
+        return self.id.replace(":", "_").replace("-", "_")
 
 
-def batches(steps) -> list[list[str]]:
+POINTS = (*(Point(s) for s in STEPS), *(Point(s, "iceberg") for s in WAREHOUSE_STEPS),
+          Point("warehouse:swapped", "iceberg", reland=True))
+LOADS = tuple(p for p in POINTS if p.loads)
+
+
+def batches(points) -> list[list[Point]]:
     """Crash runs two at a time (each on its own topic), never two loads together: the
-    loads share one Dagster instance."""
-    loads = [s for s in steps if s in WAREHOUSE_STEPS]
+    loads of a warehouse share one Dagster instance."""
+    loads = [p for p in points if p.loads]
     # Landing steps first: a crash while planning starts no Spark and can go alone, last.
-    rest = sorted((s for s in steps if s not in WAREHOUSE_STEPS), key=lambda s: s.startswith("slices:"))
+    rest = sorted((p for p in points if not p.loads), key=lambda p: p.step.startswith("slices:"))
     out = []
     while loads or rest:
         batch = [loads.pop(0)] if loads else []
@@ -70,7 +99,7 @@ def batches(steps) -> list[list[str]]:
 
 @dataclass
 class Crash:
-    step: str
+    point: Point
     data: WebHour
     run: Run
     slice_frozen: bool
@@ -83,28 +112,29 @@ class Crash:
 
 @dataclass
 class Crashes:
-    dep: Deployment
-    cases: dict[str, Crash]
-    rerun: Run
-    rerun_blocked: set[str]  # pools the re-run found held by a killed run
+    deps: dict[str, Deployment]  # warehouse -> the deployment (instance, warehouse root) of its loads
+    cases: dict[Point, Crash]
+    reruns: dict[str, Run]  # warehouse -> its clean re-run
+    rerun_blocked: dict[str, set[str]]  # warehouse -> pools its re-run found held by a killed run
 
 
 BLOCKED = re.compile(r"Step blocked by limit for pool (\S+)")
 
 
-def wait_freeing_dead_slots(started: Started, dep: Deployment, dead_runs: list[str]) -> set[str]:
-    """Wait for the re-run. Each time it blocks on a pool whose slot a killed run still holds,
+def wait_freeing_dead_slots(started: dict[str, Started], dead_runs: list[str]) -> dict[str, set[str]]:
+    """Wait for the re-runs. Each time one blocks on a pool whose slot a killed run still holds,
     free that one slot as an operator would (Deployment > Concurrency), so that it can go on.
-    Returns the pools it was blocked on."""
-    blocked: set[str] = set()
+    Returns the pools each was blocked on."""
+    blocked: dict[str, set[str]] = {k: set() for k in started}
     deadline = time.monotonic() + RUN_TIMEOUT
-    while started.proc.poll() is None and time.monotonic() < deadline:
-        found = set(BLOCKED.findall(started.out_path.read_text(errors="replace"))) - blocked
-        if found:
-            blocked |= found
-            for pool, run_id, step in slots_held(dep):
-                if pool in found and run_id in dead_runs:
-                    free_slot(dep, run_id, step)
+    while any(st.proc.poll() is None for st in started.values()) and time.monotonic() < deadline:
+        for k, st in started.items():
+            found = set(BLOCKED.findall(st.out_path.read_text(errors="replace"))) - blocked[k]
+            if found:
+                blocked[k] |= found
+                for pool, run_id, step in slots_held(st.dep):
+                    if pool in found and run_id in dead_runs:
+                        free_slot(st.dep, run_id, step)
         time.sleep(0.5)
     return blocked
 
@@ -112,39 +142,44 @@ def wait_freeing_dead_slots(started: Started, dep: Deployment, dead_runs: list[s
 @pytest.fixture(scope="module")
 def crashes(produce_web_hour, bootstrap, registry_url, tmp_path_factory) -> Crashes:
     now = utcnow()
-    data = {step: produce_web_hour(slug(step), now=now) for step in STEPS}
-    hour = data[STEPS[0]].hour
+    data = {point: produce_web_hour(point.slug, now=now) for point in POINTS}
+    hour = data[POINTS[0]].hour
     dep = deployment(tmp_path_factory.mktemp("crash_points"),
-                     {d.topic: web_topic(f"c_{slug(step)}") for step, d in data.items()}, bootstrap, registry_url)
+                     {d.topic: web_topic(f"c_{point.slug}") for point, d in data.items()}, bootstrap, registry_url)
+    # The Iceberg loads: the same config and landing root, their own instance and warehouse root.
+    deps = {"parquet": dep, "iceberg": dep.with_own_instance("dagster_home_iceberg", warehouse="iceberg")}
     cases = {}
-    for batch in batches(STEPS):
+    for batch in batches(POINTS):
         started = {}
-        for step in batch:
-            d, in_warehouse = data[step], step in WAREHOUSE_STEPS
-            # Loads are killed in the shared instance (the re-run must meet what they leave
-            # there); landing runs get an instance each, so that two can run at once.
-            where = dep if in_warehouse else dep.with_own_instance(f"dagster_home_{slug(step)}")
-            select = dep.landing_assets(d.topic) + (dep.warehouse_assets(d.topic) if in_warehouse else [])
-            started[step] = start(where, select, hour, crash=step, name=slug(step))
-        for step, st in started.items():
-            d, run = data[step], finish(st)
+        for point in batch:
+            d = data[point]
+            # Loads are killed in their warehouse's shared instance (the re-run must meet what they
+            # leave there); landing runs get an instance each, so that two can run at once.
+            where = deps[point.warehouse] if point.loads else dep.with_own_instance(f"dagster_home_{point.slug}")
+            select = dep.landing_assets(d.topic) + (dep.warehouse_assets(d.topic) if point.loads else [])
+            started[point] = start(where, select, hour, crash=point.step, name=point.slug)
+        for point, st in started.items():
+            d, run, wdep = data[point], finish(st), deps[point.warehouse]
             after = read_hour(dep, d.topic, hour, d.sent)
-            loaded = {t: read_warehouse_hour(dep, d.topic, t, hour) for t in dep.tables(d.topic)}
+            loaded = {t: read_warehouse_hour(wdep, d.topic, t, hour) for t in dep.tables(d.topic)}
             wh_problems = [p for t, df in loaded.items() if df is not None
-                           for p in warehouse_problems(dep, d.topic, t, hour, after.rows.get(t, {}))]
-            slots = [x for x in slots_held(dep) if x[1] in run.run_ids]
+                           for p in warehouse_problems(wdep, d.topic, t, hour, after.rows.get(t, {}))]
+            slots = [x for x in slots_held(wdep) if x[1] in run.run_ids]
             files = sorted(str(p) for p in (dep.landing / "tables" / dep.topics[d.topic]["dataset"]).rglob("*.avro"))
-            cases[step] = Crash(step, d, run, (dep.landing / slice_manifest_path(d.topic, hour)).exists(),
-                                after, loaded, wh_problems, slots, files)
-    # One clean run re-runs, per topic, what its crash interrupted, then loads every table.
-    select = []
-    for step, d in data.items():
-        select += ([] if step in WAREHOUSE_STEPS else dep.landing_assets(d.topic)) + dep.warehouse_assets(d.topic)
+            cases[point] = Crash(point, d, run, (dep.landing / slice_manifest_path(d.topic, hour)).exists(),
+                                 after, loaded, wh_problems, slots, files)
+    # One clean run per warehouse, both at once, re-runs, per topic, what its crash interrupted,
+    # then loads every table.
+    selects: dict[str, list[str]] = {w: [] for w in deps}
+    for point, d in data.items():
+        selects[point.warehouse] += (dep.landing_assets(d.topic) if point.reland or not point.loads else []) \
+            + dep.warehouse_assets(d.topic)
     dead = [run_id for case in cases.values() for run_id in case.run.run_ids]
-    started = start(dep, select, hour, name="rerun")
-    blocked = wait_freeing_dead_slots(started, dep, dead)
-    rerun = finish(started, timeout=10)  # ended, or hung past RUN_TIMEOUT: then killed and reported
-    return Crashes(dep, cases, rerun, blocked)
+    started = {w: start(deps[w], select, hour, name=f"rerun_{w}") for w, select in selects.items()}
+    blocked = wait_freeing_dead_slots(started, dead)
+    # Each ended, or hung past RUN_TIMEOUT: then killed and reported.
+    reruns = {w: finish(st, timeout=10) for w, st in started.items()}
+    return Crashes(deps, cases, reruns, blocked)
 
 
 # What a consumer of done files may see right after the crash: whether the slice is
@@ -162,12 +197,16 @@ VISIBLE_AFTER_CRASH = {
 
 def test_every_crash_point_is_covered():
     assert set(VISIBLE_AFTER_CRASH) == set(STEPS), "a crash point without a fault test"
+    assert {p.step for p in POINTS if p.warehouse == "parquet"} == set(STEPS)
+    assert {p.step for p in POINTS if p.warehouse == "iceberg"} == set(WAREHOUSE_STEPS), \
+        "a load's crash point not tested on the Iceberg warehouse"
 
 
-@pytest.mark.parametrize("step", STEPS)
-def test_killed_at_step_then_rerun_lands_every_offset_once(crashes, step):
-    case, dep = crashes.cases[step], crashes.dep
+@pytest.mark.parametrize("point", POINTS, ids=lambda p: p.id)
+def test_killed_at_step_then_rerun_lands_every_offset_once(crashes, point):
+    case, dep, step = crashes.cases[point], crashes.deps[point.warehouse], point.step
     topic, hour = case.data.topic, case.data.hour
+    rerun = crashes.reruns[point.warehouse]
 
     # The run's process died by SIGKILL at that step.
     assert killed_by_sigkill(case.run), (
@@ -187,20 +226,23 @@ def test_killed_at_step_then_rerun_lands_every_offset_once(crashes, step):
 
     # The re-run: every produced offset once, in its table or as a dead letter; the tables exact.
     own = {step_key(a) for a in dep.landing_assets(topic) + dep.warehouse_assets(topic)}
-    failed = {k: v for k, v in crashes.rerun.failures.items() if k in own}
-    assert not failed, f"the re-run after a crash at {step} failed: {failed}\n{crashes.rerun.tail()}"
+    failed = {k: v for k, v in rerun.failures.items() if k in own}
+    assert not failed, f"the re-run after a crash at {step} failed: {failed}\n{rerun.tail()}"
+    if point.reland:  # a new done file, not the one the killed load committed
+        assert case.after.done != read_hour(dep, topic, hour, case.data.sent).done, "the re-run did not re-land"
     on_disk = check_landed_exactly(dep, topic, hour, case.data.sent)
     check_loaded_exactly(dep, topic, hour, on_disk)
 
 
-@pytest.mark.parametrize("step", WAREHOUSE_STEPS)
-def test_the_rerun_is_not_blocked_by_the_killed_run(crashes, step):
+@pytest.mark.parametrize("point", LOADS, ids=lambda p: p.id)
+def test_the_rerun_is_not_blocked_by_the_killed_run(crashes, point):
     """A load killed with its whole run (OOM, lost machine) must not keep its table's pool
     slot: with `default_limit: 1` the re-run, and every later load of the table, waits for
     it forever ("Step blocked by limit for pool ...") until someone frees it by hand."""
-    case = crashes.cases[step]
-    pools = {f"warehouse_{crashes.dep.topics[case.data.topic]['dataset']}_{t}" for t in crashes.dep.tables(case.data.topic)}
-    assert not pools & crashes.rerun_blocked, (
-        f"after a SIGKILL at {step}, the re-run was blocked by pools {sorted(pools & crashes.rerun_blocked)}: "
+    case, dep = crashes.cases[point], crashes.deps[point.warehouse]
+    blocked = crashes.rerun_blocked[point.warehouse]
+    pools = {f"warehouse_{dep.topics[case.data.topic]['dataset']}_{t}" for t in dep.tables(case.data.topic)}
+    assert not pools & blocked, (
+        f"after a SIGKILL at {point.id}, the re-run was blocked by pools {sorted(pools & blocked)}: "
         f"the killed run still held slots {case.slots_after}; the test freed them by hand to go on"
     )
