@@ -1,4 +1,5 @@
-"""Command line: `python -m kafka_landing plan --topic T --from 2026-11-20-10:00 --to 2026-11-20-15:00`.
+"""Command line: `python -m kafka_landing plan --topic T --from 2026-11-20-10:00 --to 2026-11-20-15:00`,
+and `python -m kafka_landing reload [--topic T]` (every landed hour into the configured warehouse).
 
 Why a CLI next to the UI job: an operator can see what a backfill would read before
 launching it, from a shell, without a Dagster instance. Resources are built from the same
@@ -73,6 +74,65 @@ def plan(args, parser) -> int:
     return 0
 
 
+def reload(args, parser) -> int:
+    """Every landed hour of every configured table (or `--topic`'s) loaded into the configured
+    warehouse from its done file, and every event partition from its newest version: moving to a
+    new warehouse (`KAFKA_LANDING_WAREHOUSE`), or filling one that was lost. Hours it holds already
+    as their content are skipped, so it can be run again after a failure."""
+    from kafka_landing.config import TopicConfigError
+    from kafka_landing.handoff.units import event_unit
+    from kafka_landing.naming import EVENTS_DIR, event_table
+    from kafka_landing.warehouse.load import load_unit, reload_table
+
+    landing, warehouse, pyspark = _resources_with_spark()
+    try:
+        config = landing.config()
+        topics = [config.topic(t) for t in args.topic] if args.topic else list(config.topics.values())
+    except TopicConfigError as exc:
+        parser.error(str(exc))
+    store = landing.store()
+    backend = warehouse.backend(store)
+    try:
+        backend.check_writable()
+    except Exception as exc:  # noqa: BLE001 - each backend names its own service and what to check
+        print(f"error: the {backend.kind} warehouse cannot be written: {exc}", file=sys.stderr)
+        return 1
+    failures = 0
+    for cfg in topics:
+        for table in cfg.tables:
+            name = f"{cfg.dataset}.{table}"
+
+            def progress(done: int, total: int, failed: str | None, name=name) -> None:
+                if failed:
+                    print(f"{name}: hour {done}/{total} failed: {failed}", file=sys.stderr)
+                elif done == total or done % 24 == 0:
+                    print(f"{name}: {done}/{total} hours", flush=True)
+
+            loaded, failed = reload_table(backend, store, cfg.dataset, table, lambda: pyspark.spark_session,
+                                          progress, only_missing=not args.all)
+            failures += len(failed)
+            print(f"{name}: {loaded} hour(s) loaded into the {backend.kind} warehouse"
+                  + (f", {len(failed)} failed (above)" if failed else ""), flush=True)
+            if not cfg.event_granularity:
+                continue
+            partitions = store.subdirs(f"{EVENTS_DIR}/{cfg.dataset}/{table}")
+            for partition in partitions:
+                try:
+                    load_unit(backend.by_event(cfg.event_granularity, cfg.event_time_field), store,
+                              event_unit(cfg.dataset, table, partition), lambda: pyspark.spark_session, cfg)
+                except Exception as exc:  # noqa: BLE001 - one partition's failure must not cost the others
+                    failures += 1
+                    print(f"{cfg.dataset}.{event_table(table)} {partition} failed: {exc}", file=sys.stderr)
+            print(f"{cfg.dataset}.{event_table(table)}: {len(partitions)} event partition(s) loaded", flush=True)
+    return 1 if failures else 0
+
+
+def _resources_with_spark():
+    from kafka_landing.definitions import ready_resources
+
+    return ready_resources("landing", "warehouse", "pyspark")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kafka_landing")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -82,9 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", dest="last", required=True, type=parse_hour, help="last hour, included")
     p.add_argument("--skip-retention-gaps", action="store_true",
                    help="plan as a run with skip_retention_gaps=true would (gaps shown as notes, not errors)")
+    r = sub.add_parser("reload", help="load every landed hour of every table into the configured warehouse "
+                                      "(KAFKA_LANDING_WAREHOUSE) from its done file: moving to a new warehouse")
+    r.add_argument("--topic", action="append", help="only this topic's tables (repeat for more)")
+    r.add_argument("--all", action="store_true", help="load hours the warehouse already holds as their content too")
     args = parser.parse_args(argv)
     if args.command == "plan":
         return plan(args, p)
+    if args.command == "reload":
+        return reload(args, r)
     return BAD_ARGUMENTS
 
 

@@ -5,6 +5,7 @@ reads or clears them itself. Pure: no Dagster; Spark only through the factory a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from kafka_landing.config import TopicConfig
@@ -12,6 +13,7 @@ from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff import markers
 from kafka_landing.handoff.manifests import DoneFileMismatch, read_done_file, read_done_file_or_none
 from kafka_landing.handoff.units import EVENT, HOUR, LoadUnit, hour_unit
+from kafka_landing.naming import done_file_glob
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
 from kafka_landing.warehouse.event_load import EventLoad, EventSource, load_event_partition
@@ -59,10 +61,49 @@ def stage_done_files(warehouse: Warehouse, store: LandingStore, done_files: list
     return warehouse.stage(store, loads, spark) if len(loads) > 1 else 0
 
 
+RELOAD_BATCH_HOURS = 24  # hours of a table staged together by `reload_table`: a day per Spark job and commit
+
+
+def reload_table(warehouse: Warehouse, store: LandingStore, dataset: str, table: str, spark: SparkFactory,
+                 progress: Callable[[int, int, str | None], None] = lambda done, total, failed: None,
+                 only_missing: bool = True) -> tuple[int, dict[str, str]]:
+    """Load every landed hour of a table from its done file (the landing files are the source of
+    truth): what moves a table into a new warehouse. A day at a time, staged together; hours the
+    warehouse already holds as this content are skipped (`only_missing`). `progress(done, total,
+    failure)` after each hour. Returns (hours loaded, {done file: why it failed}): one hour's
+    failure never stops the others."""
+    def missing(rel: str) -> bool:
+        try:
+            got = read_done_file_or_none(store, rel)
+        except KafkaLandingError:
+            return True  # its load says what is wrong with it
+        return got is not None and warehouse.loaded_sha(dataset, table, got[0].partition) != got[1]
+
+    done_files = sorted(store.glob(done_file_glob(dataset, table)))
+    if only_missing:
+        done_files = [rel for rel in done_files if missing(rel)]
+    loaded, failed = 0, {}
+    for start in range(0, len(done_files), RELOAD_BATCH_HOURS):
+        batch = done_files[start:start + RELOAD_BATCH_HOURS]
+        try:
+            stage_done_files(warehouse, store, batch, spark)
+        except Exception:  # noqa: BLE001 - a shortcut only: each hour below loads alone and says what is wrong
+            pass
+        for n, rel in enumerate(batch, start + 1):
+            try:
+                load_done_file(warehouse, store, rel, spark)
+                loaded += 1
+                progress(n, len(done_files), None)
+            except Exception as exc:  # noqa: BLE001 - one hour's failure must not cost the others
+                failed[rel] = f"{type(exc).__name__}: {exc}" if not isinstance(exc, KafkaLandingError) else str(exc)
+                progress(n, len(done_files), f"{rel}: {failed[rel]}")
+    return loaded, failed
+
+
 def load_done_file(warehouse: Warehouse, store: LandingStore, done_file: str, spark: SparkFactory) -> LoadResult:
     """`load_unit` of the landing hour of one done file (relative to the landing root)."""
     return load_unit(warehouse, store, markers.parse_done_path(done_file), spark)
 
 
 __all__ = ["DoneFileMismatch", "EventLoad", "IncompatibleSchemaError", "LoadError", "LoadResult", "SparkFactory",
-           "Warehouse", "load_done_file", "load_unit", "stage_done_files", "verify_files"]
+           "Warehouse", "load_done_file", "load_unit", "reload_table", "stage_done_files", "verify_files"]

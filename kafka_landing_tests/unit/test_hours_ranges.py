@@ -141,3 +141,48 @@ def test_a_single_hour_always_runs_and_its_failure_names_the_hour(instance):
     assert calls == [RANGE[0], RANGE[0]], "one hour asked for explicitly is redone (the re-land button)"
     result = toy_range(defs, instance, first=RANGE[2], last=RANGE[2])
     assert step_failures(result)["down"].endswith(f"Failure: hour {RANGE[2]}: slice cannot be planned\n")
+
+
+def prepared_defs(calls: list, prepared: list, fail_prepare: bool):
+    """`one`, hourly: `prepare` records the hours it is given (or fails), then each hour runs."""
+
+    @asset(partitions_def=hourly, backfill_policy=single_run)
+    def one(context):
+        def prepare(keys):
+            prepared.append(list(keys))
+            if fail_prepare:
+                raise RuntimeError("the shortcut broke")
+            return f"{len(keys)} hours prepared"
+
+        def one_hour(k):
+            calls.append(k)
+            return {"dagster/row_count": 1}, []
+
+        return run_hours(context, AssetKey("one"), one_hour, prepare=prepare)
+
+    return Definitions(assets=[one], jobs=[define_asset_job("one_job", selection=["one"], partitions_def=hourly)])
+
+
+def test_prepare_gets_the_hours_still_to_do_and_a_failed_prepare_costs_no_hour(instance):
+    calls, prepared = [], []
+    defs = prepared_defs(calls, prepared, fail_prepare=False)
+    assert toy_range(defs, instance, job="one_job", last=RANGE[2]).success
+    assert prepared == [RANGE[:3]] and calls == RANGE[:3]
+    logs = [e.user_message for e in instance.all_logs(instance.get_runs()[0].run_id)]
+    assert any(m.endswith("3 hours prepared") for m in logs)
+
+    calls.clear(), prepared.clear()
+    assert toy_range(defs, instance, job="one_job").success  # hours 0-2 are done: prepared are the rest
+    assert prepared == [RANGE[3:]] and calls == RANGE[3:]
+
+    calls.clear(), prepared.clear()
+    broken = prepared_defs(calls, prepared, fail_prepare=True)
+    result = toy_range(broken, instance, job="one_job", tags={REDO_DONE_HOURS_TAG: "true"})
+    assert result.success and prepared == [RANGE] and calls == RANGE
+    logs = [e.user_message for e in instance.all_logs(result.run_id)]
+    assert any("preparing 6 hours together failed (RuntimeError: the shortcut broke); each hour runs on its own" in m
+               for m in logs)
+
+    calls.clear(), prepared.clear()
+    single = broken.resolve_job_def("one_job").execute_in_process(instance=instance, partition_key=RANGE[0])
+    assert single.success and prepared == [] and calls == [RANGE[0]]  # one hour: nothing to prepare together

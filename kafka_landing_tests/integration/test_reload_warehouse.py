@@ -1,0 +1,73 @@
+"""`python -m kafka_landing reload`: a Parquet warehouse moved to Iceberg in one command, from the
+landing files (the source of truth). Run again it loads nothing; an hour that cannot load fails
+alone, named, and the command says so by its exit code. Real Spark, real pyiceberg."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+
+from kafka_landing.__main__ import main
+from kafka_landing.store.local import LocalStore
+from kafka_landing.warehouse.iceberg import HOUR_COLUMN, IcebergWarehouse
+from kafka_landing.warehouse.load import load_done_file
+from kafka_landing.warehouse.parquet import ParquetWarehouse
+from kafka_landing_tests.helpers import write_hour
+from kafka_landing_tests.integration.test_iceberg_warehouse import V1, V2, _hour, orders
+
+TOPICS = {"orders": {"dataset": "shop", "table": "orders", "first_hour": "2026-01-01T00"}}
+
+
+def _iceberg_hours(root) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for r in IcebergWarehouse(str(root)).table("shop", "orders").scan().to_arrow().to_pylist():
+        out.setdefault(r[HOUR_COLUMN], []).append(r["order_id"])
+    return {h: sorted(ids) for h, ids in sorted(out.items())}
+
+
+def test_a_parquet_warehouse_moves_to_iceberg_in_one_command_and_again_loads_nothing(code_location, monkeypatch,
+                                                                                     spark, capsys, tmp_path):
+    landing, warehouse = code_location(TOPICS, warehouse="parquet")
+    store = LocalStore(landing)
+    dones = [write_hour(store, "shop", "orders", _hour(i), [(0, 1, V1, orders(2, 10 * i))], topic="orders")
+             for i in range(30)]
+    dones.append(write_hour(store, "shop", "orders", _hour(30), [(0, 2, V2, orders(1, 300, coupon="c"))],
+                            topic="orders"))
+    parquet = ParquetWarehouse(str(warehouse))
+    for d in dones:
+        load_done_file(parquet, store, d, lambda: spark)
+    in_parquet = {}
+    for f in sorted(warehouse.glob("shop/orders/hour=*/data.parquet")):
+        in_parquet[f.parent.name[len("hour="):]] = sorted(pq.read_table(f).column("order_id").to_pylist())
+
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "iceberg")
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "iceberg"))
+    assert main(["reload"]) == 0
+    out = capsys.readouterr().out
+
+    assert len(in_parquet) == 31 and _iceberg_hours(tmp_path / "iceberg") == in_parquet
+    assert "shop.orders: 24/31 hours" in out and "shop.orders: 31 hour(s) loaded into the iceberg warehouse" in out
+    coupons = [r["coupon"] for r in IcebergWarehouse(str(tmp_path / "iceberg")).table("shop", "orders").scan()
+               .to_arrow().to_pylist() if r[HOUR_COLUMN] == _hour(30)]
+    assert coupons == ["c"]
+    snapshots = len(IcebergWarehouse(str(tmp_path / "iceberg")).table("shop", "orders").metadata.snapshots)
+
+    assert main(["reload"]) == 0  # again: every hour is held as its content
+    assert "shop.orders: 0 hour(s) loaded" in capsys.readouterr().out
+    assert len(IcebergWarehouse(str(tmp_path / "iceberg")).table("shop", "orders").metadata.snapshots) == snapshots
+
+
+def test_an_hour_that_cannot_load_fails_alone_and_the_command_says_so(code_location, monkeypatch, spark, capsys):
+    landing, _ = code_location(TOPICS, warehouse="iceberg")
+    store = LocalStore(landing)
+    dones = [write_hour(store, "shop", "orders", _hour(i), [(0, 1, V1, orders(1, i))], topic="orders")
+             for i in range(3)]
+    broken = store.read_json(dones[1])
+    broken["files"][0]["rows"] += 1  # the done file promises a row its file does not hold
+    store.write_json_atomic(dones[1], broken)
+
+    assert main(["reload", "--topic", "orders"]) == 1
+    captured = capsys.readouterr()
+    assert "shop.orders: 2 hour(s) loaded into the iceberg warehouse, 1 failed" in captured.out
+    assert f"shop.orders: hour 2/3 failed: {dones[1]}: done file" in captured.err and "re-land the hour" in captured.err
+    got = IcebergWarehouse(str(landing.parent / "warehouse")).table("shop", "orders").scan().to_arrow()
+    assert sorted(got.column(HOUR_COLUMN).to_pylist()) == [_hour(0), _hour(2)]
