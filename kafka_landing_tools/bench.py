@@ -353,6 +353,32 @@ def contender_kafka_landing(args) -> int:
     return _landed_rows(args, cfg)
 
 
+def contender_kafka_landing_server(args) -> dict:
+    """kafka_landing on a Spark Connect server of its own, started for this run and stopped after
+    it: the server's peak memory (VmHWM of its process tree) for this case alone. The stack's
+    long-lived server keeps what earlier cases took, so it cannot say what a case needs."""
+    import socket
+
+    from kafka_landing_tools import devstack
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sdir = Path(args.out_dir) / f"server_{args.topic}_{os.getpid()}"
+    url = devstack.start_spark_connect(port=port, sdir=sdir)
+    pid = int((sdir / "pid").read_text())
+    try:
+        os.environ["SPARK_REMOTE"] = url
+        records = contender_kafka_landing(args)
+        peak = sum(_high_water_marks(pid).values())
+    finally:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    return {"records": records, "server_peak_rss_mb": round(peak / 2**20)}
+
+
 def contender_hourly_processes(args) -> int:
     """The hours as the hourly schedule launches them: one fresh process per hour (Python, Dagster,
     a Spark session each), one after another."""
@@ -740,7 +766,7 @@ CONTENDERS = {
     "python_valve": contender_python_valve,
     "librdkafka_raw": contender_librdkafka_raw,
 }
-TOOLS = {"startup": contender_startup, "spark_stages": contender_spark_stages, "hourly_processes": contender_hourly_processes, "warehouse": contender_warehouse,
+TOOLS = {"startup": contender_startup, "kafka_landing_server": contender_kafka_landing_server, "spark_stages": contender_spark_stages, "hourly_processes": contender_hourly_processes, "warehouse": contender_warehouse,
          "event_amendment": contender_event_amendment, "freeze": contender_freeze, "many_topics": contender_many_topics,
          "widening_year": contender_widening_year}
 
@@ -835,7 +861,7 @@ def _finish(r: _Running, seconds: float, work: Path) -> dict:
                          f"slices hold {r.job.expected}: a wrong count voids the benchmark. Its work dir {work} is "
                          "kept.")
     return {"contender": r.job.contender, "seconds": round(seconds, 2), "records": records,
-            "peak_rss_mb": round(r.peak / 2**20), **{k: said[k] for k in ("stages", "written") if k in said}}
+            "peak_rss_mb": round(r.peak / 2**20), **{k: v for k, v in said.items() if k != "records"}}
 
 
 def measure(jobs: list[Job], env: dict, work: Path, workers: int = 1, on_done=None) -> dict[str, dict]:
@@ -946,11 +972,13 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
                 "amendment": {"late_records": data.late_records, "hours": day_hours, **m["event amendment"],
                               "iceberg": m["event amendment iceberg"]},
                 "widening": m["widening a year of hours"],
+                "server_memory": [{"case": info["case"], **m[f"{info['case']} kafka_landing_server"]}
+                                  for info in data.cases.values() if f"{info['case']} kafka_landing_server" in m],
             }
         if data.many:
             report["many_topics"] = {"topics": len(data.many), "hours": hours, "per_hour": many_per_hour,
                                      **m["many topics"]}
-        report["memory"] = memory_rows(report["throughput"])
+        report["memory"] = memory_rows(report["throughput"], report.get("server_memory"))
         report["seconds_total"] = round(time.monotonic() - t_start, 1)
         report["goals"] = evaluate_goals(report)
         (out / "bench.json").write_text(json.dumps(report, indent=2))
@@ -1082,6 +1110,9 @@ class _BenchData:
         stages = [Job(f"{info['case']} spark_stages", "spark_stages", self._argv(work, topic, keys),
                       self._records(work, topic, keys), f"{topic} hours {keys[0]}..{keys[-1]}, stage by stage")
                   for topic, info in self.cases.items()]
+        stages += [Job(f"{info['case']} kafka_landing_server", "kafka_landing_server", self._argv(work, topic, keys),
+                       self._records(work, topic, keys), f"{topic} hours {keys[0]}..{keys[-1]}, on a server of its own")
+                   for topic, info in self.cases.items() if info["case"].startswith("small")]
         return jobs + stages + [
             Job("process start", "startup", self._argv(work, self.empty, keys[:1]), 0),
             Job("empty hour", "kafka_landing", self._argv(work, self.empty, keys[:1]), 0, f"{self.empty} {keys[0]}"),
@@ -1198,15 +1229,21 @@ def _smallest(rows: list[dict], kind: str) -> str | None:
     return min(mine, key=lambda r: r["messages"])["case"] if mine else None
 
 
-def memory_rows(rows: list[dict]) -> list[dict]:
-    """Peak RSS of each contender at the smallest and the largest small-record case."""
+SERVER = "kafka_landing's Connect server"  # the memory row of the warm engine's own server, a fresh one per case
+
+
+def memory_rows(rows: list[dict], server: list[dict] | None = None) -> list[dict]:
+    """Peak RSS of each contender at the smallest and the largest small-record case; first, where
+    measured, the Connect server's (`kafka_landing_server`: a server of its own per case)."""
     lo, hi = _smallest(rows, "small"), _largest(rows, "small")
     if lo is None or lo == hi:
         return []
     by = {(r["case"], r["contender"]): r for r in rows}
+    by |= {(r["case"], SERVER): {"peak_rss_mb": r["server_peak_rss_mb"]} for r in server or ()}
+    names = [SERVER] + [c for case, c in by if case == lo and c != SERVER]
     return [{"contender": c, "low_case": lo, "high_case": hi, "low_mb": by[(lo, c)]["peak_rss_mb"],
              "high_mb": by[(hi, c)]["peak_rss_mb"], "ratio": round(by[(hi, c)]["peak_rss_mb"] / by[(lo, c)]["peak_rss_mb"], 2)}
-            for case, c in by if case == lo and (hi, c) in by]
+            for c in names if (lo, c) in by and (hi, c) in by]
 
 
 def _goal(key: str, goal: str, target: str, measured: str | None = None, met: bool | None = None) -> dict:
@@ -1226,7 +1263,7 @@ GOALS = {
                            "into the Parquet tables in the same run"),
     "iceberg_amendment": "Amending an event partition in Iceberg: at most 2x the late hour's landing-hour load",
     "widening_year": "A new field on an Iceberg table holding a year of hours: no data file rewritten",
-    "memory_4x": "Peak memory of a kafka_landing run at 4x data (its own Spark included): at most 1.2x of 1x",
+    "memory_4x": "Peak memory of kafka_landing's Spark at 4x data (the warm server's, a fresh one per case): at most 1.2x of 1x",
     "many_topics": "20 topics x 4 hours landed and loaded through the daemon: under 5 minutes",
 }
 
@@ -1299,15 +1336,18 @@ def evaluate_goals(report: dict) -> list[dict]:
                            wy["files_rewritten"] == 0))
     else:
         goals.append(_goal("widening_year", GOALS["widening_year"], "0 files"))
-    # On the warm engine the run's Spark lives in the shared server, outside the run's process tree:
-    # the classic run, whose tree holds its JVM, is the one whose memory says something.
+    # On the warm engine the run's Spark lives in the server, outside the run's process tree: the
+    # server's own memory (a fresh server per case) is judged; the classic run, whose tree holds its
+    # JVM, is the second figure, and judged where the server's was not measured.
     memory = {r["contender"]: r for r in report.get("memory", [])}
-    name = "kafka_landing_cold" if "kafka_landing_cold" in memory else "kafka_landing"
-    mem = memory.get(name)
-    if mem:
+    names = [n for n in (SERVER, "kafka_landing_cold", "kafka_landing") if n in memory]
+    if names:
+        mem = memory[names[0]]
+        second = memory.get("kafka_landing_cold") if names[0] == SERVER else None
         goals.append(_goal("memory_4x", GOALS["memory_4x"], "<= 1.2x",
-                           f"{name}: {mem['high_case']} {mem['high_mb']:,} MB, {mem['low_case']} {mem['low_mb']:,} MB: "
-                           f"{mem['ratio']:.2f}x", mem["high_mb"] <= 1.2 * mem["low_mb"]))
+                           f"{names[0]}: {mem['high_case']} {mem['high_mb']:,} MB, {mem['low_case']} {mem['low_mb']:,} "
+                           f"MB: {mem['ratio']:.2f}x" + (f" (the classic run: {second['ratio']:.2f}x)" if second else ""),
+                           mem["high_mb"] <= 1.2 * mem["low_mb"]))
     else:
         goals.append(_goal("memory_4x", GOALS["memory_4x"], "<= 1.2x"))
     if mt := report.get("many_topics"):
