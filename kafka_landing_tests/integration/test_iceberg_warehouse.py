@@ -507,3 +507,32 @@ def test_a_catalog_on_postgresql_takes_concurrent_loads_as_sqlite_does(tmp_path,
     finally:
         conn.close()
     assert not (tmp_path / "warehouse" / "_catalog.db").exists()
+
+
+def test_hourly_commits_merge_into_a_few_manifests_and_upkeep_gives_an_older_table_the_setting(iceberg, spark,
+                                                                                             tmp_path):
+    """150 hourly commits: a full scan plans a few manifests, not one per commit (pyiceberg appends
+    a manifest per commit unless told to merge); a table made before that setting gets it from upkeep."""
+    from datetime import timedelta
+
+    from kafka_landing.warehouse.iceberg import upkeep
+
+    store, wh = iceberg
+    wh.load_partition(store, _land_orders(store, _hour(0), V1, orders(1)), lambda: spark)
+    t = wh.table("shop", "orders")
+    template = pq.read_table(next(iter(t.scan().plan_files())).file.file_path)
+    at = template.schema.get_field_index(HOUR_COLUMN)
+    for i in range(1, 151):  # what 150 hourly loads append
+        p = tmp_path / "hours" / f"{i}.parquet"
+        p.parent.mkdir(exist_ok=True)
+        pq.write_table(template.set_column(at, HOUR_COLUMN, pa.array([_hour(i)], pa.string())), p)
+        wh.table("shop", "orders").add_files([str(p)], check_duplicate_files=False)
+    t = wh.table("shop", "orders")
+    assert len(list(t.scan().plan_files())) == 151
+    assert len(t.current_snapshot().manifests(t.io)) <= 101
+
+    with t.transaction() as tx:  # as a table of an earlier release has it
+        tx.remove_properties("commit.manifest-merge.enabled")
+    assert "commit.manifest-merge.enabled" not in wh.table("shop", "orders").properties
+    upkeep(wh, timedelta(days=7))
+    assert wh.table("shop", "orders").properties["commit.manifest-merge.enabled"] == "true"
