@@ -40,10 +40,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from kafka_landing.crash_points import crash_point
+from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff.manifests import LandedFile, Manifest, content_sha
 from kafka_landing.naming import check_identifier
 from kafka_landing.spark_setup import spark_readable
@@ -229,6 +230,28 @@ class IcebergWarehouse(Warehouse):
         read. None if it holds no file."""
         files = self.partition_files(dataset, table, partition)
         return sum(f.record_count for f in files) if files else None
+
+    def spark_table(self, spark, dataset: str, table: str, snapshot_id: int | None = None):
+        """The table as a Spark DataFrame: its current snapshot, or `snapshot_id`'s (time travel), under
+        that snapshot's schema. pyiceberg lists the snapshot's data files; Spark reads them as Parquet by
+        column name under that schema: a column a file lacks reads as nulls, a decimal a file holds at a
+        smaller precision reads at the table's, as an Iceberg reader reads files without field ids (every
+        load's: Spark wrote them). What Iceberg's own Spark catalog would give, were there one that
+        loads on Spark 4.2 (jvm/pom.xml). Exact for these tables: loads write no delete file, and every
+        other widening rewrites the files in the commit that widens the schema."""
+        t = self.table(dataset, table)
+        if t is None:
+            raise KafkaLandingError(f"{dataset}.{table} is no table of the Iceberg warehouse {self.root} "
+                                    "(it is made by its first load)")
+        scan = t.scan(snapshot_id=snapshot_id)
+        schema = from_arrow_schema(scan.projection().as_arrow())
+        tasks = list(scan.plan_files())
+        if any(task.delete_files for task in tasks):
+            raise KafkaLandingError(f"{dataset}.{table}: the snapshot holds delete files, which no load writes "
+                                    "and this reader does not apply")
+        if not tasks:
+            return spark.createDataFrame([], schema)
+        return spark.read.schema(schema).parquet(*[task.file.file_path for task in tasks])
 
     # --- what was loaded ----------------------------------------------------------
 
