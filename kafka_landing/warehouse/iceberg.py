@@ -458,7 +458,7 @@ class IcebergWarehouse(Warehouse):
         by_table: dict[tuple[str, str], list[tuple[Manifest, str | None, str | None]]] = {}
         for load in loads:
             by_table.setdefault((load[0].dataset, load[0].target), []).append(load)
-        staged = 0
+        committed = 0
         for (dataset, table), group in sorted(by_table.items()):
             where = f"{dataset}.{table} hours {group[0][0].partition}..{group[-1][0].partition} (loaded together)"
             t = self.table(dataset, table)
@@ -502,8 +502,8 @@ class IcebergWarehouse(Warehouse):
                         self._ahead[(dataset, table, m.partition)] = tuple(added)
                         added = []  # the run's first hour added the columns
                 crash_point("warehouse:swapped")
-            staged += len(loads)
-        return staged
+                committed += len(loads)
+        return committed
 
     def _commit_together(self, dataset: str, table: str, t, table_schema: dict | None, schema: dict,
                          files: list[str], loads: dict[str, dict]) -> bool:
@@ -520,10 +520,7 @@ class IcebergWarehouse(Warehouse):
             return self._create(dataset, table, schema, [(files, props)])
         try:
             with t.transaction() as tx:
-                if schema != table_schema:
-                    with tx.update_schema() as update:
-                        update.union_by_name(_arrow_schema(schema, self.columns))
-                    tx.set_properties({SCHEMA_PROPERTY: json.dumps(schema)})
+                self._widen(tx, table_schema, schema, rewrite=False)
                 replaced = In(HOUR_COLUMN, sorted(loads))
                 if self._holds(t, replaced):
                     tx.delete(replaced, snapshot_properties=props)
@@ -531,6 +528,17 @@ class IcebergWarehouse(Warehouse):
             return True
         except CommitFailedException:
             return False
+
+    def _widen(self, tx, table_schema: dict, merged: dict, rewrite: bool) -> None:
+        """The table's schema made `merged` in the transaction: each changed type by itself, then
+        what is new (`_type_changes` says why not union_by_name alone)."""
+        if merged == table_schema:
+            return
+        with tx.update_schema(allow_incompatible_changes=rewrite) as update:
+            for path, new_type in _type_changes(table_schema, merged):
+                update.update_column(path, field_type=_iceberg_type(new_type))
+            update.union_by_name(_arrow_schema(merged, self.columns))
+        tx.set_properties({SCHEMA_PROPERTY: json.dumps(merged)})
 
     def _props(self, manifest: Manifest, done_file: str | None, sha: str | None, changed, keys: dict) -> dict:
         """What a load's snapshots say (`SNAPSHOT_KEYS`, each `kafka-landing.<key>`): `committed` reads them."""
@@ -574,12 +582,7 @@ class IcebergWarehouse(Warehouse):
             if rewrite:
                 rewritten = self._rewrite(t, merged, spark, replaced, where)
             with t.transaction() as tx:
-                if merged != table_schema:
-                    with tx.update_schema(allow_incompatible_changes=rewrite) as update:
-                        for path, new_type in _type_changes(table_schema, merged):
-                            update.update_column(path, field_type=_iceberg_type(new_type))
-                        update.union_by_name(_arrow_schema(merged, self.columns))
-                    tx.set_properties({SCHEMA_PROPERTY: json.dumps(merged)})
+                self._widen(tx, table_schema, merged, rewrite)
                 if rewrite:
                     tx.delete(AlwaysTrue(), snapshot_properties=props)
                     if rewritten:

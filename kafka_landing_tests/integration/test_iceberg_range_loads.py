@@ -16,7 +16,7 @@ from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.iceberg import HOUR_COLUMN, IcebergWarehouse
 from kafka_landing.warehouse.load import load_done_file, stage_done_files
 from kafka_landing_tests.helpers import write_hour
-from kafka_landing_tests.integration.test_iceberg_warehouse import V1, V2, _hour, orders
+from kafka_landing_tests.integration.test_iceberg_warehouse import V1, V2, V_PRECISION, _hour, orders
 
 
 @pytest.fixture
@@ -77,6 +77,26 @@ def test_hours_whose_schema_differs_from_the_runs_load_alone_and_keep_their_valu
     assert sorted((r[HOUR_COLUMN], r["order_id"], r["coupon"]) for r in rows) == sorted(
         [(_hour(i), f"o{10 * i + k}", None) for i in range(2) for k in range(2)]
         + [(_hour(i), f"o{10 * i + k}", f"c{i}") for i in range(2, 5) for k in range(2)])
+
+
+def test_a_run_that_widens_a_decimals_precision_loads_together_in_metadata(iceberg, spark):
+    from decimal import Decimal
+
+    store, wh = iceberg
+    load_done_file(wh, store, write_hour(store, "shop", "orders", _hour(0), [(0, 1, V1, orders(1))]), lambda: spark)
+    dones = [write_hour(store, "shop", "orders", _hour(i), [(0, 3, V_PRECISION, orders(1, 10 ** 10 + i))])
+             for i in range(1, 4)]
+    first_file = {task.file.file_path for task in wh.table("shop", "orders").scan().plan_files()}
+
+    assert stage_done_files(wh, store, dones, lambda: spark) == 3
+    for d in dones:
+        load_done_file(wh, store, d, lambda: spark)
+
+    t = wh.table("shop", "orders")
+    assert str(t.schema().find_field("price").field_type) == "decimal(14, 2)"
+    assert first_file <= {task.file.file_path for task in t.scan().plan_files()}  # written once, never again
+    rows = {r["order_id"]: r["price"] for r in t.scan().to_arrow().to_pylist()}
+    assert rows == {"o0": Decimal("0.25"), **{f"o{10 ** 10 + i}": Decimal(f"{10 ** 10 + i}.25") for i in range(1, 4)}}
 
 
 def test_an_hour_landed_again_after_its_run_was_staged_loads_its_new_content(iceberg, spark):
