@@ -156,26 +156,31 @@ def test_each_load_is_a_snapshot_that_says_what_it_loaded_and_a_lost_ledger_make
     assert wh.loaded_sha("shop", "orders", _hour(0)) == sha
 
 
+def _load_at_once(store, manifests, warehouse, spark) -> list[BaseException]:
+    """Each manifest loaded by a thread of its own, each through its own backend (`warehouse()`), all
+    at once, as concurrent runs would; what they raised."""
+    errors: list[BaseException] = []
+
+    def load(manifest):
+        try:
+            warehouse().load_partition(store, manifest, lambda: spark)
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load, args=(m,)) for m in manifests]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return errors
+
+
 def test_concurrent_loads_of_two_hours_and_of_one_hour_lose_and_double_nothing(iceberg, spark):
     store, wh = iceberg
     wh.load_partition(store, _land_orders(store, _hour(0), V1, orders(1)), lambda: spark)
     dones = [_land_orders(store, _hour(1), V1, orders(3, 10)), _land_orders(store, _hour(2), V2, orders(2, 20)),
              _land_orders(store, _hour(2), V2, orders(2, 20))]
-    errors: list[BaseException] = []
-
-    def load(done):
-        try:
-            IcebergWarehouse(wh.root).load_partition(store, done, lambda: spark)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=load, args=(d,)) for d in dones]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-
-    assert errors == []
+    assert _load_at_once(store, dones, lambda: IcebergWarehouse(wh.root), spark) == []
     by_hour: dict[str, list[str]] = {}
     for r in _rows(wh, "orders"):
         by_hour.setdefault(r[HOUR_COLUMN], []).append(r["order_id"])
@@ -481,21 +486,7 @@ def test_a_catalog_on_postgresql_takes_concurrent_loads_as_sqlite_does(tmp_path,
     IcebergWarehouse(str(tmp_path / "warehouse"), uri).load_partition(
         store, _land_orders(store, _hour(0), V1, orders(1)), lambda: spark)
     dones = [_land_orders(store, _hour(h), V1, orders(2, 10 * h)) for h in (1, 2, 3)]
-    errors: list[BaseException] = []
-
-    def load(done):
-        try:
-            IcebergWarehouse(str(tmp_path / "warehouse"), uri).load_partition(store, done, lambda: spark)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=load, args=(d,)) for d in dones]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-
-    assert errors == []
+    assert _load_at_once(store, dones, lambda: IcebergWarehouse(str(tmp_path / "warehouse"), uri), spark) == []
     wh = IcebergWarehouse(str(tmp_path / "warehouse"), uri)
     assert sorted(r["order_id"] for r in _rows(wh, "orders")) == ["o0", "o10", "o11", "o20", "o21", "o30", "o31"]
     conn = psycopg2.connect(host=pg["DAGSTER_PG_HOST"], port=int(pg["DAGSTER_PG_PORT"]), dbname=db,
