@@ -106,6 +106,7 @@ REUSED = "reused"  # true: this run found the hour done and did not redo it
 CHECKS = "check_results"  # the hour's own check results (Dagster keeps one per check and step)
 
 _BACKFILL_TAG = "dagster/backfill"
+PREPARE_HOURS = 24  # hours `prepare` takes at once: a day, so a year's backfill shows progress and stays bounded
 
 OneHour = Callable[[str], tuple[dict, list[AssetCheckResult]]]
 Outcome = tuple[dict, list[AssetCheckResult]] | BaseException
@@ -119,9 +120,9 @@ def run_hours(context: AssetExecutionContext, key: AssetKey, one_hour: OneHour |
     """Run the hours of the run, oldest first: `one_hour(partition_key) -> (metadata, check
     results)` hour by hour, or `all_hours(partition_keys) -> {key: (metadata, checks) or
     exception}` once for every hour still to do. Return (not yield) it from the asset body:
-    Dagster iterates the events. A `Failure` fails its hour. `prepare(keys)`, before a range's
-    hours, may do work for all of them at once (what it did, for the log); if it fails, the
-    hours run without it."""
+    Dagster iterates the events. A `Failure` fails its hour. `prepare(keys)`, before each
+    PREPARE_HOURS of a range's hours still to do, may do work for all of them at once (what it
+    did, for the log); if it fails, they run without it."""
     if (one_hour is None) == (all_hours is None):
         raise TypeError("run_hours takes one_hour or all_hours")
     keys = sorted(context.partition_keys)
@@ -187,14 +188,30 @@ def _attempts(context: AssetExecutionContext, what: str, run: AllHours, keys: li
     return out
 
 
+def _prepared(context: AssetExecutionContext, name: str, prepare: Callable[[list[str]], str | None],
+              keys: list[str]) -> None:
+    try:
+        said = prepare(keys)
+    except Exception as exc:  # noqa: BLE001 - a shortcut: each hour still does all its own work
+        context.log.warning(f"{name}: preparing {len(keys)} hours together failed ({_why(exc)}); "
+                            "each hour runs on its own")
+    else:
+        if said:
+            context.log.info(f"{name}: hours {keys[0]}..{keys[-1]}: {said}")
+
+
 def _outcomes(context: AssetExecutionContext, name: str, todo: list[str], position: dict[str, int], n: int,
-              one_hour: OneHour | None, all_hours: AllHours | None) -> Iterator[tuple[str, Outcome]]:
+              one_hour: OneHour | None, all_hours: AllHours | None,
+              prepare: Callable[[list[str]], str | None] | None = None) -> Iterator[tuple[str, Outcome]]:
     if all_hours is not None:
         context.log.info(f"{name}: {len(todo)} of {n} hours in one pass")
         got = _attempts(context, name, _guarded(None, all_hours), todo)
         yield from ((k, got[k]) for k in todo)
         return
-    for k in todo:  # hour by hour, each reported as soon as it is done
+    for i, k in enumerate(todo):  # hour by hour, each reported as soon as it is done
+        chunk = todo[i:i + PREPARE_HOURS]
+        if prepare is not None and i % PREPARE_HOURS == 0 and len(chunk) > 1:
+            _prepared(context, name, prepare, chunk)
         context.log.info(f"{name}: hour {position[k]}/{n} ({k})")
         yield k, _attempts(context, f"{name} hour {k}", _guarded(one_hour, None), [k])[k]
 
@@ -215,16 +232,7 @@ def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_h
             f"than its upstream: not redone (run tag {REDO_DONE_HOURS_TAG}=true redoes it)"
         )
     todo = [k for k in keys if k not in reuse]
-    if prepare is not None and len(todo) > 1:
-        try:
-            said = prepare(todo)
-        except Exception as exc:  # noqa: BLE001 - a shortcut: each hour still does all its own work
-            context.log.warning(f"{name}: preparing {len(todo)} hours together failed ({_why(exc)}); "
-                                "each hour runs on its own")
-        else:
-            if said:
-                context.log.info(f"{name}: {said}")
-    for k, outcome in _outcomes(context, name, todo, position, n, one_hour, all_hours):
+    for k, outcome in _outcomes(context, name, todo, position, n, one_hour, all_hours, prepare):
         if isinstance(outcome, BaseException):
             failures[k] = outcome
             context.log.error(f"{name}: hour {position[k]}/{n} ({k}) failed: {_why(outcome)}"

@@ -186,3 +186,19 @@ def test_prepare_gets_the_hours_still_to_do_and_a_failed_prepare_costs_no_hour(i
     calls.clear(), prepared.clear()
     single = broken.resolve_job_def("one_job").execute_in_process(instance=instance, partition_key=RANGE[0])
     assert single.success and prepared == [] and calls == [RANGE[0]]  # one hour: nothing to prepare together
+
+
+def test_a_long_range_is_prepared_a_day_at_a_time_before_that_days_hours(instance, monkeypatch):
+    import kafka_landing.hours as hours
+
+    monkeypatch.setattr(hours, "PREPARE_HOURS", 4)
+    calls, prepared = [], []
+    defs = prepared_defs(calls, prepared, fail_prepare=False)
+    keys = [f"2026-01-0{1 + h // 24}-{h % 24:02d}:00" for h in range(9)]
+    assert toy_range(defs, instance, job="one_job", first=keys[0], last=keys[-1]).success
+    assert prepared == [keys[0:4], keys[4:8]]  # the last hour alone: nothing to do together
+    assert calls == keys
+    logs = [e.user_message for e in instance.all_logs(instance.get_runs()[0].run_id)]
+    said = [m for m in logs if "hours prepared" in m or ": hour " in m]
+    assert said.index(next(m for m in said if "4 hours prepared" in m and keys[4] in m)) > \
+        said.index(next(m for m in said if f"hour 4/9 ({keys[3]})" in m)), "a day is prepared just before its hours"
