@@ -943,7 +943,7 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
             data.amendment_roots(work)
             m |= measure(data.warehouse_jobs(work), env, work, workers, _done)
         if data.many:  # alone, whatever `workers`: it runs several runs at once by itself
-            m |= measure([data.many_job(work)], env, work, 1, _done)
+            m |= measure(data.many_jobs(work), env, work, 1, _done)
         report = {
             "when": now.isoformat(timespec="seconds"),
             "machine": {"cores": os.cpu_count(),
@@ -977,7 +977,7 @@ def run(messages: int = MESSAGES, hours: int = 4, out: Path = ROOT / "bench" / "
             }
         if data.many:
             report["many_topics"] = {"topics": len(data.many), "hours": hours, "per_hour": many_per_hour,
-                                     **m["many topics"]}
+                                     **m["many topics"], "as_one_topic": m["many topics as one"]}
         report["memory"] = memory_rows(report["throughput"], report.get("server_memory"))
         report["seconds_total"] = round(time.monotonic() - t_start, 1)
         report["goals"] = evaluate_goals(report)
@@ -1011,6 +1011,7 @@ class _BenchData:
         self.late_key = _after(day_keys[-1])  # the day topic's late hour: records of an event day of it
         self.late_records = 0
         self.many_records = 0
+        self.one_records = 0  # the same records as one topic
 
     def produce(self, bootstrap: str, registry_url: str, cases, messages: int) -> None:
         from kafka_landing_tools.demo.generate import ensure_topics
@@ -1065,17 +1066,29 @@ class _BenchData:
             cfg[topic] = {"dataset": "bench_many", "table": f"t{i:02d}"}
         defaults = {"grace_minutes": 0, "first_hour": self.keys[0]}
         (work / "many_topics.yaml").write_text(yaml.safe_dump({"defaults": defaults, "topics": cfg}))
+        # The same records as one topic: what the many topics cost beyond their records.
+        one = f"bench_manyone_{self.run_id}"
+        self.created.append(one)
+        self.one_records = produce_bench_topic(bootstrap, registry_url, one, "small", hours, per_hour * topics)["messages"]
+        (work / "many_one.yaml").write_text(yaml.safe_dump({"defaults": defaults, "topics": {
+            one: {"dataset": "bench_many", "table": "one"}}}))
         _say(f"produced {topics} topics x {len(hours)} hours x {per_hour:,} messages ({p['mb']} MB each) in "
              f"{time.monotonic() - t0:.1f} s")
 
-    def many_job(self, work: Path) -> Job:
-        many = work / "many"
-        return Job("many topics", "many_topics",
-                   ["--topics-config", str(work / "many_topics.yaml"), "--hour-keys", *self.keys,
-                    "--landing-root", str(many / "landing"), "--warehouse-root", str(many / "warehouse"),
-                    "--out-dir", str(many)],
-                   self.many_records,
-                   f"{len(self.many)} topics x {len(self.keys)} hours, in the warehouse")
+    def many_jobs(self, work: Path) -> list[Job]:
+        """The many topics, and the same records as one topic, each through a daemon of its own."""
+        jobs = []
+        for label, config, folder, records, what in (
+                ("many topics", "many_topics.yaml", "many", self.many_records,
+                 f"{len(self.many)} topics x {len(self.keys)} hours, in the warehouse"),
+                ("many topics as one", "many_one.yaml", "many_one", self.one_records,
+                 f"one topic x {len(self.keys)} hours, in the warehouse")):
+            jobs.append(Job(label, "many_topics",
+                            ["--topics-config", str(work / config), "--hour-keys", *self.keys,
+                             "--landing-root", str(work / folder / "landing"),
+                             "--warehouse-root", str(work / folder / "warehouse"), "--out-dir", str(work / folder)],
+                            records, what))
+        return jobs
 
     def environment(self, work: Path) -> dict:
         import yaml
@@ -1265,6 +1278,8 @@ GOALS = {
     "widening_year": "A new field on an Iceberg table holding a year of hours: no data file rewritten",
     "memory_4x": "Peak memory of kafka_landing's Spark at 4x data (the warm server's, a fresh one per case): at most 1.2x of 1x",
     "many_topics": "20 topics x 4 hours landed and loaded through the daemon: under 5 minutes",
+    "many_topics_vs_one": ("20 topics x 4 hours landed and loaded through the daemon: at most 3x the same records as "
+                           "one topic through the same path (issue 36)"),
 }
 
 
@@ -1356,6 +1371,14 @@ def evaluate_goals(report: dict) -> list[dict]:
                            mt["seconds"] < 300 if mt["topics"] >= 20 and mt["hours"] >= 4 else None))
     else:
         goals.append(_goal("many_topics", GOALS["many_topics"], "< 300 s"))
+    if (mt := report.get("many_topics")) and mt.get("as_one_topic"):
+        one = mt["as_one_topic"]["seconds"]
+        goals.append(_goal("many_topics_vs_one", GOALS["many_topics_vs_one"], "<= 3x",
+                           f"{mt['topics']} topics {mt['seconds']} s, the same {mt['records']:,} rows as one topic "
+                           f"{one} s: {mt['seconds'] / one:.2f}x",
+                           mt["seconds"] <= 3 * one if mt["topics"] >= 20 and mt["hours"] >= 4 else None))
+    else:
+        goals.append(_goal("many_topics_vs_one", GOALS["many_topics_vs_one"], "<= 3x"))
     return goals
 
 
@@ -1543,9 +1566,12 @@ def markdown(report: dict) -> str:
                  "landed by one asset backfill (one run) and loaded by the done-file sensor's runs, through a real "
                  "daemon and the queued run coordinator of the repo's dagster.yaml (at most two Spark runs at "
                  "once); wall time from the daemon's start to every table loaded and every run ended."), ""]
-        out += _table(["case", "rows loaded", "seconds", "rows/s", "peak RSS MB"], [
-            [f"{mt['topics']} topics x {mt['hours']} hours", mt["records"], mt["seconds"],
-             round(mt["records"] / mt["seconds"]), mt["peak_rss_mb"]]])
+        rows = [[f"{mt['topics']} topics x {mt['hours']} hours", mt["records"], mt["seconds"],
+                 round(mt["records"] / mt["seconds"]), mt["peak_rss_mb"]]]
+        if one := mt.get("as_one_topic"):
+            rows.append([f"the same records as 1 topic x {mt['hours']} hours", one["records"], one["seconds"],
+                         round(one["records"] / one["seconds"]), one["peak_rss_mb"]])
+        out += _table(["case", "rows loaded", "seconds", "rows/s", "peak RSS MB"], rows)
     else:
         out.append("Not measured in this run.")
     out += ["", "### Memory", ""]
