@@ -527,3 +527,29 @@ def test_hourly_commits_merge_into_a_few_manifests_and_upkeep_gives_an_older_tab
     assert "commit.manifest-merge.enabled" not in wh.table("shop", "orders").properties
     upkeep(wh, timedelta(days=7))
     assert wh.table("shop", "orders").properties["commit.manifest-merge.enabled"] == "true"
+
+
+def test_a_reader_filtering_on_the_event_time_itself_reads_only_that_days_files(iceberg, spark):
+    """The event tables are partitioned by the event_day string, not by a hidden day(created_at):
+    a reader who filters on created_at still skips the other days' files, by each file's bounds
+    (every file holds one event day of one landing hour)."""
+    from pyiceberg.expressions import GreaterThanOrEqual, LessThan
+
+    from kafka_landing.warehouse.event_load import load_event_partition
+    from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
+    from kafka_landing_tests.landed_hours import land_event_orders
+
+    store, wh = iceberg
+    land_event_orders(store, f"{DAY}T10", {f"{DAY}T10": ["a", "b"], "2026-02-01T03": ["c"]})
+    land_event_orders(store, f"{DAY}T11", {"2026-02-01T05": ["d"]}, first=2000)
+    for day in (DAY, "2026-02-01"):
+        load_event_partition(wh, store, CFG, "orders", day, lambda: spark)
+    t = wh.by_event("day", "created_at").table("shop", "orders__by_event")
+    assert len(list(t.scan().plan_files())) == 3
+
+    feb = GreaterThanOrEqual("created_at", "2026-02-01T00:00:00+00:00")
+    planned = list(t.scan(row_filter=feb).plan_files())
+    assert {task.file.partition[0] for task in planned} == {"2026-02-01"} and len(planned) == 2
+    jan = t.scan(row_filter=LessThan("created_at", "2026-02-01T00:00:00+00:00"))
+    assert [task.file.partition[0] for task in jan.plan_files()] == [DAY]
+    assert sorted(r["order_id"] for r in t.scan(row_filter=feb).to_arrow().to_pylist()) == ["c", "d"]
