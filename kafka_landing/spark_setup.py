@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from kafka_landing.avro_types import map_types
 from kafka_landing.defaults import JVM_DIR
 from kafka_landing.errors import KafkaLandingError, ServiceUnavailable
 
@@ -232,23 +233,7 @@ def spark_readable(t):
     is a preview behind spark.sql.timeType.enabled). So Spark reads the number, as before: the
     landing files keep the logical type (BigQuery loads it as TIME), the Parquet warehouse keeps
     the number. The same wire format, so every writer of `t` resolves against it."""
-    if isinstance(t, list):
-        return [spark_readable(b) for b in t]
-    if not isinstance(t, dict):
-        return t
-    out = {k: v for k, v in t.items() if not (k == "logicalType" and v in TIME_OF_DAY)}
-    kind = out.get("type")
-    if kind in ("record", "error"):
-        out["fields"] = [{**f, "type": spark_readable(f["type"])} for f in out.get("fields") or []]
-    elif kind == "array":
-        out["items"] = spark_readable(out["items"])
-    elif kind == "map":
-        out["values"] = spark_readable(out["values"])
-    elif isinstance(kind, (dict, list)):
-        out["type"] = spark_readable(kind)
-    if set(out) == {"type"} and isinstance(out["type"], str):
-        return out["type"]
-    return out
+    return map_types(t, lambda node: {k: v for k, v in node.items() if not (k == "logicalType" and v in TIME_OF_DAY)})
 
 
 def type_ddl(t) -> str:

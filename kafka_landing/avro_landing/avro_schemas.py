@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 
+from kafka_landing.avro_types import map_types
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.spark_setup import spark_readable
 
@@ -137,23 +138,7 @@ def _check_type(t, path: str, seen: set[str]) -> None:
 def strip_logical_types(t):
     """The same Avro type with every logicalType removed: the raw longs, ints and bytes,
     which decode whatever their value. Tells a value out of range from a corrupt body."""
-    if isinstance(t, list):
-        return [strip_logical_types(b) for b in t]
-    if not isinstance(t, dict):
-        return t
-    out = {k: v for k, v in t.items() if k not in ("logicalType", "precision", "scale")}
-    kind = out.get("type")
-    if kind in ("record", "error"):
-        out["fields"] = [{**f, "type": strip_logical_types(f["type"])} for f in out.get("fields") or []]
-    elif kind == "array":
-        out["items"] = strip_logical_types(out["items"])
-    elif kind == "map":
-        out["values"] = strip_logical_types(out["values"])
-    elif isinstance(kind, (dict, list)):
-        out["type"] = strip_logical_types(kind)
-    if set(out) == {"type"} and isinstance(out["type"], str):
-        return out["type"]
-    return out
+    return map_types(t, lambda node: {k: v for k, v in node.items() if k not in ("logicalType", "precision", "scale")})
 
 
 def logical_types(t) -> list[str]:
@@ -212,25 +197,11 @@ def widened_decimals(t):
     the unscaled value instead of its low 64 (2**64 + 5 as decimal(18,2) would read as 0.05).
     Avro schema resolution ignores logical types: the result reads bodies written with `t`.
     Equal to `t` when no decimal inside can wrap."""
-    if isinstance(t, list):
-        return [widened_decimals(b) for b in t]
-    if not isinstance(t, dict):
-        return t
-    out = dict(t)
-    wider = _widened_precision(t)
-    if wider is not None:
-        out["precision"] = wider
-    kind = out.get("type")
-    if kind in ("record", "error") and isinstance(out.get("fields"), list):
-        out["fields"] = [{**f, "type": widened_decimals(f["type"])} if isinstance(f, dict) and "type" in f else f
-                         for f in out["fields"]]
-    elif kind in ("array", "map"):
-        key = "items" if kind == "array" else "values"
-        if key in out:
-            out[key] = widened_decimals(out[key])
-    elif isinstance(kind, (dict, list)):
-        out["type"] = widened_decimals(kind)
-    return out
+    def widen(node: dict) -> dict:
+        wider = _widened_precision(node)
+        return node if wider is None else {**node, "precision": wider}
+
+    return map_types(t, widen, collapse=False)
 
 
 def named_types(t, namespace: str | None = None, out: dict | None = None) -> dict[str, dict]:

@@ -71,7 +71,7 @@ def test_spark_only_where_the_heavy_work_runs():
 # The shared resources (resources.py: the registry, the landing root, Spark) are Dagster wiring
 # the layers share: above the shared modules, below every layer; a layer's own resources are in
 # its resources.py. Every module falls under exactly one of these rule sets (`rule_sets`).
-SHARED = {"__init__.py", "config.py", "naming.py", "errors.py", "avro_files.py", "crash_points.py",
+SHARED = {"__init__.py", "config.py", "naming.py", "errors.py", "avro_files.py", "avro_types.py", "crash_points.py",
           "hours.py", "hourly_schedule.py", "defaults.py", "spark_setup.py", "run_worker.py", "run_launcher.py",
           "event_partitions.py"}
 SHARED_PACKAGES = ("handoff", "store")
