@@ -110,6 +110,11 @@ def build_warehouse() -> WarehouseResource:
     if warehouse_kind() == "parquet":
         return ParquetWarehouseResource(root=root)
     if warehouse_kind() == "iceberg":
+        if root.startswith("gs://") and not os.environ.get("KAFKA_LANDING_ICEBERG_CATALOG_URI"):
+            raise ValueError(f"KAFKA_LANDING_WAREHOUSE_ROOT={root} is a bucket, which cannot hold the Iceberg "
+                             "catalog's SQLite file: set KAFKA_LANDING_ICEBERG_CATALOG_URI to its database "
+                             "(PostgreSQL in production, e.g. postgresql+psycopg2://user:password@host/db; or a local "
+                             "sqlite:////path/catalog.db)")
         return IcebergWarehouseResource(root=root, catalog_uri=_secret("KAFKA_LANDING_ICEBERG_CATALOG_URI"))
     project = os.environ.get("KAFKA_LANDING_BIGQUERY_PROJECT")
     if not project:

@@ -170,6 +170,11 @@ class LandingStore(ABC):
     def walk(self, rel_dir: str, suffix: str = "") -> list[str]:
         """Every file under `rel_dir`, at any depth, whose name ends with `suffix`, sorted."""
 
+    def walk_stats(self, rel_dir: str, suffix: str = "") -> list[tuple[str, int, float]]:
+        """`walk` with each file's size and when it was last written (epoch seconds): what a sweep
+        that must also know what is still referenced (Iceberg's upkeep) decides on."""
+        raise NotImplementedError(f"{type(self).__name__} does not say when its files were written")
+
     def glob(self, pattern: str) -> list[str]:
         """Files matching a pattern of the whole relative path (`*` stays within a folder)."""
         fixed = []

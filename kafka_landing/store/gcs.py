@@ -321,6 +321,15 @@ class GcsStore(LandingStore):
                 out.append(self._rel(blob.name))
         return sorted(out)
 
+    def walk_stats(self, rel_dir: str, suffix: str = "") -> list[tuple[str, int, float]]:
+        """The listing carries each object's size and `updated` (the server's clock): no request per file."""
+        out = []
+        for blob in self.client.list_blobs(self.bucket, prefix=self._dir(rel_dir)):
+            base = blob.name.rsplit("/", 1)[-1]
+            if base and not base.startswith(".") and base.endswith(suffix):
+                out.append((self._rel(blob.name), int(blob.size or 0), blob.updated.timestamp()))
+        return sorted(out)
+
     def glob(self, pattern: str) -> list[str]:
         """What the base definition finds (same depth, hidden files never), listing only the objects
         under the pattern's literal prefix (up to its first wildcard, not just its fixed folders) and

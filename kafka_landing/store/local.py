@@ -88,6 +88,16 @@ class LocalStore(LandingStore):
         return sorted(self._rel(Path(d) / n) for d, _, files in os.walk(base) for n in files
                       if n.endswith(suffix) and not n.startswith("."))
 
+    def walk_stats(self, rel_dir: str, suffix: str = "") -> list[tuple[str, int, float]]:
+        out = []
+        for rel in self.walk(rel_dir, suffix):
+            try:
+                st = self._path(rel).stat()
+            except FileNotFoundError:
+                continue  # removed meanwhile
+            out.append((rel, st.st_size, st.st_mtime))
+        return out
+
     def glob(self, pattern: str) -> list[str]:
         # The file system's own glob: it descends only into folders the pattern can match.
         return sorted(self._rel(p) for p in self._root.glob(self.check_rel(pattern))

@@ -25,14 +25,18 @@ them; an event time may be a long of epoch milliseconds, which no Iceberg transf
 records without a usable one are in `__unknown__<landing day>`). A version of an event partition
 replaces only the landing hours whose files changed since the version the table holds: a late
 record costs its landing hour's part of the day, not the day.
+
+The root is a local folder or a `gs://bucket/prefix`: Spark writes the Parquet files there (the
+GCS connector), pyiceberg its metadata (`iceberg_io`), and the load records, the listing and the
+removing of files go through the root's store (`store.open_store`), one code path for both. A
+bucket holds no SQLite file: a gs:// root needs KAFKA_LANDING_ICEBERG_CATALOG_URI (PostgreSQL).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
-import os
-import shutil
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -48,6 +52,7 @@ from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff.manifests import LandedFile, Manifest, content_sha
 from kafka_landing.naming import check_identifier
 from kafka_landing.spark_setup import spark_readable
+from kafka_landing.store import open_store
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
 from kafka_landing.warehouse.parquet import _conform
@@ -65,13 +70,55 @@ TABLE_PROPERTIES = {"format-version": "2", "write.metadata.delete-after-commit.e
                     "write.metadata.previous-versions-max": "100", "commit.manifest-merge.enabled": "true"}
 
 
-@functools.lru_cache(maxsize=8)
+def _on_gcs(root: str) -> bool:
+    return str(root).startswith("gs://")
+
+
+def _catalog_uri(root: str, uri: str | None) -> str:
+    """The catalog's database: `uri`, else SQLite in a local root. A bucket cannot hold SQLite (no
+    locks, no partial writes), so a gs:// root without one is refused: terminal, as config is."""
+    if uri:
+        return uri
+    if _on_gcs(root):
+        raise LoadError(f"the Iceberg warehouse root {root} is a bucket, which cannot hold the SQLite catalog: set "
+                        "KAFKA_LANDING_ICEBERG_CATALOG_URI to the catalog's database (PostgreSQL in production, "
+                        "e.g. postgresql+psycopg2://user:password@host/db; or a local sqlite:////path/catalog.db)",
+                        transient=False)
+    return f"sqlite:///{Path(root).expanduser().resolve() / '_catalog.db'}"
+
+
+def _io_properties(root: str) -> dict[str, str]:
+    """The catalog's FileIO properties: none for a local root; `iceberg_io`'s for gs://."""
+    if not _on_gcs(root):
+        return {}
+    from kafka_landing.warehouse.iceberg_io import emulator_host, gcs_properties
+
+    return gcs_properties(emulator_host())
+
+
 def _catalog(root: str, uri: str | None):
+    props = _io_properties(root)
+    return _cached_catalog(root, _catalog_uri(root, uri), tuple(sorted(props.items())))
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_catalog(root: str, uri: str, props: tuple[tuple[str, str], ...]):
+    """One catalog per (root, database, FileIO properties: the emulator's endpoint among them)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
+    if _on_gcs(root):
+        return SqlCatalog("kafka_landing", uri=uri, warehouse=root.rstrip("/"), **dict(props))
     base = Path(root).expanduser().resolve()
     base.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog("kafka_landing", uri=uri or f"sqlite:///{base / '_catalog.db'}", warehouse=base.as_uri())
+    return SqlCatalog("kafka_landing", uri=uri, warehouse=base.as_uri())
+
+
+@functools.lru_cache(maxsize=8)
+def _file_io(root: str, props: tuple[tuple[str, str], ...]):
+    """What reads the Parquet footers of files not yet committed: the catalog's FileIO."""
+    from pyiceberg.io import load_file_io
+
+    return load_file_io(dict(props), location=root)
 
 
 def _prop(key: str) -> str:
@@ -148,7 +195,7 @@ class _Staged:
     keys: dict[str, str]  # its content (`_key` by landing hour): a load of other content writes its own
     hour_schema: dict  # the hour's own schema, as its `_read` merged it
     schema: dict  # the schema its file was written under
-    folder: Path  # its files: <folder>/part-*.parquet (the `_kl_hour=<hour>` folder of the stage)
+    folder: str  # its files: <folder>/part-*.parquet (the `_kl_hour=<hour>` folder of the stage), in the root
 
 
 def _key(files) -> str:
@@ -173,6 +220,29 @@ class IcebergWarehouse(Warehouse):
     def catalog(self):
         return _catalog(self.root, self.catalog_uri)
 
+    @functools.cached_property
+    def store(self) -> LandingStore:
+        """The root as a store (a folder or a bucket): the load records, and listing and removing files."""
+        return open_store(self.root)
+
+    def _rel(self, dataset: str, table: str, *parts: str) -> str:
+        """A path in the table's folder, relative to the root (what the store takes)."""
+        return "/".join((check_identifier(dataset, "dataset"), check_identifier(table, "table"), *parts))
+
+    def _location(self, rel: str) -> str:
+        """Where Spark writes and pyiceberg reads `rel`: a plain path, or a gs:// URI."""
+        return self.store.location(rel)
+
+    def _parquet_files(self, rel_dir: str) -> list[str]:
+        """The part-*.parquet files Spark wrote under `rel_dir`, at any depth, by location."""
+        return [self._location(r) for r in self.store.walk(rel_dir, ".parquet")
+                if fnmatch.fnmatchcase(r.rsplit("/", 1)[-1], "part-*.parquet")]
+
+    def _rows_in(self, files: list[str]) -> int:
+        """Rows of Parquet files from their footers (a ranged read each on gs://)."""
+        io = _file_io(self.root, tuple(sorted(_io_properties(self.root).items())))
+        return sum(pq.read_metadata(io.new_input(f).open()).num_rows for f in files)
+
     @property
     def columns(self) -> tuple[str, ...]:
         """The table's partition columns, in its spec's order."""
@@ -183,8 +253,16 @@ class IcebergWarehouse(Warehouse):
         return IcebergWarehouse(self.root, self.catalog_uri, column=f"event_{granularity}")
 
     def table_dir(self, dataset: str, table: str) -> Path:
+        """The table's folder on a local root (tools and tests look into it); `table_location` for any root."""
+        if _on_gcs(self.root):
+            raise ValueError(f"{dataset}.{table}: the Iceberg warehouse root {self.root} is a bucket, not a "
+                             "folder; use table_location")
         return (Path(self.root).expanduser().resolve() / check_identifier(dataset, "dataset")
                 / check_identifier(table, "table"))
+
+    def table_location(self, dataset: str, table: str) -> str:
+        """The table's folder as people and Spark name it: a plain path, or a gs:// URI."""
+        return self._location(self._rel(dataset, table))
 
     def _identifier(self, dataset: str, table: str) -> tuple[str, str]:
         return check_identifier(dataset, "dataset"), check_identifier(table, "table")
@@ -199,19 +277,19 @@ class IcebergWarehouse(Warehouse):
             return None
 
     def partition_location(self, dataset: str, table: str, partition: str) -> str:
-        return f"{dataset}.{table} ({self.table_dir(dataset, table)}) where {self.column} = '{partition}'"
+        return f"{dataset}.{table} ({self.table_location(dataset, table)}) where {self.column} = '{partition}'"
 
     def check_writable(self) -> None:
-        root = Path(self.root).expanduser().resolve()
+        _catalog_uri(self.root, self.catalog_uri)  # a bucket without a catalog database: terminal, first
+        root = self.root
         try:
-            root.mkdir(parents=True, exist_ok=True)
-            probe = root / f".write-probe-{uuid.uuid4().hex}"
-            probe.write_bytes(b"")
-            probe.unlink()
-            self.catalog.list_namespaces()
+            self.store.check_writable()
+            root = self.store.root
         except OSError as exc:
             raise LoadError(f"Iceberg warehouse root {root} cannot be written ({exc.strerror or exc}): check "
                             "KAFKA_LANDING_WAREHOUSE_ROOT and its permissions") from None
+        try:
+            self.catalog.list_namespaces()
         except Exception as exc:  # the catalog's database: SQLAlchemy's errors, by driver
             raise LoadError(f"the Iceberg catalog of {root} cannot be opened ({type(exc).__name__}: {exc}): check "
                             "KAFKA_LANDING_ICEBERG_CATALOG_URI and that its database is up", transient=True) from None
@@ -251,19 +329,25 @@ class IcebergWarehouse(Warehouse):
                                     "and this reader does not apply")
         if not tasks:
             return spark.createDataFrame([], schema)
-        return spark.read.schema(schema).parquet(*[task.file.file_path for task in tasks])
+        return self._parquet_reader(spark).schema(schema).parquet(*[task.file.file_path for task in tasks])
+
+    def _parquet_reader(self, session):
+        """`session.read`, for this root's Parquet files. On gs:// without Parquet's vectored reads,
+        which call a Hadoop method the GCS connector needs and Hadoop 3.5 lacks (`spark_setup.gcs_config`
+        sets the same for the processes it starts; a session may run on a server started otherwise)."""
+        if _on_gcs(self.root):
+            session.conf.set("parquet.hadoop.vectored.io.enabled", "false")  # the session's Hadoop conf
+        return session.read
 
     # --- what was loaded ----------------------------------------------------------
 
-    def _ledger(self, dataset: str, table: str, partition: str) -> Path:
-        return self.table_dir(dataset, table) / "_loads" / f"{self.column}={partition}.json"
+    def _ledger(self, dataset: str, table: str, partition: str) -> str:
+        """The load record of a partition, relative to the root (`store`)."""
+        return self._rel(dataset, table, "_loads", f"{self.column}={partition}.json")
 
     def _recorded(self, dataset: str, table: str, partition: str) -> dict | None:
         try:
-            with open(self._ledger(dataset, table, partition), "rb") as f:
-                return json.loads(f.read())
-        except FileNotFoundError:
-            return None
+            return self.store.read_json(self._ledger(dataset, table, partition))
         except ValueError:
             return {}
 
@@ -281,24 +365,17 @@ class IcebergWarehouse(Warehouse):
                 "attempt": done["attempt"], "snapshot_id": done["snapshot_id"], "hours": json.loads(done["hours"] or "{}")}
 
     def loaded_partitions(self, dataset: str, table: str) -> set[str]:
-        try:
-            with os.scandir(self.table_dir(dataset, table) / "_loads") as it:
-                prefix = f"{self.column}="
-                return {e.name[len(prefix):-5] for e in it if e.name.startswith(prefix) and e.name.endswith(".json")}
-        except FileNotFoundError:
-            return set()
+        prefix = f"{self.column}="
+        return {rel.rsplit("/", 1)[-1][len(prefix):-len(".json")]
+                for rel in self.store.list(self._rel(dataset, table, "_loads"), f"{prefix}*.json")}
 
     def _record_load(self, manifest: Manifest, done_file: str | None, sha: str | None, snapshot_id: int | None,
                      hours: dict[str, str]) -> None:
-        p = self._ledger(manifest.dataset, manifest.target, manifest.partition)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.parent / f".{p.name}.{uuid.uuid4().hex}"
-        tmp.write_text(json.dumps({
+        self.store.write_json_atomic(self._ledger(manifest.dataset, manifest.target, manifest.partition), {
             "done_file": done_file, "sha256": sha, "rows": manifest.rows, "attempt": manifest.attempt,
             "snapshot_id": snapshot_id, "hours": hours,
             "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }))
-        os.replace(tmp, p)
+        })
 
     def committed(self, t, partition: str) -> dict | None:
         """The summary of the newest snapshot that loaded a partition, as the table itself records it."""
@@ -348,12 +425,12 @@ class IcebergWarehouse(Warehouse):
         replaced = self._replaced(manifest.partition, None if whole else sorted(changed))
         staged = self._staged.pop((manifest.dataset, manifest.target, manifest.partition), None)
         if staged is not None and (staged.keys != keys or not whole):
-            shutil.rmtree(staged.folder, ignore_errors=True)  # staged from other content: not this load's
+            self.store.delete(staged.folder)  # staged from other content: not this load's
             staged = None
         reads, hour_schema = (None, staged.hour_schema) if staged else self._read(store, changed, spark, where, manifest.partition)
         want = sum(f.rows for fs in changed.values() for f in fs)
-        staging = staged.folder if staged else (self.table_dir(manifest.dataset, manifest.target) / "data"
-                                                / f"{self.column}={manifest.partition}" / uuid.uuid4().hex)
+        staging = staged.folder if staged else self._rel(manifest.dataset, manifest.target, "data",
+                                                          f"{self.column}={manifest.partition}", uuid.uuid4().hex)
         written, added = (staged.schema if staged else None), []
         try:
             for _ in range(COMMIT_ATTEMPTS):
@@ -367,14 +444,14 @@ class IcebergWarehouse(Warehouse):
                 if hour_schema and written != merged:  # (re)write the changed hours under the table's schema
                     if reads is None:  # staged under another schema than the table's now
                         reads, _ = self._read(store, changed, spark, where, manifest.partition)
-                    shutil.rmtree(staging, ignore_errors=True)
-                    self._write(reads, merged, staging)
+                    self.store.delete(staging)
+                    self._write(reads, merged, self._location(staging))
                     written = merged
-                files = sorted(str(p) for p in staging.rglob("part-*.parquet"))
-                n = sum(pq.read_metadata(p).num_rows for p in files)
+                files = self._parquet_files(staging)
+                n = self._rows_in(files)
                 if n != want:
                     raise LoadError(f"{where}: wrote {n} rows, the manifest lists {want} for landing hours "
-                                    f"{sorted(changed)}; nothing was committed. Look at {staging}")
+                                    f"{sorted(changed)}; nothing was committed. Look at {self._location(staging)}")
                 crash_point("warehouse:staged")
                 if self._commit(t, manifest, merged, table_schema, files, props, replaced, spark, where):
                     break
@@ -382,7 +459,7 @@ class IcebergWarehouse(Warehouse):
                 raise LoadError(f"{where}: {COMMIT_ATTEMPTS} commits lost to other writers of {name}; nothing was "
                                 "committed. The load is asked for again", transient=True)
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)  # never committed: nobody references these files
+            self.store.delete(staging)  # never committed: nobody references these files
             raise
         crash_point("warehouse:swapped")
         self._seen.pop((manifest.dataset, manifest.target), None)
@@ -477,18 +554,18 @@ class IcebergWarehouse(Warehouse):
             alike = [ld for ld in todo if merge_schemas(table_schema, schemas[ld[0].partition], where)[0] == schema]
             if len(alike) < 2 or (table_schema is not None and _needs_rewrite(table_schema, schema)):
                 continue
-            folder = self.table_dir(dataset, table) / "data" / f"_stage-{uuid.uuid4().hex}"
+            folder = self._rel(dataset, table, "data", f"_stage-{uuid.uuid4().hex}")
             hours = sorted(m.partition for m, _, _ in alike)
             if len(alike) < len(todo):
                 reads = [(p, h, df.where(F.col("_kl_hour").isin(hours))) for p, h, df in reads]
-            self._write(reads, schema, folder)
+            self._write(reads, schema, self._location(folder))
             files, loads = [], {}
             for m, done_file, sha in alike:
                 keys = {h: _key(fs) for h, fs in m.by_landing_hour().items()}
-                hour_dir = folder / f"_kl_hour={m.partition}"
-                mine = sorted(str(f) for f in hour_dir.glob("part-*.parquet"))
-                if sum(pq.read_metadata(f).num_rows for f in mine) != m.rows:
-                    shutil.rmtree(hour_dir, ignore_errors=True)  # it loads alone, and says what it finds
+                hour_dir = f"{folder}/_kl_hour={m.partition}"
+                mine = [self._location(r) for r in self.store.list(hour_dir, "part-*.parquet")]
+                if self._rows_in(mine) != m.rows:
+                    self.store.delete(hour_dir)  # it loads alone, and says what it finds
                     continue
                 self._staged[(dataset, table, m.partition)] = _Staged(keys, schemas[m.partition], schema, hour_dir)
                 files += mine
@@ -547,9 +624,10 @@ class IcebergWarehouse(Warehouse):
                 _prop("rows"): str(manifest.rows), _prop("attempt"): str(manifest.attempt),
                 _prop("landing-hours"): ",".join(sorted(changed)), _prop("hours"): json.dumps(keys)}
 
-    def _write(self, reads: list, schema: dict, staging: Path) -> None:
+    def _write(self, reads: list, schema: dict, staging: str) -> None:
         """The rows of `reads` ((partition, landing hour, dataframe); hour None: the dataframe's
-        `_kl_hour` column says it) under the table's schema, in `staging/_kl_hour=<hour>/`, their
+        `_kl_hour` column says it) under the table's schema, in `staging/_kl_hour=<hour>/` (a path or
+        a gs:// URI), their
         partition columns kept in the data (`add_files` takes a file's partition from its column
         statistics): one Spark job."""
         df = None
@@ -563,9 +641,9 @@ class IcebergWarehouse(Warehouse):
             df = part if df is None else df.unionByName(part)
         hours = {h for _, h, _ in reads}
         if len(hours) == 1 and None not in hours:  # no partitioned write: Spark would sort the rows by a constant
-            df.drop("_kl_hour").coalesce(1).write.mode("error").parquet(str(staging / f"_kl_hour={hours.pop()}"))
+            df.drop("_kl_hour").coalesce(1).write.mode("error").parquet(f"{staging}/_kl_hour={hours.pop()}")
             return
-        df.repartition("_kl_hour").write.partitionBy("_kl_hour").mode("error").parquet(str(staging))  # a file each
+        df.repartition("_kl_hour").write.partitionBy("_kl_hour").mode("error").parquet(staging)  # a file each
 
     def _commit(self, t, manifest: Manifest, merged: dict, table_schema: dict | None, files: list[str],
                 props: dict, replaced, spark: SparkFactory, where: str) -> bool:
@@ -578,9 +656,10 @@ class IcebergWarehouse(Warehouse):
             return self._create(manifest.dataset, manifest.target, merged, [(files, props)])
         rewrite = table_schema is not None and _needs_rewrite(table_schema, merged)
         rewritten: list[str] = []
+        target = None
         try:
             if rewrite:
-                rewritten = self._rewrite(t, merged, spark, replaced, where)
+                target, rewritten = self._rewrite(t, merged, spark, replaced, where)
             with t.transaction() as tx:
                 self._widen(tx, table_schema, merged, rewrite)
                 if rewrite:
@@ -593,8 +672,8 @@ class IcebergWarehouse(Warehouse):
                     tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
             return True
         except CommitFailedException:
-            for f in rewritten:
-                Path(f).unlink(missing_ok=True)
+            if target is not None:
+                self.store.delete(target)  # never committed: the next attempt rewrites on the new snapshot
             return False
 
     @staticmethod
@@ -613,7 +692,7 @@ class IcebergWarehouse(Warehouse):
         try:
             tx = self.catalog.create_table_transaction(
                 ident, schema=_arrow_schema(schema, self.columns),
-                location=self.table_dir(*ident).as_uri(),
+                location=self._table_uri(*ident),
                 properties={SCHEMA_PROPERTY: json.dumps(schema), **TABLE_PROPERTIES})
             with tx.update_spec() as spec:
                 for column in self.columns:
@@ -626,28 +705,36 @@ class IcebergWarehouse(Warehouse):
         except (TableAlreadyExistsError, CommitFailedException):
             return False  # another load created it first: widen and commit on its table
 
-    def _rewrite(self, t, merged: dict, spark: SparkFactory, replaced, where: str) -> list[str]:
+    def _table_uri(self, dataset: str, table: str) -> str:
+        """The table's location in its metadata: file:// on a local root (as tables made before have
+        it), the gs:// URI on a bucket."""
+        if _on_gcs(self.root):
+            return self.table_location(dataset, table)
+        return self.table_dir(dataset, table).as_uri()
+
+    def _rewrite(self, t, merged: dict, spark: SparkFactory, replaced, where: str) -> tuple[str | None, list[str]]:
         """Every file of the table but the rows the load replaces read again and written under `merged`
         (one Spark job), to commit with the schema change; the old files stay for the snapshots before
-        it. Each new file holds one partition, its columns kept in the data."""
+        it. Each new file holds one partition, its columns kept in the data. (Its folder, relative to
+        the root, for removing it if the commit loses; the files' locations.)"""
         from pyiceberg.expressions import Not
 
         tasks = list(t.scan(row_filter=Not(replaced)).plan_files())
         old = [task.file.file_path for task in tasks]
         if not old:
-            return []
-        target = self.table_dir(*t.name()[-2:]) / "data" / f"_rewrite-{uuid.uuid4().hex}"
+            return None, []
+        target = self._rel(*t.name()[-2:], "data", f"_rewrite-{uuid.uuid4().hex}")
         copies = {f"_kl_{i}": c for i, c in enumerate(self.columns)}
-        df = _conform(spark().read.parquet(*old), _with_columns(merged, self.columns))
+        df = _conform(self._parquet_reader(spark()).parquet(*old), _with_columns(merged, self.columns))
         df.withColumns({k: F.col(c) for k, c in copies.items()}).repartition(*copies) \
-            .write.partitionBy(*copies).mode("error").parquet(str(target))
-        paths = sorted(str(p) for p in target.glob("/".join(["*"] * len(copies)) + "/part-*.parquet"))
-        got = sum(pq.read_metadata(p).num_rows for p in paths)
+            .write.partitionBy(*copies).mode("error").parquet(self._location(target))
+        paths = [self._location(r) for r in self.store.glob(f"{target}/{'/'.join(['*'] * len(copies))}/part-*.parquet")]
+        got = self._rows_in(paths)
         want = sum(task.file.record_count for task in tasks)
         if got != want:
             raise LoadError(f"{where}: rewriting the table under its widened schema gave {got} rows, it holds "
-                            f"{want}; nothing was committed. Look at {target}")
-        return paths
+                            f"{want}; nothing was committed. Look at {self._location(target)}")
+        return target, paths
 
 
 @dataclass(frozen=True)
@@ -697,12 +784,12 @@ def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = 
                 listed.update(_local(e.data_file.file_path) for e in m.fetch_manifest_entry(t.io))
         removed = removed_bytes = 0
         cutoff = now.timestamp() - STAGING_MAX_AGE_SECONDS
-        tdir = warehouse.table_dir(dataset, table)
-        for f in [*tdir.glob("data/**/*.parquet"), *tdir.glob("metadata/*.avro")]:
-            st = f.stat()
-            if str(f) not in listed and st.st_mtime < cutoff:
-                f.unlink()
-                removed, removed_bytes = removed + 1, removed_bytes + st.st_size
+        store = warehouse.store
+        for rel, size, written in [*store.walk_stats(warehouse._rel(dataset, table, "data"), ".parquet"),
+                                   *store.walk_stats(warehouse._rel(dataset, table, "metadata"), ".avro")]:
+            if store.location(rel) not in listed and written < cutoff:
+                store.delete(rel)
+                removed, removed_bytes = removed + 1, removed_bytes + size
         out.append(Upkept(f"{dataset}.{table}", len(old), len(t.metadata.snapshots), removed, removed_bytes))
     return out
 

@@ -49,11 +49,12 @@ class IcebergWarehouseResource(WarehouseResource):
     """Apache Iceberg tables in a SQL catalog, partitioned by landing hour: Spark writes each hour's
     Parquet files, one Iceberg commit swaps them in. Read by Spark, Trino, DuckDB, pandas, pyiceberg."""
 
-    root: str = Field(description="Folder of the tables (<root>/<dataset>/<table>/) and, by default, of the "
-                                  "catalog: a SQLite file <root>/_catalog.db, nothing to start.")
+    root: str = Field(description="Folder of the tables (<root>/<dataset>/<table>/), a local path or "
+                                  "gs://bucket/prefix, and, by default, of the catalog: a SQLite file "
+                                  "<root>/_catalog.db, nothing to start (a local root only).")
     catalog_uri: str | None = Field(default=None, description="The catalog's database as a SQLAlchemy URL, e.g. "
                                     "postgresql+psycopg2://user:password@host/db, only through an EnvVar (it holds "
-                                    "a password); unset: SQLite under `root`.")
+                                    "a password); unset: SQLite under `root`, which a gs:// root cannot hold.")
 
     backend_kind: ClassVar[str] = "iceberg"
     needs_spark: ClassVar[bool] = True

@@ -149,7 +149,7 @@ def test_each_load_is_a_snapshot_that_says_what_it_loaded_and_a_lost_ledger_make
     assert (summary["kafka-landing.partition"], summary["kafka-landing.sha256"], summary["kafka-landing.rows"],
             summary["kafka-landing.done-file"]) == (_hour(0), sha, "3", done)
 
-    wh._ledger("shop", "orders", _hour(0)).unlink()  # killed after the commit, before the ledger
+    wh.store.delete(wh._ledger("shop", "orders", _hour(0)))  # killed after the commit, before the ledger
     again = wh.load_partition(store, manifest, lambda: spark, done_file=done, done_sha256=sha)
 
     assert again.rows == 3 and len(wh.table("shop", "orders").metadata.snapshots) == len(t.metadata.snapshots)
@@ -326,10 +326,10 @@ def test_a_load_record_that_lags_the_table_is_not_trusted_the_tables_snapshot_is
     load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
     etable = wh.by_event("day", "created_at")
     record = etable._ledger("shop", "orders__by_event", DAY)
-    as_of_v1 = record.read_bytes()
+    as_of_v1 = etable.store.read_bytes(record)
     land_event_orders(store, f"{DAY}T12", {f"{DAY}T10": ["c"]}, first=2000)
     load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
-    record.write_bytes(as_of_v1)  # as if killed between the commit and the record
+    etable.store.write_atomic(record, as_of_v1)  # as if killed between the commit and the record
     land_event_orders(store, f"{DAY}T12", {})  # the late hour re-landed without its record
 
     load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
@@ -354,7 +354,7 @@ def test_an_event_partition_known_neither_by_snapshot_nor_by_record_is_replaced_
             if s.summary.additional_properties.get("kafka-landing.partition") == DAY]
     assert ours
     t.maintenance.expire_snapshots().by_ids(ours).commit()  # expired, as upkeep does after a while
-    etable._ledger("shop", "orders__by_event", DAY).write_text("not json")
+    etable.store.write_atomic(etable._ledger("shop", "orders__by_event", DAY), b"not json")
     land_event_orders(store, f"{DAY}T12", {f"{DAY}T10": ["c"]}, first=2000)
 
     load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)

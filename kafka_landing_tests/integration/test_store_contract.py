@@ -382,6 +382,21 @@ def test_sweep_removes_only_what_is_old(store):
     assert store.sweep("absent", "*", 0) == []
 
 
+def test_walk_stats_gives_each_files_size_and_when_it_was_written(store):
+    """What Iceberg's upkeep decides on: sizes for what it reports, times for what is old enough."""
+    store.write_atomic("w/a/1.parquet", b"xyz")
+    time.sleep(1.2)
+    start = time.time()
+    store.write_atomic("w/a/b/2.parquet", b"x" * 10)
+    store.write_atomic("w/a/.hidden.parquet", b"x")
+    store.write_atomic("w/a/3.json", b"{}")
+    got = store.walk_stats("w", ".parquet")
+    assert [(rel, size) for rel, size, _ in got] == [("w/a/1.parquet", 3), ("w/a/b/2.parquet", 10)]
+    (_, _, older), (_, _, newer) = got
+    assert older < start - 0.5 < newer  # second precision on both; a local clock and the server's agree
+    assert store.walk_stats("absent") == []
+
+
 def test_check_writable(store):
     store.check_writable()
     assert store.walk("") == []  # the probe is gone

@@ -57,6 +57,32 @@ def test_iceberg_is_the_default_and_parquet_is_chosen_by_configuration(monkeypat
     assert isinstance(warehouse, ParquetWarehouseResource) and warehouse.root == str(tmp_path)
 
 
+def test_an_iceberg_warehouse_in_a_bucket_without_a_catalog_database_is_refused_when_the_code_loads(monkeypatch):
+    """A bucket cannot hold the SQLite catalog: the location fails to load, saying what to set."""
+    from kafka_landing.warehouse.resources import IcebergWarehouseResource
+
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "iceberg")
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", "gs://bucket/warehouse")
+    monkeypatch.delenv("KAFKA_LANDING_ICEBERG_CATALOG_URI", raising=False)
+    with pytest.raises(ValueError, match="gs://bucket/warehouse.*KAFKA_LANDING_ICEBERG_CATALOG_URI"):
+        build_warehouse()
+    monkeypatch.setenv("KAFKA_LANDING_ICEBERG_CATALOG_URI", "postgresql+psycopg2://u:s3cret@db/ice")
+    warehouse = build_warehouse()
+    assert isinstance(warehouse, IcebergWarehouseResource) and warehouse.root == "gs://bucket/warehouse"
+
+
+def test_an_iceberg_backend_in_a_bucket_without_a_catalog_database_fails_terminally_before_any_request():
+    """check_writable says what to set, and no retry can help; no client is made (none could be here)."""
+    from kafka_landing.warehouse.backend import LoadError
+    from kafka_landing.warehouse.iceberg import IcebergWarehouse
+
+    wh = IcebergWarehouse("gs://bucket/warehouse")
+    with pytest.raises(LoadError, match="KAFKA_LANDING_ICEBERG_CATALOG_URI") as err:
+        wh.check_writable()
+    assert not err.value.transient and "gs://bucket/warehouse" in str(err.value)
+    assert "store" not in vars(wh)  # refused before the bucket was asked anything
+
+
 def test_iceberg_is_chosen_by_configuration_with_its_catalog_url_only_through_an_env_var(monkeypatch, tmp_path):
     from kafka_landing.warehouse.resources import IcebergWarehouseResource
 
