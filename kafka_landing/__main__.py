@@ -115,15 +115,18 @@ def reload(args, parser) -> int:
                   + (f", {len(failed)} failed (above)" if failed else ""), flush=True)
             if not cfg.event_granularity:
                 continue
-            partitions = store.subdirs(f"{EVENTS_DIR}/{cfg.dataset}/{table}")
-            for partition in partitions:
+            loaded = held = 0
+            for partition in store.subdirs(f"{EVENTS_DIR}/{cfg.dataset}/{table}"):
                 try:
-                    load_unit(backend.by_event(cfg.event_granularity, cfg.event_time_field), store,
-                              event_unit(cfg.dataset, table, partition), lambda: pyspark.spark_session, cfg)
+                    ev = load_unit(backend.by_event(cfg.event_granularity, cfg.event_time_field), store,
+                                   event_unit(cfg.dataset, table, partition), lambda: pyspark.spark_session, cfg)
                 except Exception as exc:  # noqa: BLE001 - one partition's failure must not cost the others
                     failures += 1
                     print(f"{cfg.dataset}.{event_table(table)} {partition} failed: {exc}", file=sys.stderr)
-            print(f"{cfg.dataset}.{event_table(table)}: {len(partitions)} event partition(s) loaded", flush=True)
+                    continue
+                loaded, held = (loaded + 1, held) if ev.result is not None else (loaded, held + 1)
+            print(f"{cfg.dataset}.{event_table(table)}: {loaded} event partition(s) loaded, {held} held already",
+                  flush=True)
     return 1 if failures else 0
 
 

@@ -1264,13 +1264,12 @@ def _goal(key: str, goal: str, target: str, measured: str | None = None, met: bo
 
 
 GOALS = {
-    "vs_python_valve": "Largest small-record case: kafka_landing at least 3x python_valve",
+    "vs_python_valve": "Largest small-record case: kafka_landing at least 2.5x python_valve",
+    "vs_python_valve_large": "Large-record case (~1 KB): kafka_landing at least 2.2x python_valve",
     "vs_spark_by_hand": "Largest small-record case: kafka_landing at least 2x spark_by_hand",
     "pass_vs_librdkafka_raw": ("Largest small-record case: the per-record pass (kafka_landing's seconds less an "
-                               "empty hour's) at least 50% of librdkafka_raw's rate"),
+                               "empty hour's) at least 80% of librdkafka_raw's rate"),
     "warm_run": "A run on the warm engine (an empty hour): at most 4 s, at most 1 s beyond process start",
-    "hourly_processes": ("The day as the schedule launches it, a fresh process per hour: at most 2x the day in "
-                         "one run"),
     "warehouse_load": "Loading every landed hour of every table of a topic: at most 3x loading one hour",
     "iceberg_vs_parquet": ("Loading every landed hour of every table of a topic into Iceberg tables: no slower than "
                            "into the Parquet tables in the same run"),
@@ -1294,36 +1293,35 @@ def _vs(by: dict, case: str, kl: dict | None, key: str, other: str, factor: floa
 
 
 def evaluate_goals(report: dict) -> list[dict]:
-    """Each goal (issue 21's, then the Iceberg warehouse's), met or not, from this run's numbers
-    (two numbers compared); `met` is None when the run did not measure it."""
+    """Each goal (the warm engine's and issue 36's, then the Iceberg warehouse's), met or not, from
+    this run's numbers (two numbers compared); `met` is None when the run did not measure it.
+    Issue 36 retired "24 hourly processes within 2x of one run" (its many-topics goal replaces it;
+    the backfill table still shows both) and "3x python_valve" (now 2.5x)."""
     rows = report.get("throughput", [])
     case = _largest(rows, "small")
     by = {r["contender"]: r for r in rows if r["case"] == case}
     kl = by.get("kafka_landing")
-    f, b, w = report.get("fixed_cost"), report.get("backfill"), report.get("warehouse")
-    goals = [_vs(by, case, kl, "vs_python_valve", "python_valve", 3), _vs(by, case, kl, "vs_spark_by_hand", "spark_by_hand", 2)]
+    f, w = report.get("fixed_cost"), report.get("warehouse")
+    large = _largest(rows, "large")
+    by_large = {r["contender"]: r for r in rows if r["case"] == large}
+    goals = [_vs(by, case, kl, "vs_python_valve", "python_valve", 2.5),
+             _vs(by_large, large, by_large.get("kafka_landing"), "vs_python_valve_large", "python_valve", 2.2),
+             _vs(by, case, kl, "vs_spark_by_hand", "spark_by_hand", 2)]
     if kl and f and "librdkafka_raw" in by and kl["seconds"] > f["empty_hour"]["seconds"]:
         pass_rate = kl["records"] / (kl["seconds"] - f["empty_hour"]["seconds"])
         raw = by["librdkafka_raw"]["messages_per_s"]
-        goals.append(_goal("pass_vs_librdkafka_raw", GOALS["pass_vs_librdkafka_raw"], ">= 50%",
+        goals.append(_goal("pass_vs_librdkafka_raw", GOALS["pass_vs_librdkafka_raw"], ">= 80%",
                            f"{case}: {kl['records']:,} records in {kl['seconds']} s less an empty hour's "
                            f"{f['empty_hour']['seconds']} s: {pass_rate:,.0f} msg/s; librdkafka_raw {raw:,} msg/s: "
-                           f"{pass_rate / raw:.0%}", pass_rate >= 0.5 * raw))
+                           f"{pass_rate / raw:.0%}", pass_rate >= 0.8 * raw))
     else:
-        goals.append(_goal("pass_vs_librdkafka_raw", GOALS["pass_vs_librdkafka_raw"], ">= 50%"))
+        goals.append(_goal("pass_vs_librdkafka_raw", GOALS["pass_vs_librdkafka_raw"], ">= 80%"))
     if f:
         e, s = f["empty_hour"]["seconds"], f["process_start"]["seconds"]
         goals.append(_goal("warm_run", GOALS["warm_run"], "<= 4 s; <= 1 s beyond start",
                            f"empty hour {e} s, process start {s} s: {e - s:.2f} s beyond start", e <= 4 and e - s <= 1))
     else:
         goals.append(_goal("warm_run", GOALS["warm_run"], "<= 4 s; <= 1 s beyond start"))
-    if b and b.get("processes"):
-        one, procs = b["one_run"]["seconds"], b["processes"]["seconds"]
-        goals.append(_goal("hourly_processes", GOALS["hourly_processes"], "<= 2x",
-                           f"{b['hours']} hours: {b['hours']} processes {procs} s, one run {one} s: {procs / one:.2f}x",
-                           procs <= 2 * one))
-    else:
-        goals.append(_goal("hourly_processes", GOALS["hourly_processes"], "<= 2x"))
     if w and w.get("iceberg"):  # the default warehouse's loads; the Parquet tables' beside them
         a, one = w["iceberg"]["all_hours"]["seconds"], w["iceberg"]["one_hour"]["seconds"]
         pa_, pone = w["all_hours"]["seconds"], w["one_hour"]["seconds"]
@@ -1581,7 +1579,7 @@ def markdown(report: dict) -> str:
                       [[r["contender"], r["low_mb"], r["high_mb"], f"{r['ratio']:.2f}"] for r in report["memory"]])
     else:
         out.append("Not measured in this run (it needs two small-record cases).")
-    out += ["", "### Goals", "", "The goals of issue 21 (a warm engine) and of the Iceberg warehouse (issue 35), from this run's numbers.", ""]
+    out += ["", "### Goals", "", "The goals of the warm engine (issues 21 and 36) and of the Iceberg warehouse (issue 35), from this run's numbers.", ""]
     out += _table(["goal", "target", "measured", "verdict"],
                   [[g["goal"], g["target"], g["measured"], _verdict(g["met"])] for g in report["goals"]],
                   right_from=99)

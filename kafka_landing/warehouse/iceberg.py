@@ -198,6 +198,15 @@ class _Staged:
     folder: str  # its files: <folder>/part-*.parquet (the `_kl_hour=<hour>` folder of the stage), in the root
 
 
+def _whole(store: LandingStore, manifest: Manifest) -> bool:
+    """Every file the manifest lists is there with its rows; if not, its hour loads alone and says so."""
+    try:
+        verify_files(store, manifest)
+    except LoadError:
+        return False
+    return True
+
+
 def _key(files) -> str:
     """What a landing hour gives a partition: its files, rows and schema ids, hashed."""
     return content_sha(json.dumps(sorted([f.path, f.rows, f.schema_id] for f in files)).encode())
@@ -540,12 +549,10 @@ class IcebergWarehouse(Warehouse):
             where = f"{dataset}.{table} hours {group[0][0].partition}..{group[-1][0].partition} (loaded together)"
             t = self.table(dataset, table)
             table_schema = json.loads(t.properties[SCHEMA_PROPERTY]) if t is not None else None
-            todo = [load for load in group if load[0].rows
+            todo = [load for load in group if load[0].rows and _whole(store, load[0])
                     and (self.committed(t, load[0].partition) or {}).get("sha256") != load[2]]
             if len(todo) < 2:
                 continue
-            for m, _, _ in todo:
-                verify_files(store, m)
             reads, schemas = self._read_together(store, [m for m, _, _ in todo], spark, where)
             schema = table_schema
             for hour_schema in schemas.values():

@@ -57,7 +57,14 @@ def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: 
 def stage_done_files(warehouse: Warehouse, store: LandingStore, done_files: list[str], spark: SparkFactory) -> int:
     """`Warehouse.stage` of the landing hours of these done files (those that exist): the hours of a
     run loaded together ahead of their own loads, which stay hour by hour (markers, failures, results)."""
-    loads = [(got[0], rel, got[1]) for rel in done_files if (got := read_done_file_or_none(store, rel))]
+    loads = []
+    for rel in done_files:
+        try:
+            got = read_done_file_or_none(store, rel)
+        except KafkaLandingError:
+            continue  # its own load says what is wrong with it
+        if got is not None:
+            loads.append((got[0], rel, got[1]))
     return warehouse.stage(store, loads, spark) if len(loads) > 1 else 0
 
 

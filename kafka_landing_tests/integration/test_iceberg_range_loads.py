@@ -112,6 +112,27 @@ def test_an_hour_landed_again_after_its_run_was_staged_loads_its_new_content(ice
     assert wh.loaded_sha("shop", "orders", _hour(1)) == read_done_file(store, dones[1])[1]
 
 
+def test_an_hour_whose_files_are_not_whole_loads_alone_and_the_others_together(iceberg, spark):
+    from kafka_landing.warehouse.backend import LoadError
+    from kafka_landing_tests.helpers import avro_file
+
+    store, wh = iceberg
+    dones = [write_hour(store, "shop", "orders", _hour(i), [(0, 1, V1, orders(2, 10 * i))]) for i in range(4)]
+    short = read_done_file(store, dones[2])[0].files[0].path
+    store.write_atomic(short, avro_file(V1, orders(1, 20)))  # a copy still under way: one row of two
+
+    assert stage_done_files(wh, store, dones, lambda: spark) == 3
+    for i, d in enumerate(dones):
+        if i == 2:
+            with pytest.raises(LoadError, match="holds 1 rows, the done file says 2") as err:
+                load_done_file(wh, store, d, lambda: spark)
+            assert err.value.transient
+        else:
+            load_done_file(wh, store, d, lambda: spark)
+    assert len(wh.table("shop", "orders").metadata.snapshots) == 1
+    assert _by_hour(wh) == {_hour(i): _ids(2, 10 * i) for i in (0, 1, 3)}
+
+
 def test_a_run_killed_after_its_commit_is_recorded_by_the_next_run_without_a_new_snapshot(iceberg, spark,
                                                                                          monkeypatch):
     store, wh = iceberg

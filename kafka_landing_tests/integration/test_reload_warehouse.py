@@ -71,3 +71,25 @@ def test_an_hour_that_cannot_load_fails_alone_and_the_command_says_so(code_locat
     assert f"shop.orders: hour 2/3 failed: {dones[1]}: done file" in captured.err and "re-land the hour" in captured.err
     got = IcebergWarehouse(str(landing.parent / "warehouse")).table("shop", "orders").scan().to_arrow()
     assert sorted(got.column(HOUR_COLUMN).to_pylist()) == [_hour(0), _hour(2)]
+
+
+def test_the_event_time_tables_are_reloaded_from_their_newest_versions(code_location, spark, capsys):
+    from pyiceberg.expressions import EqualTo
+
+    from kafka_landing_tests.landed_hours import land_event_orders
+
+    topics = {"orders": {**TOPICS["orders"], "event_time_field": "created_at"}}
+    landing, warehouse = code_location(topics, warehouse="iceberg")
+    store = LocalStore(landing)
+    land_event_orders(store, "2026-01-31T10", {"2026-01-31T10": ["a", "b"], "2026-01-30T23": ["late"]})
+    land_event_orders(store, "2026-01-31T11", {"2026-01-31T11": ["c"]}, first=2000)
+
+    assert main(["reload"]) == 0
+    assert "shop.orders__by_event: 2 event partition(s) loaded, 0 held already" in capsys.readouterr().out
+    t = IcebergWarehouse(str(warehouse)).by_event("day", "created_at").table("shop", "orders__by_event")
+    days = {d: sorted(r["order_id"] for r in t.scan(row_filter=EqualTo("event_day", d)).to_arrow().to_pylist())
+            for d in ("2026-01-30", "2026-01-31")}
+    assert days == {"2026-01-30": ["late"], "2026-01-31": ["a", "b", "c"]}
+
+    assert main(["reload"]) == 0
+    assert "shop.orders__by_event: 0 event partition(s) loaded, 2 held already" in capsys.readouterr().out
