@@ -250,7 +250,11 @@ class IcebergWarehouse(Warehouse):
     def _rows_in(self, files: list[str]) -> int:
         """Rows of Parquet files from their footers (a ranged read each on gs://)."""
         io = _file_io(self.root, tuple(sorted(_io_properties(self.root).items())))
-        return sum(pq.read_metadata(io.new_input(f).open()).num_rows for f in files)
+        rows = 0
+        for f in files:
+            with io.new_input(f).open() as footer:
+                rows += pq.read_metadata(footer).num_rows
+        return rows
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -633,10 +637,9 @@ class IcebergWarehouse(Warehouse):
 
     def _write(self, reads: list, schema: dict, staging: str) -> None:
         """The rows of `reads` ((partition, landing hour, dataframe); hour None: the dataframe's
-        `_kl_hour` column says it) under the table's schema, in `staging/_kl_hour=<hour>/` (a path or
-        a gs:// URI), their
-        partition columns kept in the data (`add_files` takes a file's partition from its column
-        statistics): one Spark job."""
+        `_kl_hour` column says it) under the table's schema, in `staging/_kl_hour=<hour>/` (`staging`
+        a path or a gs:// URI), their partition columns kept in the data (`add_files` takes a file's
+        partition from its column statistics): one Spark job."""
         df = None
         for partition, hour, part in reads:
             if hour is None:

@@ -191,3 +191,26 @@ def test_a_bucket_root_without_a_catalog_database_is_refused_before_anything_is_
     with pytest.raises(LoadError, match=f"{gcs_bucket}-absent.*does not exist") as err:
         missing.check_writable()
     assert not err.value.transient
+
+
+def test_an_hour_materialised_from_dagster_lands_in_an_iceberg_table_in_the_bucket(on_gcs, pyspark_resource):
+    """The resource path a deployment takes: the landing root and the warehouse root both gs://."""
+    from dagster import DagsterInstance, materialize
+
+    from kafka_landing.config import TopicConfig
+    from kafka_landing.resources import LandingResource
+    from kafka_landing.warehouse.assets import build_warehouse_asset
+    from kafka_landing.warehouse.resources import IcebergWarehouseResource
+
+    store, wh, bucket, uri = on_gcs
+    cfg = TopicConfig("orders", "shop", table="orders", first_hour=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    write_hour(store, "shop", "orders", _hour(5), [(0, 1, V1, orders(4))], topic="orders")
+    resource = IcebergWarehouseResource(root=wh.root, catalog_uri=uri)
+    asset = build_warehouse_asset(cfg, "orders", resource.backend_kind)
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize([asset], partition_key="2026-01-01-05:00", instance=instance, resources={
+            "landing": LandingResource(landing_root=store.root), "warehouse": resource, "pyspark": pyspark_resource})
+    assert result.success
+    [mat] = result.asset_materializations_for_node(asset.op.name)
+    assert mat.metadata["dagster/row_count"].value == 4
+    assert _by_hour(IcebergWarehouse(wh.root, uri)) == {_hour(5): ["o0", "o1", "o2", "o3"]}
