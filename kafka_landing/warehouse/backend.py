@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Callable
 
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff.manifests import Manifest
+from kafka_landing.naming import check_identifier
 from kafka_landing.store.base import LandingStore
 
 SparkFactory = Callable[[], object]  # () -> SparkSession, started only by a backend that needs it
@@ -102,6 +104,40 @@ class Warehouse(ABC):
 
     def loaded_sha(self, dataset: str, table: str, partition: str) -> str | None:
         return (self.loaded(dataset, table, partition) or {}).get("sha256")
+
+
+class LoadRecords:
+    """What a Parquet or Iceberg warehouse loaded, a record per partition:
+    `<dataset>/<table>/_loads/<column>=<partition>.json` in its root's store (a folder or a
+    bucket), so the queue and `hours_behind` know what is loaded without reading the table.
+    BigQuery keeps its own, beside the landing files (`bigquery/ledger.py`)."""
+
+    def __init__(self, store: LandingStore, column: str):
+        self.store = store
+        self.column = column  # hour, or event_day / event_hour
+
+    def path(self, dataset: str, table: str, partition: str) -> str:
+        return f"{self._dir(dataset, table)}/{self.column}={partition}.json"
+
+    def _dir(self, dataset: str, table: str) -> str:
+        return f"{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}/_loads"
+
+    def read(self, dataset: str, table: str, partition: str) -> dict | None:
+        """The record; None if there is none, {} if it cannot be read (loaded, content unknown)."""
+        try:
+            return self.store.read_json(self.path(dataset, table, partition))
+        except ValueError:
+            return {}
+
+    def partitions(self, dataset: str, table: str) -> set[str]:
+        """Partitions with a record: one listing."""
+        prefix = f"{self.column}="
+        return {rel.rsplit("/", 1)[-1][len(prefix):-len(".json")]
+                for rel in self.store.list(self._dir(dataset, table), f"{prefix}*.json")}
+
+    def write(self, dataset: str, table: str, partition: str, record: dict) -> None:
+        self.store.write_json_atomic(self.path(dataset, table, partition), {
+            **record, "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
 
 
 def verify_files(store: LandingStore, manifest: Manifest) -> None:

@@ -54,7 +54,14 @@ from kafka_landing.naming import check_identifier
 from kafka_landing.spark_setup import spark_readable
 from kafka_landing.store import open_store
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
-from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
+from kafka_landing.warehouse.backend import (
+    LoadError,
+    LoadRecords,
+    LoadResult,
+    SparkFactory,
+    Warehouse,
+    verify_files,
+)
 from kafka_landing.warehouse.parquet import _conform
 from kafka_landing.warehouse.schema_evolution import merge_schemas
 
@@ -354,15 +361,16 @@ class IcebergWarehouse(Warehouse):
 
     # --- what was loaded ----------------------------------------------------------
 
+    @functools.cached_property
+    def records(self) -> LoadRecords:
+        return LoadRecords(self.store, self.column)
+
     def _ledger(self, dataset: str, table: str, partition: str) -> str:
         """The load record of a partition, relative to the root (`store`)."""
-        return self._rel(dataset, table, "_loads", f"{self.column}={partition}.json")
+        return self.records.path(dataset, table, partition)
 
     def _recorded(self, dataset: str, table: str, partition: str) -> dict | None:
-        try:
-            return self.store.read_json(self._ledger(dataset, table, partition))
-        except ValueError:
-            return {}
+        return self.records.read(dataset, table, partition)
 
     def loaded(self, dataset: str, table: str, partition: str) -> dict | None:
         """The load record, unless the table holds a newer load of the partition than it names (a load
@@ -378,17 +386,13 @@ class IcebergWarehouse(Warehouse):
                 "attempt": done["attempt"], "snapshot_id": done["snapshot_id"], "hours": json.loads(done["hours"] or "{}")}
 
     def loaded_partitions(self, dataset: str, table: str) -> set[str]:
-        prefix = f"{self.column}="
-        return {rel.rsplit("/", 1)[-1][len(prefix):-len(".json")]
-                for rel in self.store.list(self._rel(dataset, table, "_loads"), f"{prefix}*.json")}
+        return self.records.partitions(dataset, table)
 
     def _record_load(self, manifest: Manifest, done_file: str | None, sha: str | None, snapshot_id: int | None,
                      hours: dict[str, str]) -> None:
-        self.store.write_json_atomic(self._ledger(manifest.dataset, manifest.target, manifest.partition), {
+        self.records.write(manifest.dataset, manifest.target, manifest.partition, {
             "done_file": done_file, "sha256": sha, "rows": manifest.rows, "attempt": manifest.attempt,
-            "snapshot_id": snapshot_id, "hours": hours,
-            "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        })
+            "snapshot_id": snapshot_id, "hours": hours})
 
     def committed(self, t, partition: str) -> dict | None:
         """The summary of the newest snapshot that loaded a partition, as the table itself records it."""

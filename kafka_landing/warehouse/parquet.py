@@ -29,7 +29,6 @@ import os
 import shutil
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -42,7 +41,9 @@ from kafka_landing.handoff.manifests import Manifest
 from kafka_landing.naming import check_identifier
 from kafka_landing.spark_setup import spark_readable, type_ddl
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
+from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.backend import (
+    LoadRecords,
     LoadError,
     LoadResult,
     SparkFactory,
@@ -146,36 +147,19 @@ class ParquetWarehouse(Warehouse):
 
     # --- what was loaded ----------------------------------------------------------
 
-    def _ledger(self, dataset: str, table: str, partition: str) -> Path:
-        return self.table_dir(dataset, table) / "_loads" / f"{self.column}={partition}.json"
+    @functools.cached_property
+    def records(self) -> LoadRecords:
+        return LoadRecords(LocalStore(_resolved(self.root)), self.column)
 
     def loaded(self, dataset: str, table: str, partition: str) -> dict | None:
-        try:
-            with open(self._ledger(dataset, table, partition), "rb") as f:
-                return json.loads(f.read())
-        except FileNotFoundError:
-            return None
-        except ValueError:
-            return {}  # unreadable: loaded, content unknown (a reload will rewrite it)
+        return self.records.read(dataset, table, partition)
 
     def loaded_partitions(self, dataset: str, table: str) -> set[str]:
-        """Partitions with a recorded load: one directory listing."""
-        try:
-            with os.scandir(self.table_dir(dataset, table) / "_loads") as it:
-                prefix = f"{self.column}="
-                return {e.name[len(prefix):-5] for e in it if e.name.startswith(prefix) and e.name.endswith(".json")}
-        except FileNotFoundError:
-            return set()
+        return self.records.partitions(dataset, table)
 
     def _record_load(self, manifest: Manifest, rows: int, done_file: str | None, sha: str | None) -> None:
-        p = self._ledger(manifest.dataset, manifest.target, manifest.partition)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.parent / f".{p.name}.{uuid.uuid4().hex}"
-        tmp.write_text(json.dumps({
-            "done_file": done_file, "sha256": sha, "rows": rows, "attempt": manifest.attempt,
-            "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }))
-        os.replace(tmp, p)
+        self.records.write(manifest.dataset, manifest.target, manifest.partition, {
+            "done_file": done_file, "sha256": sha, "rows": rows, "attempt": manifest.attempt})
 
     def _rewrite_partitions(self, session, tdir: Path, schema: dict, where: str) -> None:
         """Every hour file of the table rewritten under `schema` (a widening of the one they have),
