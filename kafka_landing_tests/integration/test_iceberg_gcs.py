@@ -136,7 +136,7 @@ def test_an_event_day_and_its_amendment_by_a_late_hour_load_into_the_bucket(on_g
         (day, f"{day}T10", "a"), (day, f"{day}T10", "b"), (day, f"{day}T20", "late")]
     after = {f.file_path for f in etable.partition_files("shop", "orders__by_event", day)}
     assert after > before and len(after - before) == 1  # the late hour's file only
-    assert all(f.startswith(f"gs://{bucket}/warehouse/shop/orders__by_event/data/") for f in after), after
+    assert len(after) == 2 and all(f.startswith(f"gs://{bucket}/warehouse/shop/orders__by_event/data/") for f in after), after
     assert etable.loaded_partitions("shop", "orders__by_event") == {day}
     checked = event_conservation(store, wh, CFG, "orders", day)
     assert checked.ok, checked.why
