@@ -33,7 +33,8 @@ def connector_jars(jvm_dir: Path = JVM_DIR / "spark") -> list[str]:
         raise RuntimeError("pyspark is not installed: run `make setup`")
     shipped = {_artifact(j.name) for j in (Path(list(spec.submodule_search_locations)[0]) / "jars").glob("*.jar")}
     jars = sorted(str(j) for j in jvm_dir.glob("*.jar") if _artifact(j.name) not in shipped)
-    missing = [name for name in ("spark-sql-kafka", "spark-avro", "gcs-connector") if not any(name in j for j in jars)]
+    missing = [name for name in ("spark-sql-kafka", "spark-avro", "gcs-connector", "kafka-landing-splice")
+               if not any(name in j for j in jars)]
     if missing:
         raise RuntimeError(f"the Spark connector jars {', '.join(missing)} are missing in {jvm_dir}: run `make jvm`")
     return jars

@@ -11,7 +11,14 @@ a file's name and content are the same whichever hours were landed together.
 No sort before the write, so memory does not grow with the hour: a Spark task reads its offsets
 in order and holds at most `plan.TASKS_PER_READ` frozen tasks, so Spark's concurrent writers (one
 open file per frozen task and table) receive each file's records in offset order as they come.
-Only event hours, whose number per task has no bound, still go through a sort."""
+Only event hours, whose number per task has no bound, still go through a sort.
+
+Records are spliced, not re-encoded: the splice writer (jvm/splice, format `kafka-landing-splice`)
+appends each record's Avro body as the producer encoded it, then the encoded Kafka columns. Avro
+encodes a record as its fields one after another, so that is the landing record, written without
+decoding a field back into Avro. The decode step still decides what lands (dead letters keep their
+reasons); Spark's own Avro writer (`splice=False`) stays as the reference the splice writer is
+compared with, record by record."""
 
 from __future__ import annotations
 
@@ -39,6 +46,8 @@ from kafka_landing.naming import (
 from kafka_landing.store.base import LandingStore
 
 NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
+SPLICE_FORMAT = "kafka-landing-splice"
+SPLICE_JAR = "kafka-landing-splice-0.jar"
 
 # What a dead letter keeps of a record, whichever step turned it away.
 DEAD_LETTER_COLUMNS = [*avro_schemas.META_COLUMNS, "_value", "_schema_id", "_reason", "_kl_hour"]
@@ -110,14 +119,19 @@ def unsorted_write_settings(tables: int) -> dict[str, str]:
 
 
 def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: dict,
-               store: LandingStore, staging: str) -> list[Staged]:
+               store: LandingStore, staging: str, splice: bool = True) -> list[Staged]:
     """The records of classify() with no reason, as Avro files per (hour, task, table,
-    partition[, event hour]), each in offset order."""
-    fields = avro_schemas.field_names(writer)
+    partition[, event hour]), each in offset order. `splice`: each record's body bytes as
+    produced (see the module's docstring); otherwise its decoded fields, re-encoded by Spark."""
     split = "_kl_ehour" in classified.columns
     keys = ["_kl_hour", "_kl_chunk", "_kl_table", "_kl_part"] + (["_kl_ehour"] if split else [])
+    options = {"avroSchema": json.dumps(avro_schemas.landing_schema(writer))}
+    if splice:
+        fmt, record, options["writerSchema"] = SPLICE_FORMAT, [F.col("_body")], json.dumps(writer)
+    else:
+        fmt, record = "avro", [F.col("_rec").getField(n).alias(n) for n in avro_schemas.field_names(writer)]
     good = classified.where(F.col("_reason").isNull()).select(
-        *[F.col("_rec").getField(n).alias(n) for n in fields],
+        *record,
         *[F.col(c) for c in avro_schemas.META_COLUMNS],
         F.col("_kl_hour"), F.col("_kl_chunk"), F.col("_kl_table"), F.col("_kafka_partition").alias("_kl_part"),
         *([F.col("_kl_ehour")] if split else []),
@@ -129,12 +143,15 @@ def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: 
         ordered, settings = good, unsorted_write_settings(len(cfg.tables))
     try:
         with _session_settings(good.sparkSession, settings):
-            (ordered.write.partitionBy(*keys).format("avro")
-             .option("avroSchema", json.dumps(avro_schemas.landing_schema(writer)))
-             .mode("error").save(store.location(out)))
-    except Exception as exc:  # noqa: BLE001 - only the one known case is turned into NothingWritten
+            ordered.write.partitionBy(*keys).format(fmt).options(**options).mode("error").save(store.location(out))
+    except Exception as exc:  # noqa: BLE001 - only the known cases are turned into errors of their own
         if "_temporary" in str(exc) and not store.walk(out, ".avro"):
             raise NothingWritten(f"no record of schema id {schema_id} to write under {store.location(out)}") from None
+        if SPLICE_FORMAT in str(exc) and "DATA_SOURCE_NOT_FOUND" in str(exc):
+            raise LandingError(f"{cfg.topic}: the Spark engine has no splice writer (format {SPLICE_FORMAT!r}, "
+                               f"jar {SPLICE_JAR} from `make jvm`): nothing was published. Restart the Spark Connect "
+                               "server with the connector jars of `make jvm` (locally: make stack-down; make "
+                               "stack-up), or add the jar to its spark.jars") from None
         raise
     staged = []
     # None (no chunk, no event time) sorts before any value: a partition's records with no event

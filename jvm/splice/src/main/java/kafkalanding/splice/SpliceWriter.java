@@ -1,0 +1,151 @@
+package kafkalanding.splice;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
+
+import org.apache.avro.Schema;
+import org.apache.avro.file.CodecFactory;
+import org.apache.avro.file.DataFileWriter;
+import org.apache.avro.generic.GenericDatumReader;
+import org.apache.avro.generic.GenericDatumWriter;
+import org.apache.avro.io.BinaryDecoder;
+import org.apache.avro.io.BinaryEncoder;
+import org.apache.avro.io.DecoderFactory;
+import org.apache.avro.io.EncoderFactory;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.execution.datasources.OutputWriter;
+
+/**
+ * One landing file. Each record is appended already encoded: the body's bytes up to the end of
+ * the record they hold, then the Kafka columns, encoded here. The body decoded before it got here
+ * (the decode step turns away every body that does not), but Avro ignores bytes after a record, so
+ * the record's end is found by skipping through it under the writer schema: what lands is exactly
+ * the record the decode step read.
+ */
+final class SpliceWriter extends OutputWriter {
+  /** A buffer whose array is used in place. */
+  private static final class Buffer extends ByteArrayOutputStream {
+    ByteBuffer view() {
+      return ByteBuffer.wrap(buf, 0, count);
+    }
+  }
+
+  private final String path;
+  private final Schema writer;
+  private final DataFileWriter<Object> file;
+  private final Buffer record = new Buffer();
+  private final BinaryEncoder enc = EncoderFactory.get().directBinaryEncoder(record, null);
+  private BinaryDecoder dec;
+  private final int body, topic, partition, offset, timestamp, key, headers;
+
+  SpliceWriter(String path, Configuration conf, Schema landing, Schema writer, CodecFactory codec,
+      SpliceWriterFactory columns) {
+    this.path = path;
+    this.writer = writer;
+    body = columns.index(SpliceWriterFactory.BODY);
+    topic = columns.index("_kafka_topic");
+    partition = columns.index("_kafka_partition");
+    offset = columns.index("_kafka_offset");
+    timestamp = columns.index("_kafka_timestamp");
+    key = columns.index("_kafka_key");
+    headers = columns.index("_kafka_headers");
+    file = new DataFileWriter<>(new GenericDatumWriter<>(landing));
+    file.setCodec(codec);
+    // As Spark's Avro writer does: its readers take a file with this key as written by a Spark
+    // that writes dates and timestamps in the proleptic Gregorian calendar, as this one does.
+    file.setMeta("org.apache.spark.version", org.apache.spark.package$.MODULE$.SPARK_VERSION());
+    try {
+      Path p = new Path(path);
+      file.create(landing, p.getFileSystem(conf).create(p, false));
+    } catch (IOException e) {
+      throw new UncheckedIOException("cannot create the landing file " + path, e);
+    }
+  }
+
+  @Override
+  public void write(InternalRow row) {
+    byte[] bytes = row.getBinary(body);
+    record.reset();
+    try {
+      record.write(bytes, 0, recordLength(bytes, row));
+      // Avro encodes a string as it encodes bytes: the length, then the UTF-8 bytes.
+      enc.writeBytes(row.getUTF8String(topic).getBytes());
+      enc.writeInt(row.getInt(partition));
+      enc.writeLong(row.getLong(offset));
+      // Spark holds the Kafka timestamp in microseconds; the column is timestamp-millis, as
+      // Spark's Avro writer converts it (floor division).
+      enc.writeLong(Math.floorDiv(row.getLong(timestamp), 1000L));
+      if (row.isNullAt(key)) {
+        enc.writeIndex(0);
+      } else {
+        enc.writeIndex(1);
+        enc.writeBytes(row.getBinary(key));
+      }
+      if (row.isNullAt(headers)) {
+        enc.writeIndex(0);
+      } else {
+        enc.writeIndex(1);
+        writeHeaders(row.getArray(headers));
+      }
+      enc.flush();
+      file.appendEncoded(record.view());
+    } catch (IOException e) {
+      throw new UncheckedIOException("cannot write " + where(row) + " to the landing file " + path, e);
+    }
+  }
+
+  private void writeHeaders(ArrayData list) throws IOException {
+    int n = list.numElements();
+    enc.writeArrayStart();
+    enc.setItemCount(n);
+    for (int i = 0; i < n; i++) {
+      enc.startItem();
+      InternalRow h = list.getStruct(i, 2);
+      enc.writeBytes(h.getUTF8String(0).getBytes());
+      if (h.isNullAt(1)) {
+        enc.writeIndex(0);
+      } else {
+        enc.writeIndex(1);
+        enc.writeBytes(h.getBinary(1));
+      }
+    }
+    enc.writeArrayEnd();
+  }
+
+  /** How many bytes of the body the record under the writer schema takes. */
+  private int recordLength(byte[] bytes, InternalRow row) {
+    dec = DecoderFactory.get().binaryDecoder(bytes, dec);
+    try {
+      GenericDatumReader.skip(writer, dec);
+      return bytes.length - dec.inputStream().available();
+    } catch (IOException | RuntimeException e) {
+      throw new IllegalStateException("the body of " + where(row) + " does not parse under its writer schema "
+          + writer.getFullName() + ", though it was decoded before the write; nothing of this landing is published",
+          e);
+    }
+  }
+
+  private String where(InternalRow row) {
+    return "the record at " + row.getUTF8String(topic) + " partition " + row.getInt(partition) + " offset "
+        + row.getLong(offset);
+  }
+
+  @Override
+  public void close() {
+    try {
+      file.close();
+    } catch (IOException e) {
+      throw new UncheckedIOException("cannot close the landing file " + path, e);
+    }
+  }
+
+  @Override
+  public String path() {
+    return path;
+  }
+}
