@@ -202,7 +202,8 @@ def landing_job_name(topic: str) -> str:
 
 
 def build_landing_job(cfg: TopicConfig):
-    """A job per topic: a run covers one partitions definition, and every topic has its own."""
+    """A job per topic, to land one topic's hours on their own (the hourly schedules run a group's
+    job, `build_hourly_job`)."""
     return define_asset_job(
         landing_job_name(cfg.topic),
         selection=AssetSelection.assets(slice_key(cfg.topic), landing_key(cfg.topic)),
@@ -212,18 +213,49 @@ def build_landing_job(cfg: TopicConfig):
     )
 
 
-def build_schedule(cfg: TopicConfig, job):
-    """Every hour, a few minutes after the topic's hour closes, land that hour (any grace,
-    even hours long; see `hourly_schedule`)."""
-    first = topic_hours(cfg).start
+def hourly_job_name(first_hour: datetime, grace_minutes: int) -> str:
+    return f"land_topics_from_{first_hour:%Y%m%dT%H}_grace_{grace_minutes}m"
 
-    @schedule(name=f"{landing_job_name(cfg.topic)}_hourly", job=job, cron_schedule=hourly_schedule.cron(cfg.grace_minutes),
-              execution_timezone="UTC", description=f"Lands the last closed hour of `{cfg.topic}` every hour.")
+
+def hourly_groups(config: LandingConfig) -> dict[str, list[TopicConfig]]:
+    """{job name: topics} of the topics that land together, one run per hour for all of them: the
+    same hours (one run covers one partitions definition, and a topic's starts at its first hour)
+    and the same grace (the same tick lands the same hour). Topics that start together share both."""
+    groups: dict[str, list[TopicConfig]] = {}
+    for cfg in sorted(config.topics.values(), key=lambda c: c.topic):
+        groups.setdefault(hourly_job_name(topic_hours(cfg).start, cfg.grace_minutes), []).append(cfg)
+    return groups
+
+
+def build_hourly_job(name: str, cfgs: list[TopicConfig]):
+    """One run for every topic of a group: each topic's freeze -> land steps, one Spark session.
+    A topic whose step fails fails alone: the other topics' steps still run (the run then ends
+    failed, naming the failed steps; re-executing it from failure runs only those)."""
+    topics = [c.topic for c in cfgs]
+    return define_asset_job(
+        name,
+        selection=AssetSelection.assets(*[k for t in topics for k in (slice_key(t), landing_key(t))]),
+        partitions_def=topic_hours(cfgs[0]),
+        tags={SPARK_TAG: "true"},
+        description=(f"Freeze and land {len(topics)} topic(s) in one run, an hour or a backfill's range: "
+                     f"{', '.join(f'`{t}`' for t in topics)} (hours from {Hour(topic_hours(cfgs[0]).start).key}, "
+                     f"grace {cfgs[0].grace_minutes} min). A topic that fails fails alone."),
+    )
+
+
+def build_schedule(cfgs: list[TopicConfig], job):
+    """Every hour, a few minutes after the group's hour closes, land that hour of every topic of the
+    group in one run (any grace, even hours long; see `hourly_schedule`)."""
+    first, grace = topic_hours(cfgs[0]).start, cfgs[0].grace_minutes
+    topics = ", ".join(c.topic for c in cfgs)
+
+    @schedule(name=f"{job.name}_hourly", job=job, cron_schedule=hourly_schedule.cron(grace),
+              execution_timezone="UTC", description=f"Lands the last closed hour of {topics} every hour, in one run.")
     def land_last_closed_hour(context: ScheduleEvaluationContext):
         tick = context.scheduled_execution_time or datetime.now(timezone.utc)
-        hour = hourly_schedule.hour_to_land(tick, cfg.grace_minutes)
+        hour = hourly_schedule.hour_to_land(tick, grace)
         if hour < first:
-            return SkipReason(f"{cfg.topic}: hour {Hour(hour).key} is before the topic's first hour {Hour(first).key}")
+            return SkipReason(f"{topics}: hour {Hour(hour).key} is before the topics' first hour {Hour(first).key}")
         return RunRequest(partition_key=Hour(hour).key, run_key=Hour(hour).key)
 
     return land_last_closed_hour
@@ -239,11 +271,12 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
     hours = {(ds, t): topic_hours(config.topic(topic)) for ds, t, topic in config.destinations()}
     events = {(ds, t): event_key(ds, t) for ds, t, topic in config.destinations() if config.topic(topic).event_granularity}
     jobs = {name: build_landing_job(cfg) for name, cfg in config.topics.items()}
+    hourly = {name: build_hourly_job(name, cfgs) for name, cfgs in hourly_groups(config).items()}
     return Definitions(
         assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config, kind),
                 *build_warehouse_checks(config)],
-        jobs=[*jobs.values(), plan_backfill, retire_hours, *([iceberg_upkeep] if kind == "iceberg" else [])],
-        schedules=[*(build_schedule(config.topics[name], job) for name, job in jobs.items()),
+        jobs=[*jobs.values(), *hourly.values(), plan_backfill, retire_hours, *([iceberg_upkeep] if kind == "iceberg" else [])],
+        schedules=[*(build_schedule(cfgs, hourly[name]) for name, cfgs in hourly_groups(config).items()),
                    *([iceberg_upkeep_daily] if kind == "iceberg" else [])],
         sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables, events),
                  *([build_event_sensor(events, {k: event_partitions(*k) for k in events})] if events else [])],

@@ -1,4 +1,5 @@
-"""When a topic's hourly landing schedule ticks and which hour each tick lands. Pure:
+"""When a topic's hourly landing schedule ticks and which hour each tick lands (the topics of
+one first hour and grace share a schedule and a run: `definitions.hourly_groups`). Pure:
 no Dagster, no Spark, so the timing can be tested for every grace period.
 
 An hour [T, T+1h) is closed for a topic once T + 1h + grace <= now

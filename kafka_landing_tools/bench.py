@@ -65,7 +65,8 @@ SECTIONS = ("Setup", "Summary", "Producing the data", "Landing throughput", "Fix
             "Where the per-record time goes", "Backfill",
             "Warehouse load", "Amending an event day", "Many topics", "Memory", "Goals")
 # The many-topics case: topics x the cases' hours, this many records per topic and hour, landed
-# (one asset backfill per topic) and loaded (the done-file sensor) by a real daemon.
+# (one asset backfill of every topic's landing assets: one run) and loaded (the done-file sensor) by a
+# real daemon.
 MANY_TOPICS, MANY_PER_HOUR = 20, 2_500
 
 
@@ -1560,8 +1561,8 @@ def markdown(report: dict) -> str:
     out += amendment_table(report) or ["Not measured in this run."]
     out += ["", "### Many topics", ""]
     if mt := report.get("many_topics"):
-        out += [(f"{mt['topics']} topics x {mt['hours']} hours x {mt['per_hour']:,} records, each topic's hours "
-                 "landed by one asset backfill (one run) and loaded by the done-file sensor's runs, through a real "
+        out += [(f"{mt['topics']} topics x {mt['hours']} hours x {mt['per_hour']:,} records, all the topics' "
+                 "hours landed by one asset backfill (one run for them all) and loaded by the done-file sensor's runs, through a real "
                  "daemon and the queued run coordinator of the repo's dagster.yaml (at most two Spark runs at "
                  "once); wall time from the daemon's start to every table loaded and every run ended."), ""]
         rows = [[f"{mt['topics']} topics x {mt['hours']} hours", mt["records"], mt["seconds"],

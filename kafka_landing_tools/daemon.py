@@ -60,8 +60,9 @@ class DaemonRunError(RuntimeError):
 
 
 def land_and_load(topics: list[str], hour_keys: list[str], cwd: Path, timeout: float = 900) -> dict:
-    """Land the hours of every topic as one asset backfill per topic (what the UI's Materialize of
-    a range does), run by a real daemon through the queued coordinator, and return once the
+    """Land the hours of every topic as one asset backfill of all their landing assets (what the UI's
+    Materialize of a range of the selected assets does: one run for the topics that share their
+    hours, as the hourly schedule of a group does), run by a real daemon through the queued coordinator, and return once the
     done-file sensor's loads have loaded every hour of every table of those topics and every run
     has ended: {"seconds" (from the first backfill), "rows" (the tables' dagster/row_count of those hours),
     "backfills", "tables"}. The instance (DAGSTER_HOME) and the code location's settings come
@@ -79,18 +80,21 @@ def land_and_load(topics: list[str], hour_keys: list[str], cwd: Path, timeout: f
     graph = defs.resolve_asset_graph()
     downstream = {t: sorted(k for k in graph.get(landing_key(t)).child_keys if k.path[0] == WAREHOUSE) for t in topics}
     tables = sorted({k for keys in downstream.values() for k in keys})
+    histories: dict[str, list[str]] = {}  # topics of one history share a run (their hours' partitions)
+    for t in topics:
+        histories.setdefault(graph.get(landing_key(t)).partitions_def.get_first_partition_key(), []).append(t)
     log = cwd / "daemon.log"
     daemon = start_daemon(cwd, CODE_LOCATION)
     try:
         with DagsterInstance.get() as instance:
             t0 = time.monotonic()
             ids = []
-            for topic in topics:
+            for group in histories.values():
                 backfill = PartitionBackfill.from_asset_partitions(
                     backfill_id=make_new_backfill_id(), asset_graph=graph, partition_names=hour_keys,
-                    asset_selection=[slice_key(topic), landing_key(topic)], backfill_timestamp=time.time(), tags={},
-                    dynamic_partitions_store=instance, all_partitions=False, title=f"land {topic}", description=None,
-                    run_config=None)
+                    asset_selection=[k for t in group for k in (slice_key(t), landing_key(t))],
+                    backfill_timestamp=time.time(), tags={}, dynamic_partitions_store=instance, all_partitions=False,
+                    title=f"land {len(group)} topic(s)", description=None, run_config=None)
                 instance.add_backfill(backfill)
                 ids.append(backfill.backfill_id)
 

@@ -107,9 +107,12 @@ def test_topics_with_their_own_first_hours_load_and_validate(tmp_path, monkeypat
     for key, spec in defs.get_assets_def(AssetKey(["avro_landing", "new_topic"])).check_specs_by_output_name.items():
         assert spec.partitions_def.get_first_partition_key() == "2026-11-20-13:00", key
     jobs = {j.name: j.partitions_def.get_first_partition_key() for j in defs.resolve_all_job_defs() if j.name.startswith("land_")}
-    assert jobs == {"land_old_topic": "2026-11-01-00:00", "land_new_topic": "2026-11-20-13:00"}
-    assert {s.name: s.job_name for s in defs.schedules} == {"land_old_topic_hourly": "land_old_topic",
-                                                            "land_new_topic_hourly": "land_new_topic",
+    old_hours, new_hours = "land_topics_from_20261101T00_grace_10m", "land_topics_from_20261120T13_grace_10m"
+    assert jobs == {"land_old_topic": "2026-11-01-00:00", "land_new_topic": "2026-11-20-13:00",
+                    old_hours: "2026-11-01-00:00", new_hours: "2026-11-20-13:00"}
+    # Topics of different histories cannot share a run: each history ticks in a run of its own.
+    assert {s.name: s.job_name for s in defs.schedules} == {f"{old_hours}_hourly": old_hours,
+                                                            f"{new_hours}_hourly": new_hours,
                                                             "iceberg_upkeep_daily": "iceberg_upkeep"}  # the default
     sensor = defs.resolve_sensor_def(SENSOR_NAME)
     assert not sensor.has_anonymous_job  # runs on the implicit asset job, which allows several histories
@@ -152,7 +155,8 @@ def test_a_landing_root_that_cannot_be_listed_leaves_configured_first_hours_and_
     monkeypatch.delenv("KAFKA_LANDING_FIRST_HOUR")
     defs = build_definitions()
     assert {j.name: j.partitions_def.get_first_partition_key() for j in defs.resolve_all_job_defs()
-            if j.name.startswith("land_")} == {"land_old_topic": "2026-11-01-00:00", "land_new_topic": "2026-11-20-13:00"}
+            if j.name in ("land_old_topic", "land_new_topic")} == {"land_old_topic": "2026-11-01-00:00",
+                                                                    "land_new_topic": "2026-11-20-13:00"}
 
     (tmp_path / "t.yaml").write_text("topics:\n  fresh.topic: {dataset: d, table: t}\n")
     monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(tmp_path / "t.yaml"))

@@ -1,4 +1,4 @@
-"""Each topic's hourly schedule as Dagster evaluates it: for any grace period, every
+"""Each group's hourly schedule as Dagster evaluates it: for any grace period, every
 tick lands the topic's latest closed hour, one hour per tick, and none before the
 topic's first hour. No service needed; the timing itself is unit tested in
 unit/test_hourly_schedule.py."""
@@ -14,9 +14,9 @@ from dagster._utils.schedules import cron_string_iterator
 
 from kafka_landing.config import TopicConfig
 from kafka_landing.definitions import (
-    build_landing_job,
+    build_hourly_job,
     build_schedule,
-    landing_job_name,
+    hourly_job_name,
 )
 from kafka_landing.kafka_slices.plan import HourNotClosedError, check_closed
 from kafka_landing.naming import ONE_HOUR, hour_from_key
@@ -26,13 +26,13 @@ START = datetime(2026, 3, 28, 22, 17, tzinfo=timezone.utc)
 
 def _schedule(grace: int, first_hour: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc)):
     cfg = TopicConfig(topic=f"t.{grace}", dataset="d", table="t", grace_minutes=grace, first_hour=first_hour)
-    return build_schedule(cfg, build_landing_job(cfg))
+    return build_schedule([cfg], build_hourly_job(hourly_job_name(first_hour, grace), [cfg]))
 
 
 @pytest.mark.parametrize("grace", [0, 10, 54, 55, 59, 60, 65, 90, 120, 179, 180])
 def test_each_tick_lands_the_topics_latest_closed_hour(grace):
     schedule = _schedule(grace)
-    assert schedule.job_name == landing_job_name(f"t.{grace}")
+    assert schedule.job_name == hourly_job_name(datetime(2026, 1, 1, tzinfo=timezone.utc), grace)
     landed = []
     for tick in islice(cron_string_iterator(START.timestamp(), schedule.cron_schedule, "UTC"), 30):
         with build_schedule_context(scheduled_execution_time=tick) as ctx:
@@ -55,5 +55,5 @@ def test_no_tick_lands_an_hour_before_the_topics_first_hour():
             answers.append(schedule(ctx))
     skipped = [a for a in answers if isinstance(a, SkipReason)]
     landed = [hour_from_key(a.partition_key) for a in answers if not isinstance(a, SkipReason)]
-    assert skipped and "before the topic's first hour 2026-03-29-01:00" in skipped[0].skip_message
+    assert skipped and "before the topics' first hour 2026-03-29-01:00" in skipped[0].skip_message
     assert landed and landed[0] == first and all(h >= first for h in landed)
