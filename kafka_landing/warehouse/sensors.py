@@ -2,7 +2,8 @@
 
 - `done_file_sensor`: landing hours of the configured tables; first reconciles done files
   nobody marked (`queue/reconcile`), then one queue tick; a table's consecutive ready hours
-  load in one run (a single-run partition range).
+  load in one run (a single-run partition range), and the tables whose ready hours are the
+  same (the tables of topics landed together) share that run.
 - `retired_hours_sensor`: retired hours of tables in no topic's config, and the event partitions
   they fed, emptied by `retire_hours`.
 - `event_partition_sensor`: event partitions, each versioned and loaded by its own run; it adds
@@ -17,7 +18,7 @@ instance holds no newer upstream materialisation (done files written by another 
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import islice
 
 from dagster import (
@@ -40,7 +41,15 @@ from kafka_landing.resources import LandingResource
 from kafka_landing.warehouse.jobs import RETIRE_JOB, retire_hours
 from kafka_landing.warehouse.queue import tick as queue
 from kafka_landing.warehouse.queue.reconcile import ScanPosition, reconcile
-from kafka_landing.warehouse.queue.runs import MAX_ATTEMPTS, RUN_KEY_TAG, LoadGroup, SeenRun
+from kafka_landing.warehouse.queue.runs import (
+    MAX_ATTEMPTS,
+    RUN_KEY_TAG,
+    LoadGroup,
+    SeenRun,
+    run_key_of,
+    tables_together,
+    tags_of,
+)
 from kafka_landing.warehouse.queue.tick import Cursor, TickPlan
 from kafka_landing.warehouse.resources import WarehouseResource
 
@@ -77,8 +86,8 @@ def _runs_of(instance):
     def runs_of(loads) -> list[SeenRun]:
         by_tag: dict[str, list[str]] = {}
         for ld in loads:
-            k, v = ld.tag
-            by_tag.setdefault(k, []).append(v)
+            for k, v in ld.found_by:
+                by_tag.setdefault(k, []).append(v)
         queries = [(RUN_KEY_TAG, [k for ld in loads for k in ld.attempt_keys()]), *sorted(by_tag.items())]
         runs: dict[str, SeenRun] = {}
         for tag, values in queries:
@@ -103,13 +112,15 @@ def _warn_given_up(log, plan: TickPlan, what: str, remedy: str) -> None:
                     f"{units[-1].partition}), e.g. {example}: {why[:1000]}. {remedy}")
 
 
-def load_run_request(group: LoadGroup, key: AssetKey, spark: bool) -> RunRequest:
-    """One run loading every hour of `group`: its partition, or a single-run partition range."""
-    first, last = (ld.unit.partition_key for ld in (group.loads[0], group.loads[-1]))
-    tags = {**group.tags(), REDO_DONE_HOURS_TAG: "true", **({SPARK_TAG: "true"} if spark else {})}
+def load_run_request(run: Sequence[LoadGroup], keys: list[AssetKey], spark: bool) -> RunRequest:
+    """One run loading every hour of the groups of `run` (one group, or several tables' groups of the
+    same hours: `tables_together`), one table's asset per group: their partition, or a single-run
+    partition range. Each table is a step of its own: one that fails fails alone."""
+    first, last = (ld.unit.partition_key for ld in (run[0].loads[0], run[0].loads[-1]))
+    tags = {**tags_of(run), REDO_DONE_HOURS_TAG: "true", **({SPARK_TAG: "true"} if spark else {})}
     if first == last:
-        return RunRequest(run_key=group.run_key, partition_key=first, asset_selection=[key], tags=tags)
-    return RunRequest(run_key=group.run_key, asset_selection=[key],
+        return RunRequest(run_key=run_key_of(run), partition_key=first, asset_selection=keys, tags=tags)
+    return RunRequest(run_key=run_key_of(run), asset_selection=keys,
                       tags={**tags, RANGE_START_TAG: first, RANGE_END_TAG: last})
 
 
@@ -131,7 +142,7 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
         minimum_interval_seconds=30,
         default_status=DefaultSensorStatus.RUNNING,
         description="Loads warehouse hours when their done files appear or change (a table's consecutive hours "
-                    "in one run), and retries failed loads.",
+                    "in one run, tables of the same hours together), and retries failed loads.",
     )
     def done_file_sensor(context: SensorEvaluationContext, landing: LandingResource, warehouse: WarehouseResource):
         started, store, log = _clock(), landing.store(), context.log
@@ -163,7 +174,9 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
         for u, why in plan.refused:
             log.info(f"{u}: {why}")
         _info_progress(log, plan)
-        requests = [load_run_request(g, tables[(g.dataset, g.table)], warehouse.needs_spark) for g in plan.groups]
+        runs = tables_together(plan.groups, lambda g: id(hours[(g.dataset, g.table)]))
+        requests = [load_run_request(run, [tables[(g.dataset, g.table)] for g in run], warehouse.needs_spark)
+                    for run in runs]
         if requests:
             return SensorResult(run_requests=requests, cursor=new_cursor)
         return SensorResult(cursor=new_cursor, skip_reason=SkipReason(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
 
@@ -27,6 +28,7 @@ from kafka_landing_tools.demo.generate import (
     register,
 )
 from kafka_landing_tools.demo.loads import run_load_request
+from kafka_landing.warehouse.queue.runs import table_slot
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
 from kafka_landing_tests.conftest import defs_hours, utcnow
 from kafka_landing_tests.sensor_ticks import tick
@@ -99,8 +101,12 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
         assert land(defs, instance, hour_key(hour)).success
 
     first = tick(defs, instance)
-    # One run per table, each covering all its consecutive landed hours.
-    assert sorted(r.asset_selection[0].path[-1] for r in first.run_requests) == ["orders", "other_events", "page_views"]
+    # Every table's consecutive landed hours in one run, and the three tables (their topics share
+    # their hours) in one run as far as their slots allow.
+    tables = [(f"shop_{suffix}", "orders"), (f"web_{suffix}", "other_events"), (f"web_{suffix}", "page_views")]
+    runs_needed = max(Counter(table_slot(d, t) for d, t in tables).values())
+    assert len(first.run_requests) == runs_needed
+    assert sorted(k.path[-1] for r in first.run_requests for k in r.asset_selection) == [t for _, t in tables]
     for r in first.run_requests:
         assert covered_hours(r) == [hour_key(h) for h in hours], r.run_key
     run_requests(defs, instance, first.run_requests)
@@ -134,9 +140,10 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
     before = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders", warehouse).sort_values(["_kafka_partition", "_kafka_offset"])
     assert land(defs, instance, hour_key(hours[1])).success
     relanded = tick(defs, instance, cursor=first.cursor)
-    assert sorted((covered_hours(r), r.asset_selection[0].path[-1]) for r in relanded.run_requests) == [
+    assert sorted((covered_hours(r), k.path[-1]) for r in relanded.run_requests for k in r.asset_selection) == [
         ([hour_key(hours[1])], t) for t in ("orders", "other_events", "page_views")
     ]
+    assert len(relanded.run_requests) == runs_needed
     assert not {r.run_key for r in relanded.run_requests} & {r.run_key for r in first.run_requests}
     run_requests(defs, instance, relanded.run_requests)
     after = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders", warehouse).sort_values(["_kafka_partition", "_kafka_offset"])

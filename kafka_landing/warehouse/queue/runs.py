@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kafka_landing.handoff.units import EVENT, HOUR, LoadUnit
@@ -138,6 +138,22 @@ class PendingLoad:
         suffix = f"~{self.round}" if self.round else ""
         return member_tag(self.unit.partition), f"{self.unit.partition}@{self.sha[:16]}{suffix}"
 
+    @property
+    def slot_tag(self) -> tuple[str, str] | None:
+        """(key, value) naming this landing hour in a run of several tables (`tables_together`): its
+        hour of the week and its table's slot -> `<dataset>.<table>/<hour>@<sha16>`, so no two members
+        of such a run share a key, each member's runs are found by one indexed query per (hour of
+        the week, slot), and the run's tags say which table each member is."""
+        if self.unit.kind != HOUR:
+            return None
+        key, value = self.tag
+        return f"{key}.s{table_slot(self.unit.dataset, self.unit.table):02d}", f"{self.unit.name}/{value}"
+
+    @property
+    def found_by(self) -> tuple[tuple[str, str], ...]:
+        """The tags a run covering this member carries: its own, or its slot's in a run of tables."""
+        return (self.tag,) if self.slot_tag is None else (self.tag, self.slot_tag)
+
     def made_by(self, run: SeenRun) -> bool:
         """Whether `run` was an attempt at this very content (not only a run of the same unit)."""
         if self.unit.kind == EVENT:
@@ -168,7 +184,7 @@ def covering_runs(loads: Iterable[PendingLoad], runs: Iterable[SeenRun], max_att
     """The runs that covered each load: named by its member tag, or (one hour per run, as
     earlier versions requested) carrying one of its attempt keys as run key. Each run once."""
     loads = list(loads)
-    by_tag = {ld.tag: ld for ld in loads}
+    by_tag = {t: ld for ld in loads for t in ld.found_by}
     by_key = {k: ld for ld in loads for k in ld.attempt_keys(max_attempts)}
     found: dict[PendingLoad, dict[str, SeenRun]] = {ld: {} for ld in loads}
     for run in runs:
@@ -237,6 +253,56 @@ class LoadGroup:
             tags.update({"kafka_landing/done_file": self.loads[0].unit.done_file,
                          "kafka_landing/done_sha256": self.loads[0].sha})
         return tags
+
+
+TABLE_SLOTS = 16  # at most this many tables per run: each holds a slot of its own (`table_slot`)
+
+
+def table_slot(dataset: str, table: str) -> int:
+    """A table's slot, the same in every run and every release: tables of one run have distinct slots."""
+    return int(hashlib.sha256(f"{dataset}.{table}".encode()).hexdigest()[:8], 16) % TABLE_SLOTS
+
+
+def tables_together(groups: Sequence[LoadGroup], history: Callable[[LoadGroup], object]
+                    ) -> list[tuple[LoadGroup, ...]]:
+    """The groups as runs: landing-hour groups of different tables that cover the same hours at the
+    same attempt, and whose tables have the same partitions (`history`: a key of them; one run covers
+    one partitions definition), load in one run, up to one table per slot; the others alone. A last
+    attempt stays alone, as in `plan_loads`. Order kept: a run comes where its first group was."""
+    runs: list[list[LoadGroup]] = []
+    open_runs: dict[tuple, list[list[LoadGroup]]] = {}
+    for g in groups:
+        first = g.loads[0]
+        if first.unit.kind != HOUR or (1 < MAX_ATTEMPTS == g.attempt):
+            runs.append([g])
+            continue
+        key = (tuple(g.hours), g.attempt, history(g))
+        slot = table_slot(g.dataset, g.table)
+        run = next((r for r in open_runs.get(key, []) if slot not in {table_slot(x.dataset, x.table) for x in r}), None)
+        if run is None:
+            run = []
+            runs.append(run)
+            open_runs.setdefault(key, []).append(run)
+        run.append(g)
+    return [tuple(r) for r in runs]
+
+
+def run_key_of(run: Sequence[LoadGroup]) -> str:
+    """A group's own run key alone; several tables':
+    `tables/<n>/hours=<first>..<last>@<hash of every member's key>[#attempt<n>]`."""
+    if len(run) == 1:
+        return run[0].run_key
+    digest = hashlib.sha256("\n".join(ld.key for g in run for ld in g.loads).encode()).hexdigest()[:16]
+    base = f"tables/{len(run)}/hours={run[0].hours[0]}..{run[0].hours[-1]}@{digest}"
+    return base if run[0].attempt == 1 else f"{base}#attempt{run[0].attempt}"
+
+
+def tags_of(run: Sequence[LoadGroup]) -> dict[str, str]:
+    """A group's own tags alone; several tables': every member under its slot tag, and the tables."""
+    if len(run) == 1:
+        return run[0].tags()
+    return {TABLE_TAG: ",".join(g.name for g in run), ATTEMPT_TAG: str(run[0].attempt),
+            **dict(ld.slot_tag for g in run for ld in g.loads)}
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,15 @@ from kafka_landing.warehouse.queue.runs import (
     RUN_KEY_TAG,
     PendingLoad,
     SeenRun,
+    TABLE_SLOTS,
     covering_runs,
     member_tag,
     plan_loads,
     run_key,
+    run_key_of,
+    table_slot,
+    tables_together,
+    tags_of,
 )
 
 BASE = datetime(2026, 11, 16, tzinfo=timezone.utc)  # a Monday, 00:00
@@ -203,12 +208,14 @@ def test_every_ready_load_is_in_exactly_one_run_of_consecutive_hours_of_one_tabl
 
 # --- against a model of Dagster --------------------------------------------------------
 
-def simulate(loads: list[PendingLoad], behaviour: dict[PendingLoad, str], rnd: random.Random, max_hours: int
-             ) -> tuple[dict[PendingLoad, int], list[SeenRun], set[PendingLoad], tuple]:
+def simulate(loads: list[PendingLoad], behaviour: dict[PendingLoad, str], rnd: random.Random, max_hours: int,
+             together: bool = False) -> tuple[dict[PendingLoad, int], list[SeenRun], set[PendingLoad], tuple]:
     """Tick and run until nothing is requested. Dagster launches a run key once; a run loads
     its hours oldest first: an "ok" hour loads, a "fails" hour fails alone, a "kills" hour
     kills the run (later hours are not tried), a "flaky" hour fails on its first try only.
-    Some runs stay in flight for a tick or two. Returns loads per member, runs, loaded, last plan."""
+    Some runs stay in flight for a tick or two. `together`: the tables of the same hours share a
+    run (`tables_together`), a table after another in its run. Returns loads per member, runs,
+    loaded, last plan."""
     runs: dict[str, SeenRun] = {}
     by_key: dict[str, str] = {}
     pending = set(loads)
@@ -222,19 +229,21 @@ def simulate(loads: list[PendingLoad], behaviour: dict[PendingLoad, str], rnd: r
             return loaded_times, list(runs.values()), set(loads) - pending, plan
         duplicate = plan_loads(sorted(pending), covering_runs(sorted(pending), runs.values()), max_hours=max_hours)
         assert [g.run_key for g in duplicate.groups] == [g.run_key for g in plan.groups]
-        for i, g in enumerate(plan.groups):
-            assert g.run_key not in by_key, f"tick {tick}: {g.run_key} was launched before: Dagster would drop it"
+        requested = tables_together(plan.groups, lambda g: 0) if together else [(g,) for g in plan.groups]
+        for i, run in enumerate(requested):
+            key = run_key_of(run)
+            assert key not in by_key, f"tick {tick}: {key} was launched before: Dagster would drop it"
             run_id = f"t{tick}-{i}"
-            by_key[g.run_key] = run_id
-            runs[run_id] = as_run(g, run_id, "STARTED")
-            in_flight.append((run_id, g, tick))
+            by_key[key] = run_id
+            runs[run_id] = SeenRun(run_id, "STARTED", {**tags_of(run), RUN_KEY_TAG: key})
+            in_flight.append((run_id, run, tick))
         still = []
-        for run_id, g, started in in_flight:
+        for run_id, run, started in in_flight:
             if tick - started < 2 and rnd.random() < 0.3:  # not finished by the next tick
-                still.append((run_id, g, started))
+                still.append((run_id, run, started))
                 continue
             failed = False
-            for ld in g.loads:
+            for ld in (ld for g in run for ld in g.loads):
                 tried[ld] += 1
                 kind = behaviour[ld]
                 if kind == "kills":
@@ -251,19 +260,22 @@ def simulate(loads: list[PendingLoad], behaviour: dict[PendingLoad, str], rnd: r
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["a", "b"]),
+@given(st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["a", "b", "c"]),
                           st.sampled_from(["ok", "ok", "ok", "fails", "kills", "flaky"])),
                 unique_by=lambda t: (t[0], t[1]), max_size=40),
-       st.integers(1, 30), st.randoms(use_true_random=False))
+       st.integers(1, 30), st.randoms(use_true_random=False), st.booleans())
 def test_against_dagster_every_good_hour_loads_once_and_every_bad_one_is_given_up_after_its_attempts(
-        hours, max_hours, rnd):
+        hours, max_hours, rnd, together):
     behaviour = {load(i, t): kind for i, t, kind in hours}
     loads = sorted(behaviour)
-    loaded_times, runs, loaded, last = simulate(loads, behaviour, rnd, max_hours)
+    loaded_times, runs, loaded, last = simulate(loads, behaviour, rnd, max_hours, together)
     bad = {ld for ld, kind in behaviour.items() if kind in ("fails", "kills")}
     killers = {ld.th.table for ld in bad if behaviour[ld] == "kills"}
-    # A flaky hour behind one that kills every run it is in gets one real try (its last, alone).
-    good = {ld for ld, kind in behaviour.items() if kind == "ok" or (kind == "flaky" and ld.th.table not in killers)}
+    # A flaky hour behind one that kills every run it is in gets one real try (its last, alone);
+    # with tables together, a killer of any table may be in its runs.
+    killed = bool(killers) if together else False
+    good = {ld for ld, kind in behaviour.items()
+            if kind == "ok" or (kind == "flaky" and ld.th.table not in killers and not killed)}
     assert loaded >= good, "an hour that loads whenever a run reaches it is never given up"
     assert not loaded & bad
     assert all(loaded_times[ld] == 1 for ld in loaded), "each content is loaded once"
@@ -272,3 +284,49 @@ def test_against_dagster_every_good_hour_loads_once_and_every_bad_one_is_given_u
     for ld in set(loads) - loaded:
         assert len(covering[ld]) == MAX_ATTEMPTS, "an hour given up was requested exactly MAX_ATTEMPTS times"
     assert all(len(covering[ld]) <= MAX_ATTEMPTS for ld in loads)
+
+
+# --- tables that share their hours share a run -----------------------------------------
+
+def _tables_with_distinct_slots(n: int) -> list[str]:
+    out, i = [], 0
+    while len(out) < n:
+        t = f"t{i}"
+        if table_slot("shop", t) not in {table_slot("shop", x) for x in out}:
+            out.append(t)
+        i += 1
+    return out
+
+
+def test_tables_of_the_same_hours_share_a_run_whose_tags_name_every_member_apart():
+    a, b = _tables_with_distinct_slots(2)
+    plan = plan_loads([load(i, t) for t in (a, b) for i in range(3)], {})
+    assert len(plan.groups) == 2
+    (run,) = tables_together(plan.groups, lambda g: "hours")
+    tags = tags_of(run)
+    members = {k: v for k, v in tags.items() if k.startswith(MEMBER_TAG_PREFIX)}
+    assert len(members) == 6, "each table's hour under a key of its own"
+    assert tags["kafka_landing/table"] == f"shop.{a},shop.{b}"
+    assert run_key_of(run).startswith(f"tables/2/hours={hour_tag(BASE)}..{hour_tag(BASE + 2 * ONE_HOUR)}@")
+    seen = SeenRun("r1", "FAILURE", {**tags, RUN_KEY_TAG: run_key_of(run)})
+    covered = covering_runs([ld for g in plan.groups for ld in g.loads], [seen])
+    assert all(runs == (seen,) for runs in covered.values()) and len(covered) == 6
+    again = plan_loads([ld for g in plan.groups for ld in g.loads], covered)
+    assert {g.attempt for g in again.groups} == {2}, "the failed run was each member's first attempt"
+
+
+def test_only_the_same_hours_attempt_and_partitions_share_a_run_and_one_table_per_slot():
+    a, b = _tables_with_distinct_slots(2)
+    same_slot = next(f"u{i}" for i in range(1000) if table_slot("shop", f"u{i}") == table_slot("shop", a))
+    groups = plan_loads([load(0, a), load(0, b), load(0, same_slot), load(0, "v"), load(1, "v")], {}).groups
+    runs = tables_together(groups, lambda g: "hours")
+    assert sorted(sorted(g.table for g in r) for r in runs) == [sorted([a, b]), [same_slot], ["v"]], \
+        "a table whose slot is taken waits for another run; other hours are another run"
+    apart = tables_together(plan_loads([load(0, a), load(0, b)], {}).groups, lambda g: g.table)
+    assert len(apart) == 2, "tables of different partitions never share a run"
+    last = plan_loads([load(0, a), load(0, b)], {}).groups
+    last = [type(g)(g.loads, MAX_ATTEMPTS) for g in last]
+    assert len(tables_together(last, lambda g: 0)) == 2, "a last attempt runs alone"
+    many = _tables_with_distinct_slots(TABLE_SLOTS)
+    (full,) = tables_together(plan_loads([load(0, t) for t in many], {}).groups, lambda g: 0)
+    assert len(full) == TABLE_SLOTS
