@@ -30,15 +30,17 @@ setup: .venv/.installed .jvm/.fetched instance
 jvm: .jvm/.fetched
 
 # The JVM dependency list is jvm/pom.xml: the Kafka broker, the Spark
-# connectors and the schema registry, each copied into its own folder; then
+# connectors, the schema registry and avro-tools (a reader for the tests), each
+# copied into its own folder; then
 # the splice writer (jvm/splice) is built into .jvm/spark beside the connectors.
 .jvm/.fetched: jvm/pom.xml jvm/splice/pom.xml $(shell find jvm/splice/src -type f)
 	@command -v mvn >/dev/null || { echo "Maven (mvn) is missing: apt-get install maven"; exit 1; }
 	@command -v java >/dev/null || { echo "Java is missing: apt-get install openjdk-17-jdk-headless"; exit 1; }
-	rm -rf $(CURDIR)/.jvm/kafka $(CURDIR)/.jvm/spark  # an upgrade leaves no jar of the version before
+	rm -rf $(CURDIR)/.jvm/kafka $(CURDIR)/.jvm/spark $(CURDIR)/.jvm/tools  # an upgrade leaves no jar of the version before
 	cd jvm && mvn -q -B -Pkafka dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jvm/kafka
 	cd jvm && mvn -q -B -Pspark dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jvm/spark
 	cd jvm && mvn -q -B -Pregistry package -Djvm.dir=$(CURDIR)/.jvm
+	cd jvm && mvn -q -B -Ptools package -Djvm.dir=$(CURDIR)/.jvm
 	cd jvm/splice && mvn -q -B package -Djvm.dir=$(CURDIR)/.jvm
 	touch $@
 

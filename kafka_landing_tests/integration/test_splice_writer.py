@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
 import uuid
 from decimal import Decimal
 
@@ -33,6 +34,7 @@ from kafka_landing.avro_landing.decode import decode_checked, frame_columns
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.route import classify
 from kafka_landing.avro_landing.write import SPLICE_FORMAT, _group_files, write_good
+from kafka_landing.defaults import JVM_DIR
 from kafka_landing.spark_setup import spark_readable
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.integration.test_decode import record_schema, topic_cfg
@@ -55,8 +57,28 @@ def raw_frame(spark, rows: list[tuple]):
                      F.lit(0).cast("long").alias("_kl_chunk"))
 
 
-def written_both_ways(spark, tmp_path, writer: dict, sid: int, rows: list[tuple]) -> dict[bool, dict]:
-    """{splice: {group: (file metadata, codec, records)}} of one write each way."""
+AVRO_TOOLS = JVM_DIR / "tools" / "avro-tools-1.12.1.jar"
+
+
+def avro_tools_records(path: str) -> list[str]:
+    """Avro's own reader, `avro-tools tojson` in a JVM of its own: each record as JSON with sorted
+    keys (map entries in any order, as `canon`)."""
+    out = subprocess.run(["java", "-jar", str(AVRO_TOOLS), "tojson", path], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, f"avro-tools cannot read {path}: {out.stderr[-2000:]}"
+    def parsed(line: str) -> str:
+        try:
+            return json.dumps(json.loads(line), sort_keys=True)
+        except ValueError as exc:
+            raise AssertionError(f"avro-tools wrote {line[max(0, exc.pos - 80):exc.pos + 40]!r}: {exc}") from None
+
+    return [parsed(line) for line in out.stdout.split("\n") if line.strip()]  # not splitlines: \x85 is a line break there
+
+
+def written_both_ways(spark, tmp_path, writer: dict, sid: int, rows: list[tuple],
+                      avro_tools: bool = False) -> dict[bool, dict]:
+    """{splice: {group: (file metadata, codec, records)}} of one write each way; `avro_tools`: and
+    every file as avro-tools reads it, under "avro-tools"."""
     cfg = topic_cfg("t")
     classified = classify(decode_checked(frame_columns(raw_frame(spark, rows)), sid, writer, "t"), cfg, "t", sid,
                           writer, [])
@@ -64,8 +86,10 @@ def written_both_ways(spark, tmp_path, writer: dict, sid: int, rows: list[tuple]
     for splice in (True, False):
         store = LocalStore(str(tmp_path / uuid.uuid4().hex[:8]))
         write_good(classified, cfg, sid, writer, store, "staging", splice=splice)
-        files = {}
+        files, tools = {}, {}
         for group, rel in _group_files(store, "staging").items():
+            if avro_tools:
+                tools[group] = avro_tools_records(store.location(rel))
             with open(store.location(rel), "rb") as fh:
                 reader = fastavro.reader(fh)
                 meta = {k: (json.loads(v) if k == "avro.schema" else v) for k, v in reader.metadata.items()}
@@ -74,7 +98,8 @@ def written_both_ways(spark, tmp_path, writer: dict, sid: int, rows: list[tuple]
         readable = json.dumps(spark_readable(avro_schemas.landing_schema(writer)))
         spark_rows = spark.read.format("avro").option("avroSchema", readable).load(store.location(f"staging/schema_id={sid}")) \
             .drop("_kl_hour", "_kl_chunk", "_kl_table", "_kl_part").orderBy("_kafka_partition", "_kafka_offset")
-        out[splice] = {"files": files, "spark": [canon(r.asDict(recursive=True)) for r in spark_rows.collect()]}
+        out[splice] = {"files": files, "spark": [canon(r.asDict(recursive=True)) for r in spark_rows.collect()],
+                       "avro-tools": tools}
     return out
 
 
@@ -89,7 +114,9 @@ def canon(v):
     return repr(v)
 
 
-def assert_same(both: dict, landed: int) -> None:
+def assert_same(both: dict, landed: int, same_bytes: bool = True) -> None:
+    """`same_bytes`: the values were produced in Avro's shortest encoding (avro-tools shows a
+    decimal's bytes, not its value)."""
     spliced, encoded = both[True], both[False]
     assert sorted(spliced["files"]) == sorted(encoded["files"]), "the same files, by hour, task, table and partition"
     records = 0
@@ -103,6 +130,8 @@ def assert_same(both: dict, landed: int) -> None:
         records += len(recs)
     assert records == landed, f"{records} records written, {landed} expected to land"
     assert spliced["spark"] == encoded["spark"], "Spark's Avro reader reads both the same"
+    if same_bytes:
+        assert spliced["avro-tools"] == encoded["avro-tools"], "avro-tools reads both the same"
 
 
 KEYS = st.one_of(st.none(), st.sampled_from([b"", b"\x00", b"k\xff"]), st.binary(max_size=6))
@@ -111,20 +140,33 @@ HEADERS = st.one_of(st.none(), st.lists(st.tuples(st.sampled_from(["", "h", "ð„
 TIMESTAMPS = st.one_of(st.sampled_from([-1, 0, 1, 2**41, 253_402_300_799_999]), st.integers(0, 2**42))
 
 
-@settings(max_examples=25, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
-@given(case=schema_and_records(), data=st.data())
-def test_spliced_files_hold_the_records_spark_writes_for_every_type_and_edge_value(case, data, spark, tmp_path):
+def _both_ways_of_a_drawn_case(case, data, spark, tmp_path, avro_tools: bool = False) -> None:
     schema, records = case
     sid = 7
     rows = [("t", data.draw(st.integers(0, 2)), offset, data.draw(TIMESTAMPS), data.draw(KEYS), data.draw(HEADERS),
              frame(sid, body(schema, r))) for offset, r in enumerate(records)]
-    both = written_both_ways(spark, tmp_path, schema, sid, rows)
+    both = written_both_ways(spark, tmp_path, schema, sid, rows, avro_tools)
     # Records whose values cannot land (dates past 9999 ...) are dead letters either way, not written.
     landed = sum(len(f[2]) for f in both[False]["files"].values())
     assert landed > 0 or not records
     assert_same(both, landed)
+
+
+SETTINGS = dict(deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                       HealthCheck.data_too_large])
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(case=schema_and_records(), data=st.data())
+def test_spliced_files_hold_the_records_spark_writes_for_every_type_and_edge_value(case, data, spark, tmp_path):
+    _both_ways_of_a_drawn_case(case, data, spark, tmp_path)
+
+
+@settings(max_examples=2, **SETTINGS)  # a JVM per file read
+@given(case=schema_and_records(), data=st.data())
+def test_avro_tools_reads_spliced_files_as_it_reads_spark_s(case, data, spark, tmp_path):
+    _both_ways_of_a_drawn_case(case, data, spark, tmp_path, avro_tools=True)
 
 
 def _varint(n: int) -> bytes:
@@ -158,8 +200,12 @@ def test_bodies_a_reencoder_would_normalise_land_as_the_records_they_hold(spark,
         minimal[:-5] + _varint(2) + b"\xff\xfb" + _varint(2) + b"ok",  # -0.05, one byte of padding
     ]
     rows = [("t", 0, i, 1_700_000_000_000 + i, None, None, frame(3, b)) for i, b in enumerate(bodies)]
-    both = written_both_ways(spark, tmp_path, writer, 3, rows)
-    assert_same(both, len(bodies))
+    both = written_both_ways(spark, tmp_path, writer, 3, rows, avro_tools=True)
+    assert_same(both, len(bodies), same_bytes=False)
+    (read,) = both[True]["avro-tools"].values()
+    # avro-tools shows a decimal's bytes as they are (sign padding kept), one character per byte.
+    assert [(r["n"], r["xs"], int.from_bytes(r["d"].encode("latin-1"), "big", signed=True), r["s"])
+            for r in map(json.loads, read)] == [(1, [5, 6], 5, "ok")] * 5 + [(1, [5, 6], -5, "ok")]
     (_meta, _codec, recs), = both[True]["files"].values()
     assert [(r["n"], r["xs"], r["d"], r["s"]) for r in recs] == \
         [(1, [5, 6], Decimal("0.05"), "ok")] * 5 + [(1, [5, 6], Decimal("-0.05"), "ok")]
