@@ -271,12 +271,13 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
     hours = {(ds, t): topic_hours(config.topic(topic)) for ds, t, topic in config.destinations()}
     events = {(ds, t): event_key(ds, t) for ds, t, topic in config.destinations() if config.topic(topic).event_granularity}
     jobs = {name: build_landing_job(cfg) for name, cfg in config.topics.items()}
-    hourly = {name: build_hourly_job(name, cfgs) for name, cfgs in hourly_groups(config).items()}
+    groups = hourly_groups(config)
+    hourly = {name: build_hourly_job(name, cfgs) for name, cfgs in groups.items()}
     return Definitions(
         assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config, kind),
                 *build_warehouse_checks(config)],
         jobs=[*jobs.values(), *hourly.values(), plan_backfill, retire_hours, *([iceberg_upkeep] if kind == "iceberg" else [])],
-        schedules=[*(build_schedule(cfgs, hourly[name]) for name, cfgs in hourly_groups(config).items()),
+        schedules=[*(build_schedule(cfgs, hourly[name]) for name, cfgs in groups.items()),
                    *([iceberg_upkeep_daily] if kind == "iceberg" else [])],
         sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables, events),
                  *([build_event_sensor(events, {k: event_partitions(*k) for k in events})] if events else [])],

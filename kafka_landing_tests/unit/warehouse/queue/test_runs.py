@@ -310,7 +310,8 @@ def test_tables_of_the_same_hours_share_a_run_whose_tags_name_every_member_apart
     assert run_key_of(run).startswith(f"tables/2/hours={hour_tag(BASE)}..{hour_tag(BASE + 2 * ONE_HOUR)}@")
     seen = SeenRun("r1", "FAILURE", {**tags, RUN_KEY_TAG: run_key_of(run)})
     covered = covering_runs([ld for g in plan.groups for ld in g.loads], [seen])
-    assert all(runs == (seen,) for runs in covered.values()) and len(covered) == 6
+    assert len(covered) == 6
+    assert all(runs == (seen,) for runs in covered.values())
     again = plan_loads([ld for g in plan.groups for ld in g.loads], covered)
     assert {g.attempt for g in again.groups} == {2}, "the failed run was each member's first attempt"
 
