@@ -55,12 +55,19 @@ def _port_open(port: int) -> bool:
 
 
 def _pid_alive(pidfile: Path) -> int | None:
+    """The pid in `pidfile` if that process still runs. A service this process started and that
+    has ended is a zombie until reaped: reaped here, and dead."""
     try:
         pid = int(pidfile.read_text())
         os.kill(pid, 0)
-        return pid
     except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
         return None
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return None
+    except ChildProcessError:  # not our child: its parent (or init) reaps it
+        pass
+    return pid
 
 
 def _system_java() -> str:
@@ -219,26 +226,39 @@ def _start_kafka() -> None:
     _wait("Kafka broker", _kafka_ready, 90, log, pidfile)
 
 
-def _start_registry() -> None:
-    rdir = STACK_DIR / "registry"
+def registry_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/apis/ccompat/v7"
+
+
+def start_registry(port: int | None = None, management_port: int | None = None, rdir: Path | None = None) -> str:
+    """Start the schema registry unless one answers already; its Confluent-compatible URL. Its
+    schemas are kept on disk in `rdir` (an H2 file), as the broker keeps its log: records on the
+    broker name schema ids, and a registry that forgot them on a restart would hand those ids to
+    other schemas. Another port and folder: a registry of its own (a test that restarts one)."""
+    port, management_port = port or PORTS.registry, management_port or PORTS.registry_management
+    rdir = rdir or STACK_DIR / "registry"
+    url = registry_url(port)
     pidfile, log = rdir / "pid", rdir / "registry.log"
-    if _registry_ready():
-        return
-    _check_port_free(PORTS.registry, "the schema registry")
-    _check_port_free(PORTS.registry_management, "the schema registry's management port")
+    if _answers(f"{url}/subjects"):
+        return url
+    _check_port_free(port, "the schema registry")
+    _check_port_free(management_port, "the schema registry's management port")
     rdir.mkdir(parents=True, exist_ok=True)
     _spawn(
         [
             _registry_java(), "-Xmx384m",
-            "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={PORTS.registry}",
-            "-Dquarkus.management.host=127.0.0.1", f"-Dquarkus.management.port={PORTS.registry_management}",
+            "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={port}",
+            "-Dquarkus.management.host=127.0.0.1", f"-Dquarkus.management.port={management_port}",
             # Confluent's default; Apicurio's own default is NONE.
             "-Dapicurio.rules.global.compatibility=BACKWARD",
+            # Its SQL storage in a file instead of in memory (Apicurio's default).
+            f"-Dapicurio.datasource.url=jdbc:h2:file:{(rdir / 'schemas').resolve()};WRITE_DELAY=0",
             "-jar", str(JVM_DIR / "registry" / "quarkus-run.jar"),
         ],
         log, pidfile,
     )
-    _wait("schema registry", _registry_ready, 120, log, pidfile)
+    _wait("schema registry", lambda: _answers(f"{url}/subjects"), 120, log, pidfile)
+    return url
 
 
 def start_gcs_emulator() -> str:
@@ -416,7 +436,7 @@ def create_database(name: str) -> None:
 def up() -> dict:
     _require_jars()
     _start_kafka()
-    _start_registry()
+    start_registry()
     start_gcs_emulator()
     start_spark_connect()
     if wants_postgres():

@@ -48,12 +48,14 @@ def _demo_data_present(bootstrap: str, registry_url: str) -> bool:
 
     subjects = set(SchemaRegistryClient({"url": registry_url}).get_subjects())
     if not {f"{ORDERS}-value", f"{WEB}-value"} <= subjects:
-        # The dev stack's registry keeps its schemas in memory: after a restart the demo's
-        # records name schema ids nobody knows, and every record would be a dead letter.
+        # The demo's records would name schema ids nobody knows, and every record would be a
+        # dead letter. The stack's registry keeps its schemas on disk beside the broker's log, so
+        # only a wiped registry folder, or a registry of an earlier stack (in memory), gets here.
         raise SystemExit(
             f"the demo topics {ORDERS} and {WEB} exist, but the schema registry at {registry_url} has no schemas for them "
-            "(it keeps them in memory and was restarted since the demo data was produced). "
-            "Run `make demo-reset` to start the demo over, then `make demo`."
+            "(its data was wiped since the demo data was produced, or it kept them in memory, as the stack's registry "
+            "did before it kept them in .local/stack/registry). Run `make demo-reset` to start the demo over, then "
+            "`make demo`."
         )
     return True
 
