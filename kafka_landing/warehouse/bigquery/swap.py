@@ -40,15 +40,15 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING
+from typing import Callable
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import bigquery
 
 from kafka_landing.handoff.manifests import Manifest
 from kafka_landing.store.base import HeldLock, LandingStore
-from kafka_landing.warehouse.bigquery.jobs import JOB_PREFIX, job_config, job_failure
-from kafka_landing.warehouse.bigquery.layout import UNPARTITIONED, Target
+from kafka_landing.warehouse.bigquery.jobs import JOB_PREFIX, Jobs, job_config, job_failure
+from kafka_landing.warehouse.bigquery.layout import UNPARTITIONED, Target, table_id
 from kafka_landing.warehouse.bigquery.ledger import RUNNING
 from kafka_landing.warehouse.bigquery.schema import (
     FileSchema,
@@ -62,9 +62,6 @@ from kafka_landing.warehouse.bigquery.schema import (
 )
 from kafka_landing.warehouse.backend import LoadError
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
-
-if TYPE_CHECKING:
-    from kafka_landing.warehouse.bigquery.warehouse import BigQueryWarehouse
 
 MAX_SOURCE_URIS = 10_000  # per load job ("Quotas and limits": maximum source URIs in job configuration)
 MAX_LOAD_BYTES = 15 * 10 ** 12  # per load job, all input files (15 TB)
@@ -121,12 +118,15 @@ class _Again(Exception):
 
 
 class Swap:
-    """Loads in steps through a scratch table, for one warehouse."""
+    """Loads in steps through a scratch table, for one warehouse: its jobs, the column its tables are
+    partitioned on (None: ingestion time), and how it reads a table as it is now (None: none yet)."""
 
-    def __init__(self, warehouse: BigQueryWarehouse):
-        self.wh = warehouse
-        self.jobs = warehouse.jobs
-        self.client = warehouse.client
+    def __init__(self, jobs: Jobs, partition_field: str | None,
+                 existing_table: Callable[[str, str, str | None], bigquery.Table | None]):
+        self.jobs, self.client = jobs, jobs.client
+        self.project, self.location = jobs.project, jobs.location
+        self.partition_field = partition_field
+        self.existing_table = existing_table
 
     def replace(self, held: HeldLock, store: LandingStore, target: Target, dones: list[Manifest], sha: str,
                 before: bigquery.Table | None, rows: int) -> tuple[Swapped, list[dict]]:
@@ -157,16 +157,16 @@ class Swap:
             widened = False
             for plan in plans:
                 if plan.widenings:
-                    self.jobs.widen(plan, self.wh.table_id(dataset, table), where)
+                    self.jobs.widen(plan, table_id(self.project, dataset, table), where)
                     widened = True
             if widened:
-                before = self.wh._existing_table(dataset, table, target.layout)
+                before = self.existing_table(dataset, table, target.layout)
         todo = steps(store, dones, groups)
         sequence = hashlib.sha256(json.dumps([sha, [list(s.uris) for s in todo]]).encode()).hexdigest()[:16]
         earlier: list[dict] = []
         for attempt in range(self.jobs.max_attempts):
             if attempt and not whole:  # the table as it is now: a new attempt's scratch table starts from it
-                before = self.wh._existing_table(dataset, table, target.layout)
+                before = self.existing_table(dataset, table, target.layout)
             run = _Attempt(self, held, store, target, todo, groups, sha, sequence, attempt, before, rows, recorded,
                            earlier, widest)
             try:
@@ -197,9 +197,9 @@ class _Attempt:
         self.step_ids = [f"{base}_{k + 1}of{len(todo)}{suffix}" for k in range(len(todo))]
         self.copy_id = f"{base}_swap{suffix}"
         self.scratch = f"{target.table}__kl_scratch_{target.pid}_{sequence}{suffix}"
-        self.scratch_id = f"{swap.wh.project}.{target.dataset}.{self.scratch}"
+        self.scratch_id = f"{swap.project}.{target.dataset}.{self.scratch}"
         self.scratch_location = self.scratch_id if self.whole else f"{self.scratch_id}${target.pid}"
-        self.table_id = swap.wh.table_id(target.dataset, target.table)
+        self.table_id = table_id(swap.project, target.dataset, target.table)
 
     def go(self) -> Swapped:
         where = self.target.where
@@ -238,13 +238,13 @@ class _Attempt:
                     self.jobs.widen(plan, self.scratch_id, where)
                 reference = reader_schema_uri(self.store, target.dataset, target.table, plan)
                 create = None if now is not None else target.layout
-            config = job_config(reference, create, self.swap.wh.tables.field, whole_table=self.whole, append=k > 0)
+            config = job_config(reference, create, self.swap.partition_field, whole_table=self.whole, append=k > 0)
             jid = self.step_ids[k]
             job, fresh = self.jobs.start(self.held, target, self.recorded, jid, self.sha,
                                          f"load job {jid} into scratch table {self.scratch_location}",
                                          lambda: self.client.load_table_from_uri(
                                              list(step.uris), self.scratch_location, job_id=jid,
-                                             project=self.swap.wh.project, location=self.swap.wh.location,
+                                             project=self.swap.project, location=self.swap.location,
                                              job_config=config),
                                          scratch=self.scratch)
             error = self.jobs.wait(job, where)
@@ -281,7 +281,7 @@ class _Attempt:
         if self.whole:
             return  # a whole table is replaced, schema included
         scratch = self._scratch_table()
-        now = self.swap.wh._existing_table(self.target.dataset, self.target.table, self.target.layout)
+        now = self.swap.existing_table(self.target.dataset, self.target.table, self.target.layout)
         if now is None:
             table = bigquery.Table(self.table_id, schema=scratch.schema)
             table.time_partitioning = bigquery.TimePartitioning(type_=scratch.time_partitioning.type_,
@@ -312,8 +312,8 @@ class _Attempt:
         job, fresh = self.jobs.start(self.held, target, self.recorded, self.copy_id, self.sha,
                                      f"copy job {self.copy_id} of {self.scratch_location} into {target.location}",
                                      lambda: self.client.copy_table(self.scratch_location, target.location,
-                                                                    job_id=self.copy_id, project=self.swap.wh.project,
-                                                                    location=self.swap.wh.location, job_config=config),
+                                                                    job_id=self.copy_id, project=self.swap.project,
+                                                                    location=self.swap.location, job_config=config),
                                      count=[], kind="copy", scratch=self.scratch)
         error = self.jobs.wait(job, where)
         if error is not None:
@@ -322,7 +322,7 @@ class _Attempt:
             failure = job_failure(self.copy_id, error, where, target.location, self.earlier, kind="copy")
             if isinstance(failure, IncompatibleSchemaError) and not self.whole:
                 scratch = self._scratch_table()
-                now = self.swap.wh._existing_table(target.dataset, target.table, target.layout)
+                now = self.swap.existing_table(target.dataset, target.table, target.layout)
                 if scratch is None or now is None or api_columns(now.schema) != api_columns(scratch.schema):
                     raise _Again(self.copy_id, "the table's schema changed between its update and the copy")
             self._failed()

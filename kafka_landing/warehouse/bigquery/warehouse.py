@@ -79,7 +79,7 @@ class BigQueryWarehouse(Warehouse):
         self.datasets = tuple(check_identifier(d, "dataset") for d in datasets)
         self.jobs = Jobs(client, self.ledger, project, location, job_timeout_seconds, max_job_attempts)
         self.tables = tables or LandingTables()
-        self.swap = Swap(self)
+        self.swap = Swap(self.jobs, self.tables.field, self._existing_table)
         self._layouts: dict[tuple[str, str], str] = {}  # (dataset, table) -> HOUR or DAY, once it exists
 
     def by_event(self, granularity: str, field: str | None) -> BigQueryWarehouse:
