@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import operator
+from dataclasses import dataclass
 from decimal import Decimal
 from functools import reduce
 from typing import Callable
@@ -45,6 +46,47 @@ def frame_columns(raw: DataFrame) -> DataFrame:
         F.col("_kl_hour_ix"),
         F.col("_kl_chunk"),
     )
+
+
+# The body check (jvm/splice FastCheck, a Java UDF in the splice writer's jar): a walk through each
+# body under its writer schema, building no value. Bodies it vouches for land without being decoded
+# (LANDS, with their routing value and event time); every other body is decoded as before, and a
+# dead letter's reason always comes from that decode, except one the decode cannot see: an array
+# or map block whose byte size is not the size of its items (BAD_BLOCKS), which Avro's reader
+# ignores and Avro's skip trusts, so the spliced record would not be the decoded one.
+BODY_CHECK = "kafka_landing_body_check"
+BODY_CHECK_CLASS = "kafkalanding.splice.FastCheck"
+BODY_CHECK_TYPE = "struct<status:int,route:string,event:bigint>"
+LANDS, UNSURE, BAD_BLOCKS = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Vouch:
+    """What the body check reads from a body it vouches for: the routing field's value and the
+    event time field's (None: the topic has none)."""
+    route_field: str | None = None
+    event_field: str | None = None
+
+
+def register_body_check(spark) -> None:
+    """The body check as a function of the session (again on each call: registering is idempotent).
+    A Spark engine without it runs an older jar: a LandingError naming the jar and what to do."""
+    try:
+        spark.udf.registerJavaFunction(BODY_CHECK, BODY_CHECK_CLASS, BODY_CHECK_TYPE)
+    except Exception as exc:  # noqa: BLE001 - sorted below: the engine away, or the class missing
+        if is_transient(exc):
+            raise SparkUnavailable(f"the Spark engine went away while registering the body check ({_spark_message(exc)})"
+                                   "; nothing was published, it is tried again on a new session") from None
+        raise LandingError(f"the Spark engine has no body check ({BODY_CHECK_CLASS} in kafka-landing-splice-0.jar from "
+                           f"`make jvm`): {_spark_message(exc)}. Nothing was published. Restart the Spark Connect server "
+                           "with the connector jars of `make jvm` (locally: make stack-down; make stack-up)") from None
+
+
+def body_check_config(writer: dict, vouch: Vouch | None) -> str:
+    """The check's config (see FastCheck): whether it may vouch, the routing and event time
+    fields, the writer schema."""
+    return "\u0001".join(["1" if vouch else "0", (vouch and vouch.route_field) or "",
+                           (vouch and vouch.event_field) or "", json.dumps(writer)])
 
 
 def decoded_once(column: F.Column) -> F.Column:
@@ -95,7 +137,7 @@ def _once(value: F.Column, f: Callable[[F.Column], F.Column]) -> F.Column:
     return F.transform(F.array(value), f)[0]
 
 
-def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
+def decode(framed: DataFrame, schema_id: int, writer: dict, vouch: Vouch | None = None) -> DataFrame:
     """Records of one schema id with the decoded struct `_rec` (null when it cannot be decoded)
     and `_reason`, why not. A body that decodes once one field's logical types are dropped is
     valid Avro holding a value Spark cannot represent (timestamp-millis past year 294247, a
@@ -104,8 +146,12 @@ def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
     Spark builds a decimal of precision <= 18 from the low 64 bits of the unscaled value (2**64 + 5
     as decimal(18,2) would be 0.05): such decimals are decoded wider (avro_schemas.widened_decimals),
     checked against their declared precision and narrowed back, in the JVM. `_rec` has the
-    declared types; a value wider than its declaration is a dead letter naming the field."""
+    declared types; a value wider than its declaration is a dead letter naming the field.
+
+    Every body goes through the body check first (see BODY_CHECK). With `vouch`, a body it vouches
+    for (status LANDS in `_kl_check`) is not decoded: its `_rec` is null and its `_reason` too."""
     writer_json = json.dumps(writer)
+    register_body_check(framed.sparkSession)
 
     def decoded_as(reader: dict) -> F.Column:
         marked = json.dumps(avro_schemas.marked_reader_schema(reader))
@@ -125,9 +171,13 @@ def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
     out_of_range = []
 
     rows = framed.where(F.col("_reason").isNull() & (F.col("_schema_id") == F.lit(schema_id)))
+    rows = rows.withColumn("_kl_check", decoded_once(
+        F.call_udf(BODY_CHECK, F.col("_body"), F.lit(body_check_config(writer, vouch)))))
+    status = F.col("_kl_check").getField("status")
+    unsure = status != F.lit(LANDS)
     wide = avro_schemas.widened_decimals(writer)
     if wide == writer:  # no decimal that could wrap
-        rows = rows.withColumn("_rec", decoded_once(decoded_as(writer)))
+        rows = rows.withColumn("_rec", decoded_once(F.when(unsure, decoded_as(writer))))
         rows = rows.withColumn("_rec", F.when(decoded(F.col("_rec")), F.col("_rec")))
     else:
         declared = rows.select(decoded_as(writer).alias("r")).schema["r"].dataType  # analysis only
@@ -152,7 +202,7 @@ def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
                 named.insert(0, F.when(n > 1, two_or_more))
             return F.coalesce(*named, F.lit(None).cast("string"))
 
-        rows = rows.withColumn("_rec", decoded_once(_once(decoded_as(wide), narrowed)))
+        rows = rows.withColumn("_rec", decoded_once(F.when(unsure, _once(decoded_as(wide), narrowed))))
         out_of_range.append(_once(decoded_as(wide), why_too_wide))
     for name in logical:
         raw = decoded_as(avro_schemas.with_field_stripped(writer, name))
@@ -160,7 +210,10 @@ def decode(framed: DataFrame, schema_id: int, writer: dict) -> DataFrame:
     if len(logical) > 1:
         out_of_range.append(F.when(decoded(decoded_as(avro_schemas.strip_logical_types(writer))), two_or_more))
     corrupt = F.lit(f"corrupt body for schema id {schema_id}")
-    return rows.withColumn("_reason", F.when(F.col("_rec").isNull(), F.coalesce(*out_of_range, corrupt)))
+    bad_blocks = F.lit(f"corrupt body for schema id {schema_id}: an array or map block gives a byte size that is not "
+                       "the size of its items")
+    return rows.withColumn("_reason", F.when(status == F.lit(BAD_BLOCKS), bad_blocks)
+                           .when(unsure & F.col("_rec").isNull(), F.coalesce(*out_of_range, corrupt)))
 
 
 def _unlandable(where: str, schema_id: int, why: str) -> str:
@@ -205,13 +258,16 @@ def resolve_schemas(fetch_schema: Callable[[int], object], ids: list[int],
     return writers, dead
 
 
-def decode_checked(framed: DataFrame, schema_id: int, writer: dict, where: str) -> DataFrame:
+def decode_checked(framed: DataFrame, schema_id: int, writer: dict, where: str,
+                   vouch: Vouch | None = None) -> DataFrame:
     """decode(), with a schema Spark cannot take (recursive, unknown type names, ...) a LandingError
     naming the schema id: Spark parses the schema when it resolves the plan, here. On Spark Connect
     that analysis is a call to the server: one that went away says so, transient, and blames no schema."""
     try:
-        decoded = decode(framed, schema_id, writer)
+        decoded = decode(framed, schema_id, writer, vouch)
         decoded.schema  # noqa: B018 - forces analysis
+    except LandingError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any analysis failure means this schema cannot be decoded
         if is_transient(exc):
             raise SparkUnavailable(f"{where}: the Spark engine went away while analysing the decode of schema id "

@@ -35,6 +35,7 @@ from kafka_landing.avro_landing.decode import (
     decode_checked,
     frame_columns,
     resolve_schemas,
+    Vouch,
 )
 from kafka_landing.avro_landing.publish import keep_rejected_dead_letters, publish
 from kafka_landing.avro_landing.read import read_hours
@@ -210,6 +211,12 @@ class LandingRun:
     _rows_of: dict[int, int] = field(default_factory=dict)  # schema id -> rows written, its dead count not reported
 
     @property
+    def vouch(self) -> Vouch:
+        """What the body check reads from the bodies it vouches for, which land undecoded: the
+        splice writer writes their bytes (see decode.BODY_CHECK)."""
+        return Vouch(self.cfg.route.field if self.cfg.route else None, self.cfg.event_time_field)
+
+    @property
     def hours(self) -> list[str]:
         return [p.hour for p in self.plans]
 
@@ -259,8 +266,8 @@ class LandingRun:
         if key not in self._decoded:
             told = sid in self._told  # routing warnings once per id, not per frame
             self._told.add(sid)
-            self._decoded[key] = classify(decode_checked(frame, sid, writer, where), self.cfg, where, sid, writer,
-                                          [] if told else self.warnings)
+            decoded = decode_checked(frame, sid, writer, where, self.vouch)
+            self._decoded[key] = classify(decoded, self.cfg, where, sid, writer, [] if told else self.warnings)
         return self._decoded[key]
 
     def decode_and_write(self, framed: DataFrame, task_hours: list[str], likely_ids: tuple[int, ...]) -> None:
@@ -311,8 +318,9 @@ class LandingRun:
                 writers, _ = resolve_schemas(self.fetch_schema, [sid], label)
                 if sid not in writers:
                     continue
-                classified = classify(decode_checked(counted, sid, writers[sid], self.cfg.topic), self.cfg, label, sid,
-                                      writers[sid], [] if sid in self._told else self.warnings)
+                decoded = decode_checked(counted, sid, writers[sid], self.cfg.topic, self.vouch)
+                classified = classify(decoded, self.cfg, label, sid, writers[sid],
+                                      [] if sid in self._told else self.warnings)
                 self._told.add(sid)
             except LandingError as exc:
                 if _registry_failed(exc):

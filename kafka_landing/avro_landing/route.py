@@ -21,6 +21,7 @@ from pyspark.sql.types import (
 )
 
 from kafka_landing.avro_landing import avro_schemas
+from kafka_landing.avro_landing.decode import LANDS
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError
 
@@ -33,6 +34,17 @@ def _complex_kind(dtype) -> str | None:
         if isinstance(dtype, t):
             return name
     return None
+
+
+def table_of(cfg: TopicConfig, value: F.Column) -> F.Column:
+    """The table of a routing value (a string; null: the default)."""
+    pairs = [F.lit(x) for kv in sorted(cfg.route.tables.items()) for x in kv]
+    return F.coalesce(F.create_map(*pairs)[value], F.lit(cfg.route.default))
+
+
+def hour_of(ts: F.Column) -> F.Column:
+    """The hour tag of a timestamp within years 1-9999."""
+    return F.date_format(F.date_trunc("hour", ts), "yyyy-MM-dd'T'HH")
 
 
 def route_column(cfg: TopicConfig, writer: dict, rec_type: StructType,
@@ -54,8 +66,7 @@ def route_column(cfg: TopicConfig, writer: dict, rec_type: StructType,
         members = [(col, dtype)]
     values = [c.cast("string") for c, t in members if _complex_kind(t) is None]
     value = F.coalesce(*values) if values else F.lit(None).cast("string")
-    pairs = [F.lit(x) for kv in sorted(cfg.route.tables.items()) for x in kv]
-    table = F.coalesce(F.create_map(*pairs)[value], F.lit(cfg.route.default))
+    table = table_of(cfg, value)
     why = [F.when(c.isNotNull(), F.lit(f"routing field {name!r} is {_complex_kind(t)}, not a value to route by"))
            for c, t in members if _complex_kind(t)]
     return table, (F.coalesce(*why) if why else None)
@@ -89,7 +100,7 @@ def event_hour_column(cfg: TopicConfig, rec_type: StructType, where: str, schema
             f"{dtype.simpleString()}, not a timestamp or a long of epoch milliseconds. Nothing of this hour was "
             "published: point event_time_field of the topic config at a timestamp field, or remove it."
         )
-    hour = F.date_format(F.date_trunc("hour", F.when(ok, ts)), "yyyy-MM-dd'T'HH")
+    hour = hour_of(F.when(ok, ts))
     why = F.when(raw.isNotNull() & ~ok, F.lit(f"event time field {name!r} is out of range (before year 1 or after 9999)"))
     return hour, why
 
@@ -148,6 +159,13 @@ def classify(decoded: DataFrame, cfg: TopicConfig, where: str, schema_id: int, w
     rec_type = decoded.schema["_rec"].dataType
     table, route_why = route_column(cfg, writer, rec_type, warnings)
     ehour, ehour_why = event_hour_column(cfg, rec_type, where, schema_id, warnings)
+    if "_kl_check" in decoded.columns:  # bodies the body check vouched for were not decoded: what it read
+        check = F.col("_kl_check")
+        vouched = check.getField("status") == F.lit(LANDS)
+        if cfg.route is not None and cfg.route.field in rec_type.names:
+            table = F.when(vouched, table_of(cfg, check.getField("route"))).otherwise(table)
+        if ehour is not None and cfg.event_time_field in rec_type.names:
+            ehour = F.when(vouched, hour_of(F.timestamp_micros(check.getField("event")))).otherwise(ehour)
     out = decoded.withColumn("_kl_table", table)
     if ehour is not None:
         out = out.withColumn("_kl_ehour", ehour)

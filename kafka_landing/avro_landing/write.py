@@ -16,9 +16,10 @@ Only event hours, whose number per task has no bound, still go through a sort.
 Records are spliced, not re-encoded: the splice writer (jvm/splice, format `kafka-landing-splice`)
 appends each record's Avro body as the producer encoded it, then the encoded Kafka columns. Avro
 encodes a record as its fields one after another, so that is the landing record, written without
-decoding a field back into Avro. The decode step still decides what lands (dead letters keep their
-reasons); Spark's own Avro writer (`splice=False`) stays as the reference the splice writer is
-compared with, record by record."""
+decoding a field back into Avro. The decode step (and the body check before it, decode.BODY_CHECK)
+decides what lands, and dead letters keep their reasons; Spark's own Avro writer (`splice=False`)
+stays as the reference the splice writer is compared with, record by record. It needs every
+record decoded: classify() of a decode without a `vouch`."""
 
 from __future__ import annotations
 

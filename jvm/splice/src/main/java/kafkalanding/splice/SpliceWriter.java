@@ -22,10 +22,11 @@ import org.apache.spark.sql.execution.datasources.OutputWriter;
 
 /**
  * One landing file. Each record is appended already encoded: the body's bytes up to the end of
- * the record they hold, then the Kafka columns, encoded here. The body decoded before it got here
- * (the decode step turns away every body that does not), but Avro ignores bytes after a record, so
- * the record's end is found by skipping through it under the writer schema: what lands is exactly
- * the record the decode step read.
+ * the record they hold, then the Kafka columns, encoded here. The body was checked or decoded
+ * before it got here (every body that does not parse is turned away), but Avro ignores bytes after
+ * a record, so the record's end is found by skipping through it under the writer schema: what lands
+ * is exactly the record the decode step read. The skip trusts the byte sizes of sized array and map
+ * blocks, which the reader ignores: a body whose sizes lie is turned away before (FastCheck).
  */
 final class SpliceWriter extends OutputWriter {
   /** A buffer whose array is used in place. */
