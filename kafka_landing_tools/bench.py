@@ -592,7 +592,7 @@ def contender_spark_stages(args) -> dict:
     from pyspark.sql import functions as F
 
     from kafka_landing import defaults
-    from kafka_landing.avro_landing.decode import decode_checked, frame_columns, resolve_schemas
+    from kafka_landing.avro_landing.decode import Vouch, decode_checked, frame_columns, resolve_schemas
     from kafka_landing.avro_landing.read import read_hours
     from kafka_landing.avro_landing.route import classify
     from kafka_landing.kafka_slices.plan import hour_tasks
@@ -610,8 +610,9 @@ def contender_spark_stages(args) -> dict:
     sid = framed().select("_schema_id").first()["_schema_id"]
     writers, _ = resolve_schemas(lambda i: client.get_schema(i).schema_str, [sid], args.topic)
 
-    def decoded():
-        return decode_checked(framed(), sid, writers[sid], args.topic)
+    def decoded():  # as the landing decodes: the bodies the body check vouches for are not decoded
+        return decode_checked(framed(), sid, writers[sid], args.topic,
+                              Vouch(cfg.route.field if cfg.route else None, cfg.event_time_field))
 
     stages = {"read": lambda: read_hours(spark, options, args.topic, tasks), "read + decode": decoded,
               "read + decode + route": lambda: classify(decoded(), cfg, args.topic, sid, writers[sid], [])}
@@ -1457,7 +1458,8 @@ def stage_table(report: dict) -> list[str]:
     return [*_table(["case", "records", *[f"{n}: msg/s (share of the pass)" for n in names],
                      "the pass: msg/s (kafka_landing less an empty hour)", "librdkafka_raw msg/s"], rows),
             "", "Each stage is one Spark job on the warm engine over the case's frozen offsets, writing nothing "
-            "(`noop`); it includes the stages before it. What the pass adds beyond the last stage is the Avro "
+            "(`noop`); it includes the stages before it. Decode is the landing's: the body check, and `from_avro` "
+            "for the bodies it leaves to the decode. What the pass adds beyond the last stage is the Avro "
             "write, the dead-letter count and publishing."]
 
 
