@@ -5,6 +5,7 @@ hour before anything is written."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import operator
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ def frame_columns(raw: DataFrame) -> DataFrame:
 BODY_CHECK = "kafka_landing_body_check"
 BODY_CHECK_CLASS = "kafkalanding.splice.FastCheck"
 BODY_CHECK_TYPE = "struct<status:int,route:string,event:bigint>"
+BODY_CHECK_CONFIG = "spark.kafka_landing.body_check."  # + key: FastCheck.CONFIG_PREFIX
 LANDS, UNSURE, BAD_BLOCKS = 0, 1, 2
 
 
@@ -68,10 +70,13 @@ class Vouch:
     event_field: str | None = None
 
 
-def register_body_check(spark) -> None:
-    """The body check as a function of the session (again on each call: registering is idempotent).
-    A Spark engine without it runs an older jar: a LandingError naming the jar and what to do."""
+def register_body_check(spark, config: str) -> str:
+    """The body check as a function of the session (again on each call: registering is idempotent),
+    and `config` as a session setting its tasks read; the key that names it (see FastCheck). A
+    Spark engine without the check runs an older jar: a LandingError naming the jar and what to do."""
+    key = hashlib.sha256(config.encode()).hexdigest()[:20]
     try:
+        spark.conf.set(BODY_CHECK_CONFIG + key, config)
         spark.udf.registerJavaFunction(BODY_CHECK, BODY_CHECK_CLASS, BODY_CHECK_TYPE)
     except Exception as exc:  # noqa: BLE001 - sorted below: the engine away, or the class missing
         if is_transient(exc):
@@ -80,6 +85,7 @@ def register_body_check(spark) -> None:
         raise LandingError(f"the Spark engine has no body check ({BODY_CHECK_CLASS} in kafka-landing-splice-0.jar from "
                            f"`make jvm`): {_spark_message(exc)}. Nothing was published. Restart the Spark Connect server "
                            "with the connector jars of `make jvm` (locally: make stack-down; make stack-up)") from None
+    return key
 
 
 def body_check_config(writer: dict, vouch: Vouch | None) -> str:
@@ -151,7 +157,7 @@ def decode(framed: DataFrame, schema_id: int, writer: dict, vouch: Vouch | None 
     Every body goes through the body check first (see BODY_CHECK). With `vouch`, a body it vouches
     for (status LANDS in `_kl_check`) is not decoded: its `_rec` is null and its `_reason` too."""
     writer_json = json.dumps(writer)
-    register_body_check(framed.sparkSession)
+    check_key = register_body_check(framed.sparkSession, body_check_config(writer, vouch))
 
     def decoded_as(reader: dict) -> F.Column:
         marked = json.dumps(avro_schemas.marked_reader_schema(reader))
@@ -171,8 +177,7 @@ def decode(framed: DataFrame, schema_id: int, writer: dict, vouch: Vouch | None 
     out_of_range = []
 
     rows = framed.where(F.col("_reason").isNull() & (F.col("_schema_id") == F.lit(schema_id)))
-    rows = rows.withColumn("_kl_check", decoded_once(
-        F.call_udf(BODY_CHECK, F.col("_body"), F.lit(body_check_config(writer, vouch)))))
+    rows = rows.withColumn("_kl_check", decoded_once(F.call_udf(BODY_CHECK, F.col("_body"), F.lit(check_key))))
     status = F.col("_kl_check").getField("status")
     unsure = status != F.lit(LANDS)
     wide = avro_schemas.widened_decimals(writer)

@@ -12,6 +12,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.apache.avro.LogicalType;
 import org.apache.avro.LogicalTypes;
 import org.apache.avro.Schema;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF2;
@@ -34,23 +35,37 @@ import org.apache.spark.sql.api.java.UDF2;
  * So it must never say LANDS for a body the decode step turns away; it may say UNSURE for one the
  * decode step lands (a boolean byte other than 0 or 1, a logical type it does not know, ...).
  *
- * <p>Its config: "1" if it may say LANDS (else never), the routing field, the event time field (each
- * empty for none) and the writer schema's JSON, joined by U+0001.
+ * <p>Its argument besides the body is a short key; the config it names is a session setting, {@link
+ * #CONFIG_PREFIX} + key, which Spark hands every task of the query: "1" if it may say LANDS (else
+ * never), the routing field, the event time field (each empty for none) and the writer schema's
+ * JSON, joined by U+0001. A key, not the config itself: a UDF's string argument becomes a new Java
+ * string on every row, and a schema can be tens of kilobytes.
  */
 public final class FastCheck implements UDF2<byte[], String, Row> {
   private static final long serialVersionUID = 1L;
   public static final int LANDS = 0;
   public static final int UNSURE = 1;
   public static final int BAD_BLOCKS = 2;
+  public static final String CONFIG_PREFIX = "spark.kafka_landing.body_check.";
   private static final ConcurrentHashMap<String, Checker> CHECKERS = new ConcurrentHashMap<>();
   private static final Row NOT_SURE = RowFactory.create(UNSURE, null, null);
 
   @Override
-  public Row call(byte[] body, String config) {
-    if (body == null || config == null) {
+  public Row call(byte[] body, String key) {
+    if (body == null || key == null) {
       return NOT_SURE;
     }
-    return CHECKERS.computeIfAbsent(config, Checker::new).check(body);
+    return CHECKERS.computeIfAbsent(key, FastCheck::checker).check(body);
+  }
+
+  private static Checker checker(String key) {
+    TaskContext task = TaskContext.get();
+    String config = task == null ? null : task.getLocalProperty(CONFIG_PREFIX + key);
+    if (config == null) {
+      throw new IllegalStateException("the body check has no config " + CONFIG_PREFIX + key + " in its query's "
+          + "session settings: set it before the query runs (decode.register_body_check)");
+    }
+    return new Checker(config);
   }
 
   /** A body Avro's reader cannot read: the decode step names it. */
