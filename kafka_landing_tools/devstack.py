@@ -289,13 +289,17 @@ def spark_connect_ready() -> bool:
     return _port_open(PORTS.spark_connect)
 
 
-def _spark_server_config(port: int, memory: str) -> dict:
+def _spark_server_config(port: int, memory: str, fixed_heap: bool = False) -> dict:
     """The whole process's settings, as a classic session would have them, with gs:// on the
-    stack's emulator; sessions set their own spark.sql.* on top."""
+    stack's emulator; sessions set their own spark.sql.* on top. `fixed_heap`: the JVM takes its
+    whole heap at the start (-Xms = -Xmx) and never resizes it, as production servers are run."""
     from kafka_landing.spark_setup import gcs_config, spark_config
 
+    config = spark_config(driver_memory=memory)
+    if fixed_heap:
+        config["spark.driver.extraJavaOptions"] += f" -Xms{memory}"
     return {
-        **spark_config(driver_memory=memory),
+        **config,
         **gcs_config({"STORAGE_EMULATOR_HOST": GCS_EMULATOR_URL}),
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
@@ -303,9 +307,11 @@ def _spark_server_config(port: int, memory: str) -> dict:
     }
 
 
-def start_spark_connect(port: int | None = None, sdir: Path | None = None, memory: str | None = None) -> str:
+def start_spark_connect(port: int | None = None, sdir: Path | None = None, memory: str | None = None,
+                        fixed_heap: bool = False) -> str:
     """Start the warm Spark engine unless one answers already; its URL (for SPARK_REMOTE). Another
-    `port` and folder: a server of its own beside the stack's (a test that restarts one)."""
+    `port` and folder: a server of its own beside the stack's (a test that restarts one, the
+    benchmark's memory cases)."""
     port = port or PORTS.spark_connect
     sdir = sdir or STACK_DIR / "spark"
     memory = memory or os.environ.get("KAFKA_LANDING_STACK_SPARK_MEMORY", "3g")
@@ -318,7 +324,8 @@ def start_spark_connect(port: int | None = None, sdir: Path | None = None, memor
 
     home = Path(pyspark.__file__).parent
     sdir.mkdir(parents=True, exist_ok=True)
-    conf = [arg for key, value in _spark_server_config(port, memory).items() for arg in ("--conf", f"{key}={value}")]
+    conf = [arg for key, value in _spark_server_config(port, memory, fixed_heap).items()
+            for arg in ("--conf", f"{key}={value}")]
     _spawn(
         [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
          *conf, "spark-internal"],
