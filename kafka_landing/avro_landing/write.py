@@ -82,6 +82,14 @@ def _group_files(store: LandingStore, rel_dir: str) -> dict[tuple, str]:
     return out
 
 
+def _nothing_to_commit(exc: BaseException) -> bool:
+    """The committer's complaint when no task wrote anything on a bucket: listing its `_temporary`
+    folder, which was never made (`FileNotFoundException ... _temporary/0 ... does not exist`). A
+    task that failed is not that, though its message may name `_temporary` too."""
+    msg = str(exc)
+    return "FileNotFoundException" in msg and "_temporary" in msg and "stage failure" not in msg
+
+
 def _written(store: LandingStore, src: str, field: str = "_kafka_offset") -> tuple[int, int, int]:
     try:
         rows, first, last = store.avro_offsets(src, field)
@@ -146,7 +154,7 @@ def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: 
         with _session_settings(good.sparkSession, settings):
             ordered.write.partitionBy(*keys).format(fmt).options(**options).mode("error").save(store.location(out))
     except Exception as exc:  # noqa: BLE001 - only the known cases are turned into errors of their own
-        if "_temporary" in str(exc) and not store.walk(out, ".avro"):
+        if _nothing_to_commit(exc) and not store.walk(out, ".avro"):
             raise NothingWritten(f"no record of schema id {schema_id} to write under {store.location(out)}") from None
         if SPLICE_FORMAT in str(exc) and "DATA_SOURCE_NOT_FOUND" in str(exc):
             raise LandingError(f"{cfg.topic}: the Spark engine has no splice writer (format {SPLICE_FORMAT!r}, "

@@ -33,7 +33,7 @@ from kafka_landing.avro_landing import avro_schemas
 from kafka_landing.avro_landing.decode import decode_checked, frame_columns
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.route import classify
-from kafka_landing.avro_landing.write import SPLICE_FORMAT, _group_files, write_good
+from kafka_landing.avro_landing.write import SPLICE_FORMAT, NothingWritten, _group_files, write_good
 from kafka_landing.defaults import JVM_DIR
 from kafka_landing.spark_setup import spark_readable
 from kafka_landing.store.local import LocalStore
@@ -258,3 +258,19 @@ def test_each_record_is_decoded_once_whatever_the_checks_read_of_it(spark):
     good = classified.where(F.col("_reason").isNull()).select("_body", *avro_schemas.META_COLUMNS)
     physical = good._explain_string(mode="simple").split("== Physical Plan ==")[-1]
     assert physical.count("from_avro(") == 1, physical
+
+
+def test_a_write_that_fails_in_its_tasks_says_why_not_that_there_was_nothing_to_write(spark, tmp_path):
+    """A task that fails (here: a body no check turned away, cut short) fails the write with its own
+    message. Only the committer's own complaint on a bucket (its `_temporary` folder never made,
+    because no task wrote anything) means there was nothing to write."""
+    writer = record_schema("W", [{"name": "n", "type": "long"}])
+    rows = [("t", 0, 0, 1_700_000_000_000, None, None, frame(3, b"\xff"))]  # a long cut short
+    unchecked = frame_columns(raw_frame(spark, rows)).withColumn("_kl_table", F.lit("t"))
+    with pytest.raises(Exception) as failed:
+        write_good(unchecked, topic_cfg("t"), 3, writer, LocalStore(str(tmp_path)), "staging")
+    assert not isinstance(failed.value, NothingWritten), failed.value
+    # Spark Connect hands back the task's failure without its cause (that is in the server's log);
+    # a classic session's message carries the splice writer's own.
+    message = str(failed.value)
+    assert "TASK_WRITE_FAILED" in message or "does not parse under its writer schema" in message, message[:2000]
