@@ -271,8 +271,8 @@ def decode_checked(framed: DataFrame, schema_id: int, writer: dict, where: str,
     try:
         decoded = decode(framed, schema_id, writer, vouch)
         decoded.schema  # noqa: B018 - forces analysis
-    except LandingError:
-        raise
+    except LandingError as exc:  # the engine has no body check: say which topic and hours it stops
+        raise LandingError(f"{where}: {exc}", transient=exc.transient) from None
     except Exception as exc:  # noqa: BLE001 - any analysis failure means this schema cannot be decoded
         if is_transient(exc):
             raise SparkUnavailable(f"{where}: the Spark engine went away while analysing the decode of schema id "

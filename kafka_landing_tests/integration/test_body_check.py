@@ -105,6 +105,7 @@ def test_vouching_changes_nothing_a_landing_shows(case, spark):
     bodies = [b for _, b in damaged]
     vouched = classified(spark, schema, bodies, route, event, vouch=True)
     decoded = classified(spark, schema, bodies, route, event, vouch=False)
+    assert bodies, "a case of no record checks nothing"
     assert len(vouched) == len(decoded) == len(bodies)
     assert all(r["status"] != LANDS for r in decoded.values()), "it vouched though it may not"
     def shown(rows):
