@@ -10,6 +10,10 @@
     publish per hour: move its files into place, dead letters first, then one done file per
             table, last
 
+The likely schema id's records usually skip the rows: read, check and write happen in one JVM
+operator per Spark task (`land_directly`, direct.py), which counts what the first job would have
+counted; what it is not sure of goes the way above.
+
 Nothing is visible until it is complete: staged files are never listed, and a done file names
 only files already in place. An hour's files do not depend on which hours were landed with it:
 landing a range or its hours one by one gives the same files, rows and done files. Re-landing an
@@ -37,6 +41,7 @@ from kafka_landing.avro_landing.decode import (
     resolve_schemas,
     Vouch,
 )
+from kafka_landing.avro_landing.direct import DIRECT_FORMAT, land_directly
 from kafka_landing.avro_landing.publish import keep_rejected_dead_letters, publish
 from kafka_landing.avro_landing.read import read_hours
 from kafka_landing.avro_landing.registry_answers import RegistryError
@@ -44,7 +49,9 @@ from kafka_landing.avro_landing.route import classify
 from kafka_landing.avro_landing.write import (
     DEAD_LETTER_COLUMNS,
     NothingWritten,
+    SPLICE_JAR,
     Staged,
+    staged_files,
     write_dead_letters,
     write_good,
 )
@@ -169,6 +176,7 @@ def land_hours(
     spark_factory: Callable[[], SparkSession], store: LandingStore, fetch_schema: Callable[[int], object],
     kafka_options: dict, cfg: TopicConfig, plans: list[SlicePlan], attempt: str,
     likely_ids: tuple[int, ...] = (), log: Callable[[str], None] = lambda _m: None, snapshot: bool = False,
+    direct: bool = True,
 ) -> dict[str, LandingResult | LandingError]:
     """Land frozen slices of consecutive (or any) hours of one topic; {hour tag: result or error}.
 
@@ -178,8 +186,11 @@ def land_hours(
     probably carry (the registry's latest for the topic, the previous hour's): the first job
     decodes them while it counts what the hours really hold, so a run whose guess is right
     reads Kafka once per schema id and never just to look. `snapshot`: read Kafka once, before
-    anything else (a compacted topic, whose cleaner may remove records between two reads)."""
-    run = LandingRun(store, cfg, sorted(plans, key=lambda p: p.hour), attempt, fetch_schema, log, snapshot=snapshot)
+    anything else (a compacted topic, whose cleaner may remove records between two reads). `direct`:
+    the likely id's records land without rows where they can (see direct.py); False: always the
+    decoding way (the tests compare the two)."""
+    run = LandingRun(store, cfg, sorted(plans, key=lambda p: p.hour), attempt, fetch_schema, log, snapshot=snapshot,
+                     direct=direct)
     return run.land(spark_factory, kafka_options, likely_ids)
 
 
@@ -197,6 +208,7 @@ class LandingRun:
     fetch_schema: Callable[[int], object]
     log: Callable[[str], None]
     snapshot: bool = False  # every job reads one copy of the records, taken first (see `read`)
+    direct: bool = True  # the likely id's records land without rows where they can (direct.py)
     started: float = field(default_factory=time.monotonic)
     warnings: list[str] = field(default_factory=list)
     seen: _Pass = field(default_factory=_Pass)
@@ -235,7 +247,8 @@ class LandingRun:
             if tasks:
                 spark = spark_factory()
                 framed = self.read(spark, kafka_options, tasks)
-                self.decode_and_write(framed, sorted({t.hour for t in tasks}), likely_ids)
+                landed = self.land_directly(spark, kafka_options, tasks, framed, likely_ids)
+                self.decode_and_write(framed, sorted({t.hour for t in tasks}), likely_ids, counted=landed)
                 self.write_dead_letters(framed)
             crash_point("landing:staged")
             return {plan.hour: self.publish(plan) for plan in self.plans}
@@ -270,11 +283,13 @@ class LandingRun:
             self._decoded[key] = classify(decoded, self.cfg, where, sid, writer, [] if told else self.warnings)
         return self._decoded[key]
 
-    def decode_and_write(self, framed: DataFrame, task_hours: list[str], likely_ids: tuple[int, ...]) -> None:
+    def decode_and_write(self, framed: DataFrame, task_hours: list[str], likely_ids: tuple[int, ...],
+                         counted: bool = False) -> None:
         """First count what every hour holds while the first job writes the likely schema id's
-        records. Then each other id the records hold is settled (decodable, or dead letters, or its
-        hours fail) before any is written."""
-        self.count_while_writing_likely(framed, task_hours, likely_ids)
+        records (unless `land_directly` did both). Then each other id the records hold is settled
+        (decodable, or dead letters, or its hours fail) before any is written."""
+        if not counted:
+            self.count_while_writing_likely(framed, task_hours, likely_ids)
         if self.seen.unclaimed:
             raise LandingError(f"{_hours_label(self.cfg.topic, self.hours)}: {self.seen.unclaimed} records read from "
                                "Kafka belong to no frozen task of these hours; nothing was published")
@@ -287,6 +302,52 @@ class LandingRun:
             except NothingWritten:
                 pass  # every record of the id was turned away: all are dead letters
         self.writers = {s: w for s, w in self.writers.items() if s in self.seen.ids_by_hour}
+
+    def land_directly(self, spark: SparkSession, kafka_options: dict, tasks, framed: DataFrame,
+                      likely_ids: tuple[int, ...]) -> bool:
+        """The first likely schema id that can land, landed straight from Kafka with every record
+        counted on the way (direct.py): True. False, with nothing of it kept, where that way does
+        not apply or is not sure; the decoding way then does what it always did."""
+        if not self.direct or self.snapshot or self.cfg.event_time_field:
+            return False
+        label = _hours_label(self.cfg.topic, self.hours)
+        for sid in likely_ids:
+            try:
+                writers, _ = resolve_schemas(self.fetch_schema, [sid], label)
+                if sid not in writers:
+                    continue
+                # Built, not run: the routing warnings, and a LandingError if the id cannot land.
+                self.classified(framed, sid, writers[sid], label)
+            except LandingError as exc:
+                if _registry_failed(exc):
+                    raise  # every hour fails, before anything was written
+                continue
+            return self._land_directly(spark, kafka_options, tasks, sid, writers[sid])
+        return False
+
+    def _land_directly(self, spark: SparkSession, kafka_options: dict, tasks, sid: int, writer: dict) -> bool:
+        out = f"{self.staging}/schema_id={sid}"
+        self.log(f"{self.cfg.topic}: landing the records of schema id {sid} straight from Kafka")
+        try:
+            got = land_directly(spark, kafka_options, self.cfg, tasks, sid, writer, self.vouch, self.store.location(out))
+        except Exception as exc:  # noqa: BLE001 - only an engine without the operator is let through
+            if DIRECT_FORMAT not in str(exc) or "DATA_SOURCE_NOT_FOUND" not in str(exc):
+                raise
+            self.log(f"{self.cfg.topic}: the Spark engine has no direct landing (an older {SPLICE_JAR}); landing "
+                     "the decoding way")
+            return False
+        if got.unsure:
+            self.store.delete(out)
+            self.log(f"{self.cfg.topic}: the body check is not sure of some record of schema id {sid}; landing the "
+                     "decoding way")
+            return False
+        self.seen.read_by_hour.update(got.read_by_hour)
+        self.seen.unclaimed, self.seen.bad_framing, self.seen.ids_by_hour = got.unclaimed, got.bad_framing, got.ids_by_hour
+        self.seen.records_by_id[sid], self.seen.dead_by_id[sid] = got.records, got.dead
+        self.seen.complete = True
+        self.writers[sid] = writer
+        self.good += staged_files(self.store, self.cfg, sid, {k: f"{out}/{rel}" for k, rel in got.files.items()})
+        return True
 
     def count_while_writing_likely(self, framed: DataFrame, task_hours: list[str], likely_ids: tuple[int, ...]) -> None:
         """The first job writes the likely schema id's records, observed: the counts ride along.

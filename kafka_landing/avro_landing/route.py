@@ -152,6 +152,50 @@ VALUE_CHECKS = (
 )
 
 
+# RFC 4122's form of a UUID: what fastavro (and every reader that honours the logical type) reads
+# a uuid string as, and refuses a file over when a value is not one.
+UUID_FORM = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+NOT_A_UUID = "holds a uuid string that is not a UUID (8-4-4-4-12 hex digits)"
+
+
+def _not_a_uuid(col: F.Column, t, dtype, named: dict, seen: frozenset = frozenset()) -> F.Column | None:
+    """True (never null) when a string under the logical type uuid anywhere inside `col` (of Avro
+    type `t`, Spark type `dtype`) is not a UUID; None when `t` holds no uuid string. Spark decodes
+    a uuid as a plain string, so the Avro type says where they are."""
+    no = F.lit(False)
+    if isinstance(t, str) and t in named and t not in seen:  # a reference to a defined type
+        return _not_a_uuid(col, named[t], dtype, named, seen | {t})
+    if isinstance(t, list):
+        branches = [b for b in t if b != "null"]
+        if len(branches) == 1:
+            return _not_a_uuid(col, branches[0], dtype, named, seen)
+        if not isinstance(dtype, StructType) or len(dtype.fields) != len(branches):
+            return None  # a union Spark merges (int and long, float and double): no string in it
+        parts = [_not_a_uuid(col.getField(f.name), b, f.dataType, named, seen) for f, b in zip(dtype.fields, branches)]
+    elif not isinstance(t, dict):
+        return None
+    elif isinstance(t.get("type"), (dict, list)):
+        return _not_a_uuid(col, t["type"], dtype, named, seen)
+    elif t.get("type") == "string" and t.get("logicalType") == "uuid":
+        return F.coalesce(~col.rlike(UUID_FORM), no)
+    elif t.get("type") in ("record", "error") and isinstance(dtype, StructType):
+        seen = seen | ({t["name"]} if isinstance(t.get("name"), str) else set())
+        parts = [_not_a_uuid(col.getField(f["name"]), f["type"], dtype[f["name"]].dataType, named, seen)
+                 for f in t.get("fields") or [] if f["name"] in dtype.names]
+    elif t.get("type") == "array" and isinstance(dtype, ArrayType):
+        inner = _not_a_uuid(F.lit(None), t.get("items"), dtype.elementType, named, seen)
+        parts = [None if inner is None else F.coalesce(F.exists(
+            col, lambda x: _not_a_uuid(x, t.get("items"), dtype.elementType, named, seen)), no)]
+    elif t.get("type") == "map" and isinstance(dtype, MapType):
+        inner = _not_a_uuid(F.lit(None), t.get("values"), dtype.valueType, named, seen)
+        parts = [None if inner is None else F.coalesce(F.exists(
+            F.map_values(col), lambda x: _not_a_uuid(x, t.get("values"), dtype.valueType, named, seen)), no)]
+    else:
+        return None
+    parts = [p for p in parts if p is not None]
+    return reduce(operator.or_, parts) if parts else None
+
+
 def classify(decoded: DataFrame, cfg: TopicConfig, where: str, schema_id: int, writer: dict,
              warnings: list[str]) -> DataFrame:
     """Decoded records with their table (`_kl_table`), event hour (`_kl_ehour`, if the topic splits by
@@ -173,7 +217,12 @@ def classify(decoded: DataFrame, cfg: TopicConfig, where: str, schema_id: int, w
                  for f in rec_type.fields if f.name != avro_schemas.OK_MARKER
                  for leaf, what in VALUE_CHECKS
                  if (bad := _anywhere(F.col("_rec").getField(f.name), f.dataType, leaf)) is not None]
-    why = [c for c in (ehour_why, *value_why, route_why) if c is not None]
+    named = avro_schemas.named_types(writer)
+    uuid_why = [F.when(bad, F.lit(f"field {f['name']!r} {NOT_A_UUID}")) for f in writer["fields"]
+                if f["name"] in rec_type.names
+                and (bad := _not_a_uuid(F.col("_rec").getField(f["name"]), f["type"], rec_type[f["name"]].dataType,
+                                        named)) is not None]
+    why = [c for c in (ehour_why, *value_why, *uuid_why, route_why) if c is not None]
     if why:
         out = out.withColumn("_reason", F.coalesce(F.col("_reason"), *why))
     return out

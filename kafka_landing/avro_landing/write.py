@@ -162,10 +162,16 @@ def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: 
                                "server with the connector jars of `make jvm` (locally: make stack-down; make "
                                "stack-up), or add the jar to its spark.jars") from None
         raise
+    return staged_files(store, cfg, schema_id, _group_files(store, out))
+
+
+def staged_files(store: LandingStore, cfg: TopicConfig, schema_id: int, groups: dict[tuple, str]) -> list[Staged]:
+    """The written files {(hour, task, table, partition, event hour): where} as landing files:
+    rows, first and last offsets (their names) read from each file itself."""
     staged = []
     # None (no chunk, no event time) sorts before any value: a partition's records with no event
     # time and those with one are two groups of one task.
-    for (hour, _task, table, part, eh), src in sorted(_group_files(store, out).items(),
+    for (hour, _task, table, part, eh), src in sorted(groups.items(),
                                                       key=lambda kv: [(v is not None, v) for v in kv[0]]):
         rows, first, last = _written(store, src)
         name = landing_file_name(cfg.topic, part, cfg.dataset, table, schema_id, first, last, Hour(eh) if eh else None)

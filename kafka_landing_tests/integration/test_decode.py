@@ -372,6 +372,41 @@ def test_strings_that_are_not_utf8_are_dead_letters_naming_the_field(make_topic,
     }
 
 
+def test_uuid_strings_that_are_not_uuids_are_dead_letters_naming_the_field(make_topic, send, sr, registry, kafka,
+                                                                           spark, store):
+    """Spark decodes a uuid as a plain string and would land any text; the landing file keeps the
+    logical type, and fastavro (any reader honouring it) then refuses the whole file: the hour
+    failed on every attempt. Each such record is a dead letter naming its field, wherever the uuid
+    is (a field, an array, a map, a union of several types); the UUIDs around them land."""
+    topic = make_topic()
+    u = {"type": "string", "logicalType": "uuid"}
+    writer = record_schema("Ids", [
+        {"name": "id", "type": u}, {"name": "ids", "type": {"type": "array", "items": u}},
+        {"name": "by", "type": {"type": "map", "values": u}},
+        {"name": "either", "type": ["null", "long", u]},
+    ])
+    sid = register(sr, topic, writer)
+    raw = record_schema("Ids", [
+        {"name": "id", "type": "string"}, {"name": "ids", "type": {"type": "array", "items": "string"}},
+        {"name": "by", "type": {"type": "map", "values": "string"}},
+        {"name": "either", "type": ["null", "long", "string"]},
+    ])
+    ok, upper = "0c1e2b0a-8e7d-4f6a-9b3c-2d1e0f9a8b7c", "0C1E2B0A-8E7D-4F6A-9B3C-2D1E0F9A8B7C"
+
+    def v(id_=ok, ids=(ok,), by=None, either=None):
+        return frame(sid, avro_body(raw, {"id": id_, "ids": list(ids), "by": by or {"k": ok}, "either": either}))
+
+    values = [v(), v(id_="1d`a996e-2748-9c15-9a8c-5d3180365894"), v(ids=[ok, "not-a-uuid"]), v(by={"k": ""}),
+              v(either="0c1e2b0a8e7d4f6a9b3c2d1e0f9a8b7c"), v(id_=upper, either=7), v(either=ok)]
+    produce_values(send, topic, values)
+    plan, result = land(spark, store, kafka, topic_cfg(topic), schema_fetcher(registry))
+    landed, dead = assert_conserved(store, plan, result)  # reads every landed file with fastavro
+    assert sorted(landed) == [0, 5, 6] and str(landed[5]["id"]) == ok
+    reason = "holds a uuid string that is not a UUID (8-4-4-4-12 hex digits)"
+    assert {o: d["reason"] for o, d in dead.items()} == {
+        1: f"field 'id' {reason}", 2: f"field 'ids' {reason}", 3: f"field 'by' {reason}", 4: f"field 'either' {reason}"}
+
+
 # Any record, whatever its values, lands or becomes a dead letter with the reason predicted
 # here; none fails the hour.
 MS_LIMIT = (2**63 - 1) // 1000  # timestamp-millis beyond this overflow Spark's microseconds

@@ -104,7 +104,14 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
     }
 
     Row check(byte[] body) {
-      Walk w = new Walk(body);
+      Verdict v = check(body, 0);
+      return v.status == UNSURE ? NOT_SURE : RowFactory.create(v.status, v.route, v.event);
+    }
+
+    /** The verdict on the body that starts at `start` of `buf` and may end before it does. */
+    Verdict check(byte[] buf, int start) {
+      Walk w = new Walk(buf);
+      w.pos = start;
       try {
         String route = null;
         Long event = null;
@@ -121,12 +128,28 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
         }
         // Bytes after the record are ignored, as Avro's reader does.
         if (w.badBlocks) {
-          return RowFactory.create(BAD_BLOCKS, null, null);
+          return new Verdict(BAD_BLOCKS, null, null, w.pos);
         }
-        return w.doubt || !mayVouch ? NOT_SURE : RowFactory.create(LANDS, route, event);
+        return w.doubt || !mayVouch ? Verdict.NOT_SURE : new Verdict(LANDS, route, event, w.pos);
       } catch (Corrupt e) {
-        return NOT_SURE;
+        return Verdict.NOT_SURE;
       }
+    }
+  }
+
+  /** What the check says of one body; `end`: where the record it holds ends (LANDS only). */
+  static final class Verdict {
+    static final Verdict NOT_SURE = new Verdict(UNSURE, null, null, -1);
+    final int status;
+    final String route;
+    final Long event;
+    final int end;
+
+    Verdict(int status, String route, Long event, int end) {
+      this.status = status;
+      this.route = route;
+      this.event = event;
+      this.end = end;
     }
   }
 
@@ -147,8 +170,12 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
           return routeValue(branch(s));
         case NULL:
           return null;
-        case STRING:
-          return string();
+        case STRING: {
+          int n = length();
+          int at = take(n);
+          doubt |= isUuid(s.getLogicalType()) && !uuid(at, n);
+          return decoded(at, n);
+        }
         case ENUM:
           return s.getEnumSymbols().get(index(s.getEnumSymbols().size()));
         case INT:
@@ -241,7 +268,12 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
           take(8);
           return;
         case STRING:
-          utf8(length());
+          if (isUuid(t)) {
+            int n = length();
+            doubt |= !uuid(take(n), n);
+          } else {
+            utf8(length());
+          }
           return;
         case BYTES:
           decimalOrBytes(t, length());
@@ -380,9 +412,25 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
         () -> StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPORT)
             .onUnmappableCharacter(CodingErrorAction.REPORT));
 
-    private String string() throws Corrupt {
-      int n = length();
-      return decoded(take(n), n);
+    private static boolean isUuid(LogicalType t) {
+      return t != null && "uuid".equals(t.getName());
+    }
+
+    /** The 36 bytes at `at` are a UUID as RFC 4122 writes it (8-4-4-4-12 hex digits), the form
+     * every reader of a uuid string takes (the decode step's value check, route.py). */
+    private boolean uuid(int at, int n) {
+      if (n != 36) {
+        return false;
+      }
+      for (int i = 0; i < 36; i++) {
+        byte b = buf[at + i];
+        boolean ok = (i == 8 || i == 13 || i == 18 || i == 23) ? b == '-'
+            : (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+        if (!ok) {
+          return false;
+        }
+      }
+      return true;
     }
 
     private void utf8(int n) throws Corrupt {

@@ -1,0 +1,101 @@
+"""READ + WRITE without rows: the likely schema id's records landed straight from Kafka into
+their landing files by one JVM operator per Spark task (jvm/splice DirectLanding), the body check
+as its validator and the splice writer's encoding as its writer. What Spark's Kafka source, the
+body check as a UDF and the file format do with one Spark row per record, it does with none: the
+only rows are what each task wrote and counted.
+
+It lands only what it is sure of, and the landing goes the decoding way (read -> decode -> route
+-> write, one row per record) whenever it is not: a topic split by event hour or read into a
+snapshot, a body the check is not sure of (that task stops, removes its files and says so; every
+task's files are then removed), or a Spark engine whose jar has no such operator. Records of other
+schema ids, bad framing and bodies with lying block sizes are only counted here: they get the
+jobs they always had (each other id's write, the dead letters), which decode them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from kafka_landing.avro_landing import avro_schemas
+from kafka_landing.avro_landing.decode import Vouch, body_check_config
+from kafka_landing.avro_landing.read import READ_OPTIONS
+from kafka_landing.config import TopicConfig
+from kafka_landing.errors import LandingError
+from kafka_landing.kafka_slices.plan import HourTask, read_segments
+from kafka_landing.spark_setup import default_parallelism
+
+DIRECT_FORMAT = "kafka-landing-direct"
+
+
+@dataclass
+class DirectPass:
+    """What the tasks wrote ({(hour, task, table, partition, None): file under `out`}) and counted."""
+
+    files: dict[tuple, str] = field(default_factory=dict)
+    read_by_hour: dict[str, int] = field(default_factory=dict)
+    ids_by_hour: dict[int, set[str]] = field(default_factory=dict)
+    unclaimed: int = 0
+    bad_framing: int = 0
+    records: int = 0  # of the schema id
+    dead: int = 0  # of the schema id: bodies whose block sizes lie
+    unsure: bool = False
+
+
+def routing_options(cfg: TopicConfig, writer: dict) -> dict[str, str]:
+    """Every record's table, or the routing value -> table map and its default, as classify()
+    routes a record the body check vouched for."""
+    if cfg.route is None:
+        return {"table": cfg.table}
+    if cfg.route.field not in avro_schemas.field_names(writer):
+        return {"table": cfg.route.default}
+    out = {"routes": "\u0002".join(f"{v}\u0001{t}" for v, t in sorted(cfg.route.tables.items()))}
+    if cfg.route.default is not None:
+        out["defaultTable"] = cfg.route.default
+    return out
+
+
+def land_directly(spark: SparkSession, kafka_options: dict, cfg: TopicConfig, tasks: list[HourTask],
+                  schema_id: int, writer: dict, vouch: Vouch, out: str) -> DirectPass:
+    """Run the operator over every frozen task of the run: files under `out` (a location)."""
+    hours = sorted({t.hour for t in tasks})
+    ix = {h: i for i, h in enumerate(hours)}
+    ranges = [(p, s, e) for seg in read_segments(tasks, default_parallelism(spark)) for p, (s, e) in sorted(seg.items())]
+    options = {
+        **{k: str(v) for k, v in READ_OPTIONS.items()}, **{k: str(v) for k, v in kafka_options.items()},
+        "topic": cfg.topic,
+        "ranges": ",".join(f"{p}:{s}:{e}" for p, s, e in ranges),
+        "tasks": ",".join(f"{ix[t.hour]}:{t.partition}:{t.start}:{t.end}" for t in tasks),
+        "hours": ",".join(hours),
+        "schemaId": str(schema_id),
+        "check": body_check_config(writer, vouch),
+        "landingSchema": json.dumps(avro_schemas.landing_schema(writer)),
+        "out": out,
+        **routing_options(cfg, writer),
+    }
+    rows = spark.read.format(DIRECT_FORMAT).options(**options).load().collect()
+    got = DirectPass(read_by_hour={h: 0 for h in hours})
+    for r in rows:
+        kind = r["kind"]
+        if kind == "unsure":
+            got.unsure = True
+        elif kind == "file":
+            key = (hours[r["hour_ix"]], r["chunk"], r["table"], r["part"], None)
+            if key in got.files:
+                raise LandingError(f"{cfg.topic}: two files were reported for one frozen task and table {key} under {out}; "
+                                   "nothing was published")
+            got.files[key] = r["path"]
+        elif kind == "hour":
+            got.read_by_hour[hours[r["hour_ix"]]] += r["n"]
+        elif kind == "id":
+            got.ids_by_hour.setdefault(r["schema_id"], set()).add(hours[r["hour_ix"]])
+        elif kind == "unclaimed":
+            got.unclaimed += r["n"]
+        elif kind == "bad_framing":
+            got.bad_framing += r["n"]
+        elif kind == "records":
+            got.records += r["n"]
+        elif kind == "dead":
+            got.dead += r["n"]
+    return got

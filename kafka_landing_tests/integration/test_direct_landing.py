@@ -1,0 +1,170 @@
+"""Landing without rows (avro_landing/direct.py, jvm/splice DirectLanding) against the decoding way,
+on the real broker, registry and Spark: the same frozen hour landed both ways must publish the same
+done files, the same records in every file (fastavro), the same dead letters with the same reasons.
+Hypothesis draws the schema over every Avro type and edge value with a routing field or none
+(test_body_check's cases), the Kafka keys, headers and timestamps, and mixes in what only the
+decoding way handles: bad framing, another schema id, damaged bodies. Where the direct way cannot be
+sure of a body it must say so and leave the landing to the decoding way, with nothing of its own
+left behind; where it is sure of every body it must be the way taken."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import fastavro
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafka_landing.avro_landing import direct, job
+from kafka_landing.avro_landing.framing import frame
+from kafka_landing.avro_landing.job import land_hours
+from kafka_landing.avro_landing.registry import schema_fetcher
+from kafka_landing.kafka_slices.freeze import freeze_slice
+from kafka_landing.naming import to_millis
+from kafka_landing.store.local import LocalStore
+from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.helpers import content_key
+from kafka_landing_tests.integration.test_body_check import cases
+from kafka_landing_tests.integration.test_decode import HOUR, record_schema, register, topic_cfg  # noqa: F401
+from kafka_landing_tests.integration.test_decode import sr  # noqa: F401 - a fixture
+from kafka_landing_tests.integration.test_splice_writer import SETTINGS, _varint, canon
+from kafka_landing_tools.demo.generate import produce
+
+STRAIGHT = "straight from Kafka"
+DECODING = "the decoding way"
+OTHER = record_schema("Other", [{"name": "n", "type": "long"}])
+
+
+def _read(store: LocalStore, rel: str) -> tuple[dict, list]:
+    """A file's header metadata (schema, codec, Spark's key) and its records, comparable (canon)."""
+    with open(Path(store.location(rel)), "rb") as f:
+        reader = fastavro.reader(f)
+        return reader.metadata, [canon(r) for r in reader]
+
+
+def landed_both_ways(spark, kafka, registry, tmp_path, cfg, sid: int) -> dict[bool, tuple]:
+    """{direct: (result, store, log)} of the frozen HOUR landed once each way, the likely id `sid`."""
+    out = {}
+    for way in (True, False):
+        store = LocalStore(str(tmp_path / f"{uuid.uuid4().hex[:6]}_{way}"))
+        with kafka.log_view() as log:
+            plan, _ = freeze_slice(store, log, cfg, HOUR, utcnow())
+        said: list[str] = []
+        result = land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan],
+                            "a", likely_ids=(sid,), log=said.append, direct=way)[plan.hour]
+        assert not isinstance(result, Exception), f"landing {'directly' if way else 'the decoding way'}: {result}"
+        out[way] = (result, store, said)
+    return out
+
+
+def assert_same_landing(both: dict) -> int:
+    """Both ways published the same hour: done files, records file by file, dead letters by reason
+    and record. Returns the records landed."""
+    (a, sa, _), (b, sb, _) = both[True], both[False]
+    assert sorted(a.done) == sorted(b.done), "other tables"
+    for table in a.done:
+        assert content_key(a.done[table]) == content_key(b.done[table]), f"table {table}: other done files"
+        for fa, fb in zip(a.done[table].files, b.done[table].files):
+            assert _read(sa, fa.path) == _read(sb, fb.path), f"{fa.path}: other records"
+    assert a.dead_letters.by_reason == b.dead_letters.by_reason, "other dead letters"
+    dead_a = [r for f in a.dead_letters.files for r in _read(sa, f.path)]
+    dead_b = [r for f in b.dead_letters.files for r in _read(sb, f.path)]
+    assert dead_a == dead_b
+    assert a.records_read == b.records_read == a.rows + a.dead_letters.rows
+    assert not list(Path(sa.location("staging")).rglob("*.avro")), "staged files left behind"
+    return a.rows
+
+
+@st.composite
+def hours_of_records(draw):
+    """A drawn case (schema, bodies, routing) with Kafka keys, headers and timestamps, mostly clean
+    bodies, and perhaps bad framing and another schema id among them."""
+    schema, damaged, route, _event = draw(cases())
+    clean = draw(st.booleans()) or draw(st.booleans())  # three in four: every body as produced
+    bodies = [b for how, b in damaged if how == "as produced" or not clean]
+    key = st.one_of(st.none(), st.binary(max_size=8))
+    header = st.tuples(st.text(max_size=4), st.one_of(st.none(), st.binary(max_size=4)))
+    kafka_cols = st.tuples(key, st.one_of(st.none(), st.lists(header, min_size=1, max_size=3)),
+                           st.integers(0, 3_599_999))
+    columns = draw(st.lists(kafka_cols, min_size=len(bodies), max_size=len(bodies)))
+    extras = draw(st.lists(st.sampled_from(["null value", "short", "bad magic", "other id"]), max_size=3))
+    return schema, bodies, route, columns, extras, clean
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(case=hours_of_records())
+def test_landing_directly_publishes_what_the_decoding_way_publishes(case, make_topic, bootstrap, sr, registry,
+                                                                     kafka, spark, tmp_path):
+    schema, bodies, route, columns, extras, clean = case
+    topic = make_topic()
+    sid, other = register(sr, topic, schema), register(sr, topic, OTHER)
+    values = [frame(sid, b) for b in bodies]
+    values += [{"null value": None, "short": b"\x00\x01", "bad magic": b"\x01" + frame(sid, b"")[1:],
+                "other id": frame(other, _varint(7))}[e] for e in extras]
+    columns = columns + [(None, None, 0)] * len(extras)
+    base = to_millis(HOUR)
+    produce(bootstrap, [(topic, 0, base + ts, k, v, h, None, None, None) for v, (k, h, ts) in zip(values, columns)])
+    cfg = topic_cfg(topic, **({"route": route} if route else {}))
+    both = landed_both_ways(spark, kafka, registry, tmp_path, cfg, sid)
+    assert values, "a case of no record checks nothing"
+    assert_same_landing(both)
+    said = both[True][2]
+    assert any(STRAIGHT in m for m in said), "the direct way was not tried"
+    # Sure of every body: when each is as produced and no type is one the check leaves to the decode.
+    if clean and "time-mi" not in json.dumps(schema):
+        assert not [m for m in said if DECODING in m], f"the direct way gave up on bodies it can be sure of: {said}"
+
+
+def test_a_body_with_lying_block_sizes_is_counted_directly_and_a_dead_letter_saying_so(
+        make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
+    """The direct way lands the honest bodies and counts the lying one as a dead letter of the id,
+    which the dead-letter job then writes with the decode's reason: the same as the decoding way."""
+    writer = record_schema("Blocks", [{"name": "xs", "type": {"type": "array", "items": "long"}},
+                                      {"name": "s", "type": "string"}])
+    items, tail = _varint(5) + _varint(6), _varint(0) + _varint(2) + b"ok"
+    bodies = [_varint(2) + items + tail, _varint(-2) + _varint(len(items)) + items + tail,
+              _varint(-2) + _varint(len(items) + 1) + items + tail]
+    topic = make_topic()
+    sid = register(sr, topic, writer)
+    produce(bootstrap, [(topic, 0, to_millis(HOUR) + i, None, frame(sid, b), None, None, None, None)
+                        for i, b in enumerate(bodies)])
+    both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic), sid)
+    assert assert_same_landing(both) == 2
+    assert both[True][0].dead_letters.by_reason == {
+        f"corrupt body for schema id {sid}: an array or map block gives a byte size that is not the size of its "
+        "items": 1}
+    assert not [m for m in both[True][2] if DECODING in m]
+
+
+def test_a_body_it_is_not_sure_of_leaves_the_landing_to_the_decoding_way(
+        make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
+    """A time of day is a type the body check leaves to the decode: the direct way stops, removes
+    what it wrote, and the decoding way lands the hour."""
+    writer = record_schema("Timed", [{"name": "t", "type": {"type": "int", "logicalType": "time-millis"}}])
+    topic = make_topic()
+    sid = register(sr, topic, writer)
+    produce(bootstrap, [(topic, 0, to_millis(HOUR) + i, None, frame(sid, _varint(i * 1000)), None, None, None, None)
+                        for i in range(5)])
+    both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic), sid)
+    assert assert_same_landing(both) == 5
+    said = both[True][2]
+    assert [m for m in said if STRAIGHT in m] and [m for m in said if DECODING in m]
+
+
+def test_an_engine_without_the_direct_way_lands_the_decoding_way(
+        make_topic, bootstrap, sr, registry, kafka, spark, tmp_path, monkeypatch):
+    """A Spark engine whose jar is older than the direct way (its format unknown to Spark) says so in
+    the log and lands the decoding way."""
+    writer = record_schema("Plain", [{"name": "n", "type": "long"}])
+    topic = make_topic()
+    sid = register(sr, topic, writer)
+    produce(bootstrap, [(topic, 0, to_millis(HOUR + timedelta(seconds=i)), None, frame(sid, _varint(i)), None, None,
+                         None, None) for i in range(3)])
+    monkeypatch.setattr(direct, "DIRECT_FORMAT", "kafka-landing-direct-from-the-future")
+    monkeypatch.setattr(job, "DIRECT_FORMAT", "kafka-landing-direct-from-the-future")
+    both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic), sid)
+    assert assert_same_landing(both) == 3
+    assert [m for m in both[True][2] if "has no direct landing" in m]
