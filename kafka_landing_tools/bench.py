@@ -1459,9 +1459,11 @@ def stage_table(report: dict) -> list[str]:
     return [*_table(["case", "records", *[f"{n}: msg/s (share of the pass)" for n in names],
                      "the pass: msg/s (kafka_landing less an empty hour)", "librdkafka_raw msg/s"], rows),
             "", "Each stage is one Spark job on the warm engine over the case's frozen offsets, writing nothing "
-            "(`noop`); it includes the stages before it. Decode is the landing's: the body check, and `from_avro` "
-            "for the bodies it leaves to the decode. What the pass adds beyond the last stage is the Avro "
-            "write, the dead-letter count and publishing."]
+            "(`noop`); it includes the stages before it. The stages are the decoding way, one Spark row per record: "
+            "Spark's Kafka source, the body check as a function, `from_avro` for the bodies it leaves to the "
+            "decode, the routing. The pass lands the likely schema id without rows (one operator per Spark task "
+            "reads, checks and writes), so it can beat the stages' read; the decoding way is what records of "
+            "other schema ids, topics split by event hour (the day's) and bodies the check is not sure of cost."]
 
 
 def amendment_table(report: dict) -> list[str]:
