@@ -135,6 +135,9 @@ def spark_server_gone(exc: BaseException) -> bool:
     condition = getattr(exc, "getCondition", lambda: None)() or ""
     if condition.startswith("INVALID_HANDLE.") or condition == "NO_ACTIVE_SESSION":
         return True
+    # The same, found while a query's results were streaming back (a collect): some had arrived.
+    if condition == "RESPONSE_ALREADY_RECEIVED" and "INVALID_HANDLE." in str(exc):
+        return True
     return name == "PySparkAssertionError" and "server side session identifier" in str(exc)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kafka_landing.avro_types import map_types
 from kafka_landing.defaults import JVM_DIR
-from kafka_landing.errors import KafkaLandingError, ServiceUnavailable
+from kafka_landing.errors import KafkaLandingError, ServiceUnavailable, spark_server_gone
 
 _VERSIONED = re.compile(r"^(?P<artifact>.+?)-\d[\w.]*\.jar$")
 
@@ -197,6 +197,15 @@ def open_session(remote: str | None, config: dict, connect_timeout: float = 10.0
         if is_session_setting(key):
             spark.conf.set(key, value)
     return spark
+
+
+def drop_if_server_gone(spark, exc: BaseException) -> None:
+    """A Connect session whose server is gone (`errors.spark_server_gone`), closed on this side, so
+    the retry's `spark_session` opens a new one. pyspark closes it itself on most answers of a
+    restarted server, not on the one found while a query's results were streaming back."""
+    client = getattr(spark, "client", None)
+    if client is not None and not client.is_closed and spark_server_gone(exc):
+        client.close()
 
 
 def is_connect(spark) -> bool:

@@ -62,7 +62,7 @@ from kafka_landing.kafka_slices.plan import SlicePlan, hour_tasks
 from kafka_landing.handoff.manifests import DeadLetters, DoneFile
 from kafka_landing.naming import STAGING_GLOB, staging_dir, staging_path
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
-from kafka_landing.spark_setup import local_copy
+from kafka_landing.spark_setup import drop_if_server_gone, local_copy
 
 
 @dataclass
@@ -246,10 +246,14 @@ class LandingRun:
             tasks = hour_tasks(self.plans)
             if tasks:
                 spark = spark_factory()
-                framed = self.read(spark, kafka_options, tasks)
-                landed = self.land_directly(spark, kafka_options, tasks, framed, likely_ids)
-                self.decode_and_write(framed, sorted({t.hour for t in tasks}), likely_ids, counted=landed)
-                self.write_dead_letters(framed)
+                try:
+                    framed = self.read(spark, kafka_options, tasks)
+                    landed = self.land_directly(spark, kafka_options, tasks, framed, likely_ids)
+                    self.decode_and_write(framed, sorted({t.hour for t in tasks}), likely_ids, counted=landed)
+                    self.write_dead_letters(framed)
+                except Exception as exc:
+                    drop_if_server_gone(spark, exc)
+                    raise
             crash_point("landing:staged")
             return {plan.hour: self.publish(plan) for plan in self.plans}
         finally:
@@ -311,19 +315,23 @@ class LandingRun:
         if not self.direct or self.snapshot or self.cfg.event_time_field:
             return False
         label = _hours_label(self.cfg.topic, self.hours)
+        # Built, not run: the routing warnings, and a LandingError if the id cannot land.
+        found = self._first_landable(likely_ids, label, lambda sid, writer: self.classified(framed, sid, writer, label))
+        return found is not None and self._land_directly(spark, kafka_options, tasks, *found[:2])
+
+    def _first_landable(self, likely_ids: tuple[int, ...], label: str, build: Callable[[int, dict], DataFrame]):
+        """(schema id, writer, build's frame) of the first likely id whose writer schema resolves and
+        whose records `build` decodes and routes; None if no id does. Only a guess: an id that cannot
+        land is settled later, for the hours that really hold it. The registry away raises."""
         for sid in likely_ids:
             try:
                 writers, _ = resolve_schemas(self.fetch_schema, [sid], label)
-                if sid not in writers:
-                    continue
-                # Built, not run: the routing warnings, and a LandingError if the id cannot land.
-                self.classified(framed, sid, writers[sid], label)
+                if sid in writers:
+                    return sid, writers[sid], build(sid, writers[sid])
             except LandingError as exc:
                 if _registry_failed(exc):
                     raise  # every hour fails, before anything was written
-                continue
-            return self._land_directly(spark, kafka_options, tasks, sid, writers[sid])
-        return False
+        return None
 
     def _land_directly(self, spark: SparkSession, kafka_options: dict, tasks, sid: int, writer: dict) -> bool:
         out = f"{self.staging}/schema_id={sid}"
@@ -374,28 +382,25 @@ class LandingRun:
         bucket that job fails: it counted nothing usable either). Only a guess: an id that cannot
         land is settled later, for the hours that really hold it."""
         label = _hours_label(self.cfg.topic, self.hours)
-        for sid in likely_ids:
-            try:
-                writers, _ = resolve_schemas(self.fetch_schema, [sid], label)
-                if sid not in writers:
-                    continue
-                decoded = decode_checked(counted, sid, writers[sid], self.cfg.topic, self.vouch)
-                classified = classify(decoded, self.cfg, label, sid, writers[sid],
-                                      [] if sid in self._told else self.warnings)
-                self._told.add(sid)
-            except LandingError as exc:
-                if _registry_failed(exc):
-                    raise  # every hour fails, before anything was written
-                continue
-            try:
-                self.write(classified, sid, writers[sid])
-            except NothingWritten:
-                self.seen.dead_by_id.pop(sid, None)
-                self._rows_of.pop(sid, None)
-                return "wrong"
-            self.writers[sid] = writers[sid]
-            return "written"
-        return "none"
+
+        def build(sid: int, writer: dict) -> DataFrame:
+            decoded = decode_checked(counted, sid, writer, self.cfg.topic, self.vouch)
+            out = classify(decoded, self.cfg, label, sid, writer, [] if sid in self._told else self.warnings)
+            self._told.add(sid)
+            return out
+
+        found = self._first_landable(likely_ids, label, build)
+        if found is None:
+            return "none"
+        sid, writer, classified = found
+        try:
+            self.write(classified, sid, writer)
+        except NothingWritten:
+            self.seen.dead_by_id.pop(sid, None)
+            self._rows_of.pop(sid, None)
+            return "wrong"
+        self.writers[sid] = writer
+        return "written"
 
     def where(self, sid: int) -> str:
         return _hours_label(self.cfg.topic, self.seen.ids_by_hour[sid])

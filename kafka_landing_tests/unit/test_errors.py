@@ -114,7 +114,7 @@ def test_the_iceberg_catalogs_database_busy_or_away_is_transient_a_wrong_stateme
 
 def _connect_errors():
     from grpc import StatusCode
-    from pyspark.errors import PySparkAssertionError
+    from pyspark.errors import PySparkAssertionError, PySparkRuntimeError
     from pyspark.errors.exceptions.connect import SparkConnectException, SparkConnectGrpcException
 
     def grpc(condition: str) -> Exception:
@@ -127,6 +127,11 @@ def _connect_errors():
         (grpc("INVALID_HANDLE.SESSION_CHANGED"), True), (grpc("INVALID_HANDLE.OPERATION_NOT_FOUND"), True),
         (grpc("INVALID_HANDLE.SESSION_NOT_FOUND"), True),
         (SparkConnectException(errorClass="NO_ACTIVE_SESSION", messageParameters={}), True),  # the client it closed
+        # The same, found while a query's results stream back (a collect): some had arrived (client/reattach.py).
+        (PySparkRuntimeError(errorClass="RESPONSE_ALREADY_RECEIVED",
+                             messageParameters={"error_type": "INVALID_HANDLE.SESSION_NOT_FOUND"}), True),
+        (PySparkRuntimeError(errorClass="RESPONSE_ALREADY_RECEIVED",
+                             messageParameters={"error_type": "INVALID_HANDLE.OPERATION_NOT_FOUND"}), True),
         # The client's retries ran out on a server away (pyspark 4.2 raises the last answer).
         (SparkConnectGrpcException("failed to connect to all addresses", grpc_status_code=StatusCode.UNAVAILABLE),
          True),

@@ -16,7 +16,7 @@ DAGSTER_ROLES = {"assets.py", "checks.py", "sensors.py", "resources.py", "jobs.p
 # Outside the layers: the code location, hourly partitions and per-hour reporting, the run launcher.
 DAGSTER_TOP = {"definitions.py", "hours.py", "resources.py", "run_launcher.py"}
 SPARK_FILES = {"spark_setup.py", "avro_landing/read.py", "avro_landing/decode.py", "avro_landing/route.py", "avro_landing/write.py",
-               "avro_landing/job.py", "warehouse/parquet.py", "warehouse/iceberg.py"}
+               "avro_landing/direct.py", "avro_landing/job.py", "warehouse/parquet.py", "warehouse/iceberg.py"}
 
 
 def importers(module: str) -> set[str]:

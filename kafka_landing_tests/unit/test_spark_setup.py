@@ -134,3 +134,35 @@ def test_every_gs_size_hadoop_sets_with_a_suffix_is_a_plain_number_for_googles_c
     assert suffixed, "Hadoop sets no gs:// size with a suffix any more: the overrides may go"
     config = gcs_config({})
     assert {k: config.get(f"spark.hadoop.{k}", "").isdigit() for k in suffixed} == {k: True for k in suffixed}
+
+
+class _Client:
+    def __init__(self):
+        self.is_closed, self.closes = False, 0
+
+    def close(self):
+        self.is_closed, self.closes = True, self.closes + 1
+
+
+class _Session:
+    def __init__(self):
+        self.client = _Client()
+
+
+def test_a_session_whose_server_is_gone_is_closed_here_so_the_retry_opens_a_new_one():
+    """pyspark leaves the client open when the restarted server's answer comes while results stream
+    back (RESPONSE_ALREADY_RECEIVED); the resource opens a new session only for a closed one."""
+    from pyspark.errors import PySparkRuntimeError
+
+    from kafka_landing.spark_setup import drop_if_server_gone
+
+    gone = PySparkRuntimeError(errorClass="RESPONSE_ALREADY_RECEIVED",
+                               messageParameters={"error_type": "INVALID_HANDLE.SESSION_NOT_FOUND"})
+    work = PySparkRuntimeError(errorClass="RESPONSE_ALREADY_RECEIVED", messageParameters={"error_type": "OTHER"})
+    kept, dropped = _Session(), _Session()
+    drop_if_server_gone(kept, work)
+    drop_if_server_gone(kept, ValueError("a bug of ours"))
+    drop_if_server_gone(dropped, gone)
+    drop_if_server_gone(dropped, gone)  # closed once
+    assert (kept.client.closes, dropped.client.closes) == (0, 1)
+    drop_if_server_gone(object(), gone)  # a classic session has no client: nothing to close

@@ -19,9 +19,7 @@ import java.util.Properties;
 import java.util.Set;
 
 import org.apache.avro.Schema;
-import org.apache.avro.file.CodecFactory;
 import org.apache.avro.file.DataFileWriter;
-import org.apache.avro.generic.GenericDatumWriter;
 import org.apache.avro.io.BinaryEncoder;
 import org.apache.avro.io.EncoderFactory;
 import org.apache.hadoop.conf.Configuration;
@@ -486,16 +484,7 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       }
       record.reset();
       record.write(v, 5, verdict.end - 5);
-      enc.writeBytes(topicBytes);
-      enc.writeInt(r.partition());
-      enc.writeLong(r.offset());
-      enc.writeLong(r.timestamp());  // timestamp-millis, as the Kafka record holds it
-      if (r.key() == null) {
-        enc.writeIndex(0);
-      } else {
-        enc.writeIndex(1);
-        enc.writeBytes(r.key());
-      }
+      SpliceWriter.kafkaColumns(enc, topicBytes, r.partition(), r.offset(), r.timestamp(), r.key());
       writeHeaders(r);
       enc.flush();
       f.writer.appendEncoded(record.view());
@@ -554,26 +543,12 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       if (fs == null) {
         fs = p.getFileSystem(job.hadoop.value());
       }
-      DataFileWriter<Object> w = new DataFileWriter<>(new GenericDatumWriter<>(landing));
-      w.setCodec(codec());
-      // As Spark's Avro writer and the splice writer do (see SpliceWriter).
-      w.setMeta("org.apache.spark.version", org.apache.spark.package$.MODULE$.SPARK_VERSION());
       written.add(rel);
-      w.create(landing, fs.create(p, false));
+      DataFileWriter<Object> w = SpliceWriter.landingFile(landing,
+          SpliceWriterFactory.codec(job.codec, job.deflateLevel), fs.create(p, false));
       OpenFile f = new OpenFile(rel, hourIx, chunk, table, w);
       open.put(table, f);
       return f;
-    }
-
-    private CodecFactory codec() {
-      switch (job.codec) {
-        case "uncompressed":
-          return CodecFactory.nullCodec();
-        case "deflate":
-          return CodecFactory.deflateCodec(job.deflateLevel);
-        default:
-          return CodecFactory.fromString(job.codec);
-      }
     }
 
     private void closeAll() throws IOException {

@@ -2,6 +2,7 @@ package kafkalanding.splice;
 
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.io.OutputStream;
 import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 
@@ -55,17 +56,23 @@ final class SpliceWriter extends OutputWriter {
     timestamp = columns.index("_kafka_timestamp");
     key = columns.index("_kafka_key");
     headers = columns.index("_kafka_headers");
-    file = new DataFileWriter<>(new GenericDatumWriter<>(landing));
+    try {
+      Path p = new Path(path);
+      file = landingFile(landing, codec, p.getFileSystem(conf).create(p, false));
+    } catch (IOException e) {
+      throw new UncheckedIOException("cannot create the landing file " + path, e);
+    }
+  }
+
+  /** A landing file's container: its schema, codec and header keys, whichever writer fills it. */
+  static DataFileWriter<Object> landingFile(Schema landing, CodecFactory codec, OutputStream out)
+      throws IOException {
+    DataFileWriter<Object> file = new DataFileWriter<>(new GenericDatumWriter<>(landing));
     file.setCodec(codec);
     // As Spark's Avro writer does: its readers take a file with this key as written by a Spark
     // that writes dates and timestamps in the proleptic Gregorian calendar, as this one does.
     file.setMeta("org.apache.spark.version", org.apache.spark.package$.MODULE$.SPARK_VERSION());
-    try {
-      Path p = new Path(path);
-      file.create(landing, p.getFileSystem(conf).create(p, false));
-    } catch (IOException e) {
-      throw new UncheckedIOException("cannot create the landing file " + path, e);
-    }
+    return file.create(landing, out);
   }
 
   @Override
@@ -74,19 +81,10 @@ final class SpliceWriter extends OutputWriter {
     record.reset();
     try {
       record.write(bytes, 0, recordLength(bytes, row));
-      // Avro encodes a string as it encodes bytes: the length, then the UTF-8 bytes.
-      enc.writeBytes(row.getUTF8String(topic).getBytes());
-      enc.writeInt(row.getInt(partition));
-      enc.writeLong(row.getLong(offset));
       // Spark holds the Kafka timestamp in microseconds; the column is timestamp-millis, as
       // Spark's Avro writer converts it (floor division).
-      enc.writeLong(Math.floorDiv(row.getLong(timestamp), 1000L));
-      if (row.isNullAt(key)) {
-        enc.writeIndex(0);
-      } else {
-        enc.writeIndex(1);
-        enc.writeBytes(row.getBinary(key));
-      }
+      kafkaColumns(enc, row.getUTF8String(topic).getBytes(), row.getInt(partition), row.getLong(offset),
+          Math.floorDiv(row.getLong(timestamp), 1000L), row.isNullAt(key) ? null : row.getBinary(key));
       if (row.isNullAt(headers)) {
         enc.writeIndex(0);
       } else {
@@ -97,6 +95,21 @@ final class SpliceWriter extends OutputWriter {
       file.appendEncoded(record.view());
     } catch (IOException e) {
       throw new UncheckedIOException("cannot write " + where(row) + " to the landing file " + path, e);
+    }
+  }
+
+  /** The Kafka columns up to the headers, encoded as the landing schema has them (META_FIELDS). */
+  static void kafkaColumns(BinaryEncoder enc, byte[] topic, int partition, long offset, long timestampMs, byte[] key)
+      throws IOException {
+    enc.writeBytes(topic);  // a string is encoded as bytes are: the length, then the UTF-8 bytes
+    enc.writeInt(partition);
+    enc.writeLong(offset);
+    enc.writeLong(timestampMs);
+    if (key == null) {
+      enc.writeIndex(0);
+    } else {
+      enc.writeIndex(1);
+      enc.writeBytes(key);
     }
   }
 

@@ -89,13 +89,18 @@ final class SpliceWriterFactory extends OutputWriterFactory {
   }
 
   CodecFactory codec() {
-    switch (codec) {
+    return codec(codec, deflateLevel);
+  }
+
+  /** Spark's Avro codec setting ({@code spark.sql.avro.compression.codec}) as Avro's codec. */
+  static CodecFactory codec(String name, int deflateLevel) {
+    switch (name) {
       case "uncompressed":
         return CodecFactory.nullCodec();
       case "deflate":
         return CodecFactory.deflateCodec(deflateLevel);
       default:
-        return CodecFactory.fromString(codec);
+        return CodecFactory.fromString(name);
     }
   }
 
