@@ -398,8 +398,8 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
             lastProgress = System.currentTimeMillis();
           } else if (System.currentTimeMillis() - lastProgress > job.timeoutMs) {
             throw new IllegalStateException(where() + ": Kafka gave no record past offset " + position + " for "
-                + job.timeoutMs / 1000 + " s (reading up to " + range.end + "). Nothing was published; the landing is "
-                + "tried again");
+                + job.timeoutMs / 1000 + " s (reading up to " + range.end + "). Nothing was published: check the "
+                + "broker and its open transactions, then land the hour again");
           }
         }
         closeAll();
@@ -436,9 +436,7 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
 
     private KafkaConsumer<byte[], byte[]> consumer() {
       Properties p = new Properties();
-      p.put("max.poll.records", "20000");
-      p.put("max.partition.fetch.bytes", Integer.toString(8 << 20));
-      p.putAll(job.kafka);
+      p.putAll(job.kafka);  // the landing's own read options (read.READ_OPTIONS) and the Kafka resource's
       p.put("isolation.level", "read_committed");  // aborted transactions never land
       p.put("enable.auto.commit", "false");
       p.put("auto.offset.reset", "none");
