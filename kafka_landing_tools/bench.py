@@ -355,11 +355,11 @@ def contender_kafka_landing(args) -> int:
 
 
 #: The heap of the memory cases' servers: what one landing needs, not the stack's 3 GB (sized for
-#: the test suite's many sessions at once), and fixed (-Xms = -Xmx), as a production server is run.
-#: A heap that may grow says more about G1's ergonomics than about the work: G1 grows it as a run's
-#: garbage grows and keeps it. On servers whose heap could grow (to 3 GB, or to 1 GB) the same two
-#: cases peaked at 790-1,082 MB (1x) and 868-1,179 MB (4x), 1.02x to 1.35x, from run to run. What
-#: bounded memory means is that 4x the data runs in the heap 1x runs in, as fast per record.
+#: the test suite's many sessions at once), and fixed, its young generation too (-Xms = -Xmx, -Xmn),
+#: as a production server is run. A heap or young generation that may grow says more about G1's
+#: ergonomics than about the work: G1 grows them as a run's garbage grows and keeps what it touched
+#: (docs/benchmark.md has the figures). What bounded memory means is that 4x the data runs in the
+#: memory 1x runs in, as fast per record.
 SERVER_HEAP = "1g"
 
 

@@ -289,15 +289,27 @@ def spark_connect_ready() -> bool:
     return _port_open(PORTS.spark_connect)
 
 
+def _young_generation(memory: str) -> str:
+    """A quarter of a heap given as Java does (512m, 1g), in MB."""
+    units = {"m": 1, "g": 1024}
+    if len(memory) < 2 or not memory[:-1].isdigit() or memory[-1].lower() not in units:
+        raise ValueError(f"the Spark server's memory {memory!r} is not a whole number of m or g (as -Xmx takes it): "
+                         "set KAFKA_LANDING_STACK_SPARK_MEMORY to one, for example 3g")
+    return f"{int(memory[:-1]) * units[memory[-1].lower()] // 4}m"
+
+
 def _spark_server_config(port: int, memory: str, fixed_heap: bool = False) -> dict:
     """The whole process's settings, as a classic session would have them, with gs:// on the
     stack's emulator; sessions set their own spark.sql.* on top. `fixed_heap`: the JVM takes its
-    whole heap at the start (-Xms = -Xmx) and never resizes it, as production servers are run."""
+    whole heap at the start (-Xms = -Xmx) and never resizes it, nor its young generation (a
+    quarter), as production servers are run: G1 would grow the young generation with a run's
+    garbage, up to 60% of the heap, and the memory the server touches would say how long it ran
+    rather than what its work holds."""
     from kafka_landing.spark_setup import gcs_config, spark_config
 
     config = spark_config(driver_memory=memory)
     if fixed_heap:
-        config["spark.driver.extraJavaOptions"] += f" -Xms{memory}"
+        config["spark.driver.extraJavaOptions"] += f" -Xms{memory} -Xmn{_young_generation(memory)}"
     return {
         **config,
         **gcs_config({"STORAGE_EMULATOR_HOST": GCS_EMULATOR_URL}),

@@ -65,3 +65,23 @@ def test_the_stack_uses_your_own_postgres_settings_over_its_defaults(monkeypatch
     monkeypatch.setenv("DAGSTER_PG_HOST", "db.internal")
     env = devstack.postgres_env()
     assert env["DAGSTER_PG_HOST"] == "db.internal" and env["DAGSTER_PG_USERNAME"] == "dagster"
+
+
+@pytest.mark.parametrize("memory, young", [("1g", "256m"), ("3g", "768m"), ("768m", "192m"), ("2048M", "512m")])
+def test_a_fixed_heap_server_fixes_its_young_generation_too(memory, young):
+    """G1 otherwise grows its young generation with a run's garbage (up to 60% of the heap): a
+    server's memory would say how long it ran, not what its work holds."""
+    opts = devstack._spark_server_config(15999, memory, fixed_heap=True)["spark.driver.extraJavaOptions"].split()
+    assert f"-Xms{memory}" in opts
+    assert f"-Xmn{young}" in opts
+    assert [o for o in opts if o.startswith(("-Xms", "-Xmn"))] == [f"-Xms{memory}", f"-Xmn{young}"]
+
+
+def test_a_server_whose_heap_may_grow_sets_neither():
+    opts = devstack._spark_server_config(15999, "3g")["spark.driver.extraJavaOptions"].split()
+    assert opts and not [o for o in opts if o.startswith(("-Xms", "-Xmn"))]
+
+
+def test_a_fixed_heap_it_cannot_read_is_named():
+    with pytest.raises(ValueError, match="1.5g"):
+        devstack._spark_server_config(15999, "1.5g", fixed_heap=True)

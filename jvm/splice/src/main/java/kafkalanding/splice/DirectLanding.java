@@ -1,10 +1,9 @@
 package kafkalanding.splice;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.Serializable;
-import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
+import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -21,7 +20,6 @@ import java.util.Set;
 import org.apache.avro.Schema;
 import org.apache.avro.file.DataFileWriter;
 import org.apache.avro.io.BinaryEncoder;
-import org.apache.avro.io.EncoderFactory;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
@@ -30,7 +28,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteBufferDeserializer;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -316,22 +314,15 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
     final int hourIx;
     final long chunk;
     final String table;
-    final DataFileWriter<Object> writer;
+    final DataFileWriter<SplicedRecord> writer;
     long rows;
 
-    OpenFile(String rel, int hourIx, long chunk, String table, DataFileWriter<Object> writer) {
+    OpenFile(String rel, int hourIx, long chunk, String table, DataFileWriter<SplicedRecord> writer) {
       this.rel = rel;
       this.hourIx = hourIx;
       this.chunk = chunk;
       this.table = table;
       this.writer = writer;
-    }
-  }
-
-  /** A buffer whose array is used in place. */
-  static final class Buffer extends ByteArrayOutputStream {
-    ByteBuffer view() {
-      return ByteBuffer.wrap(buf, 0, count);
     }
   }
 
@@ -343,10 +334,11 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
     private final Map<String, OpenFile> open = new LinkedHashMap<>();
     private final List<OpenFile> closed = new ArrayList<>();
     private final List<String> written = new ArrayList<>();
-    private final Buffer record = new Buffer();
-    private final BinaryEncoder enc = EncoderFactory.get().directBinaryEncoder(record, null);
+    private final SplicedRecord record = new SplicedRecord();
+    private final FastCheck.Verdict verdict = new FastCheck.Verdict();
     private final long[] perHour;
     private final Set<Long> ids = new HashSet<>();  // schema id * 2^20 + hour index
+    private long lastId = -1;  // the last one added: a record's id is mostly its neighbour's
     private final String attempt;
     private byte[] topicBytes;
     private long unclaimed;
@@ -368,7 +360,7 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
 
     List<InternalRow> land() throws IOException {
       boolean sure = true;
-      try (KafkaConsumer<byte[], byte[]> consumer = consumer()) {
+      try (KafkaConsumer<ByteBuffer, ByteBuffer> consumer = consumer()) {
         TopicPartition tp = new TopicPartition(job.topic, range.partition);
         consumer.assign(List.of(tp));
         long earliest = consumer.beginningOffsets(List.of(tp)).get(tp);
@@ -382,8 +374,8 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
         long lastProgress = System.currentTimeMillis();
         long position = range.start;
         while (sure && position < range.end) {
-          ConsumerRecords<byte[], byte[]> batch = consumer.poll(Duration.ofMillis(500));
-          for (ConsumerRecord<byte[], byte[]> r : batch.records(tp)) {
+          ConsumerRecords<ByteBuffer, ByteBuffer> batch = consumer.poll(Duration.ofMillis(500));
+          for (ConsumerRecord<ByteBuffer, ByteBuffer> r : batch.records(tp)) {
             if (r.offset() >= range.end) {
               break;
             }
@@ -434,18 +426,19 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       return job.topic + " partition " + range.partition + " offsets " + range.start + ".." + range.end;
     }
 
-    private KafkaConsumer<byte[], byte[]> consumer() {
+    private KafkaConsumer<ByteBuffer, ByteBuffer> consumer() {
       Properties p = new Properties();
       p.putAll(job.kafka);  // the landing's own read options (read.READ_OPTIONS) and the Kafka resource's
       p.put("isolation.level", "read_committed");  // aborted transactions never land
       p.put("enable.auto.commit", "false");
       p.put("auto.offset.reset", "none");
       p.remove("group.id");
-      return new KafkaConsumer<>(p, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+      // Keys and values as slices of what the client read: no copy of either per record.
+      return new KafkaConsumer<>(p, new ByteBufferDeserializer(), new ByteBufferDeserializer());
     }
 
     /** One record; false if the check is not sure of its body. */
-    private boolean land(ConsumerRecord<byte[], byte[]> r) throws IOException {
+    private boolean land(ConsumerRecord<ByteBuffer, ByteBuffer> r) throws IOException {
       int t = taskOf(r.offset());
       if (t < 0) {
         unclaimed++;
@@ -453,18 +446,29 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       }
       int hourIx = (int) job.tasks[t][0];
       perHour[hourIx]++;
-      byte[] v = r.value();
-      if (v == null || v.length < 5 || v[0] != 0) {
+      ByteBuffer value = r.value();
+      if (value == null || value.remaining() < 5) {
         badFraming++;
         return true;
       }
-      long sid = ((long) (v[1] & 0xff) << 24) | ((v[2] & 0xff) << 16) | ((v[3] & 0xff) << 8) | (v[4] & 0xff);
-      ids.add((sid << 20) | hourIx);
+      byte[] v = array(value);
+      int at = arrayStart(value);
+      if (v[at] != 0) {
+        badFraming++;
+        return true;
+      }
+      long sid = ((long) (v[at + 1] & 0xff) << 24) | ((v[at + 2] & 0xff) << 16) | ((v[at + 3] & 0xff) << 8)
+          | (v[at + 4] & 0xff);
+      long id = (sid << 20) | hourIx;
+      if (id != lastId) {
+        ids.add(id);
+        lastId = id;
+      }
       if (sid != job.schemaId) {
         return true;
       }
       ofId++;
-      FastCheck.Verdict verdict = checker.check(v, 5);
+      checker.check(v, at + 5, at + value.remaining(), verdict);
       if (verdict.status == FastCheck.BAD_BLOCKS) {
         dead++;
         return true;
@@ -480,17 +484,30 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       if (f == null) {
         f = open(hourIx, job.tasks[t][2], table);
       }
-      record.reset();
-      record.write(v, 5, verdict.end - 5);
-      SpliceWriter.kafkaColumns(enc, topicBytes, r.partition(), r.offset(), r.timestamp(), r.key());
-      writeHeaders(r);
-      enc.flush();
-      f.writer.appendEncoded(record.view());
+      ByteBuffer key = r.key();
+      BinaryEncoder enc = record.start(v, at + 5, verdict.end, topicBytes, r.partition(), r.offset(), r.timestamp(),
+          key == null ? null : array(key), key == null ? 0 : arrayStart(key), key == null ? 0 : key.remaining());
+      writeHeaders(enc, r);
+      f.writer.append(record);
       f.rows++;
       return true;
     }
 
-    private void writeHeaders(ConsumerRecord<byte[], byte[]> r) throws IOException {
+    /** The array under a slice the client read (a copy only if it has none, which Kafka's never do). */
+    private static byte[] array(ByteBuffer b) {
+      if (b.hasArray()) {
+        return b.array();
+      }
+      byte[] copy = new byte[b.remaining()];
+      b.duplicate().get(copy);
+      return copy;
+    }
+
+    private static int arrayStart(ByteBuffer b) {
+      return b.hasArray() ? b.arrayOffset() + b.position() : 0;
+    }
+
+    private static void writeHeaders(BinaryEncoder enc, ConsumerRecord<ByteBuffer, ByteBuffer> r) throws IOException {
       Header[] headers = r.headers().toArray();
       if (headers.length == 0) {  // Spark's Kafka source: no headers is a null list, not an empty one
         enc.writeIndex(0);
@@ -542,7 +559,7 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
         fs = p.getFileSystem(job.hadoop.value());
       }
       written.add(rel);
-      DataFileWriter<Object> w = SpliceWriter.landingFile(landing,
+      DataFileWriter<SplicedRecord> w = SpliceWriter.landingFile(landing,
           SpliceWriterFactory.codec(job.codec, job.deflateLevel), fs.create(p, false));
       OpenFile f = new OpenFile(rel, hourIx, chunk, table, w);
       open.put(table, f);

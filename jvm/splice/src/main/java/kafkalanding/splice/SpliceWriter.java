@@ -1,20 +1,16 @@
 package kafkalanding.splice;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.io.UncheckedIOException;
-import java.nio.ByteBuffer;
 
 import org.apache.avro.Schema;
 import org.apache.avro.file.CodecFactory;
 import org.apache.avro.file.DataFileWriter;
 import org.apache.avro.generic.GenericDatumReader;
-import org.apache.avro.generic.GenericDatumWriter;
 import org.apache.avro.io.BinaryDecoder;
 import org.apache.avro.io.BinaryEncoder;
 import org.apache.avro.io.DecoderFactory;
-import org.apache.avro.io.EncoderFactory;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -30,18 +26,10 @@ import org.apache.spark.sql.execution.datasources.OutputWriter;
  * blocks, which the reader ignores: a body whose sizes lie is turned away before (FastCheck).
  */
 final class SpliceWriter extends OutputWriter {
-  /** A buffer whose array is used in place. */
-  private static final class Buffer extends ByteArrayOutputStream {
-    ByteBuffer view() {
-      return ByteBuffer.wrap(buf, 0, count);
-    }
-  }
-
   private final String path;
   private final Schema writer;
-  private final DataFileWriter<Object> file;
-  private final Buffer record = new Buffer();
-  private final BinaryEncoder enc = EncoderFactory.get().directBinaryEncoder(record, null);
+  private final DataFileWriter<SplicedRecord> file;
+  private final SplicedRecord record = new SplicedRecord();
   private BinaryDecoder dec;
   private final int body, topic, partition, offset, timestamp, key, headers;
 
@@ -65,9 +53,9 @@ final class SpliceWriter extends OutputWriter {
   }
 
   /** A landing file's container: its schema, codec and header keys, whichever writer fills it. */
-  static DataFileWriter<Object> landingFile(Schema landing, CodecFactory codec, OutputStream out)
+  static DataFileWriter<SplicedRecord> landingFile(Schema landing, CodecFactory codec, OutputStream out)
       throws IOException {
-    DataFileWriter<Object> file = new DataFileWriter<>(new GenericDatumWriter<>(landing));
+    DataFileWriter<SplicedRecord> file = new DataFileWriter<>(SplicedRecord.WRITER);
     file.setCodec(codec);
     // As Spark's Avro writer does: its readers take a file with this key as written by a Spark
     // that writes dates and timestamps in the proleptic Gregorian calendar, as this one does.
@@ -78,42 +66,26 @@ final class SpliceWriter extends OutputWriter {
   @Override
   public void write(InternalRow row) {
     byte[] bytes = row.getBinary(body);
-    record.reset();
     try {
-      record.write(bytes, 0, recordLength(bytes, row));
       // Spark holds the Kafka timestamp in microseconds; the column is timestamp-millis, as
       // Spark's Avro writer converts it (floor division).
-      kafkaColumns(enc, row.getUTF8String(topic).getBytes(), row.getInt(partition), row.getLong(offset),
-          Math.floorDiv(row.getLong(timestamp), 1000L), row.isNullAt(key) ? null : row.getBinary(key));
+      byte[] k = row.isNullAt(key) ? null : row.getBinary(key);
+      BinaryEncoder enc = record.start(bytes, 0, recordLength(bytes, row), row.getUTF8String(topic).getBytes(),
+          row.getInt(partition), row.getLong(offset), Math.floorDiv(row.getLong(timestamp), 1000L),
+          k, 0, k == null ? 0 : k.length);
       if (row.isNullAt(headers)) {
         enc.writeIndex(0);
       } else {
         enc.writeIndex(1);
-        writeHeaders(row.getArray(headers));
+        writeHeaders(enc, row.getArray(headers));
       }
-      enc.flush();
-      file.appendEncoded(record.view());
+      file.append(record);
     } catch (IOException e) {
       throw new UncheckedIOException("cannot write " + where(row) + " to the landing file " + path, e);
     }
   }
 
-  /** The Kafka columns up to the headers, encoded as the landing schema has them (META_FIELDS). */
-  static void kafkaColumns(BinaryEncoder enc, byte[] topic, int partition, long offset, long timestampMs, byte[] key)
-      throws IOException {
-    enc.writeBytes(topic);  // a string is encoded as bytes are: the length, then the UTF-8 bytes
-    enc.writeInt(partition);
-    enc.writeLong(offset);
-    enc.writeLong(timestampMs);
-    if (key == null) {
-      enc.writeIndex(0);
-    } else {
-      enc.writeIndex(1);
-      enc.writeBytes(key);
-    }
-  }
-
-  private void writeHeaders(ArrayData list) throws IOException {
+  private static void writeHeaders(BinaryEncoder enc, ArrayData list) throws IOException {
     int n = list.numElements();
     enc.writeArrayStart();
     enc.setItemCount(n);

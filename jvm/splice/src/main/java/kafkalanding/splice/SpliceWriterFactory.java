@@ -97,6 +97,8 @@ final class SpliceWriterFactory extends OutputWriterFactory {
     switch (name) {
       case "uncompressed":
         return CodecFactory.nullCodec();
+      case "snappy":  // the default: Avro's blocks, without a new buffer per block
+        return ReusedSnappyCodec.FACTORY;
       case "deflate":
         return CodecFactory.deflateCodec(deflateLevel);
       default:
