@@ -140,6 +140,24 @@ def test_a_body_with_lying_block_sizes_is_counted_directly_and_a_dead_letter_say
     assert [m for m in said if STRAIGHT in m] and not [m for m in said if DECODING in m], said
 
 
+def test_a_body_cut_short_is_not_read_past_its_end_into_what_follows_in_the_batch(
+        make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
+    """The operator reads each value where Kafka's client holds it, inside the fetched batch: a body
+    whose string runs past its end must be judged on its own bytes, never on what follows it (all
+    printable here, so a read past the end would land them as the string). Its own record's header
+    (count, key, value: 31 bytes) follows the value in the batch."""
+    writer = record_schema("Cut", [{"name": "s", "type": "string"}])
+    topic = make_topic()
+    sid = register(sr, topic, writer)
+    cut = _varint(30) + b"abc"  # says 30 bytes, holds 3: the other 27 would be the header's
+    whole = [_varint(30) + b"x" * 30 for _ in range(4)]
+    produce(bootstrap, [(topic, 0, to_millis(HOUR) + i, b"k" * 20, frame(sid, b), [("h" * 8, b"y" * 20)], None, None,
+                         None) for i, b in enumerate([cut, *whole])])
+    both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic), sid)
+    assert assert_same_landing(both) == 4
+    assert both[True][0].dead_letters.rows == 1
+
+
 def test_a_body_it_is_not_sure_of_leaves_the_landing_to_the_decoding_way(
         make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
     """A time of day is a type the body check leaves to the decode: the direct way stops, removes
