@@ -147,3 +147,21 @@ def test_a_sized_block_that_lies_about_its_size_is_a_dead_letter_saying_so(spark
                    writer, [])
     staged = write_good(out, cfg, SID, writer, LocalStore(str(tmp_path)), "staging")
     assert [(s.file.rows, s.file.first_offset, s.file.last_offset) for s in staged] == [(2, 0, 1)]
+
+
+def test_a_string_that_is_not_utf8_is_left_to_the_decode_wherever_its_bad_byte_is(spark):
+    """The check reads a string's bytes eight at a time while they are ASCII: one byte that is not,
+    at any place of a string of any length (in a word of eight or in the bytes after the last one),
+    must leave the body to the decode, which makes it a dead letter. Bytes of valid UTF-8 beyond
+    ASCII land as they are."""
+    writer = record_schema("Text", [{"name": "s", "type": "string"}])
+    bad = [b"a" * i + b"\xff" + b"a" * (n - i - 1) for n in (1, 7, 8, 9, 15, 16, 17, 24) for i in range(n)]
+    good = [b"a" * i + "\u00e9".encode() + b"a" * (16 - i) for i in range(17)]
+    strings = bad + good
+    bodies = [_varint(len(s)) + s for s in strings]
+    vouched = classified(spark, writer, bodies, None, None, vouch=True)
+    decoded = classified(spark, writer, bodies, None, None, vouch=False)
+    assert len(bad) == 97 and len(vouched) == len(bodies)
+    assert [o for o in range(len(bad)) if vouched[o]["status"] == LANDS or vouched[o]["_reason"] is None] == []
+    assert [vouched[o]["_reason"] for o in range(len(bad), len(bodies))] == [None] * len(good)
+    assert {o: r["_reason"] for o, r in vouched.items()} == {o: r["_reason"] for o, r in decoded.items()}

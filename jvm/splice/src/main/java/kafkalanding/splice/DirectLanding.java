@@ -2,8 +2,8 @@ package kafkalanding.splice;
 
 import java.io.IOException;
 import java.io.Serializable;
-import java.nio.ByteBuffer;
 import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -360,7 +360,9 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
 
     List<InternalRow> land() throws IOException {
       boolean sure = true;
-      try (KafkaConsumer<ByteBuffer, ByteBuffer> consumer = consumer()) {
+      KafkaConsumer<ByteBuffer, ByteBuffer> consumer = null;
+      try {
+        consumer = consumer();
         TopicPartition tp = new TopicPartition(job.topic, range.partition);
         consumer.assign(List.of(tp));
         long earliest = consumer.beginningOffsets(List.of(tp)).get(tp);
@@ -398,6 +400,13 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       } catch (IOException | RuntimeException e) {
         abandon();
         throw e;
+      } finally {
+        // Without waiting: the client has already sent a fetch for the offsets after the range,
+        // which the broker holds for fetch.max.wait.ms (500 ms) when nothing follows them, and a
+        // close that waits for it held every task that long (a quarter of a 4-hour landing).
+        if (consumer != null) {
+          consumer.close(Duration.ZERO);
+        }
       }
       if (!sure) {
         abandon();

@@ -1,7 +1,10 @@
 package kafkalanding.splice;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.math.BigInteger;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CharsetDecoder;
 import java.nio.charset.CodingErrorAction;
@@ -154,6 +157,29 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
       this.end = end;
       return this;
     }
+  }
+
+  private static final VarHandle LONGS = MethodHandles.byteArrayViewVarHandle(long[].class, ByteOrder.LITTLE_ENDIAN);
+  private static final long HIGH_BITS = 0x8080808080808080L;
+
+  /**
+   * Whether `b[at, at + n)` is all ASCII, eight bytes at a time: most strings are, and the check of
+   * their bytes was half of what a landing of ~1 KB records spent in its tasks.
+   */
+  static boolean ascii(byte[] b, int at, int n) {
+    int i = at;
+    int end = at + n;
+    for (; i + 8 <= end; i += 8) {
+      if (((long) LONGS.get(b, i) & HIGH_BITS) != 0) {
+        return false;
+      }
+    }
+    for (; i < end; i++) {
+      if (b[i] < 0) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** One body, read forward; `doubt`: something the decode step should judge. */
@@ -444,11 +470,8 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
 
     private void utf8(int n) throws Corrupt {
       int at = take(n);
-      for (int i = at; i < at + n; i++) {
-        if (buf[i] < 0) {  // not all ASCII: the strict decoder decides
-          decoded(at, n);
-          return;
-        }
+      if (!ascii(buf, at, n)) {  // the strict decoder decides
+        decoded(at, n);
       }
     }
 
