@@ -137,6 +137,14 @@ def test_a_goal_reached_exactly_is_met(change, goal):
     assert _verdicts(_report(**change))[goal] is True
 
 
+@pytest.mark.parametrize("kl", [3.8, 3.0])
+def test_a_run_no_slower_than_an_empty_hour_leaves_its_pass_unmeasured(kl):
+    """The pass is the run less an empty hour: a run of few records can take no longer than one of
+    none, and has no per-record rate to judge."""
+    assert _verdicts(_report(kl=kl, empty=3.8))["pass_vs_librdkafka_raw"] is None
+    assert _verdicts(_report(kl=3.9, empty=3.8, raw=0.1))["pass_vs_librdkafka_raw"] is True
+
+
 def test_each_verdict_shows_the_two_numbers_it_compares():
     measured = {g["key"]: g["measured"] for g in evaluate_goals(_report(valve=29, processes=21, empty=4.5))}
     assert "kafka_landing 120,000 msg/s" in measured["vs_python_valve"] and "python_valve 41,379 msg/s" in measured["vs_python_valve"]
