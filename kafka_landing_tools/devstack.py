@@ -293,8 +293,8 @@ def _young_generation(memory: str) -> str:
     """A quarter of a heap given as Java does (512m, 1g), in MB."""
     units = {"m": 1, "g": 1024}
     if len(memory) < 2 or not memory[:-1].isdigit() or memory[-1].lower() not in units:
-        raise ValueError(f"the Spark server's memory {memory!r} is not a whole number of m or g (as -Xmx takes it): "
-                         "set KAFKA_LANDING_STACK_SPARK_MEMORY to one, for example 3g")
+        raise ValueError(f"the Spark server's memory {memory!r} is not a whole number of m or g, as a fixed heap "
+                         "and its young generation are given to Java: give one such as 1g or 768m")
     return f"{int(memory[:-1]) * units[memory[-1].lower()] // 4}m"
 
 

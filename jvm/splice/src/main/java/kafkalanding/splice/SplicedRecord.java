@@ -13,8 +13,8 @@ import org.apache.avro.io.EncoderFactory;
  * One landed record as its file takes it: the body's bytes up to the end of the record they hold,
  * then the Kafka columns, encoded into a buffer of its own. Both writers fill one and append it
  * through {@link #WRITER}, which copies the two slices straight into the file's block: a record
- * allocates nothing (Avro's appendEncoded copies every record into a new array first, and it was
- * most of what a landing allocated). A writer keeps one and refills it per record.
+ * allocates nothing (Avro's appendEncoded copies every record into a new array first). A writer
+ * keeps one and refills it per record.
  */
 final class SplicedRecord {
   /** Writes a record's two slices as they are; the landing file's schema describes the result. */
