@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import json
 
-from kafka_landing.avro_types import map_types
+from kafka_landing.avro_types import map_types, strip_logical_types
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.spark_setup import spark_readable
 
@@ -133,12 +133,6 @@ def _check_type(t, path: str, seen: set[str]) -> None:
         _check_type(t.get("values"), f"{path}{{}}", seen)
     elif isinstance(kind, (dict, list)):
         _check_type(kind, path, seen)
-
-
-def strip_logical_types(t):
-    """The same Avro type with every logicalType removed: the raw longs, ints and bytes,
-    which decode whatever their value. Tells a value out of range from a corrupt body."""
-    return map_types(t, lambda node: {k: v for k, v in node.items() if k not in ("logicalType", "precision", "scale")})
 
 
 def logical_types(t) -> list[str]:

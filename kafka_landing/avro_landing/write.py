@@ -90,14 +90,19 @@ def _nothing_to_commit(exc: BaseException) -> bool:
     return "FileNotFoundException" in msg and "_temporary" in msg and "stage failure" not in msg
 
 
-def _written(store: LandingStore, src: str, field: str = "_kafka_offset") -> tuple[int, int, int]:
+def _written(store: LandingStore, src: str, what: str, field: str = "_kafka_offset") -> tuple[int, int, int]:
+    """(rows, first and last offset) of a file just written with `what` (its records, for messages).
+    Whichever writer wrote it (Spark's, the splice writer, the direct operator), the read-back is
+    fastavro's: a file it cannot read is one the landing must not publish."""
     try:
         rows, first, last = store.avro_offsets(src, field)
     except AvroFileError as exc:
-        raise LandingError(f"Spark wrote {store.location(src)}, which cannot be read back ({exc}); nothing was "
-                           "published") from None
+        raise LandingError(f"{store.location(src)}, written with {what}, cannot be read back by fastavro ({exc}). "
+                           "Nothing was published. Landing wrote a file its readers would refuse, a bug: report it "
+                           "with this message; landing the hour again fails the same way while it holds these "
+                           "records") from None
     if not rows:
-        raise LandingError(f"Spark wrote an empty file {store.location(src)}; nothing was published")
+        raise LandingError(f"{store.location(src)}, written with {what}, is empty; nothing was published")
     return rows, first, last
 
 
@@ -171,9 +176,10 @@ def staged_files(store: LandingStore, cfg: TopicConfig, schema_id: int, groups: 
     staged = []
     # None (no chunk, no event time) sorts before any value: a partition's records with no event
     # time and those with one are two groups of one task.
-    for (hour, _task, table, part, eh), src in sorted(groups.items(),
+    for (hour, task, table, part, eh), src in sorted(groups.items(),
                                                       key=lambda kv: [(v is not None, v) for v in kv[0]]):
-        rows, first, last = _written(store, src)
+        rows, first, last = _written(store, src, f"the records of topic {cfg.topic!r} partition {part} from offset "
+                                     f"{task} (hour {hour}, table {table})")
         name = landing_file_name(cfg.topic, part, cfg.dataset, table, schema_id, first, last, Hour(eh) if eh else None)
         rel = f"{table_hour_dir(cfg.dataset, table, Hour(hour))}/{name}"
         staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last, schema_id, eh,
@@ -209,7 +215,8 @@ def write_dead_letters(dead: DataFrame, topic: str, store: LandingStore,
         by_reason.setdefault(r["_kl_hour"], {})[r["reason"]] = r["rows"]
     staged = []
     for (hour, _t, _table, part, _e), src in sorted(files.items()):
-        rows, first, last = _written(store, src, "offset")
+        rows, first, last = _written(store, src, f"the dead letters of topic {topic!r} partition {part} (hour {hour})",
+                                     "offset")
         rel = f"{dead_letter_dir(topic, Hour(hour))}/{dead_letter_file_name(topic, part, first, last)}"
         staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last,
                                                       crc32c=store.crc32c(src)), hour))
