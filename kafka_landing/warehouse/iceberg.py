@@ -91,7 +91,10 @@ def _catalog_uri(root: str, uri: str | None) -> str:
                         "KAFKA_LANDING_ICEBERG_CATALOG_URI to the catalog's database (PostgreSQL in production, "
                         "e.g. postgresql+psycopg2://user:password@host/db; or a local sqlite:////path/catalog.db)",
                         transient=False)
-    return f"sqlite:///{Path(root).expanduser().resolve() / '_catalog.db'}"
+    from sqlalchemy.engine import URL
+
+    # Built, not formatted: a root's %, # or ? would be read as URL syntax (`per%20cent` as `per cent`).
+    return URL.create("sqlite", database=str(Path(root).expanduser().resolve() / "_catalog.db")).render_as_string()
 
 
 def _io_properties(root: str) -> dict[str, str]:
@@ -117,7 +120,7 @@ def _cached_catalog(root: str, uri: str, props: tuple[tuple[str, str], ...]):
         return SqlCatalog("kafka_landing", uri=uri, warehouse=root.rstrip("/"), **dict(props))
     base = Path(root).expanduser().resolve()
     base.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog("kafka_landing", uri=uri, warehouse=base.as_uri())
+    return SqlCatalog("kafka_landing", uri=uri, warehouse=str(base))  # a plain path: `_table_uri` says why
 
 
 @functools.lru_cache(maxsize=8)
@@ -720,11 +723,11 @@ class IcebergWarehouse(Warehouse):
             return False  # another load created it first: widen and commit on its table
 
     def _table_uri(self, dataset: str, table: str) -> str:
-        """The table's location in its metadata: file:// on a local root (as tables made before have
-        it), the gs:// URI on a bucket."""
-        if _on_gcs(self.root):
-            return self.table_location(dataset, table)
-        return self.table_dir(dataset, table).as_uri()
+        """The table's location in its metadata: the plain path on a local root, the gs:// URI on a
+        bucket. Not a file:// URI: pyiceberg writes metadata to its location's path as written, never
+        unquoted, so a root with a space kept its tables' metadata in a `%20` folder beside it
+        (tables made so keep their location)."""
+        return self.table_location(dataset, table)
 
     def _rewrite(self, t, merged: dict, spark: SparkFactory, replaced, where: str) -> tuple[str | None, list[str]]:
         """Every file of the table but the rows the load replaces read again and written under `merged`
