@@ -37,7 +37,10 @@ DEAD_LETTER_SCHEMA = {
         {"name": "topic", "type": "string"},
         {"name": "partition", "type": "int"},
         {"name": "offset", "type": "long"},
-        {"name": "timestamp", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        # Null for a Kafka timestamp outside years 1-9999 (its reason gives the milliseconds):
+        # fastavro cannot read one as timestamp-millis. Files from before, where it was never
+        # null, read the same under this schema.
+        {"name": "timestamp", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}], "default": None},
         {"name": "key", "type": ["null", "bytes"], "default": None},
         {"name": "value", "type": ["null", "bytes"], "default": None},
         {"name": "headers", "type": ["null", {"type": "array", "items": KAFKA_HEADER}], "default": None},

@@ -25,19 +25,31 @@ from kafka_landing.spark_setup import SparkUnavailable
 
 def frame_columns(raw: DataFrame) -> DataFrame:
     """Kafka columns renamed to the landing metadata columns, plus the Confluent
-    framing split into reason (why it cannot be decoded, if known now), schema id and body."""
+    framing split into reason (why it cannot be decoded, if known now), schema id and body.
+
+    A Kafka timestamp outside years 1-9999 is such a reason too: `_kafka_timestamp` is
+    timestamp-millis, which fastavro (Python's datetime) cannot hold there. Its reason gives
+    Kafka's milliseconds, and its `_kafka_timestamp` is null, as its dead letter's timestamp.
+    The direct operator counts the same records, by the same bounds, as bad framing."""
+    from kafka_landing.avro_landing.read import kafka_millis
+    from kafka_landing.avro_landing.route import EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000  # route imports this module
+
     value = F.col("value")
+    ms = kafka_millis(F.col("timestamp"))
+    stamped = ms.between(EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000 - 1)
     return raw.select(
         F.col("topic").alias("_kafka_topic"),
         F.col("partition").alias("_kafka_partition"),
         F.col("offset").alias("_kafka_offset"),
-        F.col("timestamp").alias("_kafka_timestamp"),
+        F.when(stamped, F.col("timestamp")).alias("_kafka_timestamp"),
         F.col("key").alias("_kafka_key"),
         F.col("headers").alias("_kafka_headers"),
         value.alias("_value"),
         F.when(value.isNull(), F.lit("null value"))
         .when(F.length(value) < 5, F.lit("shorter than the 5-byte header"))
         .when(F.hex(F.substring(value, 1, 1)) != F.lit("00"), F.lit("bad magic byte"))
+        .when(~stamped, F.concat(F.lit("Kafka timestamp "), ms.cast("string"),
+                                 F.lit(" ms is out of range (before year 1 or after 9999)")))
         .alias("_reason"),
         F.when(F.length(value) >= 5, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")).alias("_schema_id"),
         F.expr("substring(value, 6)").alias("_body"),

@@ -25,6 +25,27 @@ from kafka_landing.spark_setup import default_parallelism
 READ_OPTIONS = {"kafka.max.poll.records": "20000", "kafka.max.partition.fetch.bytes": str(8 << 20)}
 
 
+# Spark's Kafka source reads a record's timestamp through java.sql.Timestamp, whose calendar is
+# Julian before this instant (1582-10-15T00:00Z), and keeps that date and time in the proleptic
+# Gregorian calendar (DateTimeUtils.fromJavaTimestamp): an earlier timestamp comes out moved by
+# days (by two at year 1). From this instant on, the column is Kafka's milliseconds exactly.
+GREGORIAN_FROM_MS = -12_219_292_800_000
+_DAY_MS = 86_400_000
+_EPOCH_JULIAN_DAY = 2_440_588  # the Julian day number of 1970-01-01
+
+
+def kafka_millis(ts: F.Column) -> F.Column:
+    """A record's timestamp as Kafka holds it, in epoch milliseconds, from the `timestamp` column
+    of Spark's Kafka source: before 1582-10-15 that column's date and time are the Julian
+    calendar's, counted back into days by the Julian day number. In the JVM."""
+    ms = F.unix_millis(ts)
+    a = F.floor((14 - F.month(ts)) / 12)
+    y, m = F.year(ts) + 4800 - a, F.month(ts) + 12 * a - 3
+    julian_day = F.dayofmonth(ts) + F.floor((153 * m + 2) / 5) + 365 * y + F.floor(y / 4) - 32083
+    return F.when(ms < GREGORIAN_FROM_MS, (julian_day - _EPOCH_JULIAN_DAY) * _DAY_MS + F.pmod(ms, F.lit(_DAY_MS))) \
+        .otherwise(ms)
+
+
 def _read_one(spark: SparkSession, kafka_options: dict, topic: str, ranges: dict[int, tuple[int, int]]) -> DataFrame:
     return (
         spark.read.format("kafka")

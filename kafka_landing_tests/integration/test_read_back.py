@@ -1,16 +1,24 @@
-"""What used to fail a landing after it had written everything (review 2026-11-28 S3; issue 46),
+"""What used to fail a landing after it had written everything (review 2026-11-28 S3, S6; issue 46),
 both ways, on the real broker, registry and Spark: the read-back that names each written file
-never fails on a value the landing chose to land."""
+never fails on a value the landing chose to land, a Kafka timestamp outside years 1-9999 is a dead
+letter every reader can read, and a writer schema whose decimal fastavro refuses makes its records
+dead letters instead of failing every hour of its id."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
+
+import fastavro
+from pyspark.sql import functions as F
 
 from kafka_landing.avro_landing.framing import frame
+from kafka_landing.avro_landing.route import EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000
 from kafka_landing.naming import to_millis
 from kafka_landing_tests.integration.test_decode import HOUR, avro_body, record_schema, register, topic_cfg
 from kafka_landing_tests.integration.test_decode import sr  # noqa: F401 - a fixture
 from kafka_landing_tests.integration.test_direct_landing import assert_same_landing, landed_both_ways
+from kafka_landing_tests.integration.test_splice_writer import avro_tools_records
 from kafka_landing_tools.demo.generate import produce
 
 
@@ -29,3 +37,38 @@ def test_a_time_of_day_past_24_h_in_the_first_and_last_block_never_fails_the_rea
                         for b in bodies])
     both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic), sid)  # each published
     assert assert_same_landing(both) + both[True][0].dead_letters.rows == 3
+
+
+FAR = [EPOCH_MS_YEAR_10000 - 1, EPOCH_MS_YEAR_10000, EPOCH_MS_YEAR_10000 + 1, EPOCH_MS_YEAR_1 - 1]
+
+
+def test_a_kafka_timestamp_outside_years_1_to_9999_is_a_dead_letter_and_its_hour_publishes(
+        make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
+    """The review's s_kafka_timestamp_e2e.py: records stamped 9999-12-31T23:59:59.999, one and two
+    milliseconds later, and one millisecond before year 1, each between records of a closed hour.
+    Planning refuses the far-future ones by default and advises `on_future_timestamp: land`; with
+    it the hour publishes, the same both ways: the last millisecond of 9999 lands, the others are
+    dead letters whose reason gives Kafka's milliseconds (Spark's Kafka source moves a timestamp
+    before 1582 by days: the reason's are Kafka's), and whose `timestamp` column is null, which
+    fastavro, Spark and avro-tools all read."""
+    topic = make_topic(config={"message.timestamp.after.max.ms": str(2**63 - 1)})
+    writer = record_schema("S6", [{"name": "n", "type": "long"}])
+    sid = register(sr, topic, writer)
+    in_hour = [to_millis(HOUR + timedelta(seconds=i + 1)) for i in range(len(FAR) + 1)]
+    stamps = [ts for pair in zip(in_hour, FAR) for ts in pair] + in_hour[-1:]  # offsets 1, 3, 5, 7: FAR
+    produce(bootstrap, [(topic, 0, ts, None, frame(sid, avro_body(writer, {"n": i})), None, None, None, None)
+                        for i, ts in enumerate(stamps)])
+    cfg = topic_cfg(topic, on_future_timestamp="land")
+    both = landed_both_ways(spark, kafka, registry, tmp_path, cfg, sid)
+    assert assert_same_landing(both) == len(stamps) - 3
+    result, store, _ = both[False]
+    assert result.dead_letters.by_reason == {
+        f"Kafka timestamp {ms} ms is out of range (before year 1 or after 9999)": 1 for ms in FAR[1:]}
+    [dead_file] = result.dead_letters.files
+    path = store.location(dead_file.path)
+    with open(Path(path), "rb") as f:
+        dead = list(fastavro.reader(f))
+    assert [(r["offset"], r["timestamp"]) for r in dead] == [(3, None), (5, None), (7, None)]
+    read_by_spark = spark.read.format("avro").load(path).select("offset", F.col("timestamp").isNull().alias("null"))
+    assert sorted(tuple(r) for r in read_by_spark.collect()) == [(3, True), (5, True), (7, True)]
+    assert ['"timestamp": null' in r for r in avro_tools_records(path)] == [True, True, True]
