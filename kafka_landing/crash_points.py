@@ -21,6 +21,7 @@ STEPS = (
     "landing:done_written",     # the first table's done file written, others not yet
     "landing:published",        # every done file written, unlisted files not yet removed
     "warehouse:staged",         # the hour's Parquet files written to staging, not swapped in (Iceberg: not committed)
+    "warehouse:committing",     # Iceberg only: inside the commit, the catalog's database has it, the load no answer yet
     "warehouse:swapped",        # the hour swapped in (Iceberg: committed), the load not yet recorded
 )
 

@@ -19,6 +19,10 @@ same commit as the schema change, so no reader sees mixed types and no value cha
 widening Avro itself applies. Concurrent loads need no lock: the catalog's commit is conditional
 on the snapshot it started from, and a load that loses the race commits again on the new one.
 
+A commit whose answer is lost (the catalog's database committed, then the connection dropped) may
+have gone through: its files are removed only when the commit is known not to have happened. Else
+the load looks for its own snapshot (its summary) in the table, and if it is there, it is loaded.
+
 The event-time tables (`by_event`) are Iceberg tables too, partitioned by event partition and
 landing hour (`event_day`/`event_hour`, then `hour`: string columns, as the Parquet tables name
 them; an event time may be a long of epoch milliseconds, which no Iceberg transform takes, and
@@ -37,6 +41,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import json
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -48,7 +53,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from kafka_landing.crash_points import crash_point
-from kafka_landing.errors import KafkaLandingError
+from kafka_landing.errors import KafkaLandingError, is_transient
 from kafka_landing.handoff.manifests import LandedFile, Manifest, content_sha
 from kafka_landing.naming import check_identifier
 from kafka_landing.spark_setup import spark_readable
@@ -64,6 +69,8 @@ from kafka_landing.warehouse.backend import (
 )
 from kafka_landing.warehouse.parquet import _conform
 from kafka_landing.warehouse.schema_evolution import merge_schemas
+
+log = logging.getLogger(__name__)
 
 HOUR_COLUMN = "hour"  # the landing hour of each row, a partition column of every table (as in the Parquet tables)
 SCHEMA_PROPERTY = "kafka-landing.schema"  # the table's schema in Spark's terms: what `merge_schemas` widens
@@ -133,6 +140,16 @@ def _file_io(root: str, props: tuple[tuple[str, str], ...]):
 
 def _prop(key: str) -> str:
     return f"kafka-landing.{key}"
+
+
+def _schema_of(t) -> dict | None:
+    """A table's schema in Spark's terms (`SCHEMA_PROPERTY`); None for no table."""
+    return json.loads(t.properties[SCHEMA_PROPERTY]) if t is not None else None
+
+
+def _snapshot_id(t) -> int | None:
+    snap = t.current_snapshot() if t is not None else None
+    return snap.snapshot_id if snap is not None else None
 
 
 def _needs_rewrite(old, new) -> bool:
@@ -452,10 +469,10 @@ class IcebergWarehouse(Warehouse):
         staging = staged.folder if staged else self._rel(manifest.dataset, manifest.target, "data",
                                                           f"{self.column}={manifest.partition}", uuid.uuid4().hex)
         written, added = (staged.schema if staged else None), []
-        try:
-            for _ in range(COMMIT_ATTEMPTS):
+        for _ in range(COMMIT_ATTEMPTS):
+            try:
                 t = self.table(manifest.dataset, manifest.target)
-                table_schema = json.loads(t.properties[SCHEMA_PROPERTY]) if t is not None else None
+                table_schema = _schema_of(t)
                 merged, added = (merge_schemas(table_schema, hour_schema, where) if hour_schema
                                  else (table_schema, []))
                 if merged is None:  # nothing to make a table of yet: an empty first load
@@ -473,14 +490,16 @@ class IcebergWarehouse(Warehouse):
                     raise LoadError(f"{where}: wrote {n} rows, the manifest lists {want} for landing hours "
                                     f"{sorted(changed)}; nothing was committed. Look at {self._location(staging)}")
                 crash_point("warehouse:staged")
-                if self._commit(t, manifest, merged, table_schema, files, props, replaced, spark, where):
-                    break
-            else:
-                raise LoadError(f"{where}: {COMMIT_ATTEMPTS} commits lost to other writers of {name}; nothing was "
-                                "committed. The load is asked for again", transient=True)
-        except BaseException:
-            self.store.delete(staging)  # never committed: nobody references these files
-            raise
+            except BaseException:
+                self.store.delete(staging)  # never committed: nobody references these files
+                raise
+            # What the commit leaves on an error is `_commit`'s to decide: it may have gone through.
+            if self._commit(manifest, merged, table_schema, files, props, replaced, spark, where, staging):
+                break
+        else:
+            self.store.delete(staging)
+            raise LoadError(f"{where}: {COMMIT_ATTEMPTS} commits lost to other writers of {name}; nothing was "
+                            "committed. The load is asked for again", transient=True)
         crash_point("warehouse:swapped")
         self._seen.pop((manifest.dataset, manifest.target), None)
         now = self.committed(self.table(manifest.dataset, manifest.target), manifest.partition)
@@ -559,7 +578,7 @@ class IcebergWarehouse(Warehouse):
         for (dataset, table), group in sorted(by_table.items()):
             where = f"{dataset}.{table} hours {group[0][0].partition}..{group[-1][0].partition} (loaded together)"
             t = self.table(dataset, table)
-            table_schema = json.loads(t.properties[SCHEMA_PROPERTY]) if t is not None else None
+            table_schema = _schema_of(t)
             todo = [load for load in group if load[0].rows and _whole(store, load[0])
                     and (self.committed(t, load[0].partition) or {}).get("sha256") != load[2]]
             if len(todo) < 2:
@@ -590,7 +609,13 @@ class IcebergWarehouse(Warehouse):
                 loads[m.partition] = {k[len("kafka-landing."):]: v
                                       for k, v in self._props(m, done_file, sha, keys, keys).items()}
             crash_point("warehouse:staged")
-            if self._commit_together(dataset, table, t, table_schema, schema, files, loads):
+            try:
+                together = self._commit_together(dataset, table, t, table_schema, schema, files, loads, folder, where)
+            except BaseException:
+                for m, _, _ in alike:  # it may have committed: each hour loads alone, from files of its own
+                    self._staged.pop((dataset, table, m.partition), None)
+                raise
+            if together:
                 _, added = merge_schemas(table_schema, schema, where)
                 for m, _, _ in alike:  # committed: each hour's load only records it
                     if self._staged.pop((dataset, table, m.partition), None) is not None:
@@ -601,28 +626,28 @@ class IcebergWarehouse(Warehouse):
         return committed
 
     def _commit_together(self, dataset: str, table: str, t, table_schema: dict | None, schema: dict,
-                         files: list[str], loads: dict[str, dict]) -> bool:
-        """One commit of many landing hours: their rows the table held dropped, their files added,
-        each hour's load (`_props`) in the snapshots' `kafka-landing.loads`; False if the table
-        changed under it (its hours then load alone)."""
-        from pyiceberg.exceptions import CommitFailedException
+                         files: list[str], loads: dict[str, dict], folder: str, where: str) -> bool:
+        """One commit of many landing hours: their rows the table held dropped, their files (in
+        `folder`) added, each hour's load (`_props`) in the snapshots' `kafka-landing.loads`. False
+        if the table changed since `t`, the table `stage` planned on (its hours then load alone: one
+        may have loaded newer content meanwhile)."""
         from pyiceberg.expressions import In
 
         if len(loads) < 2:
             return False
         props = {_prop("column"): self.column, _prop("loads"): json.dumps(loads, sort_keys=True)}
-        if t is None:
-            return self._create(dataset, table, schema, [(files, props)])
-        try:
-            with t.transaction() as tx:
-                self._widen(tx, table_schema, schema, rewrite=False)
-                replaced = In(HOUR_COLUMN, sorted(loads))
-                if self._holds(t, replaced):
-                    tx.delete(replaced, snapshot_properties=props)
-                tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
-            return True
-        except CommitFailedException:
+        now = self.table(dataset, table)
+        if _snapshot_id(now) != _snapshot_id(t) or _schema_of(now) != table_schema:
             return False
+        if now is None:
+            return self._create(dataset, table, schema, [(files, props)], where, (folder,))
+        tx = now.transaction()
+        self._widen(tx, table_schema, schema, rewrite=False)
+        replaced = In(HOUR_COLUMN, sorted(loads))
+        if self._holds(now, replaced):
+            tx.delete(replaced, snapshot_properties=props)
+        tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
+        return self._send(tx, self._identifier(dataset, table), now, props, where, [folder])
 
     def _widen(self, tx, table_schema: dict, merged: dict, rewrite: bool) -> None:
         """The table's schema made `merged` in the transaction: each changed type by itself, then
@@ -662,54 +687,122 @@ class IcebergWarehouse(Warehouse):
             return
         df.repartition("_kl_hour").write.partitionBy("_kl_hour").mode("error").parquet(staging)  # a file each
 
-    def _commit(self, t, manifest: Manifest, merged: dict, table_schema: dict | None, files: list[str],
-                props: dict, replaced, spark: SparkFactory, where: str) -> bool:
+    def _commit(self, manifest: Manifest, merged: dict, table_schema: dict | None, files: list[str], props: dict,
+                replaced, spark: SparkFactory, where: str, staging: str) -> bool:
         """One metadata commit: the schema widened if it must be, the replaced rows' files dropped, the
-        new ones added. False if another writer committed first (the caller tries again on its commit)."""
-        from pyiceberg.exceptions import CommitFailedException
+        new ones added. False if the table's schema is no longer `table_schema` (`files` were
+        written for it) or another writer committed first: the caller tries again. An error before
+        the commit call removes what the load wrote (`staging`); one from the call itself leaves
+        what `_send` decides."""
         from pyiceberg.expressions import AlwaysTrue
 
+        ident = (manifest.dataset, manifest.target)
+        t = self.table(*ident)
+        if _schema_of(t) != table_schema:
+            return False  # widened meanwhile: the caller writes its files again under the new schema
         if t is None:
-            return self._create(manifest.dataset, manifest.target, merged, [(files, props)])
-        rewrite = table_schema is not None and _needs_rewrite(table_schema, merged)
-        rewritten: list[str] = []
-        target = None
+            return self._create(*ident, merged, [(files, props)], where, (staging,))
+        rewrite = _needs_rewrite(table_schema, merged)
+        target, rewritten = None, []
         try:
             if rewrite:
                 target, rewritten = self._rewrite(t, merged, spark, replaced, where)
-            with t.transaction() as tx:
-                self._widen(tx, table_schema, merged, rewrite)
-                if rewrite:
-                    tx.delete(AlwaysTrue(), snapshot_properties=props)
-                    if rewritten:
-                        tx.add_files(rewritten, snapshot_properties=props, check_duplicate_files=False)
-                elif self._holds(t, replaced):
-                    tx.delete(replaced, snapshot_properties=props)
-                if files:  # new files under fresh names: no need to scan the table for them (a year of hours)
-                    tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
-            return True
-        except CommitFailedException:
+            tx = t.transaction()
+            self._widen(tx, table_schema, merged, rewrite)
+            if rewrite:
+                tx.delete(AlwaysTrue(), snapshot_properties=props)
+                if rewritten:
+                    tx.add_files(rewritten, snapshot_properties=props, check_duplicate_files=False)
+            elif self._holds(t, replaced):
+                tx.delete(replaced, snapshot_properties=props)
+            if files:  # new files under fresh names: no need to scan the table for them (a year of hours)
+                tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
+        except BaseException:
+            self.store.delete(staging)  # never committed: nobody references these files
             if target is not None:
-                self.store.delete(target)  # never committed: the next attempt rewrites on the new snapshot
-            return False
+                self.store.delete(target)
+            raise
+        if self._send(tx, ident, t, props, where, [staging, target]):
+            return True
+        if target is not None:
+            self.store.delete(target)  # never committed: the next attempt rewrites on the new snapshot
+        return False
+
+    def _send(self, tx, ident: tuple[str, str], base, props: dict, where: str, discard: list[str | None]) -> bool:
+        """Ask the catalog to commit `tx`, made on table `ident` as `base` (None: a new one). True if it
+        committed; False if it was refused (the table changed since `base`, or another load made it):
+        nothing committed. Any other error leaves the outcome unknown: the database may have
+        committed and lost its answer. Then the table is read again: if a snapshot since `base` has
+        this commit's `props`, it committed. If none has, `discard` (folders only this commit
+        lists) is removed and the error raised as it was. If the table cannot be read, nothing is
+        removed: upkeep removes after a day what no snapshot lists."""
+        from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError, ValidationException
+
+        try:
+            tx.commit_transaction()
+            crash_point("warehouse:committing")  # inside the commit: the catalog has it, the load has no answer yet
+            return True
+        except (CommitFailedException, ValidationException, TableAlreadyExistsError):
+            return False  # pyiceberg's word that nothing committed
+        except Exception as exc:  # noqa: BLE001 - classified below, and raised as it was unless found
+            lost = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+            kept = [self._location(rel) for rel in discard if rel]
+            try:
+                found = self._own_snapshot(ident, base, props)
+            except Exception as looking:  # noqa: BLE001 - the database still away, most likely
+                raise LoadError(f"{where}: the catalog's answer to the commit was lost ({lost}), and the table "
+                                f"cannot be read to see whether the commit went through ({type(looking).__name__}: "
+                                f"{looking}). Its files are kept: {kept}. The load is asked for again: it finds "
+                                "the commit in the table's snapshots, or commits; files no snapshot lists are "
+                                "removed by upkeep after a day", transient=is_transient(exc)) from exc
+            if found is not None:
+                log.warning("%s: the catalog's answer to the commit was lost (%s), but the table holds it "
+                            "(snapshot %s): loaded", where, lost, found)
+                return True
+            for rel in discard:
+                if rel:
+                    self.store.delete(rel)  # the table holds no snapshot of it: nobody references these files
+            raise
+
+    def _own_snapshot(self, ident: tuple[str, str], base, props: dict) -> int | None:
+        """The id of a snapshot made since `base` (the table a commit was made on; None: before the
+        table) whose summary has `props`, or None: the current snapshot's parent chain, walked back
+        to `base`'s current snapshot, not the whole history."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            t = self.catalog.load_table(ident)
+        except NoSuchTableError:
+            return None
+        start = base.current_snapshot() if base is not None else None
+        stop = start.snapshot_id if start is not None else None
+        snap = t.current_snapshot()
+        while snap is not None and snap.snapshot_id != stop:
+            summary = snap.summary.additional_properties if snap.summary else {}
+            if all(summary.get(k) == v for k, v in props.items()):
+                return snap.snapshot_id
+            snap = t.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+        return None
 
     @staticmethod
     def _holds(t, rows) -> bool:
         return t.current_snapshot() is not None and any(True for _ in t.scan(row_filter=rows).plan_files())
 
-    def _create(self, dataset: str, table: str, schema: dict, adds: list[tuple[list[str], dict]]) -> bool:
-        """The table, made with its first loads' files ((files, snapshot properties) each) in one commit."""
-        from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, TableAlreadyExistsError
+    def _create(self, dataset: str, table: str, schema: dict, adds: list[tuple[list[str], dict]],
+                where: str | None = None, discard: tuple[str, ...] = ()) -> bool:
+        """The table, made with its first loads' files ((files, snapshot properties) each) in one
+        commit (`_send`); False if another load made it first. An error before the commit removes
+        `discard`, the folders of those files."""
+        from pyiceberg.exceptions import NamespaceAlreadyExistsError
 
         ident = self._identifier(dataset, table)
         try:
-            self.catalog.create_namespace(ident[0])
-        except NamespaceAlreadyExistsError:
-            pass
-        try:
+            try:
+                self.catalog.create_namespace(ident[0])
+            except NamespaceAlreadyExistsError:
+                pass
             tx = self.catalog.create_table_transaction(
-                ident, schema=_arrow_schema(schema, self.columns),
-                location=self._table_uri(*ident),
+                ident, schema=_arrow_schema(schema, self.columns), location=self._table_uri(*ident),
                 properties={SCHEMA_PROPERTY: json.dumps(schema), **TABLE_PROPERTIES})
             with tx.update_spec() as spec:
                 for column in self.columns:
@@ -717,10 +810,11 @@ class IcebergWarehouse(Warehouse):
             for files, props in adds:
                 if files:
                     tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
-            tx.commit_transaction()
-            return True
-        except (TableAlreadyExistsError, CommitFailedException):
-            return False  # another load created it first: widen and commit on its table
+        except BaseException:
+            for rel in discard:
+                self.store.delete(rel)  # never committed: nobody references these files
+            raise
+        return self._send(tx, ident, None, adds[-1][1], where or f"{dataset}.{table}", list(discard))
 
     def _table_uri(self, dataset: str, table: str) -> str:
         """The table's location in its metadata: the plain path on a local root, the gs:// URI on a

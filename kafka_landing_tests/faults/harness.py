@@ -527,6 +527,10 @@ def _iceberg_problems(dep: Deployment, topic: str, table: str, hour: datetime, k
     where = f"warehouse {ds}.{table} {tag}"
     t, scan = _iceberg_hour(dep, topic, table, hour)
     problems = []
+    listed = [task.file.file_path.removeprefix("file://") for task in t.scan().plan_files()]
+    gone = [f for f in listed if not os.path.exists(f)]
+    if gone:  # a commit's files removed after all (review 2026-11-28, S5): no full read of the table works
+        return [f"{where}: the table's current snapshot lists data files that are gone: {gone}"]
     tasks = list(scan.plan_files())
     if any(task.delete_files for task in tasks):
         problems.append(f"{where}: the hour's data files come with delete files")

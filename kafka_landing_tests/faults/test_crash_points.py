@@ -8,7 +8,8 @@ then one clean run re-runs what every crash interrupted (one Spark start
 instead of seven).
 
 The loads are killed twice: on the Parquet warehouse, and on the Iceberg one (the default: Spark
-writes Parquet, one pyiceberg commit swaps the hour). The Iceberg crash runs share a Dagster instance
+writes Parquet, one pyiceberg commit swaps the hour), which has one step more, inside its commit: the
+catalog's database has it, the load no answer yet. The Iceberg crash runs share a Dagster instance
 and a warehouse root of their own, and one clean run of their own re-runs them, beside the Parquet
 one. One more Iceberg load is killed after its commit and then re-landed before it is loaded again:
 a new done file whose load must replace the hour the table holds while its load record still lags.
@@ -53,6 +54,7 @@ from kafka_landing_tests.faults.harness import (
 )
 
 WAREHOUSE_STEPS = tuple(s for s in STEPS if s.startswith("warehouse:"))
+ICEBERG_ONLY = ("warehouse:committing",)  # inside the Iceberg commit: the Parquet warehouse has no such step
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class Point:
         return self.id.replace(":", "_").replace("-", "_")
 
 
-POINTS = (*(Point(s) for s in STEPS), *(Point(s, "iceberg") for s in WAREHOUSE_STEPS),
+POINTS = (*(Point(s) for s in STEPS if s not in ICEBERG_ONLY), *(Point(s, "iceberg") for s in WAREHOUSE_STEPS),
           Point("warehouse:swapped", "iceberg", reland=True))
 LOADS = tuple(p for p in POINTS if p.loads)
 
@@ -191,13 +193,14 @@ VISIBLE_AFTER_CRASH = {
     "landing:done_written": (True, 1, 0),
     "landing:published": (True, 2, 0),
     "warehouse:staged": (True, 2, 0),
+    "warehouse:committing": (True, 2, 1),
     "warehouse:swapped": (True, 2, 1),
 }
 
 
 def test_every_crash_point_is_covered():
     assert set(VISIBLE_AFTER_CRASH) == set(STEPS), "a crash point without a fault test"
-    assert {p.step for p in POINTS if p.warehouse == "parquet"} == set(STEPS)
+    assert {p.step for p in POINTS if p.warehouse == "parquet"} == set(STEPS) - set(ICEBERG_ONLY)
     assert {p.step for p in POINTS if p.warehouse == "iceberg"} == set(WAREHOUSE_STEPS), \
         "a load's crash point not tested on the Iceberg warehouse"
 
