@@ -4,6 +4,7 @@
     <root>/<dataset>/<table>/metadata/...           the table's Iceberg metadata: schema, snapshots
     <root>/<dataset>/<table>/data/hour=<H>/<load>/  the Parquet files one load of hour H wrote
     <root>/<dataset>/<table>/_loads/hour=<H>.json   what was loaded: the done file's content hash
+    <root>/<dataset>/<table>/_commit.lock           held by each commit to the table (and a rewrite)
 
 Loading hour H: Spark reads exactly the Avro files H's done file lists and writes them as Parquet
 under the table's schema; then one Iceberg commit drops H's files and adds the new ones (two
@@ -16,8 +17,10 @@ metadata (a new column anywhere, a decimal's precision with its scale kept) writ
 but the new hour's. What it cannot (long to double, string to binary, a decimal's scale) is the
 one rule that rewrites: the table's files are read and written again under the wider type, in the
 same commit as the schema change, so no reader sees mixed types and no value changes but by the
-widening Avro itself applies. Concurrent loads need no lock: the catalog's commit is conditional
-on the snapshot it started from, and a load that loses the race commits again on the new one.
+widening Avro itself applies. Every commit holds the table's lock (in the root's store) for the
+moment it takes; a load that rewrites holds it for its rewrite too, so the table's other loads
+wait for it rather than make it start over. The catalog's commit is also conditional on the
+snapshot it was made on: a load that loses to a writer outside commits again.
 
 A commit whose answer is lost (the catalog's database committed, then the connection dropped) may
 have gone through: its files are removed only when the commit is known not to have happened. Else
@@ -627,27 +630,29 @@ class IcebergWarehouse(Warehouse):
 
     def _commit_together(self, dataset: str, table: str, t, table_schema: dict | None, schema: dict,
                          files: list[str], loads: dict[str, dict], folder: str, where: str) -> bool:
-        """One commit of many landing hours: their rows the table held dropped, their files (in
-        `folder`) added, each hour's load (`_props`) in the snapshots' `kafka-landing.loads`. False
-        if the table changed since `t`, the table `stage` planned on (its hours then load alone: one
-        may have loaded newer content meanwhile)."""
+        """One commit of many landing hours, under the table's lock: their rows the table held dropped,
+        their files (in `folder`) added, each hour's load (`_props`) in the snapshots'
+        `kafka-landing.loads`. False if the table changed since `t`, the table `stage` planned on
+        (its hours then load alone: one may have loaded newer content meanwhile)."""
         from pyiceberg.expressions import In
 
         if len(loads) < 2:
             return False
         props = {_prop("column"): self.column, _prop("loads"): json.dumps(loads, sort_keys=True)}
-        now = self.table(dataset, table)
-        if _snapshot_id(now) != _snapshot_id(t) or _schema_of(now) != table_schema:
-            return False
-        if now is None:
-            return self._create(dataset, table, schema, [(files, props)], where, (folder,))
-        tx = now.transaction()
-        self._widen(tx, table_schema, schema, rewrite=False)
-        replaced = In(HOUR_COLUMN, sorted(loads))
-        if self._holds(now, replaced):
-            tx.delete(replaced, snapshot_properties=props)
-        tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
-        return self._send(tx, self._identifier(dataset, table), now, props, where, [folder])
+        with self._lock(dataset, table) as held:
+            now = self.table(dataset, table)
+            if _snapshot_id(now) != _snapshot_id(t) or _schema_of(now) != table_schema:
+                return False
+            held.fence()  # the catalog's commit is no write the store can make conditional
+            if now is None:
+                return self._create(dataset, table, schema, [(files, props)], where, (folder,))
+            tx = now.transaction()
+            self._widen(tx, table_schema, schema, rewrite=False)
+            replaced = In(HOUR_COLUMN, sorted(loads))
+            if self._holds(now, replaced):
+                tx.delete(replaced, snapshot_properties=props)
+            tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
+            return self._send(tx, self._identifier(dataset, table), now, props, where, [folder])
 
     def _widen(self, tx, table_schema: dict, merged: dict, rewrite: bool) -> None:
         """The table's schema made `merged` in the transaction: each changed type by itself, then
@@ -689,44 +694,54 @@ class IcebergWarehouse(Warehouse):
 
     def _commit(self, manifest: Manifest, merged: dict, table_schema: dict | None, files: list[str], props: dict,
                 replaced, spark: SparkFactory, where: str, staging: str) -> bool:
-        """One metadata commit: the schema widened if it must be, the replaced rows' files dropped, the
-        new ones added. False if the table's schema is no longer `table_schema` (`files` were
-        written for it) or another writer committed first: the caller tries again. An error before
-        the commit call removes what the load wrote (`staging`); one from the call itself leaves
-        what `_send` decides."""
+        """One metadata commit, under the table's lock (`_lock`): the schema widened if it must be, the
+        replaced rows' files dropped, the new ones added. A widening Iceberg cannot make in metadata
+        rewrites the table's other files here, holding the lock, so no load of the table commits
+        meanwhile and the rewrite is done once. False if the table's schema is no longer `table_schema`
+        (`files` were written for it) or another writer committed first: the caller tries again. An
+        error before the commit call removes what the load wrote (`staging`); one from the call
+        itself leaves what `_send` decides."""
         from pyiceberg.expressions import AlwaysTrue
 
         ident = (manifest.dataset, manifest.target)
-        t = self.table(*ident)
-        if _schema_of(t) != table_schema:
-            return False  # widened meanwhile: the caller writes its files again under the new schema
-        if t is None:
-            return self._create(*ident, merged, [(files, props)], where, (staging,))
-        rewrite = _needs_rewrite(table_schema, merged)
-        target, rewritten = None, []
-        try:
-            if rewrite:
-                target, rewritten = self._rewrite(t, merged, spark, replaced, where)
-            tx = t.transaction()
-            self._widen(tx, table_schema, merged, rewrite)
-            if rewrite:
-                tx.delete(AlwaysTrue(), snapshot_properties=props)
-                if rewritten:
-                    tx.add_files(rewritten, snapshot_properties=props, check_duplicate_files=False)
-            elif self._holds(t, replaced):
-                tx.delete(replaced, snapshot_properties=props)
-            if files:  # new files under fresh names: no need to scan the table for them (a year of hours)
-                tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
-        except BaseException:
-            self.store.delete(staging)  # never committed: nobody references these files
-            if target is not None:
-                self.store.delete(target)
-            raise
-        if self._send(tx, ident, t, props, where, [staging, target]):
-            return True
+        with self._lock(*ident) as held:
+            t = self.table(*ident)
+            if _schema_of(t) != table_schema:
+                return False  # widened meanwhile: the caller writes its files again under the new schema
+            if t is None:
+                held.fence()  # the catalog's commit is no write the store can make conditional
+                return self._create(*ident, merged, [(files, props)], where, (staging,))
+            rewrite = _needs_rewrite(table_schema, merged)
+            target, rewritten = None, []
+            try:
+                if rewrite:
+                    target, rewritten = self._rewrite(t, merged, spark, replaced, where)
+                tx = t.transaction()
+                self._widen(tx, table_schema, merged, rewrite)
+                if rewrite:
+                    tx.delete(AlwaysTrue(), snapshot_properties=props)
+                    if rewritten:
+                        tx.add_files(rewritten, snapshot_properties=props, check_duplicate_files=False)
+                elif self._holds(t, replaced):
+                    tx.delete(replaced, snapshot_properties=props)
+                if files:  # new files under fresh names: no need to scan the table for them (a year of hours)
+                    tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
+                held.fence()  # the catalog's commit is no write the store can make conditional
+            except BaseException:
+                self.store.delete(staging)  # never committed: nobody references these files
+                if target is not None:
+                    self.store.delete(target)
+                raise
+            if self._send(tx, ident, t, props, where, [staging, target]):
+                return True
         if target is not None:
             self.store.delete(target)  # never committed: the next attempt rewrites on the new snapshot
         return False
+
+    def _lock(self, dataset: str, table: str):
+        """The table's commit lock, in the root's store: every load's commit holds it, and a load that
+        rewrites the table holds it for the rewrite too (hours of it; a crashed holder loses it)."""
+        return self.store.lock(self._rel(dataset, table, "_commit.lock"))
 
     def _send(self, tx, ident: tuple[str, str], base, props: dict, where: str, discard: list[str | None]) -> bool:
         """Ask the catalog to commit `tx`, made on table `ident` as `base` (None: a new one). True if it

@@ -1,12 +1,15 @@
-"""Iceberg commits whose answer the load does not get. A commit's files are removed only when the
-commit is known not to have happened; after an unknown outcome the load looks for its own snapshot
-(review 2026-11-28, S5, ported from `repro/s_iceberg_commit_unknown.py`). Real Spark writes,
-pyiceberg commits on a SQLite catalog; the lost answer is the OperationalError psycopg2 gives when
-the connection drops around COMMIT."""
+"""Iceberg commits whose answer the load does not get, and loads that rewrite the table while
+others commit. A commit's files are removed only when the commit is known not to have happened;
+after an unknown outcome the load looks for its own snapshot (review 2026-11-28, S5, ported from
+`repro/s_iceberg_commit_unknown.py`). A load that rewrites the table does it once, under the
+table's lock, however many hours commit meanwhile (S8). Real Spark writes, pyiceberg commits on
+a SQLite catalog; the lost answer is the OperationalError psycopg2 gives when the connection
+drops around COMMIT."""
 
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import sqlalchemy.exc
@@ -141,3 +144,55 @@ def test_hours_staged_together_whose_commit_answer_was_lost_are_loaded_and_keep_
     assert len(wh.table("shop", "orders").metadata.snapshots) == snapshots, "the hours' own loads committed again"
     assert _order_ids(wh) == ["o0", "o1", "o10", "o11", "o20", "o21"]
 
+
+def test_a_load_that_rewrites_the_table_does_it_once_while_another_hours_load_waits_to_commit(iceberg, spark,
+                                                                                             monkeypatch):
+    """long -> double rewrites the table's other hours. Another hour's load that comes to its
+    commit during the rewrite waits for the table's lock: the rewrite is not started over, and
+    every row of both loads is in the table, every file under the table's types."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import kafka_landing.warehouse.iceberg as module
+
+    store, wh = iceberg
+    for h in (0, 1):
+        wh.load_partition(store, spark=lambda: spark, **_landed(store, _hour(h), orders(1, 10 * h)))
+    wider = {**V1, "fields": [V1["fields"][0], {"name": "amount", "type": "double"}, V1["fields"][2]]}
+    rewriting = _landed(store, _hour(2), [{"order_id": "w", "amount": 0.5, "price": orders(1)[0]["price"]}], wider)
+    other = _landed(store, _hour(3), orders(2, 30))
+    rewrites, errors = [], []
+    other_staged, other_done = threading.Event(), threading.Event()
+
+    def load_other():
+        try:
+            IcebergWarehouse(wh.root).load_partition(store, spark=lambda: spark, **other)
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+        finally:
+            other_done.set()
+
+    real_rewrite = IcebergWarehouse._rewrite
+
+    def rewrite(self, *args, **kwargs):
+        rewrites.append(self)
+        if len(rewrites) == 1:  # the other hour's load starts now and comes to its commit meanwhile
+            threading.Thread(target=load_other).start()
+            assert other_staged.wait(300), "the other hour's load never came to its commit"
+            other_done.wait(5)  # without a lock it commits now
+        return real_rewrite(self, *args, **kwargs)
+
+    monkeypatch.setattr(IcebergWarehouse, "_rewrite", rewrite)
+    monkeypatch.setattr(module, "crash_point", lambda step: other_staged.set()
+                        if step == "warehouse:staged" and rewrites else None)
+
+    wh.load_partition(store, spark=lambda: spark, **rewriting)
+    assert other_done.wait(300)
+
+    assert errors == []
+    assert len(rewrites) == 1, "the rewrite started over"
+    assert _order_ids(wh) == ["o0", "o10", "o30", "o31", "w"]
+    assert _missing_files(wh) == []
+    t = IcebergWarehouse(wh.root).table("shop", "orders")
+    assert {pq.read_schema(task.file.file_path).field("amount").type for task in t.scan().plan_files()} \
+        == {pa.float64()}
