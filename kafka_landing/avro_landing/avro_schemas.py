@@ -90,11 +90,46 @@ def check_landable(writer: dict) -> None:
     _check_type(writer, "", set())
 
 
-def _check_type(t, path: str, seen: set[str]) -> None:
-    """`seen`: the records enclosing `t`, by short and full name."""
+def fastavro_refusal(writer: dict, schema_id: int) -> str | None:
+    """The dead-letter reason of every record of a writer schema that lands everywhere but in
+    fastavro: a decimal Avro's rules call invalid, which Avro's Java parser (the registry's,
+    Spark's) ignores, reading the bytes, while fastavro refuses the schema, fails on the value or
+    reads another one. A file holding such a schema is one fastavro cannot read at all. None if
+    the schema holds no such decimal."""
+    invalid: list[str] = []
+    _check_type(writer, "", set(), invalid)
+    if not invalid:
+        return None
+    return (f"schema id {schema_id} has an invalid decimal: {'; '.join(invalid)} (Avro's Java parser ignores the "
+            "decimal, fastavro refuses the schema): fix the producer's schema")
+
+
+def invalid_decimal(t: dict) -> str | None:
+    """Why a decimal on bytes or fixed is invalid by Avro's rules (Avro's Java parser then ignores
+    it), or None. A decimal on another type is ignored by every reader alike."""
+    if t.get("logicalType") != "decimal" or t.get("type") not in ("bytes", "fixed"):
+        return None
+    p, s = t.get("precision"), t.get("scale", 0)
+    if "precision" not in t:
+        return "it has no precision"
+    if type(p) is not int or p < 1:  # not a JSON true either, which fastavro would take for 1
+        return f"precision {json.dumps(p)} is not a positive integer"
+    if type(s) is not int or s < 0:
+        return f"scale {json.dumps(s)} is not a non-negative integer"
+    if s > p:
+        return f"scale {s} is greater than its precision {p}"
+    size = t.get("size")
+    if t["type"] == "fixed" and type(size) is int and p > fixed_decimal_max_precision(size):
+        return f"a fixed of {size} bytes holds at most {fixed_decimal_max_precision(size)} digits, not {p}"
+    return None
+
+
+def _check_type(t, path: str, seen: set[str], invalid: list[str] | None = None) -> None:
+    """`seen`: the records enclosing `t`, by short and full name. `invalid`: where each invalid
+    decimal is said (`invalid_decimal`, naming its field); without it they are passed over."""
     if isinstance(t, list):
         for branch in t:
-            _check_type(branch, path, seen)
+            _check_type(branch, path, seen, invalid)
         return
     if isinstance(t, str):
         if t in seen:
@@ -106,7 +141,10 @@ def _check_type(t, path: str, seen: set[str]) -> None:
     if not isinstance(t, dict):
         return
     kind = t.get("type")
-    if t.get("logicalType") == "decimal" and isinstance(t.get("precision"), int) \
+    if (why := invalid_decimal(t)) is not None:
+        if invalid is not None:
+            invalid.append(f"field {path or '<value>'!r} {why}")
+    elif t.get("logicalType") == "decimal" and isinstance(t.get("precision"), int) \
             and t["precision"] > SPARK_MAX_DECIMAL_PRECISION:
         raise SchemaError(
             f"field {path or '<value>'!r} is decimal({t['precision']}, {t.get('scale', 0)}): Spark holds at most "
@@ -129,13 +167,13 @@ def _check_type(t, path: str, seen: set[str]) -> None:
                     f"fields {other!r} and {fname!r}{where} differ only in case: Spark ignores case and cannot "
                     "land both; rename one in the producer's schema"
                 )
-            _check_type(f.get("type"), sub, seen)
+            _check_type(f.get("type"), sub, seen, invalid)
     elif kind == "array":
-        _check_type(t.get("items"), f"{path}[]", seen)
+        _check_type(t.get("items"), f"{path}[]", seen, invalid)
     elif kind == "map":
-        _check_type(t.get("values"), f"{path}{{}}", seen)
+        _check_type(t.get("values"), f"{path}{{}}", seen, invalid)
     elif isinstance(kind, (dict, list)):
-        _check_type(kind, path, seen)
+        _check_type(kind, path, seen, invalid)
 
 
 def logical_types(t) -> list[str]:

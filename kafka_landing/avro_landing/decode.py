@@ -255,7 +255,8 @@ def resolve_schemas(fetch_schema: Callable[[int], object], ids: list[int],
                     where: str) -> tuple[dict[int, dict], dict[int, str]]:
     """({schema id: writer schema} to decode, {schema id: dead-letter reason for all its records}).
     A registry that cannot answer, or a writer schema that cannot land, is a LandingError here,
-    before anything of the hour is decoded or written."""
+    before anything of the hour is decoded or written. A writer schema fastavro cannot read
+    (`avro_schemas.fastavro_refusal`) makes its records dead letters."""
     writers: dict[int, dict] = {}
     dead: dict[int, str] = {}
     for sid in ids:
@@ -269,9 +270,15 @@ def resolve_schemas(fetch_schema: Callable[[int], object], ids: list[int],
             dead[sid] = answer.reason
         else:
             try:
-                writers[sid] = avro_schemas.parse(answer)
+                writer = avro_schemas.parse(answer)
             except avro_schemas.SchemaError as exc:
                 raise LandingError(_unlandable(where, sid, str(exc))) from None
+            # Landable but for fastavro: dead letters rather than a failed hour, so the records
+            # are kept and the hour's others land.
+            if (why := avro_schemas.fastavro_refusal(writer, sid)) is not None:
+                dead[sid] = why
+            else:
+                writers[sid] = writer
     return writers, dead
 
 

@@ -22,6 +22,15 @@ from kafka_landing_tests.integration.test_splice_writer import avro_tools_record
 from kafka_landing_tools.demo.generate import produce
 
 
+def produced_and_landed(bootstrap, spark, kafka, registry, tmp_path, topic: str, sid: int, values: list[bytes],
+                        stamps: list[int] | None = None, **cfg) -> dict[bool, tuple]:
+    """`values` produced to `topic`, a second apart in HOUR unless `stamps` says, then the frozen
+    HOUR landed each way (test_direct_landing.landed_both_ways), the likely id `sid`."""
+    stamps = stamps or [to_millis(HOUR + timedelta(seconds=i + 1)) for i in range(len(values))]
+    produce(bootstrap, [(topic, 0, ts, None, v, None, None, None, None) for ts, v in zip(stamps, values)])
+    return landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic, **cfg), sid)
+
+
 def test_a_time_of_day_past_24_h_in_the_first_and_last_block_never_fails_the_read_back(
         make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
     """The review's s_time_of_day.py: one record of time-millis 90,000,000 ("25:00") between two
@@ -32,10 +41,9 @@ def test_a_time_of_day_past_24_h_in_the_first_and_last_block_never_fails_the_rea
     raw = record_schema("S3", [{"name": "n", "type": "long"}, {"name": "at", "type": "int"}])
     topic = make_topic()
     sid = register(sr, topic, writer)
-    bodies = [avro_body(raw, {"n": n, "at": at}) for n, at in ((0, 3_600_000), (1, 90_000_000), (2, 7_200_000))]
-    produce(bootstrap, [(topic, 0, to_millis(HOUR + timedelta(seconds=1)), b"k", frame(sid, b), None, None, None, None)
-                        for b in bodies])
-    both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic), sid)  # each published
+    values = [frame(sid, avro_body(raw, {"n": n, "at": at})) for n, at in ((0, 3_600_000), (1, 90_000_000),
+                                                                         (2, 7_200_000))]
+    both = produced_and_landed(bootstrap, spark, kafka, registry, tmp_path, topic, sid, values)  # each published
     assert assert_same_landing(both) + both[True][0].dead_letters.rows == 3
 
 
@@ -56,10 +64,9 @@ def test_a_kafka_timestamp_outside_years_1_to_9999_is_a_dead_letter_and_its_hour
     sid = register(sr, topic, writer)
     in_hour = [to_millis(HOUR + timedelta(seconds=i + 1)) for i in range(len(FAR) + 1)]
     stamps = [ts for pair in zip(in_hour, FAR) for ts in pair] + in_hour[-1:]  # offsets 1, 3, 5, 7: FAR
-    produce(bootstrap, [(topic, 0, ts, None, frame(sid, avro_body(writer, {"n": i})), None, None, None, None)
-                        for i, ts in enumerate(stamps)])
-    cfg = topic_cfg(topic, on_future_timestamp="land")
-    both = landed_both_ways(spark, kafka, registry, tmp_path, cfg, sid)
+    values = [frame(sid, avro_body(writer, {"n": i})) for i in range(len(stamps))]
+    both = produced_and_landed(bootstrap, spark, kafka, registry, tmp_path, topic, sid, values, stamps,
+                               on_future_timestamp="land")
     assert assert_same_landing(both) == len(stamps) - 3
     result, store, _ = both[False]
     assert result.dead_letters.by_reason == {
@@ -72,3 +79,25 @@ def test_a_kafka_timestamp_outside_years_1_to_9999_is_a_dead_letter_and_its_hour
     read_by_spark = spark.read.format("avro").load(path).select("offset", F.col("timestamp").isNull().alias("null"))
     assert sorted(tuple(r) for r in read_by_spark.collect()) == [(3, True), (5, True), (7, True)]
     assert ['"timestamp": null' in r for r in avro_tools_records(path)] == [True, True, True]
+
+
+def test_a_writer_schema_whose_decimal_fastavro_refuses_makes_its_records_dead_letters_and_the_hour_publishes(
+        make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
+    """A decimal whose scale exceeds its precision: the registry takes it (Avro's Java parser
+    ignores the decimal), fastavro refuses the schema, so a landing file of it failed the read-back
+    of every hour of the id for good. Its records are dead letters naming the field; another id's
+    records in the same hour land."""
+    bad = record_schema("Price", [{"name": "n", "type": "long"},
+                                  {"name": "p", "type": {"type": "bytes", "logicalType": "decimal", "precision": 4,
+                                                         "scale": 6}}])
+    good = record_schema("Plain", [{"name": "n", "type": "long"}])
+    topic = make_topic()
+    bad_sid, good_sid = register(sr, topic, bad), register(sr, topic, good)
+    raw = record_schema("Price", [{"name": "n", "type": "long"}, {"name": "p", "type": "bytes"}])
+    values = [frame(bad_sid, avro_body(raw, {"n": i, "p": b"\x01\x02"})) for i in range(2)]
+    values.append(frame(good_sid, avro_body(good, {"n": 9})))
+    both = produced_and_landed(bootstrap, spark, kafka, registry, tmp_path, topic, bad_sid, values)
+    assert assert_same_landing(both) == 1
+    assert both[True][0].dead_letters.by_reason == {
+        f"schema id {bad_sid} has an invalid decimal: field 'p' scale 6 is greater than its precision 4 (Avro's Java "
+        "parser ignores the decimal, fastavro refuses the schema): fix the producer's schema": 2}
