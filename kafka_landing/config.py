@@ -12,6 +12,7 @@ not an hour's run halfway through. Pure: no Dagster, no Spark.
       dead_letter_limit: 0.01  # fraction of an hour's records
       max_future_minutes: 60   # a record stamped further past a boundary is an outlier...
       on_future_timestamp: fail  # ...that fails planning, or `land` (where it sits, recorded)
+      read_stall_seconds: 120  # a landing task Kafka gives no record this long fails; tried again
     topics:
       orders:
         dataset: shop
@@ -81,7 +82,7 @@ DEMO_GRACE_MINUTES = 5  # the packaged demo config's grace
 _OPTION_DEFAULTS = {
     "grace_minutes": 10, "rows_per_task": 500_000, "dead_letter_limit": 0.01,
     "max_future_minutes": 60, "on_future_timestamp": "fail",
-    "event_time_partition": "day", "settle_hours": 48,
+    "event_time_partition": "day", "settle_hours": 48, "read_stall_seconds": 120,
 }
 _TOPIC_KEYS = {"dataset", "table", "route", "event_time_field", "first_hour", *_OPTION_DEFAULTS}
 # The event-time table's partitions (`event_partitions`): a day or an hour of event time, or no table.
@@ -114,6 +115,9 @@ class TopicConfig:
     on_future_timestamp: str = "fail"
     event_time_partition: str = "day"  # with event_time_field: the event-time table's partitions, or "none"
     settle_hours: int = 48  # an event partition no landing hour changed for this long is settled
+    # How long a landing task waits for Kafka to give it a record before it fails (a stalled broker,
+    # a transaction open that long): transient, so the step tries the hour again.
+    read_stall_seconds: int = 120
     first_hour: datetime | None = None  # as configured; `with_first_hours` settles it
     first_hour_source: str = ""  # why the history starts there (shown on the assets)
     first_hour_derived_by: str | None = None  # "defaults.first_hour" or "first_hour" if it says `demo`

@@ -1,7 +1,7 @@
 """Every error kafka_landing raises on purpose, and the one answer to "can a retry help?".
 
 Transient: a service briefly away (a broker, the schema registry, the bucket,
-BigQuery, a lock's lease lost to a slow renewal). The same input may pass a
+BigQuery, a lock's lease lost to a slow renewal, Kafka giving a landing task no record). The same input may pass a
 moment later, so a step tries it again after a backoff (`hours.run_hours`), and
 Dagster may retry the run (`hours.failure` sets `allow_retries`).
 Terminal: everything else (what the data, the config or a warehouse says, a
@@ -112,7 +112,9 @@ def is_transient(exc: BaseException) -> bool:
     if module.startswith(("httpx", "httpcore", "requests.exceptions", "urllib3", "google.auth")):  # httpx2 too
         return type(exc).__name__ in _TRANSPORT_ERRORS
     if module.startswith("pyspark.errors"):
-        return spark_server_gone(exc)
+        return spark_server_gone(exc) or kafka_stalled(exc)
+    if module.startswith("py4j"):  # a classic session leaves a job's failure as the JVM said it
+        return kafka_stalled(exc)
     if module.startswith("sqlalchemy"):  # the Iceberg catalog's database: busy (SQLite's lock) or away
         said = str(getattr(exc, "orig", None) or exc).lower()
         return type(exc).__name__ in _DATABASE_AWAY or (
@@ -139,6 +141,18 @@ def spark_server_gone(exc: BaseException) -> bool:
     if condition == "RESPONSE_ALREADY_RECEIVED" and "INVALID_HANDLE." in str(exc):
         return True
     return name == "PySparkAssertionError" and "server side session identifier" in str(exc)
+
+
+# What the direct landing operator (jvm/splice DirectLanding) says when Kafka gave one of its tasks
+# no record for the topic's read_stall_seconds: a broker stalled, or a transaction left open that
+# long holding the read_committed end. The same hour may read a moment later.
+KAFKA_STALLED = "Kafka gave no record past offset"
+
+
+def kafka_stalled(exc: BaseException) -> bool:
+    """A Spark job that failed because Kafka stalled under a landing task. It reaches Python only
+    as the words of a task's failure inside the job's (the Java message is the contract)."""
+    return KAFKA_STALLED in str(exc)
 
 
 # gRPC statuses that mean "no answer" or "not now" (a Spark Connect server restarting or busy).

@@ -72,6 +72,7 @@ def land_directly(spark: SparkSession, kafka_options: dict, cfg: TopicConfig, ta
         "check": body_check_config(writer, vouch),
         "landingSchema": json.dumps(avro_schemas.landing_schema(writer)),
         "out": out,
+        "timeoutMs": str(cfg.read_stall_seconds * 1000),
         **routing_options(cfg, writer),
     }
     rows = spark.read.format(DIRECT_FORMAT).options(**options).load().collect()

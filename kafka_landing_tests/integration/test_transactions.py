@@ -131,3 +131,40 @@ def test_a_live_transactional_producer_lands_only_committed_records(make_topic, 
     tags = sorted(r["tag"] for f in result.done["t"].files for r in fastavro.reader(open(Path(store.location(f.path)), "rb")))
     assert tags == sorted(f"commit-{i}" for i in (1, 2, 3, 7, 8, 9))
     assert plan.records - result.records_read == 6 + 4, "three aborted records twice, four markers"
+
+
+def test_a_landing_task_kafka_gives_no_record_for_read_stall_seconds_fails_transient(
+        make_topic, bootstrap, registry, kafka, spark, tmp_path):
+    """An open transaction holds the partition's read_committed end below its records: a task that
+    must read past it gets nothing. After the topic's read_stall_seconds the direct operator fails
+    the job (its message unchanged), and the failure is transient, so the step tries the hour
+    again, as it does for a broker away; a person no longer has to re-land it."""
+    from kafka_landing.avro_landing.decode import Vouch
+    from kafka_landing.avro_landing.direct import land_directly
+    from kafka_landing.config import TopicConfig
+    from kafka_landing.errors import is_transient
+    from kafka_landing.kafka_slices.plan import HourTask
+    from kafka_landing.naming import hour_tag
+
+    topic = make_topic(partitions=1)
+    sid = register(registry.client(), f"{topic}-value", SCHEMA)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for n in range(3):
+        plain.produce(topic, frame(sid, encode(SCHEMA, {"tag": "plain", "n": n})), partition=0)
+    plain.flush(30)
+    open_txn = _txn_producer(bootstrap)
+    open_txn.begin_transaction()
+    for n in range(2):  # offsets 3 and 4, never committed while the landing runs
+        open_txn.produce(topic, frame(sid, encode(SCHEMA, {"tag": "open", "n": n})), partition=0)
+    open_txn.flush(30)
+    cfg = TopicConfig(topic=topic, dataset="d", table="t", read_stall_seconds=2)
+    started = time.monotonic()
+    try:
+        with pytest.raises(Exception) as err:  # noqa: PT011 - Spark's failure of the job, as the engine raises it
+            land_directly(spark, kafka.spark_options(), cfg, [HourTask(hour_tag(floor_hour(utcnow())), 0, 0, 5)], sid,
+                          SCHEMA, Vouch(), str(tmp_path / "out"))
+    finally:
+        open_txn.abort_transaction(30)
+    assert "Kafka gave no record past offset 3 for 2 s" in str(err.value)
+    assert is_transient(err.value), type(err.value)
+    assert time.monotonic() - started < 60, "the topic's read_stall_seconds, not the default 120 s"

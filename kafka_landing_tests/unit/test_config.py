@@ -50,6 +50,9 @@ def test_path_from_environment(tmp_path, monkeypatch):
         ({"topics": {"a": good_topic(grace_minutes=-1)}}, "a", "grace_minutes", "non-negative integer"),
         ({"topics": {"a": good_topic(rows_per_task=0)}}, "a", "rows_per_task", "positive integer"),
         ({"topics": {"a": good_topic(dead_letter_limit=2)}}, "a", "dead_letter_limit", "between 0 and 1"),
+        ({"topics": {"a": good_topic(read_stall_seconds=0)}}, "a", "read_stall_seconds", "positive integer"),
+        ({"defaults": {"read_stall_seconds": 1.5}, "topics": {"a": good_topic()}}, None,
+         "defaults.read_stall_seconds", "positive integer"),
         ({"defaults": {"speed": 3}, "topics": {"a": good_topic()}}, None, "defaults.speed", "unknown key"),
         ({"topics": {"a": {"dataset": "d", "route": {"field": "type", "tables": {"x": "t"}}}}}, "a", "route.default", "is required"),
         ({"topics": {"a": {"dataset": "d", "route": {"field": "type", "tables": {"x": "a.b"}, "default": "o"}}}}, "a", "route.tables.x", "not allowed"),
@@ -78,3 +81,12 @@ def test_missing_file_and_bad_yaml(tmp_path):
         load_config(write(tmp_path, "topics: [unclosed"))
     with pytest.raises(TopicConfigError, match="must be a mapping"):
         parse_config(["a list"])
+
+
+def test_how_long_a_landing_waits_for_kafka_is_set_per_topic_or_for_all():
+    """The direct landing's no-progress timeout (read_stall_seconds): 120 s unless configured."""
+    cfg = parse_config({"defaults": {"read_stall_seconds": 300},
+                        "topics": {"a": good_topic(), "b": good_topic(table="b", read_stall_seconds=30),
+                                   "c": {"dataset": "d", "table": "c"}}})
+    assert [cfg.topic(t).read_stall_seconds for t in "abc"] == [300, 30, 300]
+    assert parse_config({"topics": {"a": good_topic()}}).topic("a").read_stall_seconds == 120

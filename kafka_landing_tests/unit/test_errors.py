@@ -148,6 +148,35 @@ def test_a_spark_connect_server_that_restarted_or_stayed_away_is_transient_nothi
     assert is_transient(exc) is transient
 
 
+# The direct operator's no-progress failure (jvm/splice DirectLanding) as Spark Connect raised it
+# (integration/test_transactions.py), the Java message unchanged inside the job's failure.
+STALLED = ("Job aborted due to stage failure: Task 0 in stage 3015.0 failed 1 times, most recent failure: Lost task "
+           "0.0 in stage 3015.0 (TID 3728) (192.0.2.2 executor driver): java.lang.IllegalStateException: web "
+           "partition 0 offsets 0..2: Kafka gave no record past offset 1 for 120 s (reading up to 2). Nothing was "
+           "published: check the broker and its open transactions, then land the hour again\n\tat "
+           "kafkalanding.splice.DirectLanding$RangeLanding.land(DirectLanding.java:397)")
+
+
+def test_a_landing_task_kafka_gave_no_record_for_its_read_stall_is_transient_whichever_engine_raised_it():
+    """A stalled broker, or a transaction left open, gives a landing task nothing for the topic's
+    read_stall_seconds: the same hour may read a moment later, so the step tries it again. It was
+    terminal, waiting for a person to re-land it."""
+    from grpc import StatusCode
+    from pyspark.errors.exceptions.connect import SparkException
+
+    class Py4JJavaError(Exception):  # a classic session's, which pyspark leaves unconverted
+        __module__ = "py4j.protocol"
+
+    for exc in (SparkException(STALLED, grpc_status_code=StatusCode.INTERNAL),
+                Py4JJavaError(f"An error occurred while calling o95.collectToPython.\n: "
+                              f"org.apache.spark.SparkException: {STALLED}")):
+        assert is_transient(exc), type(exc)
+        assert failure(exc).allow_retries is True
+    other = SparkException(STALLED.replace("Kafka gave no record past offset 1 for 120 s", "a bug of ours"),
+                           grpc_status_code=StatusCode.INTERNAL)
+    assert not is_transient(other), "any other failure of a task stays terminal"
+
+
 def test_every_failure_in_the_package_goes_through_the_one_mapping():
     """A `Failure(...)` built anywhere else could say the wrong thing about retrying."""
     calls = []
