@@ -30,7 +30,9 @@ def frame_columns(raw: DataFrame) -> DataFrame:
     A Kafka timestamp outside years 1-9999 is such a reason too: `_kafka_timestamp` is
     timestamp-millis, which fastavro (Python's datetime) cannot hold there. Its reason gives
     Kafka's milliseconds, and its `_kafka_timestamp` is null, as its dead letter's timestamp.
-    The direct operator counts the same records, by the same bounds, as bad framing."""
+    The direct operator counts the same records, by the same bounds, as bad framing. Every
+    other `_kafka_timestamp` is Kafka's milliseconds too, as the direct operator writes them
+    (read.kafka_millis: Spark's column is days off before 1582)."""
     from kafka_landing.avro_landing.read import kafka_millis
     from kafka_landing.avro_landing.route import EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000  # route imports this module
 
@@ -41,7 +43,7 @@ def frame_columns(raw: DataFrame) -> DataFrame:
         F.col("topic").alias("_kafka_topic"),
         F.col("partition").alias("_kafka_partition"),
         F.col("offset").alias("_kafka_offset"),
-        F.when(stamped, F.col("timestamp")).alias("_kafka_timestamp"),
+        F.when(stamped, F.timestamp_millis(ms)).alias("_kafka_timestamp"),  # not Spark's days apart before 1582
         F.col("key").alias("_kafka_key"),
         F.col("headers").alias("_kafka_headers"),
         value.alias("_value"),

@@ -6,7 +6,7 @@ dead letters instead of failing every hour of its id."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import fastavro
@@ -101,3 +101,29 @@ def test_a_writer_schema_whose_decimal_fastavro_refuses_makes_its_records_dead_l
     assert both[True][0].dead_letters.by_reason == {
         f"schema id {bad_sid} has an invalid decimal: field 'p' scale 6 is greater than its precision 4 (Avro's Java "
         "parser ignores the decimal, fastavro refuses the schema): fix the producer's schema": 2}
+
+
+YEAR_1000_MS = -30_610_224_000_000  # 1000-01-01T00:00Z
+BEFORE_GREGORIAN_MS = -12_219_292_800_001  # 1582-10-14T23:59:59.999Z: Julian 1582-10-04, the calendar's last
+
+
+def test_a_kafka_timestamp_before_1582_lands_as_kafka_has_it_both_ways(
+        make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
+    """Spark's Kafka source reads a timestamp through java.sql.Timestamp, whose calendar is Julian
+    before 1582-10-15: the decoding way landed 1000-01-01 as 0999-12-27, while the direct way
+    landed Kafka's milliseconds. Both land Kafka's now."""
+    topic = make_topic()
+    writer = record_schema("Old", [{"name": "n", "type": "long"}])
+    sid = register(sr, topic, writer)
+    old = [YEAR_1000_MS, EPOCH_MS_YEAR_1, BEFORE_GREGORIAN_MS]
+    in_hour = [to_millis(HOUR + timedelta(seconds=i + 1)) for i in range(len(old) + 1)]
+    stamps = [ts for pair in zip(in_hour, old) for ts in pair] + in_hour[-1:]  # offsets 1, 3, 5: old
+    values = [frame(sid, avro_body(writer, {"n": i})) for i in range(len(stamps))]
+    both = produced_and_landed(bootstrap, spark, kafka, registry, tmp_path, topic, sid, values, stamps)
+    assert assert_same_landing(both) == len(stamps)
+    result, store, _ = both[False]
+    landed = {r["_kafka_offset"]: r["_kafka_timestamp"] for f in result.done["t"].files
+              for r in fastavro.reader(open(Path(store.location(f.path)), "rb"))}
+    assert [landed[o] for o in (1, 3, 5)] == [datetime(1000, 1, 1, tzinfo=timezone.utc),
+                                              datetime(1, 1, 1, tzinfo=timezone.utc),
+                                              datetime(1582, 10, 14, 23, 59, 59, 999000, tzinfo=timezone.utc)]
