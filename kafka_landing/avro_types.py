@@ -36,3 +36,9 @@ def strip_logical_types(t):
     which decode whatever their value. Tells a value out of range from a corrupt body, and
     reads a file's offsets whatever its other fields hold (avro_files.offset_range_in)."""
     return map_types(t, lambda node: {k: v for k, v in node.items() if k not in ("logicalType", "precision", "scale")})
+
+
+# Avro's limits on a reader: the strict walk refuses a body beyond them (avro_landing/body_rules.py,
+# jvm/splice FastCheck), and the engine's Avro readers are started with them (spark_setup.AVRO_LIMITS).
+MAX_ITEMS = 10_000_000  # items of one array or map, over all its blocks
+MAX_LENGTH = 256 << 20  # bytes of one string or bytes value

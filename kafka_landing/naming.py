@@ -196,6 +196,11 @@ def staging_path(topic: str, first_hour: Hour, attempt: str) -> str:
     return f"{staging_dir(topic)}/hour={Hour(first_hour)}/{_check_attempt(attempt)}"
 
 
+def engine_losses_path(topic: str, hour: Hour) -> str:
+    """How often landing the hour lost the Spark engine, per schema id (avro_landing/engine_losses.py)."""
+    return f"engine_losses/{check_topic(topic)}/hour={Hour(hour)}.json"
+
+
 def publish_lock_path(topic: str, hour: Hour) -> str:
     """One publisher of a topic's hour at a time."""
     return f"locks/{check_topic(topic)}/hour={Hour(hour)}.lock"

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from kafka_landing.avro_types import map_types
+from kafka_landing.avro_types import MAX_ITEMS, MAX_LENGTH, map_types
 from kafka_landing.defaults import JVM_DIR
 from kafka_landing.errors import KafkaLandingError, ServiceUnavailable, spark_server_gone
 
@@ -111,6 +111,15 @@ def session_config() -> dict:
     }
 
 
+# Avro's own limits on its readers (read once, when the JVM starts): the strict walk refuses a body
+# beyond them first (body_rules.MAX_ITEMS, MAX_LENGTH), and these keep any reader of the engine
+# from allocating for a count it has not read (Avro's default let a 6-byte body ask for 8 GB).
+AVRO_LIMITS = (f"-Dorg.apache.avro.limits.collectionItems.maxLength={MAX_ITEMS} "
+               f"-Dorg.apache.avro.limits.bytes.maxLength={MAX_LENGTH} "
+               f"-Dorg.apache.avro.limits.string.maxLength={MAX_LENGTH}")
+JVM_OPTIONS = f"-Duser.timezone=UTC {AVRO_LIMITS}"
+
+
 def spark_config(master: str | None = None, driver_memory: str | None = None) -> dict:
     """A whole Spark process's settings: a classic session's, or a Connect server's (`devstack`
     starts the local one with them). Jars, memory, the JVM's time zone and gs:// are fixed when
@@ -124,8 +133,8 @@ def spark_config(master: str | None = None, driver_memory: str | None = None) ->
         "spark.driver.memory": driver_memory or os.environ.get("SPARK_DRIVER_MEMORY", "2g"),
         "spark.log.level": os.environ.get("SPARK_LOG_LEVEL", "ERROR"),
         "spark.ui.enabled": os.environ.get("SPARK_UI_ENABLED", "false"),
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
-        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.driver.extraJavaOptions": JVM_OPTIONS,
+        "spark.executor.extraJavaOptions": JVM_OPTIONS,
         **gcs_config(),
         **session_config(),
     }

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.types import ArrayType, DataType, DecimalType, MapType, StructType
 
-from kafka_landing.avro_landing import avro_schemas, registry_answers
+from kafka_landing.avro_landing import avro_schemas, body_rules, registry_answers
 from kafka_landing.errors import LandingError, is_transient
 from kafka_landing.spark_setup import SparkUnavailable
 
@@ -63,17 +63,29 @@ def frame_columns(raw: DataFrame) -> DataFrame:
     )
 
 
-# The body check (jvm/splice FastCheck, a Java UDF in the splice writer's jar): a walk through each
-# body under its writer schema, building no value. Bodies it vouches for land without being decoded
-# (LANDS, with their routing value and event time); every other body is decoded as before, and a
-# dead letter's reason always comes from that decode, except one the decode cannot see: an array
-# or map block whose byte size is not the size of its items (BAD_BLOCKS), which Avro's reader
-# ignores and Avro's skip trusts, so the spliced record would not be the decoded one.
+# The body check (jvm/splice FastCheck, a Java UDF in the splice writer's jar): the strict walk
+# through each body under its writer schema, building no value, by the rules of body_rules.py.
+# Every body goes through it before anything else reads it: a body it refuses (DEAD) is a dead
+# letter with the walk's reason and is never decoded (so no body reaches a decoder that could
+# allocate beyond its bytes); a body it vouches for (LANDS) lands without being decoded, with its
+# routing value and event time; the rest (UNSURE: a routing value or event time the walk does not
+# compute as Spark does) are decoded for those values. Whatever lands is the walked bytes, whole.
 BODY_CHECK = "kafka_landing_body_check"
 BODY_CHECK_CLASS = "kafkalanding.splice.FastCheck"
-BODY_CHECK_TYPE = "struct<status:int,route:string,event:bigint>"
+BODY_CHECK_TYPE = "struct<status:int,route:string,event:bigint,rule:int,field:string>"
 BODY_CHECK_CONFIG = "spark.kafka_landing.body_check."  # + key: FastCheck.CONFIG_PREFIX
-LANDS, UNSURE, BAD_BLOCKS = 0, 1, 2
+LANDS, UNSURE, DEAD = 0, 1, 2
+
+
+def dead_reason(check: F.Column, schema_id: int) -> F.Column:
+    """The dead-letter reason of a body the walk refused (`check`: its verdict), in the words of
+    body_rules.reason, built in the JVM."""
+    rule, field = check.getField("rule"), check.getField("field")
+    words = F.create_map(*[F.lit(x) for n, (_kind, w) in sorted(body_rules.RULES.items()) for x in (n, w)])[rule]
+    values = [n for n, (kind, _w) in body_rules.RULES.items() if kind == body_rules.VALUE]
+    named = F.when(field.isNotNull(), F.concat(F.lit(" (field '"), field, F.lit("')"))).otherwise(F.lit(""))
+    return (F.when(rule.isin(values), F.concat(F.lit("field '"), field, F.lit("' "), words))
+            .otherwise(F.concat(F.lit(f"corrupt body for schema id {schema_id}: "), words, named)))
 
 
 @dataclass(frozen=True)
@@ -168,8 +180,9 @@ def decode(framed: DataFrame, schema_id: int, writer: dict, vouch: Vouch | None 
     checked against their declared precision and narrowed back, in the JVM. `_rec` has the
     declared types; a value wider than its declaration is a dead letter naming the field.
 
-    Every body goes through the body check first (see BODY_CHECK). With `vouch`, a body it vouches
-    for (status LANDS in `_kl_check`) is not decoded: its `_rec` is null and its `_reason` too."""
+    Every body goes through the body check first (see BODY_CHECK): one it refuses is never decoded
+    (`_rec` null, `_reason` the walk's); with `vouch`, one it vouches for (status LANDS in
+    `_kl_check`) is not decoded either: its `_rec` is null and its `_reason` too."""
     writer_json = json.dumps(writer)
     check_key = register_body_check(framed.sparkSession, body_check_config(writer, vouch))
 
@@ -193,7 +206,7 @@ def decode(framed: DataFrame, schema_id: int, writer: dict, vouch: Vouch | None 
     rows = framed.where(F.col("_reason").isNull() & (F.col("_schema_id") == F.lit(schema_id)))
     rows = rows.withColumn("_kl_check", decoded_once(F.call_udf(BODY_CHECK, F.col("_body"), F.lit(check_key))))
     status = F.col("_kl_check").getField("status")
-    unsure = status != F.lit(LANDS)
+    unsure = status == F.lit(UNSURE)
     wide = avro_schemas.widened_decimals(writer)
     if wide == writer:  # no decimal that could wrap
         rows = rows.withColumn("_rec", decoded_once(F.when(unsure, decoded_as(writer))))
@@ -228,10 +241,8 @@ def decode(framed: DataFrame, schema_id: int, writer: dict, vouch: Vouch | None 
         out_of_range.append(F.when(decoded(raw), out_of_range_in(name)))
     if len(logical) > 1:
         out_of_range.append(F.when(decoded(decoded_as(avro_schemas.strip_logical_types(writer))), two_or_more))
-    corrupt = F.lit(f"corrupt body for schema id {schema_id}")
-    bad_blocks = F.lit(f"corrupt body for schema id {schema_id}: an array or map block gives a byte size that is not "
-                       "the size of its items")
-    return rows.withColumn("_reason", F.when(status == F.lit(BAD_BLOCKS), bad_blocks)
+    corrupt = F.lit(f"corrupt body for schema id {schema_id}")  # the walk read it, Spark's decode did not
+    return rows.withColumn("_reason", F.when(status == F.lit(DEAD), dead_reason(F.col("_kl_check"), schema_id))
                            .when(unsure & F.col("_rec").isNull(), F.coalesce(*out_of_range, corrupt)))
 
 

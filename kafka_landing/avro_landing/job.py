@@ -41,6 +41,7 @@ from kafka_landing.avro_landing.decode import (
     resolve_schemas,
     Vouch,
 )
+from kafka_landing.avro_landing import engine_losses
 from kafka_landing.avro_landing.direct import DIRECT_FORMAT, land_directly
 from kafka_landing.avro_landing.publish import keep_rejected_dead_letters, publish
 from kafka_landing.avro_landing.read import read_hours
@@ -57,7 +58,7 @@ from kafka_landing.avro_landing.write import (
 )
 from kafka_landing.config import TopicConfig
 from kafka_landing.crash_points import crash_point
-from kafka_landing.errors import DeadLetterLimitExceeded, LandingError, is_transient
+from kafka_landing.errors import DeadLetterLimitExceeded, LandingError, is_transient, spark_server_gone
 from kafka_landing.kafka_slices.plan import SlicePlan, hour_tasks
 from kafka_landing.handoff.manifests import DeadLetters, DoneFile
 from kafka_landing.naming import STAGING_GLOB, staging_dir, staging_path
@@ -221,6 +222,7 @@ class LandingRun:
     _decoded: dict[tuple[int, int], DataFrame] = field(default_factory=dict)  # (frame, schema id) -> classified
     _told: set[int] = field(default_factory=set)  # schema ids whose routing warnings are in `warnings`
     _rows_of: dict[int, int] = field(default_factory=dict)  # schema id -> rows written, its dead count not reported
+    step: str | None = None  # the schema id whose records a Spark job is writing, or the dead-letter job
 
     @property
     def vouch(self) -> Vouch:
@@ -242,8 +244,9 @@ class LandingRun:
         # long after any live attempt of the topic has finished with its own.
         self.store.sweep(staging_dir(self.cfg.topic), STAGING_GLOB, STAGING_MAX_AGE_SECONDS)
         self.seen.read_by_hour = {h: 0 for h in self.hours}
+        self.failed.update(engine_losses.refused(self.store, self.cfg.topic, self.hours))
         try:
-            tasks = hour_tasks(self.plans)
+            tasks = hour_tasks([p for p in self.plans if p.hour not in self.failed])
             if tasks:
                 spark = spark_factory()
                 try:
@@ -252,6 +255,10 @@ class LandingRun:
                     self.decode_and_write(framed, sorted({t.hour for t in tasks}), likely_ids, counted=landed)
                     self.write_dead_letters(framed)
                 except Exception as exc:
+                    if spark_server_gone(exc) and self.step is not None:
+                        hours = sorted(self.seen.ids_by_hour.get(int(self.step), ())) if self.step.isdigit() else []
+                        engine_losses.record(self.store, self.cfg.topic, hours or sorted({t.hour for t in tasks}),
+                                             self.step)
                     drop_if_server_gone(spark, exc)
                     raise
             crash_point("landing:staged")
@@ -334,8 +341,11 @@ class LandingRun:
         return None
 
     def _land_directly(self, spark: SparkSession, kafka_options: dict, tasks, sid: int, writer: dict) -> bool:
-        out = f"{self.staging}/schema_id={sid}"
+        # A folder of its own: a direct attempt still running after its job returned (speculation, a
+        # zombie executor) can only write here, never among the decoding way's files of the same id.
+        out = f"{self.staging}/direct_schema_id={sid}"
         self.log(f"{self.cfg.topic}: landing the records of schema id {sid} straight from Kafka")
+        self.step = str(sid)
         try:
             got = land_directly(spark, kafka_options, self.cfg, tasks, sid, writer, self.vouch, self.store.location(out))
         except Exception as exc:  # noqa: BLE001 - only an engine without the operator is let through
@@ -432,6 +442,7 @@ class LandingRun:
         obs = Observation(f"dead-{sid}-{uuid.uuid4().hex}")
         counted = classified.observe(obs, F.count_if(F.col("_reason").isNotNull()).alias("dead"))
         self.log(f"{self.cfg.topic}: writing the records of schema id {sid}")
+        self.step = str(sid)
         try:
             staged = write_good(counted, self.cfg, sid, writer, self.store, self.staging)
         except NothingWritten:
@@ -458,6 +469,7 @@ class LandingRun:
         if not (self.seen.bad_framing or self.dead_ids or any(self.seen.dead_by_id.values())):
             return
         self.log(f"{self.cfg.topic}: writing dead letters")
+        self.step = engine_losses.DEAD_LETTER_JOB
         pre = framed.where(F.col("_reason").isNotNull() | F.col("_schema_id").isin(sorted(self.dead_ids) or [-1]))
         if self.dead_ids:
             why = F.create_map(*[F.lit(x).cast("long") if isinstance(x, int) else F.lit(x)
@@ -491,6 +503,7 @@ class LandingRun:
                 f"{self.cfg.topic} {h}: publishing the hour failed ({type(exc).__name__}: {exc}). Its done files are "
                 "the previous complete hour's or this attempt's, never a mix; land the hour again.",
                 transient=is_transient(exc))
+        engine_losses.forget(self.store, self.cfg.topic, h)
         return LandingResult(done=done, dead_letters=dl, records_read=read, seconds=time.monotonic() - self.started,
                              warnings=list(self.warnings))
 

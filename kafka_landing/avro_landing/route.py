@@ -20,7 +20,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from kafka_landing.avro_landing import avro_schemas
+from kafka_landing.avro_landing import avro_schemas, body_rules
 from kafka_landing.avro_landing.decode import LANDS
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError
@@ -145,17 +145,20 @@ def _anywhere(col: F.Column, dtype, leaf) -> F.Column | None:
 
 # Values Spark decodes and writes but readers of the files refuse (BigQuery takes dates and
 # times within years 1-9999 and UTF-8 strings only, fastavro likewise): one such value would fail
-# the load of a whole hour, so it is a dead letter instead.
+# the load of a whole hour, so it is a dead letter instead. The strict walk refuses these bodies
+# before any decode, by the same rules in the same words (body_rules.py); these checks of the
+# decoded values are the decoding way's own, and a test holds the two to each other
+# (integration/test_body_check.py).
 VALUE_CHECKS = (
-    (_utf8_leaf, "holds a string that is not valid UTF-8"),
-    (_time_leaf, "holds a date or time out of range (before year 1 or after 9999)"),
+    (_utf8_leaf, body_rules.NOT_UTF8),
+    (_time_leaf, body_rules.TIME_RANGE),
 )
 
 
 # RFC 4122's form of a UUID: what fastavro (and every reader that honours the logical type) reads
 # a uuid string as, and refuses a file over when a value is not one.
 UUID_FORM = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-NOT_A_UUID = "holds a uuid string that is not a UUID (8-4-4-4-12 hex digits)"
+NOT_A_UUID = body_rules.NOT_UUID
 
 
 def _not_a_uuid(col: F.Column, t, dtype, named: dict, seen: frozenset = frozenset()) -> F.Column | None:

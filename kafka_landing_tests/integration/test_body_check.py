@@ -9,19 +9,26 @@ Avro's skip trusts) is a dead letter saying so, not a record the splice writer w
 from __future__ import annotations
 
 import json
+import uuid
+from unittest import mock
 
+import fastavro
+import fastavro.read
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
 
-from kafka_landing.avro_landing.decode import BAD_BLOCKS, LANDS, Vouch, decode_checked, frame_columns
+from kafka_landing.avro_landing import avro_schemas, body_rules
+from kafka_landing.avro_landing.decode import DEAD, LANDS, Vouch, decode_checked, frame_columns
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.route import classify
 from kafka_landing.avro_landing.write import write_good
 from kafka_landing.config import Route
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.integration.test_decode import record_schema, topic_cfg
-from kafka_landing_tests.integration.test_splice_writer import SETTINGS, _varint, raw_frame
+from kafka_landing_tests.integration.test_splice_writer import SETTINGS, _varint, avro_tools_records, raw_frame
 from kafka_landing_tests.integration.test_value_fidelity import body, schema_and_records
 
 SID = 11
@@ -137,9 +144,10 @@ def test_a_sized_block_that_lies_about_its_size_is_a_dead_letter_saying_so(spark
         _varint(-2) + _varint(-3) + items + tail,  # a negative size
     ]
     got = classified(spark, writer, bodies, None, None, vouch=True)
-    reason = f"corrupt body for schema id {SID}: an array or map block gives a byte size that is not the size of its items"
+    reason = (f"corrupt body for schema id {SID}: an array or map block gives a byte size that is not the size of its "
+              "items (field 'xs')")
     assert [(got[o]["status"], got[o]["_reason"]) for o in range(len(bodies))] == \
-        [(LANDS, None), (LANDS, None)] + [(BAD_BLOCKS, reason)] * 3
+        [(LANDS, None), (LANDS, None)] + [(DEAD, reason)] * 3
     # The splice writer gets only the honest ones, and writes the records they hold.
     cfg = topic_cfg("t")
     rows = [("t", 0, offset, 1_700_000_000_000, None, None, frame(SID, b)) for offset, b in enumerate(bodies)]
@@ -165,3 +173,107 @@ def test_a_string_that_is_not_utf8_is_left_to_the_decode_wherever_its_bad_byte_i
     assert [o for o in range(len(bad)) if vouched[o]["status"] == LANDS or vouched[o]["_reason"] is None] == []
     assert [vouched[o]["_reason"] for o in range(len(bad), len(bodies))] == [None] * len(good)
     assert {o: r["_reason"] for o, r in vouched.items()} == {o: r["_reason"] for o, r in decoded.items()}
+
+
+# --- the strict walk's rules, one body each ----------------------------------------------------------
+
+def _long(n: int) -> bytes:
+    return _varint(n)
+
+
+def _fields(*fields) -> dict:
+    return record_schema("Rule", [{"name": n, "type": t} for n, t in fields])
+
+
+TIME_MS = {"type": "int", "logicalType": "time-millis"}
+TIME_US = {"type": "long", "logicalType": "time-micros"}
+DEC = {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2}
+UUID = {"type": "string", "logicalType": "uuid"}
+DAY = {"type": "int", "logicalType": "date"}
+NULLS = {"type": "array", "items": "null"}
+LONGS = {"type": "array", "items": "long"}
+# (what, schema, body, the rule it breaks and the field, or None: it lands)
+RULE_CASES = [
+    ("S1: a lying block beside an array of zero-width items", _fields(("a", LONGS), ("b", NULLS)),
+     _long(-1) + _long(4) + _long(1) + _long(0) + _long(100) + _long(0), (3, "a")),
+    ("S1 with a byte after it", _fields(("a", LONGS), ("b", NULLS)),
+     _long(-1) + _long(4) + _long(1) + _long(0) + _long(100) + _long(0) + b"\x00", (3, "a")),
+    ("100 nulls in one byte of count", _fields(("b", NULLS)), _long(100) + _long(0), None),
+    ("zero-width items in a sized block of size 0", _fields(("b", NULLS)), _long(-100) + _long(0) + _long(0), None),
+    ("S4: 2^31 nulls in 6 bytes", _fields(("n", NULLS)), bytes.fromhex("eeffffff0f00"), (4, "n")),
+    ("S4: bytes of 2^30 in 5 bytes", _fields(("n", "bytes")), bytes.fromhex("eeffffff0f"), (2, "n")),
+    ("a negative string length", _fields(("s", "string")), _long(-3) + b"abc", (2, "s")),
+    ("S2: a boolean byte 2", _fields(("f", "boolean")), b"\x02", (6, "f")),
+    ("S2: an int varint with bits past 32", _fields(("i", "int")), bytes.fromhex("818080801f"), (7, "i")),
+    ("a long varint with bits past 64", _fields(("l", "long")), b"\xff" * 9 + b"\x02", (7, "l")),
+    ("a long varint of 11 bytes", _fields(("l", "long")), b"\x80" * 10 + b"\x00", (7, "l")),
+    ("an int padded with zero groups", _fields(("i", "int")), b"\x82\x80\x00", None),
+    ("S3: a time-millis of 25 h", _fields(("t", TIME_MS)), _long(90_000_000), (11, "t")),
+    ("a time-millis of 24 h", _fields(("t", TIME_MS)), _long(86_400_000), (11, "t")),
+    ("a time-millis a millisecond before midnight", _fields(("t", TIME_MS)), _long(86_399_999), None),
+    ("a negative time-micros", _fields(("t", TIME_US)), _long(-1), (11, "t")),
+    ("a byte after the record", _fields(("i", "int")), _long(1) + b"\x00", (8, None)),
+    ("a decimal of no bytes", _fields(("d", DEC)), _long(0), (15, "d")),
+    ("a decimal wider than its precision", _fields(("d", DEC)), _long(2) + (10_000).to_bytes(2, "big"), (13, "d")),
+    ("an enum index out of range", _fields(("e", {"type": "enum", "name": "E", "symbols": ["A", "B"]})), _long(2),
+     (5, "e")),
+    ("a union index out of range", _fields(("u", ["null", "int"])), _long(2), (5, "u")),
+    ("a body cut short", _fields(("i", "int"), ("s", "string")), _long(1), (1, "s")),
+    ("a map block that lies", _fields(("m", {"type": "map", "values": "int"})),
+     _long(-1) + _long(9) + _long(1) + b"k" + _long(1) + _long(0), (3, "m")),
+    ("a date after 9999", _fields(("d", DAY)), _long(2_932_897), (10, "d")),
+    ("a uuid that is not one", _fields(("u", UUID)), _long(3) + b"abc", (12, "u")),
+    ("a string that is not UTF-8", _fields(("s", "string")), _long(2) + b"\xc3\x28", (9, "s")),
+]
+
+
+@pytest.mark.parametrize("vouch", [True, False], ids=["vouching", "decoding"])
+def test_every_rule_refuses_its_body_before_any_decode_and_the_rest_read_alike_everywhere(vouch, spark, tmp_path):
+    """Each rule of the strict walk (body_rules.py) turns its body into a dead letter with the rule's
+    reason, on both ways, without the decode ever running on it: the 6-byte bodies that asked Avro's
+    reader for gigabytes (S4) leave the warm engine up. The bodies that land are written by the splice
+    writer and read the same by fastavro, Avro's Java reader and Spark."""
+    for what, schema, b, expected in RULE_CASES:
+        got = classified(spark, schema, [b], None, None, vouch=vouch)[0]
+        want = None if expected is None else body_rules.reason(expected[0], expected[1], SID)
+        assert (got["status"] == DEAD, got["_reason"]) == (expected is not None, want), what
+        if expected is None:
+            cfg = topic_cfg("t")
+            rows = [("t", 0, 0, 1_700_000_000_000, None, None, frame(SID, b))]
+            out = classify(decode_checked(frame_columns(raw_frame(spark, rows)), SID, schema, "t",
+                                          Vouch() if vouch else None), cfg, "t", SID, schema, [])
+            store = LocalStore(str(tmp_path / uuid.uuid4().hex[:8]))
+            (staged,) = write_good(out, cfg, SID, schema, store, "staging")
+            path = store.location(staged.src)
+            raw = avro_schemas.strip_logical_types(avro_schemas.landing_schema(schema))  # as avro-tools prints them
+            with open(path, "rb") as fh, mock.patch.dict(fastavro.read.LOGICAL_READERS, clear=True):
+                by_fastavro = [{k: v for k, v in r.items() if not k.startswith("_")} for r in fastavro.reader(fh)]
+            by_java = [{k: v for k, v in json.loads(line).items() if not k.startswith("_")}
+                       for line in avro_tools_records(path)]
+            by_spark = [{k: v for k, v in r.asDict(recursive=True).items() if not k.startswith("_")}
+                        for r in spark.read.format("avro").option("avroSchema", json.dumps(raw)).load(path).collect()]
+            assert len(by_fastavro) == 1 and by_fastavro == by_java == by_spark, what
+    assert spark.range(3).count() == 3, "the engine is still up"
+
+
+def test_the_walk_and_the_decoding_ways_value_checks_agree(spark):
+    """The decoding way's own checks of decoded values (route.VALUE_CHECKS, the uuid form) refuse
+    what the strict walk refuses, in the same words: decoded by Avro's reader with no walk before
+    it, each body gets the reason the walk gives."""
+    schema = _fields(("s", "string"), ("days", {"type": "array", "items": DAY}), ("at", {
+        "type": "long", "logicalType": "timestamp-micros"}), ("u", UUID), ("m", {"type": "map", "values": "string"}))
+
+    def body_of(s=b"ok", days=(1,), at=0, u=b"123e4567-e89b-12d3-a456-426614174000", m=b"v"):
+        return (_long(len(s)) + s + (_long(len(days)) + b"".join(_long(d) for d in days) if days else b"") + _long(0)
+                + _long(at) + _long(len(u)) + u + _long(1) + _long(1) + b"k" + _long(len(m)) + m + _long(0))
+
+    bodies = [body_of(), body_of(s=b"\xff"), body_of(days=(1, -719_163)), body_of(at=253_402_300_800_000_000),
+              body_of(u=b"not-a-uuid"), body_of(m=b"\xed\xa0\x80")]
+    walked = classified(spark, schema, bodies, None, None, vouch=False)
+    rows = [("t", 0, offset, 1_700_000_000_000, None, None, frame(SID, b)) for offset, b in enumerate(bodies)]
+    framed = frame_columns(raw_frame(spark, rows))
+    unwalked = framed.withColumn("_rec", from_avro(F.col("_body"), json.dumps(schema), {"mode": "PERMISSIVE"}))
+    checked = classify(unwalked, topic_cfg("t"), "t", SID, schema, [])
+    by_values = {r["_kafka_offset"]: r["_reason"] for r in checked.select("_kafka_offset", "_reason").collect()}
+    assert by_values[0] is None and len([r for r in by_values.values() if r]) == len(bodies) - 1
+    assert by_values == {o: r["_reason"] for o, r in walked.items()}

@@ -21,6 +21,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kafka_landing.avro_landing import body_rules
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.config import Route, TopicConfig
@@ -307,9 +308,9 @@ def test_logical_values_out_of_range_are_dead_letters_naming_the_field(make_topi
     landed, dead = assert_conserved(store, plan, result)
     assert sorted(landed) == [0, 4]
     assert {o: d["reason"] for o, d in dead.items()} == {
-        1: f"field 'amount' (decimal(4,2)) is out of range for schema id {sid}",
-        2: f"field 'paid_at' (timestamp-millis) is out of range for schema id {sid}",
-        3: f"corrupt body for schema id {sid}",  # enum index 7 of 2 symbols: not valid Avro for the schema
+        1: body_rules.reason(13, "amount", sid),  # "field 'amount' holds a decimal with more digits than ..."
+        2: body_rules.reason(10, "paid_at", sid),  # "field 'paid_at' holds a date or time out of range ..."
+        3: body_rules.reason(5, "kind", sid),  # enum index 7 of 2 symbols: not valid Avro for the schema
     }
 
 
@@ -440,28 +441,29 @@ FUZZ_RECORD = st.fixed_dictionaries({
 
 
 def fuzz_expectation(r: dict, sid: int) -> tuple[str, str]:
-    """('land', table) or ('dead', reason) for a fuzz record, by the rules landing promises."""
-    if r["cut"] == 1 or not 0 <= r["tier"] <= 2:
-        return "dead", f"corrupt body for schema id {sid}"
-    out = [f for f, bad in (("ts_ms", abs(r["ts_ms"]) > MS_LIMIT), ("amount", abs(r["amount"]) >= 10**6)) if bad]
-    if len(out) > 1:
-        return "dead", ("values out of range in two or more of the fields 'ts_ms', 'ts_us', 'day', 'amount' "
-                        f"for schema id {sid}")
-    if out:
-        kind = {"ts_ms": "timestamp-millis", "amount": "decimal(6,2)"}[out[0]]
-        return "dead", f"field {out[0]!r} ({kind}) is out of range for schema id {sid}"
-    if not Y1_MS <= r["seen_at"] < YEAR_10000_MS:
-        return "dead", "event time field 'seen_at' is out of range (before year 1 or after 9999)"
-    in_years = {"ts_ms": Y1_MS <= r["ts_ms"] < YEAR_10000_MS,
-                "ts_us": r["ts_us"] is None or Y1_MS * 1000 <= r["ts_us"] < YEAR_10000_MS * 1000,
-                "day": -719_162 <= r["day"] <= 2_932_896}
-    for f, ok in in_years.items():
-        if not ok:
-            return "dead", f"field {f!r} holds a date or time out of range (before year 1 or after 9999)"
+    """('land', table) or ('dead', reason) for a fuzz record, by the strict walk's rules
+    (body_rules.py): the first field, in the body's order, that breaks one; then the end of the body;
+    then what the decode and routing say."""
+    checks = [
+        ("ts_ms", 10, not Y1_MS <= r["ts_ms"] < YEAR_10000_MS),
+        ("ts_us", 10, r["ts_us"] is not None and not Y1_MS * 1000 <= r["ts_us"] < YEAR_10000_MS * 1000),
+        ("day", 10, not -719_162 <= r["day"] <= 2_932_896),
+        ("amount", 13, abs(r["amount"]) >= 10**6),
+        ("tier", 5, not 0 <= r["tier"] <= 2),
+    ]
+    for field, rule, bad in checks:
+        if bad:
+            return "dead", body_rules.reason(rule, field, sid)
+    if r["cut"] == 1:  # the last byte is the name's: its length runs past the bytes left, or its length is gone
+        return "dead", body_rules.reason(2 if r["name"] else 1, "name", sid)
     try:
         r["name"].decode("utf-8")
     except UnicodeDecodeError:
-        return "dead", "field 'name' holds a string that is not valid UTF-8"
+        return "dead", body_rules.reason(9, "name", sid)
+    if r["cut"] == -2:
+        return "dead", body_rules.reason(8, None, sid)
+    if not Y1_MS <= r["seen_at"] < YEAR_10000_MS:
+        return "dead", "event time field 'seen_at' is out of range (before year 1 or after 9999)"
     if isinstance(r["kind"], dict):
         return "dead", "routing field 'kind' is a record, not a value to route by"
     return "land", {"click": "clicks", "7": "sevens", 7: "sevens"}.get(r["kind"], "other")
@@ -569,8 +571,10 @@ def _land_mixed_hour(make_topic, send, sr, registry, kafka, spark, store, likely
     lines: list[str] = []
     with kafka.log_view() as log:
         plan, _ = freeze_slice(store, log, cfg, HOUR, utcnow())
+    # The decoding way, whose jobs count: the direct way lands this hour whole (its corrupt body a
+    # dead letter by the strict walk) and never runs them.
     result = job.land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan],
-                            uuid.uuid4().hex[:8], (sid,) if likely else (), lines.append)[plan.hour]
+                            uuid.uuid4().hex[:8], (sid,) if likely else (), lines.append, direct=False)[plan.hour]
     assert not isinstance(result, LandingError), result
     landed, dead = assert_conserved(store, plan, result)
     assert sorted(landed) == [0, 1, 3, 5] and sorted(dead) == [2, 4]
@@ -591,7 +595,7 @@ def test_counts_spark_never_reported_are_counted_again_and_the_hour_lands_whole(
 
         monkeypatch.setattr(job, "Observation", Unreported)
     topic, sid, result, lines = _land_mixed_hour(make_topic, send, sr, registry, kafka, spark, store, likely)
-    assert result.dead_letters.by_reason == {f"corrupt body for schema id {sid}": 1, "bad magic byte": 1}
+    assert result.dead_letters.by_reason == {body_rules.reason(1, "n", sid): 1, "bad magic byte": 1}
     assert any("counting apart" in line for line in lines), lines
 
 
@@ -618,7 +622,7 @@ def test_on_the_warm_engine_every_observation_arrives_and_nothing_is_counted_aga
     if likely:
         assert not [line for line in lines if "counting" in line], lines
     assert counted_apart == [] and unreported == []
-    assert result.dead_letters.by_reason == {f"corrupt body for schema id {sid}": 1, "bad magic byte": 1}
+    assert result.dead_letters.by_reason == {body_rules.reason(1, "n", sid): 1, "bad magic byte": 1}
 
 
 @pytest.mark.parametrize("snapshot", [True, False], ids=["one snapshot", "a read per job"])
@@ -648,7 +652,8 @@ def test_a_compacted_topic_is_read_once_so_records_removed_mid_run_change_no_cou
     monkeypatch.setattr(job.LandingRun, "count_while_writing_likely", then_the_cleaner)
     try:
         result = job.land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(),
-                                topic_cfg(topic), [plan], uuid.uuid4().hex[:8], (sid,), snapshot=snapshot)[plan.hour]
+                                topic_cfg(topic), [plan], uuid.uuid4().hex[:8], (sid,), snapshot=snapshot,
+                                direct=False)[plan.hour]  # a read per job: the decoding way's jobs
     except Exception as exc:  # noqa: BLE001 - the engine's own data-loss error, raised out of the run
         result = exc
     if not snapshot:  # the dead-letter job reads Kafka again and finds offsets gone: the hour cannot be counted

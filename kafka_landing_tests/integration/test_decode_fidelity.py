@@ -15,6 +15,7 @@ import fastavro
 import pandas as pd
 import pytest
 
+from kafka_landing.avro_landing import body_rules
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.warehouse.parquet import ParquetWarehouse
@@ -154,21 +155,14 @@ def test_decimals_wider_than_their_precision_are_dead_letters_naming_the_field(
         (bad(tip=wrap), "tip", None),  # ["null", decimal]
         (bad(choice=wrap), "choice", None),  # ["null", "string", fixed decimal]: a union member
         (bad(refund=-(2**64) + 1), "refund", None),  # the fixed decimal by reference
-        (bad(amount=wrap, tip=wrap), "two or more", None),
+        (bad(amount=wrap, tip=wrap), "amount", None),  # the first in the body's order
     ]
     values = [frame(sid, avro_body(raw, {"n": i, **decimal_body(v, pad)})) for i, (v, _, pad) in enumerate(cases)]
     produce_values(send, topic, values)
     plan, result = land(spark, store, kafka, topic_cfg(topic), schema_fetcher(registry))
     landed, dead = assert_conserved(store, plan, result)
 
-    kinds = {f["name"]: f"decimal({f['type']['precision']},{f['type']['scale']})" for f in DECIMALS["fields"][1:7]}
-    kinds.update({"line": "decimal(9,0)", "parts": "decimal(18,4)", "rates": "decimal(18,6)", "tip": "decimal(12,2)",
-                  "choice": "decimal(15,3)", "refund": "decimal(10,2)"})
-    all_fields = ", ".join(repr(f["name"]) for f in DECIMALS["fields"][1:])
-    expected_dead = {
-        i: (f"values out of range in two or more of the fields {all_fields} for schema id {sid}" if field == "two or more"
-            else f"field {field!r} ({kinds[field]}) is out of range for schema id {sid}")
-        for i, (_, field, _) in enumerate(cases) if field}
+    expected_dead = {i: body_rules.reason(13, field, sid) for i, (_, field, _) in enumerate(cases) if field}
     assert {o: d["reason"] for o, d in dead.items()} == expected_dead
     assert {o: d["value"] for o, d in dead.items()} == {o: values[o] for o in expected_dead}
     assert sorted(landed) == [0, 1, 2]
@@ -246,9 +240,9 @@ def test_dates_and_times_outside_years_1_to_9999_are_dead_letters_naming_the_fie
     cases += [
         (bad(ts_us=-(2**63)), f"field 'ts_us' {outside}"),
         (bad(lts_us=2**63 - 1), f"field 'lts_us' {outside}"),
-        # Too large for Spark's microseconds: the decode itself fails, on that field.
-        (bad(ts_ms=2**62), f"field 'ts_ms' (timestamp-millis) is out of range for schema id {sid}"),
-        (bad(lts_ms=-(2**62)), f"field 'lts_ms' (local-timestamp-millis) is out of range for schema id {sid}"),
+        # Too large for Spark's microseconds too: refused before any decode, by the same rule.
+        (bad(ts_ms=2**62), f"field 'ts_ms' {outside}"),
+        (bad(lts_ms=-(2**62)), f"field 'lts_ms' {outside}"),
         (bad(day=Y1_DAY - 1), f"field 'day' {outside}"),
         (bad(day=LAST_DAY + 1), f"field 'day' {outside}"),
         (bad(day=-(2**31)), f"field 'day' {outside}"),
@@ -257,7 +251,7 @@ def test_dates_and_times_outside_years_1_to_9999_are_dead_letters_naming_the_fie
         (bad(days=[1, Y1_DAY - 1]), f"field 'days' {outside}"),
         (bad(seen={"a": 1, "b": YEAR_10000_MS}), f"field 'seen' {outside}"),
         (bad(when=Y1_MS - 1), f"field 'when' {outside}"),
-        (bad(when=2**62), f"field 'when' (timestamp-millis) is out of range for schema id {sid}"),
+        (bad(when=2**62), f"field 'when' {outside}"),
     ]
     values = [frame(sid, avro_body(raw, {"n": i, **v})) for i, (v, _) in enumerate(cases)]
     produce_values(send, topic, values)
@@ -271,8 +265,9 @@ def test_dates_and_times_outside_years_1_to_9999_are_dead_letters_naming_the_fie
 
 
 def test_a_fixed_of_the_wrong_size_is_a_corrupt_body(make_topic, send, sr, registry, kafka, spark, store):
-    """The wire holds no size: a fixed written shorter than its schema says misaligns the body, which
-    then ends early. It is a corrupt body, never a value read from the bytes of the next field."""
+    """The wire holds no size: a fixed written shorter than its schema says misaligns the body. It is a
+    dead letter naming the first rule the misaligned bytes break, never a value read from the bytes
+    of the next field."""
     topic = make_topic()
     schema = record_schema("Fx", [{"name": "code", "type": dec(10, 2, ("Code", 12))}, {"name": "tag", "type": "string"}])
     last = record_schema("Fl", [{"name": "tag", "type": "string"}, {"name": "code", "type": dec(10, 2, ("Code", 12))}])
@@ -289,8 +284,9 @@ def test_a_fixed_of_the_wrong_size_is_a_corrupt_body(make_topic, send, sr, regis
     plan, result = land(spark, store, kafka, topic_cfg(topic), schema_fetcher(registry))
     landed, dead = assert_conserved(store, plan, result)
     assert {o: d["reason"] for o, d in dead.items()} == {
-        1: f"corrupt body for schema id {sid}", 2: f"corrupt body for schema id {sid}",
-        4: f"corrupt body for schema id {last_id}"}
+        1: body_rules.reason(13, "code", sid),  # 9 bytes of code and 3 of the tag read as 12 digits too many
+        2: body_rules.reason(2, "tag", sid),  # the tag's length is read from the code's last byte
+        4: body_rules.reason(1, "code", last_id)}
     assert {o: (r["code"], r["tag"]) for o, r in landed.items()} == {0: (Decimal("123.45"), "ok"),
                                                                      3: (Decimal("123.45"), "ok")}
 

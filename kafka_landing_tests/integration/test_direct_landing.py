@@ -10,6 +10,7 @@ left behind; where it is sure of every body it must be the way taken."""
 from __future__ import annotations
 
 import json
+import struct
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +23,7 @@ from kafka_landing.avro_landing import direct, job
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.job import land_hours
 from kafka_landing.avro_landing.registry import schema_fetcher
+from kafka_landing.config import Route
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.naming import to_millis
 from kafka_landing.store.local import LocalStore
@@ -135,7 +137,7 @@ def test_a_body_with_lying_block_sizes_is_counted_directly_and_a_dead_letter_say
     assert assert_same_landing(both) == 2
     assert both[True][0].dead_letters.by_reason == {
         f"corrupt body for schema id {sid}: an array or map block gives a byte size that is not the size of its "
-        "items": 1}
+        "items (field 'xs')": 1}
     said = both[True][2]
     assert [m for m in said if STRAIGHT in m] and not [m for m in said if DECODING in m], said
 
@@ -160,14 +162,15 @@ def test_a_body_cut_short_is_not_read_past_its_end_into_what_follows_in_the_batc
 
 def test_a_body_it_is_not_sure_of_leaves_the_landing_to_the_decoding_way(
         make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
-    """A time of day is a type the body check leaves to the decode: the direct way stops, removes
-    what it wrote, and the decoding way lands the hour."""
-    writer = record_schema("Timed", [{"name": "t", "type": {"type": "int", "logicalType": "time-millis"}}])
+    """A routing value of a type the strict walk does not cast as Spark does (a double) is left to
+    the decode: the direct way stops, removes what it wrote, and the decoding way lands the hour."""
+    writer = record_schema("Priced", [{"name": "x", "type": "double"}])
     topic = make_topic()
     sid = register(sr, topic, writer)
-    produce(bootstrap, [(topic, 0, to_millis(HOUR) + i, None, frame(sid, _varint(i * 1000)), None, None, None, None)
-                        for i in range(5)])
-    both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic), sid)
+    produce(bootstrap, [(topic, 0, to_millis(HOUR) + i, None, frame(sid, struct.pack("<d", i / 2)), None, None, None,
+                         None) for i in range(5)])
+    cfg = topic_cfg(topic, route=Route(field="x", tables={"1.5": "halves"}, default="other"))
+    both = landed_both_ways(spark, kafka, registry, tmp_path, cfg, sid)
     assert assert_same_landing(both) == 5
     said = both[True][2]
     assert [m for m in said if STRAIGHT in m] and [m for m in said if DECODING in m]

@@ -60,9 +60,12 @@ import org.apache.spark.util.SerializableConfiguration;
  * landing to publish and to check conservation with.
  *
  * <p>It only lands what it is sure of. A record of another schema id, or with bad framing, is
- * counted (the other ids and the dead letters get jobs of their own, through the decode); a body
- * with lying block sizes is counted as a dead letter of the id. A body the check is not sure of
- * stops the task: it removes its files and says "unsure", and the landing goes the decoding way.
+ * counted (the other ids and the dead letters get jobs of their own, through the decode); as is a
+ * Kafka timestamp outside years 1-9999, which the landing file's timestamp-millis cannot hold. A
+ * body the strict walk refuses ({@link FastCheck#DEAD}) is counted as a dead letter of the id, and
+ * the dead-letter job writes it with the walk's reason. A body whose routing value the walk leaves
+ * to the decode ({@link FastCheck#UNSURE}) stops the task: it removes its files and says "unsure",
+ * and the landing goes the decoding way.
  *
  * <p>Options: {@code kafka.*} (the consumer's settings), {@code topic}, {@code ranges} (one Spark
  * task each: "partition:start:end" joined by ","), {@code tasks} (the frozen tasks:
@@ -398,18 +401,20 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
         }
         closeAll();
       } catch (IOException | RuntimeException e) {
-        abandon();
-        throw e;
-      } finally {
-        // Without waiting: the client has already sent a fetch for the offsets after the range,
-        // which the broker holds for fetch.max.wait.ms (500 ms) when nothing follows them, and a
-        // close that waits for it held every task that long (a quarter of a 4-hour landing).
-        if (consumer != null) {
-          consumer.close(Duration.ZERO);
+        Throwable also = abandon();
+        if (also != null) {
+          e.addSuppressed(also);
         }
+        closeQuietly(consumer, e);
+        throw e;
       }
+      closeQuietly(consumer, null);
       if (!sure) {
-        abandon();
+        Throwable also = abandon();
+        if (also != null) {
+          throw new UncheckedIOException("cannot remove the abandoned landing files of " + where(),
+              also instanceof IOException ? (IOException) also : new IOException(also));
+        }
         return List.of(row("unsure", null, null, null, null, 1, null, null));
       }
       List<InternalRow> out = new ArrayList<>();
@@ -429,6 +434,26 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       out.add(row("records", null, null, null, job.schemaId, ofId, null, null));
       out.add(row("dead", null, null, null, job.schemaId, dead, null, null));
       return out;
+    }
+
+    /**
+     * Closed without waiting: the client has already sent a fetch for the offsets after the range,
+     * which the broker holds for fetch.max.wait.ms (500 ms) when nothing follows them, and a close
+     * that waits for it held every task that long (a quarter of a 4-hour landing). A failure to
+     * close is added to `cause` when there is one, never put in its place.
+     */
+    private static void closeQuietly(KafkaConsumer<ByteBuffer, ByteBuffer> consumer, Throwable cause) {
+      if (consumer == null) {
+        return;
+      }
+      try {
+        consumer.close(Duration.ZERO);
+      } catch (RuntimeException e) {
+        if (cause == null) {
+          throw e;
+        }
+        cause.addSuppressed(e);
+      }
     }
 
     private String where() {
@@ -456,8 +481,9 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       int hourIx = (int) job.tasks[t][0];
       perHour[hourIx]++;
       ByteBuffer value = r.value();
-      if (value == null || value.remaining() < 5) {
-        badFraming++;
+      if (value == null || value.remaining() < 5 || r.timestamp() < FastCheck.MS_YEAR_1
+          || r.timestamp() >= FastCheck.MS_YEAR_10000) {
+        badFraming++;  // a dead letter with its reason (decode.frame_columns), as every framing fault
         return true;
       }
       byte[] v = array(value);
@@ -478,8 +504,8 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       }
       ofId++;
       checker.check(v, at + 5, at + value.remaining(), verdict);
-      if (verdict.status == FastCheck.BAD_BLOCKS) {
-        dead++;
+      if (verdict.status == FastCheck.DEAD) {
+        dead++;  // written as a dead letter, with the walk's reason, by the dead-letter job
         return true;
       }
       if (verdict.status != FastCheck.LANDS) {
@@ -583,8 +609,13 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       open.clear();
     }
 
-    /** This task's files removed: none of them is reported, none is published. */
-    private void abandon() {
+    /**
+     * This task's files removed: none of them is reported, none is published. Returns what went
+     * wrong on the way (null: nothing), for the caller to add to the error that brought it here
+     * rather than replace it; a file left behind goes with the staging folder.
+     */
+    private Throwable abandon() {
+      Throwable failed = null;
       for (OpenFile f : open.values()) {
         try {
           f.writer.close();
@@ -598,11 +629,17 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
         try {
           Path p = new Path(job.out + "/" + rel);
           p.getFileSystem(job.hadoop.value()).delete(p, false);
-        } catch (IOException e) {
-          throw new UncheckedIOException("cannot remove the abandoned landing file " + job.out + "/" + rel, e);
+        } catch (IOException | RuntimeException e) {
+          IOException named = new IOException("cannot remove the abandoned landing file " + job.out + "/" + rel, e);
+          if (failed == null) {
+            failed = named;
+          } else {
+            failed.addSuppressed(named);
+          }
         }
       }
       written.clear();
+      return failed;
     }
 
     private static InternalRow row(String kind, Integer hourIx, Long chunk, String table, Long sid, long n,

@@ -9,7 +9,10 @@ import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CharsetDecoder;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
+import java.util.Collections;
+import java.util.IdentityHashMap;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 
 import org.apache.avro.LogicalType;
@@ -21,22 +24,42 @@ import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF2;
 
 /**
- * A walk through a record body under its writer schema, reading it as Avro's reader does, without
- * building a value. It says one of three things:
+ * The strict walk: a walk through a record body under its writer schema, reading it as the
+ * strictest of the readers of a landing file would (fastavro, Avro's Java reader, Spark), without
+ * building a value. It is total and bounded: every length and count is checked against the bytes
+ * left before anything is read, so no body makes it allocate, and it says one of three things:
  *
  * <ul>
- *   <li>{@link #LANDS}: the body certainly lands: every length, index and varint in bounds, strings
- *       valid UTF-8, dates and times within years 1-9999, decimals within their precision. For it,
- *       the routing value (as a string, as Spark casts it) and the event time (epoch microseconds).
- *   <li>{@link #BAD_BLOCKS}: the body parses, but an array or map block in it gives a byte size that
- *       is not the size of its items. Avro's reader ignores the size and Avro's skip trusts it, so
- *       the two read different records: it cannot land as it is.
- *   <li>{@link #UNSURE}: anything else. The decode step decides, and names the reason if it does not
- *       land: a dead letter's reason always comes from there.
+ *   <li>{@link #LANDS}: every reader reads the body to its last byte and gets the same values. For
+ *       it, the routing value (as a string, as Spark casts it) and the event time (epoch
+ *       microseconds).
+ *   <li>{@link #DEAD}: it does not land; {@link Walk#rule} says why (the rules below), and the
+ *       field it was in. The decode never runs on it: nothing that fails this walk reaches a
+ *       decoder that could allocate beyond its bytes (a 6-byte array of nulls asked Avro's reader
+ *       for an 8 GB array).
+ *   <li>{@link #UNSURE}: the bytes land as they are (the walk read all of them, by every rule),
+ *       but a value the landing needs is one this walk does not compute as Spark does: a routing
+ *       field of another type than string, int, long, boolean or enum (Spark's cast decides its
+ *       string), an event time field of another type or out of years 1-9999 (the decode names
+ *       that reason), or a check that may not vouch. The decode reads those values; the bytes are
+ *       still the walked ones, never a record Avro's skip cut.
  * </ul>
  *
- * So it must never say LANDS for a body the decode step turns away; it may say UNSURE for one the
- * decode step lands (a boolean byte other than 0 or 1, a logical type it does not know, ...).
+ * <p>The rules (a dead letter's reason; their words are in avro_landing/body_rules.py, under the
+ * same numbers): the body ends before its record does; a length or item count is negative or
+ * runs past the bytes left (items of zero width, such as nulls, are walked one by one, up to
+ * {@link #MAX_ITEMS} an array); an array or map block gives a byte size that is not the size of
+ * its items (Avro's reader ignores it, Avro's skip trusts it); more than {@link #MAX_ITEMS}
+ * items; a union or enum index out of range; a boolean byte other than 0 or 1 (Java reads 2 as
+ * false, fastavro as true); an int varint with bits past 32 or a long's past 64 (Java drops them,
+ * fastavro keeps them); bytes after the end of the record; a string that is not UTF-8; a date or
+ * timestamp outside years 1-9999; a time of day outside [0, 24 h); a uuid string that is not
+ * 8-4-4-4-12 hex digits; a decimal with more digits than its precision, or of zero bytes; a
+ * string or bytes longer than {@link #MAX_LENGTH}. A varint padded with zero groups is read alike
+ * by every reader, and lands.
+ *
+ * <p>The engine runs Avro's reader with the same limits ({@code org.apache.avro.limits.*},
+ * spark_setup.AVRO_LIMITS), so a body this walk lets through never meets a reader's limit.
  *
  * <p>Its argument besides the body is a short key; the config it names is a session setting, {@link
  * #CONFIG_PREFIX} + key, which Spark hands every task of the query: "1" if it may say LANDS (else
@@ -48,10 +71,33 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
   private static final long serialVersionUID = 1L;
   public static final int LANDS = 0;
   public static final int UNSURE = 1;
-  public static final int BAD_BLOCKS = 2;
+  public static final int DEAD = 2;
+
+  // The rules a body is refused by (body_rules.py has their words, under the same numbers).
+  public static final int RULE_TRUNCATED = 1;
+  public static final int RULE_BEYOND_BYTES = 2;
+  public static final int RULE_LYING_BLOCK = 3;
+  public static final int RULE_TOO_MANY_ITEMS = 4;
+  public static final int RULE_BAD_INDEX = 5;
+  public static final int RULE_BAD_BOOLEAN = 6;
+  public static final int RULE_BAD_VARINT = 7;
+  public static final int RULE_TRAILING_BYTES = 8;
+  public static final int RULE_NOT_UTF8 = 9;
+  public static final int RULE_TIME_RANGE = 10;
+  public static final int RULE_TIME_OF_DAY = 11;
+  public static final int RULE_NOT_UUID = 12;
+  public static final int RULE_DECIMAL_WIDE = 13;
+  public static final int RULE_TOO_LONG = 14;
+  public static final int RULE_EMPTY_DECIMAL = 15;
+
+  /** Items of one array or map, over all its blocks: Avro's collection limit on the engine too. */
+  public static final int MAX_ITEMS = 10_000_000;
+  /** Bytes of one string or bytes value: Avro's string and bytes limits on the engine too. */
+  public static final int MAX_LENGTH = 256 << 20;
+
   public static final String CONFIG_PREFIX = "spark.kafka_landing.body_check.";
   private static final ConcurrentHashMap<String, Checker> CHECKERS = new ConcurrentHashMap<>();
-  private static final Row NOT_SURE = RowFactory.create(UNSURE, null, null);
+  private static final Row NOT_SURE = RowFactory.create(UNSURE, null, null, null, null);
 
   @Override
   public Row call(byte[] body, String key) {
@@ -71,12 +117,12 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
     return new Checker(config);
   }
 
-  /** A body Avro's reader cannot read: the decode step names it. */
-  private static final class Corrupt extends Exception {
+  /** A body that does not land: the walk's `rule` says why. */
+  private static final class Dead extends Exception {
     private static final long serialVersionUID = 1L;
-    static final Corrupt IT = new Corrupt();
+    static final Dead IT = new Dead();
 
-    private Corrupt() {
+    private Dead() {
       super(null, null, false, false);
     }
   }
@@ -86,12 +132,17 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
   static final long MS_YEAR_10000 = 253_402_300_800_000L;
   static final int DAY_YEAR_1 = -719_162;  // 0001-01-01
   static final int DAY_YEAR_9999_END = 2_932_896;  // 9999-12-31
+  static final long MS_PER_DAY = 86_400_000L;
 
   static final class Checker {
     private final Schema writer;
     private final boolean mayVouch;
     private final int routeAt;
     private final int eventAt;
+    /** The types whose values take no byte (null, fixed of size 0, records of only such fields):
+     * an array of them may hold more items than the body has bytes. Read-only once built, so one
+     * checker serves every task at once. */
+    final Set<Schema> zeroWidth = Collections.newSetFromMap(new IdentityHashMap<>());
 
     Checker(String config) {
       String[] parts = config.split("\u0001", 4);
@@ -99,6 +150,7 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
       routeAt = position(parts[1]);
       eventAt = position(parts[2]);
       mayVouch = parts[0].equals("1") && (routeAt < 0 || routeAt != eventAt);
+      findZeroWidth(writer, Collections.newSetFromMap(new IdentityHashMap<>()));
     }
 
     private int position(String name) {
@@ -106,22 +158,69 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
       return f == null ? -1 : f.pos();
     }
 
+    /** Whether `s` takes no byte, noting every such type inside it; `seen` stops at recursion. */
+    private boolean findZeroWidth(Schema s, Set<Schema> seen) {
+      if (!seen.add(s)) {
+        return zeroWidth.contains(s);  // a record inside itself: it takes bytes, or never ends
+      }
+      boolean zero;
+      switch (s.getType()) {
+        case NULL:
+          zero = true;
+          break;
+        case FIXED:
+          zero = s.getFixedSize() == 0;
+          break;
+        case RECORD:
+          zero = true;
+          for (Schema.Field f : s.getFields()) {
+            zero &= findZeroWidth(f.schema(), seen);
+          }
+          break;
+        case ARRAY:
+          findZeroWidth(s.getElementType(), seen);
+          zero = false;
+          break;
+        case MAP:
+          findZeroWidth(s.getValueType(), seen);
+          zero = false;
+          break;
+        case UNION:
+          for (Schema b : s.getTypes()) {
+            findZeroWidth(b, seen);
+          }
+          zero = false;  // its branch index takes a byte
+          break;
+        default:
+          zero = false;
+      }
+      if (zero) {
+        zeroWidth.add(s);
+      }
+      return zero;
+    }
+
     Row check(byte[] body) {
       Verdict v = check(body, 0, body.length, new Verdict());  // a checker serves the UDF's tasks at once
-      return v.status == UNSURE ? NOT_SURE : RowFactory.create(v.status, v.route, v.event);
+      if (v.status == DEAD) {
+        return RowFactory.create(DEAD, null, null, v.rule, v.field);
+      }
+      return v.status == UNSURE ? NOT_SURE : RowFactory.create(v.status, v.route, v.event, null, null);
     }
 
     /**
-     * The verdict on the body `buf[start, limit)`, whose record may end before it does, in `into`
-     * (a task's own, reused with its walk: one per record was about a tenth of what a landing allocated).
+     * The verdict on the body `buf[start, limit)` in `into` (a task's own, reused with its walk: one
+     * per record was about a tenth of what a landing allocated). A body lands whole or not at all:
+     * bytes after its record are a rule broken, so the end of a record that lands is `limit`.
      */
     Verdict check(byte[] buf, int start, int limit, Verdict into) {
-      Walk w = into.walk.reset(buf, start, limit);
+      Walk w = into.walk.reset(buf, start, limit, zeroWidth);
+      List<Schema.Field> fields = writer.getFields();
+      int i = 0;
       try {
         String route = null;
         Long event = null;
-        List<Schema.Field> fields = writer.getFields();
-        for (int i = 0; i < fields.size(); i++) {
+        for (; i < fields.size(); i++) {
           Schema s = fields.get(i).schema();
           if (i == routeAt) {
             route = w.routeValue(s);
@@ -131,30 +230,38 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
             w.walk(s);
           }
         }
-        // Bytes after the record are ignored, as Avro's reader does.
-        if (w.badBlocks) {
-          return into.set(BAD_BLOCKS, null, null, w.pos);
+        if (w.pos != limit) {
+          w.rule = RULE_TRAILING_BYTES;
+          throw Dead.IT;
         }
-        return w.doubt || !mayVouch ? into.set(UNSURE, null, null, -1) : into.set(LANDS, route, event, w.pos);
-      } catch (Corrupt e) {
-        return into.set(UNSURE, null, null, -1);
+        return w.decode || !mayVouch ? into.set(UNSURE, null, null, limit) : into.set(LANDS, route, event, limit);
+      } catch (Dead e) {
+        into.set(DEAD, null, null, -1);
+        into.rule = w.rule;
+        into.field = i < fields.size() ? fields.get(i).name() : null;
+        return into;
       }
     }
   }
 
-  /** What the check says of one body; `end`: where the record it holds ends (LANDS only). */
+  /** What the walk says of one body; `end`: where its record ends (all of it: LANDS or UNSURE);
+   * `rule` and `field`: why a DEAD one does not land, and the top-level field it was in. */
   static final class Verdict {
     final Walk walk = new Walk();
     int status = UNSURE;
     String route;
     Long event;
     int end = -1;
+    int rule;
+    String field;
 
     Verdict set(int status, String route, Long event, int end) {
       this.status = status;
       this.route = route;
       this.event = event;
       this.end = end;
+      this.rule = 0;
+      this.field = null;
       return this;
     }
   }
@@ -182,24 +289,31 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
     return true;
   }
 
-  /** One body, read forward; `doubt`: something the decode step should judge. */
+  /** One body, read forward; `decode`: a value the landing needs is left to the decode (UNSURE). */
   static final class Walk {
     byte[] buf;
     int pos;
     int limit;  // where the body ends in buf
-    boolean doubt;
-    boolean badBlocks;
+    boolean decode;
+    int rule;  // why the body is DEAD, when Dead is thrown
+    private Set<Schema> zeroWidth;
 
-    Walk reset(byte[] buf, int pos, int limit) {
+    Walk reset(byte[] buf, int pos, int limit, Set<Schema> zeroWidth) {
       this.buf = buf;
       this.pos = pos;
       this.limit = limit;
-      doubt = false;
-      badBlocks = false;
+      this.zeroWidth = zeroWidth;
+      decode = false;
+      rule = 0;
       return this;
     }
 
-    String routeValue(Schema s) throws Corrupt {
+    private Dead dead(int why) {
+      rule = why;
+      return Dead.IT;
+    }
+
+    String routeValue(Schema s) throws Dead {
       switch (s.getType()) {
         case UNION:
           return routeValue(branch(s));
@@ -208,8 +322,11 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
         case STRING: {
           int n = length();
           int at = take(n);
-          doubt |= isUuid(s.getLogicalType()) && !uuid(at, n);
-          return decoded(at, n);
+          String v = decoded(at, n);
+          if (isUuid(s.getLogicalType()) && !uuid(at, n)) {
+            throw dead(RULE_NOT_UUID);
+          }
+          return v;
         }
         case ENUM:
           return s.getEnumSymbols().get(index(s.getEnumSymbols().size()));
@@ -228,12 +345,12 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
         default:
           break;
       }
-      walk(s);  // a value this check does not cast as Spark would
-      doubt = true;
+      walk(s);  // a value this walk does not cast as Spark would
+      decode = true;
       return null;
     }
 
-    Long eventMicros(Schema s) throws Corrupt {
+    Long eventMicros(Schema s) throws Dead {
       if (s.getType() == Schema.Type.UNION) {
         return eventMicros(branch(s));
       }
@@ -241,34 +358,40 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
         return null;
       }
       LogicalType t = s.getLogicalType();
-      if (s.getType() == Schema.Type.LONG && (t == null || t instanceof LogicalTypes.TimestampMillis
-          || t instanceof LogicalTypes.LocalTimestampMillis)) {
+      if (s.getType() == Schema.Type.LONG && t == null) {  // epoch milliseconds
         long v = readLong();
         if (v < MS_YEAR_1 || v >= MS_YEAR_10000) {
-          doubt = true;
+          decode = true;  // the decode names the event time field out of range
           return null;
         }
         return v * 1000;
       }
+      if (s.getType() == Schema.Type.LONG && (t instanceof LogicalTypes.TimestampMillis
+          || t instanceof LogicalTypes.LocalTimestampMillis)) {
+        return walkedLong(s) * 1000;  // out of years 1-9999 is a value rule, as in any other field
+      }
       if (s.getType() == Schema.Type.LONG && (t instanceof LogicalTypes.TimestampMicros
           || t instanceof LogicalTypes.LocalTimestampMicros)) {
-        long v = readLong();
-        if (v < MS_YEAR_1 * 1000 || v >= MS_YEAR_10000 * 1000) {
-          doubt = true;
-          return null;
-        }
-        return v;
+        return walkedLong(s);
       }
       walk(s);
-      doubt = true;
+      decode = true;
       return null;
     }
 
-    private Schema branch(Schema union) throws Corrupt {
+    /** A long walked by the rules of its logical type, and its value. */
+    private long walkedLong(Schema s) throws Dead {
+      int at = pos;
+      walk(s);
+      pos = at;
+      return readLong();
+    }
+
+    private Schema branch(Schema union) throws Dead {
       return union.getTypes().get(index(union.getTypes().size()));
     }
 
-    void walk(Schema s) throws Corrupt {
+    void walk(Schema s) throws Dead {
       LogicalType t = s.getLogicalType();
       switch (s.getType()) {
         case NULL:
@@ -278,21 +401,26 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
           return;
         case INT: {
           int v = readInt();
-          if (t instanceof LogicalTypes.Date) {
-            doubt |= v < DAY_YEAR_1 || v > DAY_YEAR_9999_END;
-          } else {
-            doubt |= t != null;
+          if (t instanceof LogicalTypes.Date && (v < DAY_YEAR_1 || v > DAY_YEAR_9999_END)) {
+            throw dead(RULE_TIME_RANGE);
+          }
+          if (t instanceof LogicalTypes.TimeMillis && (v < 0 || v >= MS_PER_DAY)) {
+            throw dead(RULE_TIME_OF_DAY);
           }
           return;
         }
         case LONG: {
           long v = readLong();
           if (t instanceof LogicalTypes.TimestampMillis || t instanceof LogicalTypes.LocalTimestampMillis) {
-            doubt |= v < MS_YEAR_1 || v >= MS_YEAR_10000;
+            if (v < MS_YEAR_1 || v >= MS_YEAR_10000) {
+              throw dead(RULE_TIME_RANGE);
+            }
           } else if (t instanceof LogicalTypes.TimestampMicros || t instanceof LogicalTypes.LocalTimestampMicros) {
-            doubt |= v < MS_YEAR_1 * 1000 || v >= MS_YEAR_10000 * 1000;
-          } else {
-            doubt |= t != null;
+            if (v < MS_YEAR_1 * 1000 || v >= MS_YEAR_10000 * 1000) {
+              throw dead(RULE_TIME_RANGE);
+            }
+          } else if (t instanceof LogicalTypes.TimeMicros && (v < 0 || v >= MS_PER_DAY * 1000)) {
+            throw dead(RULE_TIME_OF_DAY);
           }
           return;
         }
@@ -302,14 +430,17 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
         case DOUBLE:
           take(8);
           return;
-        case STRING:
-          if (isUuid(t)) {
-            int n = length();
-            doubt |= !uuid(take(n), n);
-          } else {
-            utf8(length());
+        case STRING: {
+          int n = length();
+          int at = take(n);
+          if (!ascii(buf, at, n)) {  // the strict decoder decides
+            decoded(at, n);
+          }
+          if (isUuid(t) && !uuid(at, n)) {
+            throw dead(RULE_NOT_UUID);
           }
           return;
+        }
         case BYTES:
           decimalOrBytes(t, length());
           return;
@@ -329,116 +460,147 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
           return;
         case ARRAY:
         case MAP:
-          for (;;) {
-            long n = readLong();
-            if (n == 0) {
-              return;
-            }
-            long end = -1;
-            if (n < 0) {  // a block with its byte size, which Avro's reader ignores and its skip trusts
-              if (n == Long.MIN_VALUE) {
-                throw Corrupt.IT;
-              }
-              n = -n;
-              long size = readLong();
-              end = size < 0 ? -1 : pos + size;
-              badBlocks |= size < 0;
-            }
-            if (n > limit - pos) {  // more items than bytes left: the decode step judges
-              throw Corrupt.IT;
-            }
-            for (long i = 0; i < n; i++) {
-              if (s.getType() == Schema.Type.MAP) {
-                utf8(length());
-                walk(s.getValueType());
-              } else {
-                walk(s.getElementType());
-              }
-            }
-            badBlocks |= end >= 0 && pos != end;
-          }
+          items(s);
+          return;
         default:
-          throw Corrupt.IT;
+          throw dead(RULE_TRUNCATED);  // no other type is parsed
       }
     }
 
-    private void decimalOrBytes(LogicalType t, int n) throws Corrupt {
-      int at = take(n);
-      if (t == null) {
-        return;
+    /** An array's or a map's blocks, each item walked, whatever the blocks' byte sizes say. */
+    private void items(Schema s) throws Dead {
+      boolean map = s.getType() == Schema.Type.MAP;
+      Schema item = map ? s.getValueType() : s.getElementType();
+      boolean zero = !map && zeroWidth.contains(item);
+      long total = 0;
+      for (;;) {
+        long n = readLong();
+        if (n == 0) {
+          return;
+        }
+        long end = -1;
+        if (n < 0) {  // a block with its byte size, which Avro's reader ignores and its skip trusts
+          if (n == Long.MIN_VALUE) {
+            throw dead(RULE_BEYOND_BYTES);
+          }
+          n = -n;
+          long size = readLong();
+          if (size < 0) {
+            throw dead(RULE_LYING_BLOCK);
+          }
+          end = pos + size;
+        }
+        total += n;
+        if (total > MAX_ITEMS) {
+          throw dead(RULE_TOO_MANY_ITEMS);
+        }
+        if (!zero && n > limit - pos) {  // every item takes a byte at least
+          throw dead(RULE_BEYOND_BYTES);
+        }
+        for (long i = 0; i < n; i++) {
+          if (map) {
+            int k = length();
+            int at = take(k);
+            if (!ascii(buf, at, k)) {
+              decoded(at, k);
+            }
+          }
+          walk(item);
+        }
+        if (end >= 0 && pos != end) {
+          throw dead(RULE_LYING_BLOCK);
+        }
       }
-      if (!(t instanceof LogicalTypes.Decimal) || n == 0) {
-        doubt = true;
-        return;
+    }
+
+    private void decimalOrBytes(LogicalType t, int n) throws Dead {
+      int at = take(n);
+      if (!(t instanceof LogicalTypes.Decimal)) {
+        return;  // plain bytes, or a logical type every reader reads as its bytes
+      }
+      if (n == 0) {
+        throw dead(RULE_EMPTY_DECIMAL);  // fastavro reads 0, Avro's Java reader cannot read it
       }
       int precision = ((LogicalTypes.Decimal) t).getPrecision();
-      doubt |= new BigInteger(buf, at, n).abs().compareTo(BigInteger.TEN.pow(precision)) >= 0;
+      if (new BigInteger(buf, at, n).abs().compareTo(BigInteger.TEN.pow(precision)) >= 0) {
+        throw dead(RULE_DECIMAL_WIDE);
+      }
     }
 
-    private int take(int n) throws Corrupt {
-      if (n < 0 || n > limit - pos) {
-        throw Corrupt.IT;
+    private int take(int n) throws Dead {
+      if (n > limit - pos) {
+        throw dead(RULE_TRUNCATED);
       }
       int at = pos;
       pos += n;
       return at;
     }
 
-    private int next() throws Corrupt {
+    private int next() throws Dead {
       if (pos >= limit) {
-        throw Corrupt.IT;
+        throw dead(RULE_TRUNCATED);
       }
       return buf[pos++] & 0xff;
     }
 
-    /** An Avro int as Avro's reader reads it: at most 5 bytes; bits past 32, which it drops, are a doubt. */
-    int readInt() throws Corrupt {
+    /** An Avro int: at most 5 bytes, the fifth holding bits 28-31 only (Java drops the rest,
+     * fastavro keeps them). */
+    int readInt() throws Dead {
       long n = 0;
       for (int shift = 0; shift < 35; shift += 7) {
         int b = next();
         n |= (long) (b & 0x7f) << shift;
         if (b < 0x80) {
-          doubt |= shift == 28 && b > 0x0f;
+          if (shift == 28 && b > 0x0f) {
+            throw dead(RULE_BAD_VARINT);
+          }
           int u = (int) n;
           return (u >>> 1) ^ -(u & 1);
         }
       }
-      throw Corrupt.IT;
+      throw dead(RULE_BAD_VARINT);
     }
 
-    /** An Avro long: at most 10 bytes; bits past 64 are a doubt. */
-    long readLong() throws Corrupt {
+    /** An Avro long: at most 10 bytes, the tenth holding bit 63 only. */
+    long readLong() throws Dead {
       long n = 0;
       for (int shift = 0; shift < 70; shift += 7) {
         int b = next();
         n |= (long) (b & 0x7f) << shift;
         if (b < 0x80) {
-          doubt |= shift == 63 && b > 0x01;
+          if (shift == 63 && b > 0x01) {
+            throw dead(RULE_BAD_VARINT);
+          }
           return (n >>> 1) ^ -(n & 1);
         }
       }
-      throw Corrupt.IT;
+      throw dead(RULE_BAD_VARINT);
     }
 
-    private boolean bool() throws Corrupt {
+    private boolean bool() throws Dead {
       int b = next();
-      doubt |= b > 1;
+      if (b > 1) {
+        throw dead(RULE_BAD_BOOLEAN);
+      }
       return b == 1;
     }
 
-    private int index(int size) throws Corrupt {
+    private int index(int size) throws Dead {
       int i = readInt();
       if (i < 0 || i >= size) {
-        throw Corrupt.IT;
+        throw dead(RULE_BAD_INDEX);
       }
       return i;
     }
 
-    /** A string's or bytes' length, which Avro's reader reads as an int. */
-    private int length() throws Corrupt {
+    /** A string's or bytes' length, which Avro's reader reads as an int, before anything is read. */
+    private int length() throws Dead {
       int n = readInt();
       if (n < 0 || n > limit - pos) {
-        throw Corrupt.IT;
+        throw dead(RULE_BEYOND_BYTES);
+      }
+      if (n > MAX_LENGTH) {
+        throw dead(RULE_TOO_LONG);
       }
       return n;
     }
@@ -451,7 +613,7 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
       return t != null && "uuid".equals(t.getName());
     }
 
-    /** The 36 bytes at `at` are a UUID as RFC 4122 writes it (8-4-4-4-12 hex digits), the form
+    /** The `n` bytes at `at` are a UUID as RFC 4122 writes it (8-4-4-4-12 hex digits), the form
      * every reader of a uuid string takes (the decode step's value check, route.py). */
     private boolean uuid(int at, int n) {
       if (n != 36) {
@@ -468,19 +630,12 @@ public final class FastCheck implements UDF2<byte[], String, Row> {
       return true;
     }
 
-    private void utf8(int n) throws Corrupt {
-      int at = take(n);
-      if (!ascii(buf, at, n)) {  // the strict decoder decides
-        decoded(at, n);
-      }
-    }
-
-    private String decoded(int at, int n) {
+    /** The string at `at`, read by a strict UTF-8 decoder. */
+    private String decoded(int at, int n) throws Dead {
       try {
         return UTF8.get().decode(ByteBuffer.wrap(buf, at, n)).toString();
       } catch (CharacterCodingException e) {
-        doubt = true;
-        return null;
+        throw dead(RULE_NOT_UTF8);
       }
     }
   }

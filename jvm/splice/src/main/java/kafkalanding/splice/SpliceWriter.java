@@ -7,10 +7,7 @@ import java.io.UncheckedIOException;
 import org.apache.avro.Schema;
 import org.apache.avro.file.CodecFactory;
 import org.apache.avro.file.DataFileWriter;
-import org.apache.avro.generic.GenericDatumReader;
-import org.apache.avro.io.BinaryDecoder;
 import org.apache.avro.io.BinaryEncoder;
-import org.apache.avro.io.DecoderFactory;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.Path;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -18,25 +15,20 @@ import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.execution.datasources.OutputWriter;
 
 /**
- * One landing file. Each record is appended already encoded: the body's bytes up to the end of
- * the record they hold, then the Kafka columns, encoded here. The body was checked or decoded
- * before it got here (every body that does not parse is turned away), but Avro ignores bytes after
- * a record, so the record's end is found by skipping through it under the writer schema: what lands
- * is exactly the record the decode step read. The skip trusts the byte sizes of sized array and map
- * blocks, which the reader ignores: a body whose sizes lie is turned away before (FastCheck).
+ * One landing file. Each record is appended already encoded: the body's bytes as produced, then
+ * the Kafka columns, encoded here. Every body that gets here was read to its last byte by the
+ * strict walk (FastCheck), which refuses bytes after a record: the whole body is the record the
+ * walk read, so nothing here looks for where a record ends (Avro's skip, which trusts the byte
+ * sizes of sized blocks where Avro's reader ignores them, cut the wrong record once).
  */
 final class SpliceWriter extends OutputWriter {
   private final String path;
-  private final Schema writer;
   private final DataFileWriter<SplicedRecord> file;
   private final SplicedRecord record = new SplicedRecord();
-  private BinaryDecoder dec;
   private final int body, topic, partition, offset, timestamp, key, headers;
 
-  SpliceWriter(String path, Configuration conf, Schema landing, Schema writer, CodecFactory codec,
-      SpliceWriterFactory columns) {
+  SpliceWriter(String path, Configuration conf, Schema landing, CodecFactory codec, SpliceWriterFactory columns) {
     this.path = path;
-    this.writer = writer;
     body = columns.index(SpliceWriterFactory.BODY);
     topic = columns.index("_kafka_topic");
     partition = columns.index("_kafka_partition");
@@ -65,12 +57,15 @@ final class SpliceWriter extends OutputWriter {
 
   @Override
   public void write(InternalRow row) {
+    if (row.isNullAt(body)) {  // a null value is a dead letter before any write
+      throw new IllegalStateException(where(row) + " has no body; nothing of this landing is published");
+    }
     byte[] bytes = row.getBinary(body);
     try {
       // Spark holds the Kafka timestamp in microseconds; the column is timestamp-millis, as
       // Spark's Avro writer converts it (floor division).
       byte[] k = row.isNullAt(key) ? null : row.getBinary(key);
-      BinaryEncoder enc = record.start(bytes, 0, recordLength(bytes, row), row.getUTF8String(topic).getBytes(),
+      BinaryEncoder enc = record.start(bytes, 0, bytes.length, row.getUTF8String(topic).getBytes(),
           row.getInt(partition), row.getLong(offset), Math.floorDiv(row.getLong(timestamp), 1000L),
           k, 0, k == null ? 0 : k.length);
       if (row.isNullAt(headers)) {
@@ -101,19 +96,6 @@ final class SpliceWriter extends OutputWriter {
       }
     }
     enc.writeArrayEnd();
-  }
-
-  /** How many bytes of the body the record under the writer schema takes. */
-  private int recordLength(byte[] bytes, InternalRow row) {
-    dec = DecoderFactory.get().binaryDecoder(bytes, dec);
-    try {
-      GenericDatumReader.skip(writer, dec);
-      return bytes.length - dec.inputStream().available();
-    } catch (IOException | RuntimeException e) {
-      throw new IllegalStateException("the body of " + where(row) + " does not parse under its writer schema "
-          + writer.getFullName() + ", though it was decoded before the write; nothing of this landing is published",
-          e);
-    }
   }
 
   private String where(InternalRow row) {

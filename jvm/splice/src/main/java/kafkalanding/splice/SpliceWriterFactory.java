@@ -113,7 +113,6 @@ final class SpliceWriterFactory extends OutputWriterFactory {
 
   @Override
   public OutputWriter newInstance(String path, StructType dataSchema, TaskAttemptContext context) {
-    return new SpliceWriter(path, context.getConfiguration(), new Schema.Parser().parse(landingJson),
-        new Schema.Parser().parse(writerJson), codec(), this);
+    return new SpliceWriter(path, context.getConfiguration(), new Schema.Parser().parse(landingJson), codec(), this);
   }
 }
