@@ -13,6 +13,7 @@ not an hour's run halfway through. Pure: no Dagster, no Spark.
       max_future_minutes: 60   # a record stamped further past a boundary is an outlier...
       on_future_timestamp: fail  # ...that fails planning, or `land` (where it sits, recorded)
       read_stall_seconds: 120  # a landing task Kafka gives no record this long fails; tried again
+      transactional: false     # true: producers write in transactions, whose markers are offsets without a record
     topics:
       orders:
         dataset: shop
@@ -82,7 +83,7 @@ DEMO_GRACE_MINUTES = 5  # the packaged demo config's grace
 _OPTION_DEFAULTS = {
     "grace_minutes": 10, "rows_per_task": 500_000, "dead_letter_limit": 0.01,
     "max_future_minutes": 60, "on_future_timestamp": "fail",
-    "event_time_partition": "day", "settle_hours": 48, "read_stall_seconds": 120,
+    "event_time_partition": "day", "settle_hours": 48, "read_stall_seconds": 120, "transactional": False,
 }
 _TOPIC_KEYS = {"dataset", "table", "route", "event_time_field", "first_hour", *_OPTION_DEFAULTS}
 # The event-time table's partitions (`event_partitions`): a day or an hour of event time, or no table.
@@ -118,6 +119,10 @@ class TopicConfig:
     # How long a landing task waits for Kafka to give it a record before it fails (a stalled broker,
     # a transaction open that long): transient, so the step tries the hour again.
     read_stall_seconds: int = 120
+    # Producers write in transactions: each commit or abort marker, and each aborted record, is an
+    # offset without a record. On a topic that is not, and is not compacted, such an offset is a
+    # record lost, and the landing's `every_offset_has_a_record` check fails naming it.
+    transactional: bool = False
     first_hour: datetime | None = None  # as configured; `with_first_hours` settles it
     first_hour_source: str = ""  # why the history starts there (shown on the assets)
     first_hour_derived_by: str | None = None  # "defaults.first_hour" or "first_hour" if it says `demo`
@@ -167,6 +172,10 @@ def _option(source: str, topic: str | None, key: str, value: Any, shown: str | N
     if key == "event_time_partition":
         if value not in EVENT_TIME_PARTITIONS:
             raise _err(source, topic, shown, f"must be one of {list(EVENT_TIME_PARTITIONS)}, got {value!r}")
+        return value
+    if key == "transactional":
+        if not isinstance(value, bool):
+            raise _err(source, topic, shown, f"must be true or false, got {value!r}")
         return value
     if key == "dead_letter_limit":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:

@@ -39,8 +39,10 @@ class DirectPass:
     unclaimed: int = 0
     bad_framing: int = 0
     records: int = 0  # of the schema id
-    dead: int = 0  # of the schema id: bodies whose block sizes lie
+    dead: int = 0  # of the schema id: bodies the strict walk refused
     unsure: bool = False
+    gaps_by_hour: dict[str, int] = field(default_factory=dict)  # offsets the consumer gave no record for
+    gaps_shown: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)  # (partition, first offset, offsets)
 
 
 def routing_options(cfg: TopicConfig, writer: dict) -> dict[str, str]:
@@ -99,4 +101,11 @@ def land_directly(spark: SparkSession, kafka_options: dict, cfg: TopicConfig, ta
             got.records += r["n"]
         elif kind == "dead":
             got.dead += r["n"]
+        elif kind == "gaps":
+            h = hours[r["hour_ix"]]
+            got.gaps_by_hour[h] = got.gaps_by_hour.get(h, 0) + r["n"]
+        elif kind == "gap":
+            got.gaps_shown.setdefault(hours[r["hour_ix"]], []).append((r["part"], r["offset"], r["n"]))
+    for shown in got.gaps_shown.values():
+        shown.sort()
     return got

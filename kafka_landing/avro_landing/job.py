@@ -73,6 +73,10 @@ class LandingResult:
     records_read: int
     seconds: float  # of the whole run of hours, up to this hour's publication
     warnings: list[str] = field(default_factory=list)
+    compacted: bool = False  # the topic is compacted: offsets without a record are expected
+    offsets_without_record: int = 0  # of the slice landed (less what retention took, if skipped on request)
+    gaps_seen: int | None = None  # offsets the reader saw no record for (None: a way that does not look)
+    gaps_shown: tuple[tuple[int, int, int], ...] = ()  # the first few: (partition, first offset, offsets)
 
     @property
     def rows(self) -> int:
@@ -109,6 +113,9 @@ class _Pass:
     dead_by_id: dict[int, int] = field(default_factory=dict)  # schema id -> records turned away after decoding
     records_by_id: dict[int, int] = field(default_factory=dict)  # decodable schema id -> records, where counted
     complete: bool = False  # every record counted (after the first job, or counted apart)
+    # Offsets the reader saw no record for, per hour, and the first few ranges: the direct way sees them.
+    gaps_by_hour: dict[str, int] | None = None
+    gaps_shown: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
 
 
 def _observed(framed: DataFrame, hours: list[str], likely_ids: tuple[int, ...] = ()) -> tuple[DataFrame, Observation]:
@@ -362,6 +369,7 @@ class LandingRun:
         self.seen.read_by_hour.update(got.read_by_hour)
         self.seen.unclaimed, self.seen.bad_framing, self.seen.ids_by_hour = got.unclaimed, got.bad_framing, got.ids_by_hour
         self.seen.records_by_id[sid], self.seen.dead_by_id[sid] = got.records, got.dead
+        self.seen.gaps_by_hour, self.seen.gaps_shown = got.gaps_by_hour, got.gaps_shown
         self.seen.complete = True
         self.writers[sid] = writer
         self.good += staged_files(self.store, self.cfg, sid, {k: f"{out}/{rel}" for k, rel in got.files.items()})
@@ -504,8 +512,12 @@ class LandingRun:
                 "the previous complete hour's or this attempt's, never a mix; land the hour again.",
                 transient=is_transient(exc))
         engine_losses.forget(self.store, self.cfg.topic, h)
+        gaps = self.seen.gaps_by_hour
         return LandingResult(done=done, dead_letters=dl, records_read=read, seconds=time.monotonic() - self.started,
-                             warnings=list(self.warnings))
+                             warnings=list(self.warnings), compacted=self.snapshot,
+                             offsets_without_record=plan.records - read,
+                             gaps_seen=None if gaps is None else gaps.get(h, 0),
+                             gaps_shown=tuple(self.seen.gaps_shown.get(h, ())))
 
     def counted(self, plan: SlicePlan, mine: list[Staged], mine_dead: list[Staged], read: int) -> DeadLetters:
         """The hour's dead letters, once every record read is a landed row or a dead letter and

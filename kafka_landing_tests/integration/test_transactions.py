@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import yaml
 from confluent_kafka import Producer
 from dagster import DagsterInstance, materialize
 
+from kafka_landing.avro_landing.checks import every_offset_check
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing_tools.demo.generate import encode, register
@@ -64,7 +66,8 @@ def transactional_hours(make_topic, bootstrap, registry):
 def test_aborted_records_never_land_and_gaps_are_counted(transactional_hours, tmp_path, monkeypatch, spark):
     topic, first, expected = transactional_hours
     config = tmp_path / "topics.yaml"
-    config.write_text(yaml.safe_dump({"topics": {topic: {"dataset": "tx", "table": "events", "grace_minutes": 0}}}))
+    config.write_text(yaml.safe_dump({"topics": {topic: {"dataset": "tx", "table": "events", "grace_minutes": 0,
+                                                         "transactional": True}}}))
     monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(config))
     monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
     monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
@@ -86,6 +89,8 @@ def test_aborted_records_never_land_and_gaps_are_counted(transactional_hours, tm
         assert landing["records_read"].value + gaps[h] == md["kafka_slices"]["records"].value
         checks = result.get_asset_check_evaluations()
         assert checks and all(c.passed for c in checks), checks
+        (seen,) = [c for c in checks if c.check_name == "every_offset_has_a_record"]
+        assert seen.metadata["offsets_seen_without_record"].value == gaps[h], "the reader's count, offset by offset"
         assert materialize([table], partition_key=key, resources=build_resources(), instance=instance).success
     assert gaps and all(g > 0 for g in gaps.values()), gaps
 
@@ -127,10 +132,16 @@ def test_a_live_transactional_producer_lands_only_committed_records(make_topic, 
     cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0)
     with kafka.log_view() as log:
         plan, _ = freeze_slice(store, log, cfg, hour, utcnow() + timedelta(hours=3))
-    result = land_hour(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, plan, "live")
+    result = land_hour(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, plan, "live",
+                       likely_ids=(sid,))  # the direct way, as the landing asset takes it
     tags = sorted(r["tag"] for f in result.done["t"].files for r in fastavro.reader(open(Path(store.location(f.path)), "rb")))
     assert tags == sorted(f"commit-{i}" for i in (1, 2, 3, 7, 8, 9))
     assert plan.records - result.records_read == 6 + 4, "three aborted records twice, four markers"
+    # The direct reader saw them offset by offset: a marker and the aborted records after each commit.
+    assert (result.gaps_seen, result.gaps_shown) == (10, ((0, 3, 5), (0, 11, 5)))
+    check = every_offset_check(result, cfg, plan)  # a topic not said to be transactional: records lost
+    assert not check.passed and "partition 0 offsets 3..7, partition 0 offsets 11..15" in check.description
+    assert every_offset_check(result, replace(cfg, transactional=True), plan).passed
 
 
 def test_a_landing_task_kafka_gives_no_record_for_read_stall_seconds_fails_transient(

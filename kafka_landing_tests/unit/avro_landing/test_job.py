@@ -58,7 +58,7 @@ def test_a_check_that_cannot_read_the_files_fails_and_says_why(tmp_path):
     store = LocalStore(str(tmp_path))
     plan = empty_plan(HOURS[0])
     result = land_hours(lambda: None, store, lambda sid: None, {}, CFG, [plan], "att-2")[HOURS[0]]
-    assert [c.passed for c in landing_checks(result, store, CFG, plan)] == [True, True]
+    assert [c.passed for c in landing_checks(result, store, CFG, plan)] == [True, True, True]
 
     class Away(LocalStore):
         def read_json(self, rel):

@@ -85,7 +85,11 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       .add("schema_id", DataTypes.LongType, true)
       .add("n", DataTypes.LongType, false)
       .add("path", DataTypes.StringType, true)
-      .add("part", DataTypes.IntegerType, true);
+      .add("part", DataTypes.IntegerType, true)
+      .add("offset", DataTypes.LongType, true);
+
+  /** Offset ranges without a record reported per hour and range, by their first offset: enough to find them. */
+  static final int GAPS_SHOWN = 3;
 
   @Override
   public String shortName() {
@@ -349,6 +353,9 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
     private long ofId;
     private long dead;
     private int task = -1;  // the frozen task of the last record
+    private long next;  // the offset after the last record the consumer gave, to find offsets without one
+    private final long[] gapsPerHour;
+    private final List<long[]> gapsShown = new ArrayList<>();  // hour index, first offset, offsets
     private FileSystem fs;
 
     RangeLanding(Job job, Range range) {
@@ -357,6 +364,8 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
       landing = new Schema.Parser().parse(job.landingSchema);
       checker = new FastCheck.Checker(job.check);
       perHour = new long[job.hours.length];
+      gapsPerHour = new long[job.hours.length];
+      next = range.start;
       TaskContext tc = TaskContext.get();
       attempt = tc == null ? "0" : Long.toString(tc.taskAttemptId());
     }
@@ -384,6 +393,8 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
             if (r.offset() >= range.end) {
               break;
             }
+            gap(next, r.offset());
+            next = r.offset() + 1;
             if (!land(r)) {
               sure = false;
               break;
@@ -398,6 +409,9 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
                 + job.timeoutMs / 1000 + " s (reading up to " + range.end + "). Nothing was published: check the "
                 + "broker and its open transactions, then land the hour again");
           }
+        }
+        if (sure) {
+          gap(next, range.end);
         }
         closeAll();
       } catch (IOException | RuntimeException e) {
@@ -425,6 +439,12 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
         if (perHour[h] > 0) {
           out.add(row("hour", h, null, null, null, perHour[h], null, null));
         }
+        if (gapsPerHour[h] > 0) {
+          out.add(row("gaps", h, null, null, null, gapsPerHour[h], null, range.partition));
+        }
+      }
+      for (long[] g : gapsShown) {
+        out.add(row("gap", (int) g[0], null, null, null, g[2], null, range.partition, g[1]));
       }
       for (long packed : ids) {
         out.add(row("id", (int) (packed & ((1 << 20) - 1)), null, null, packed >>> 20, 1, null, null));
@@ -453,6 +473,34 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
           throw e;
         }
         cause.addSuppressed(e);
+      }
+    }
+
+    /**
+     * The offsets [from, to) of this range that the consumer gave no record for (transaction
+     * markers, aborted records, compaction, or records lost), counted per hour of the frozen tasks
+     * they fall in: what the landing reports as offsets without a record, seen, not inferred.
+     */
+    private void gap(long from, long to) {
+      if (to <= from) {
+        return;
+      }
+      int[] shown = new int[job.hours.length];
+      for (long[] g : gapsShown) {
+        shown[(int) g[0]]++;
+      }
+      for (long[] t : job.tasks) {
+        long start = Math.max(from, t[2]);
+        long end = Math.min(to, t[3]);
+        if (t[1] != range.partition || end <= start) {
+          continue;
+        }
+        int h = (int) t[0];
+        gapsPerHour[h] += end - start;
+        if (shown[h] < GAPS_SHOWN) {
+          gapsShown.add(new long[] {h, start, end - start});
+          shown[h]++;
+        }
       }
     }
 
@@ -644,9 +692,14 @@ public final class DirectLanding implements TableProvider, DataSourceRegister {
 
     private static InternalRow row(String kind, Integer hourIx, Long chunk, String table, Long sid, long n,
         String path, Integer part) {
+      return row(kind, hourIx, chunk, table, sid, n, path, part, null);
+    }
+
+    private static InternalRow row(String kind, Integer hourIx, Long chunk, String table, Long sid, long n,
+        String path, Integer part, Long offset) {
       return new GenericInternalRow(new Object[] {
           UTF8String.fromString(kind), hourIx, chunk, table == null ? null : UTF8String.fromString(table), sid, n,
-          path == null ? null : UTF8String.fromString(path), part});
+          path == null ? null : UTF8String.fromString(path), part, offset});
     }
   }
 }
