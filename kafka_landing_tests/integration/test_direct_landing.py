@@ -19,7 +19,7 @@ import fastavro
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.avro_landing import direct, job
+from kafka_landing.avro_landing import body_rules, direct, job
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.job import land_hours
 from kafka_landing.avro_landing.registry import schema_fetcher
@@ -190,3 +190,23 @@ def test_an_engine_without_the_direct_way_lands_the_decoding_way(
     both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic), sid)
     assert assert_same_landing(both) == 3
     assert [m for m in both[True][2] if "has no direct landing" in m]
+
+
+def test_bodies_that_asked_avro_for_gigabytes_are_dead_letters_and_the_warm_engine_stays_up(
+        make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
+    """The review's poison bodies (S4): a 6-byte array of nulls claiming 2^31 items and a 5-byte
+    bytes value claiming a gigabyte made Avro's reader allocate them, and the OutOfMemoryError killed
+    the engine every topic shares. On the warm server, both ways: the hour's other records land, the
+    poison records are dead letters naming their rule, and the engine still answers."""
+    writer = record_schema("Poison", [{"name": "n", "type": {"type": "array", "items": "null"}},
+                                      {"name": "b", "type": "bytes"}])
+    topic = make_topic()
+    sid = register(sr, topic, writer)
+    good = _varint(2) + _varint(0) + _varint(2) + b"ok"
+    bodies = [good, bytes.fromhex("eeffffff0f00") + _varint(0), good, _varint(0) + bytes.fromhex("eeffffff0f"), good]
+    produce(bootstrap, [(topic, 0, to_millis(HOUR) + i, None, frame(sid, b), None, None, None, None)
+                        for i, b in enumerate(bodies)])
+    both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic), sid)
+    assert assert_same_landing(both) == 3
+    assert both[True][0].dead_letters.by_reason == {body_rules.reason(4, "n", sid): 1, body_rules.reason(2, "b", sid): 1}
+    assert spark.range(5).count() == 5, "the engine is still up"
