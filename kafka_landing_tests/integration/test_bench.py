@@ -1,26 +1,31 @@
 """The benchmark keeps working: in a tiny run every contender lands exactly the slices'
-records and the report holds every section and goal; a wrong count fails it."""
+records and the report holds every section and goal; a wrong count fails it; a case runs
+alone from its own module."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from kafka_landing_tools.bench import (
-    CONTENDERS,
-    GOALS,
-    SECTIONS,
-    SHORT_READ_ENV,
-    BenchError,
-    run,
-)
+from kafka_landing_tools.bench import throughput
+from kafka_landing_tools.bench.cases import CASES
+from kafka_landing_tools.bench.goals import GOALS
+from kafka_landing_tools.bench.measure import BenchError
+from kafka_landing_tools.bench.report import SECTIONS
+from kafka_landing_tools.bench.run import Options, run
+from kafka_landing_tools.bench.throughput import SHORT_READ_ENV
+from kafka_landing_tools.bench.world import ROOT, Sizes
 
 
 def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp_path, stack):
     # One case and a two-hour day, two measurements at a time: the sizes and the timings
-    # belong to `make bench`, not to every test run.
-    report = run(messages=200, hours=1, out=tmp_path, cases=(("small", 1),), day_hours=2, workers=2)
+    # belong to `make bench`, not to every test run. The many topics' daemon has tests of its own.
+    report = run(Sizes(messages=200, hours=1, day_hours=2, topics=(("small", 1),), many_topics=0), tmp_path,
+                 Options(cases=tuple(c for c in CASES if c.name != "many_topics"), workers=2))
     assert {(r["case"], r["contender"], r["records"]) for r in report["throughput"]} == {
-        ("small 1x", c, 200) for c in CONTENDERS}
+        ("small 1x", c, 200) for c in throughput.CONTENDERS}
     assert report["fixed_cost"]["empty_hour"]["records"] == 0
     stages = report["stages"]
     assert [(st["case"], st["records"], list(st["seconds"])) for st in stages] == [
@@ -29,17 +34,19 @@ def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp
     assert backfill["one_run"]["records"] == backfill["single_runs"]["records"] == backfill["processes"]["records"] == 200
     warehouse = report["warehouse"]
     assert len(warehouse["tables"]) == 3, "the day is routed into several tables, and all of them are loaded"
-    assert (warehouse["all_hours"]["records"], warehouse["one_hour"]["records"]) == (200, 100)
+    assert (warehouse["all_hours"]["records"], warehouse["single_runs"]["records"],
+            warehouse["one_hour"]["records"]) == (200, 200, 100)
     amendment = report["amendment"]
     # The late hour's 10 records all belong to one event day of the day, in each of the 3 tables it
-    # feeds: those event days are replaced whole, holding their hours' records and the late ones.
-    assert amendment["late_records"] == 10 and amendment["records"] >= 10
+    # feeds: Iceberg writes only them into those event days, which hold their hours' records and the late ones.
+    assert amendment["late_records"] == 10 and amendment["records"] >= 10 and amendment["written"] == 10
     assert [k.split(" (")[0] for k in amendment["stages"]] == [
         "first versions of the day", "the late hour's landing-hour load", "the amendment"]
 
     md = (tmp_path / "bench.md").read_text()
     assert [s for s in SECTIONS if f"### {s}\n" not in md] == []
     assert [text for text in GOALS.values() if text not in md] == []
+    assert "Parquet" not in md
     goals = {g["key"]: g for g in json.loads((tmp_path / "bench.json").read_text())["goals"]}
     assert set(goals) == set(GOALS)
     # Every goal is evaluated from this run's numbers but memory, which needs a 4x case, the ~1 KB
@@ -59,5 +66,22 @@ def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp
 def test_a_contender_landing_one_record_too_few_fails_the_bench(tmp_path, stack, monkeypatch):
     monkeypatch.setenv(SHORT_READ_ENV, "1")
     with pytest.raises(BenchError, match=r"librdkafka_raw landed 39 records of .*the frozen slices hold 40"):
-        run(messages=40, hours=1, out=tmp_path, cases=(("small", 1),), day_hours=1, contenders=("librdkafka_raw",))
+        run(Sizes(messages=40, hours=1, day_hours=1, topics=(("small", 1),)), tmp_path,
+            Options(cases=(throughput.CASE,), contenders=("librdkafka_raw",)))
     assert not (tmp_path / "bench.md").exists()
+
+
+def test_a_case_runs_alone_from_its_own_module(tmp_path, stack):
+    """`python -m kafka_landing_tools.bench.fixed_cost --quick`: the empty topic alone, nothing frozen,
+    the other sections not measured."""
+    done = subprocess.run([sys.executable, "-m", "kafka_landing_tools.bench.fixed_cost", "--quick", "--out",
+                           str(tmp_path)], env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert report["fixed_cost"]["empty_hour"]["records"] == 0 and report["freeze_seconds"] is None
+    assert [p["case"] for p in report["production"]] == [] and report["throughput"] == []
+    assert {g["key"] for g in report["goals"] if g["met"] is not None} == {"warm_run"}
+    md = (tmp_path / "bench.md").read_text()
+    # Every section but the setup, the summary, the production, the fixed cost and the goals
+    assert md.count("Not measured in this run") == len(SECTIONS) - 5

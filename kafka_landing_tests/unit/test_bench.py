@@ -1,23 +1,19 @@
-"""The benchmark's verdicts: each goal of issue 21 met or not from the two numbers it
-compares, at its boundary too, and a report that shows every section and goal; a full run
-writes it into docs/benchmark.md as the latest run, and nothing else of that page."""
+"""The benchmark's verdicts: each goal met or not from the two numbers it compares, at its
+boundary too, and a report that shows every section and goal; a full run writes it into
+docs/benchmark.md as the latest run, and nothing else of that page."""
 
 import copy
 
 import pytest
 
-from kafka_landing_tools import bench
-from kafka_landing_tools.bench import (
+from kafka_landing_tools.bench.goals import GOALS, SERVER, evaluate_goals, memory_rows
+from kafka_landing_tools.bench.report import (
     DOCS_PAGE,
-    GOALS,
-    SERVER,
     LATEST_BEGIN,
     LATEST_END,
     SECTIONS,
     amendment_table,
-    evaluate_goals,
     markdown,
-    memory_rows,
     stage_table,
     write_latest_run,
 )
@@ -34,11 +30,12 @@ def _row(case, messages, contender, seconds, rss):
 
 
 def _report(kl=10, valve=40, spark=25, raw=5, large_valve=30, kl_rss_1x=1000, kl_rss_4x=1100, one_run=10, single_runs=60,
-            processes=15, start=3.0, empty=3.8, all_hours=40, one_hour=12, ice_all=30, ice_one=12, many=(20, 4, 240.0),
+            processes=15, start=3.0, empty=3.8, all_hours=30, one_hour=12, load_runs=80, many=(20, 4, 240.0),
             late=2.0, amend=3.0, rewritten=0, one=100.0):
     """Every measured goal met: kafka_landing 4x valve, 2.5x by hand; its pass 1.2M / 6.2 s = 194k msg/s,
     65% of raw's 300k; an empty hour 3.8 s, 0.8 s beyond start; 24 processes 1.5x one run; Iceberg's day
-    2.5x its hour and faster than Parquet's; 1.1x; an amendment 1.5x its late hour; no file rewritten."""
+    2.5x its hour and 0.375x the same hours loaded one by one; 1.1x; an amendment 1.5x its late hour; no
+    file rewritten."""
     rows = []
     for case, messages, secs, rss in (("small 1x", 300_000, (5, 10, 20, 2), (kl_rss_1x, 900, 60, 40)),
                                       ("large 1x", 300_000, (6, 12, large_valve, 3), (1500, 950, 80, 50)),
@@ -60,16 +57,8 @@ def _report(kl=10, valve=40, spark=25, raw=5, large_valve=30, kl_rss_1x=1000, kl
                      "processes": _m(processes, 300_000, contender="hourly_processes")},
         "warehouse": {"tables": ["a", "b", "c"], "hours": 24, "all_hours": _m(all_hours, 300_000, contender="warehouse"),
                       "one_hour": _m(one_hour, 12_500, contender="warehouse"),
-                      "iceberg": {"all_hours": _m(ice_all, 300_000, contender="warehouse"),
-                                  "one_hour": _m(ice_one, 12_500, contender="warehouse")}},
-        "amendment": {"late_records": 1_250, "hours": 24, "records": 151_250, "seconds": 30.0,
-                      "stages": {"first versions of the day (6 event partitions, one run each)": 9.0,
-                                 "the late hour's landing-hour load (3 tables, one run)": 2.0,
-                                 "the amendment (3 event partitions, one run each)": 5.0},
-                      "iceberg": {"records": 151_250, "written": 1_250, "seconds": 20.0,
-                                  "stages": {"first versions of the day (6 event partitions, one run each)": 8.0,
-                                             "the late hour's landing-hour load (3 tables, one run)": late,
-                                             "the amendment (3 event partitions, one run each)": amend}}},
+                      "single_runs": _m(load_runs, 300_000, contender="warehouse")},
+        "amendment": _amendment(late, amend),
         "widening": {"contender": "widening_year", "seconds": 12.0, "records": 8_761, "hours": 8_761,
                      "files_before": 8_760, "files_rewritten": rewritten, "files_added": 1, "load_seconds": 0.2},
     }
@@ -82,6 +71,13 @@ def _report(kl=10, valve=40, spark=25, raw=5, large_valve=30, kl_rss_1x=1000, kl
     report["stages"] = [{"case": "small 4x", "records": 1_200_000,
                          "seconds": {"read": 1.5, "read + decode": 3.0, "read + decode + route": 4.5}}]
     return report
+
+
+def _amendment(late=2.0, amend=3.0) -> dict:
+    return {"late_records": 1_250, "hours": 24, "records": 151_250, "written": 1_250, "seconds": 20.0,
+            "stages": {"first versions of the day (6 event partitions, one run each)": 8.0,
+                       "the late hour's landing-hour load (3 tables, one run)": late,
+                       "the amendment (3 event partitions, one run each)": amend}}
 
 
 def _verdicts(report) -> dict:
@@ -102,10 +98,10 @@ def test_every_goal_met():
     ({"raw": 4}, "pass_vs_librdkafka_raw"),       # the pass 194k msg/s, raw 300k: 65%
     ({"empty": 4.2, "start": 3.5}, "warm_run"),   # 0.7 s beyond start, but 4.2 s in all
     ({"empty": 3.9, "start": 2.8}, "warm_run"),   # under 4 s, but 1.1 s beyond start
-    ({"ice_all": 37}, "warehouse_load"),          # Iceberg's 37 s against its 12 s: 3.08x
+    ({"all_hours": 37}, "warehouse_load"),        # Iceberg's 37 s against its 12 s: 3.08x
     ({"kl_rss_4x": 1300}, "memory_4x"),           # 1.3x
     ({"many": (20, 4, 300.0)}, "many_topics"),    # exactly 5 minutes is not under 5 minutes
-    ({"all_hours": 29}, "iceberg_vs_parquet"),    # Iceberg's day 30 s, Parquet's 29 s
+    ({"load_runs": 59}, "range_vs_hours"),        # the day in one run 30 s, hour by hour 59 s: 0.508x
     ({"amend": 4.1}, "iceberg_amendment"),        # 2.05x the late hour's load
     ({"rewritten": 1}, "widening_year"),          # one file of the year rewritten
     ({"one": 79.0}, "many_topics_vs_one"),        # 240 s against 79 s: 3.04x
@@ -128,8 +124,8 @@ def test_the_many_topics_goal_is_judged_only_at_its_size_or_larger():
     ({"spark": 20}, "vs_spark_by_hand"),          # exactly 2x
     ({"raw": 4.8, "empty": 4.0, "start": 3.0}, "pass_vs_librdkafka_raw"),  # 1.2M in 10 - 4 s: 200k, 80% of 250k
     ({"empty": 4.0, "start": 3.0}, "warm_run"),   # exactly 4 s and exactly 1 s beyond start
-    ({"ice_all": 36}, "warehouse_load"),          # exactly 3x
-    ({"all_hours": 30}, "iceberg_vs_parquet"),    # exactly as fast
+    ({"all_hours": 36}, "warehouse_load"),        # exactly 3x
+    ({"load_runs": 60}, "range_vs_hours"),        # exactly half
     ({"amend": 4.0}, "iceberg_amendment"),        # exactly 2x
     ({"kl_rss_4x": 1200}, "memory_4x"),           # exactly 1.2x
 ])
@@ -172,7 +168,7 @@ def test_what_a_run_did_not_measure_is_not_measured_rather_than_met():
     report["memory"] = memory_rows(report["throughput"])
     verdicts = _verdicts(report)
     unmeasured = {"pass_vs_librdkafka_raw", "vs_python_valve_large", "warm_run", "warehouse_load", "memory_4x",
-                  "many_topics", "many_topics_vs_one", "iceberg_vs_parquet", "iceberg_amendment", "widening_year"}
+                  "many_topics", "many_topics_vs_one", "range_vs_hours", "iceberg_amendment", "widening_year"}
     assert {k for k, v in verdicts.items() if v is None} == unmeasured
     report["goals"] = evaluate_goals(report)
     md = markdown(report)
@@ -231,66 +227,6 @@ def test_memory_is_judged_on_the_warm_server_of_each_case_and_the_classic_run_is
     assert f"| {SERVER} | 1,500 | 1,900 | 1.27 |" in markdown({**report, "goals": evaluate_goals(report)})
 
 
-GRANDCHILD_HOLDS_THEN_FREES = (
-    "import subprocess, sys\n"
-    "code = 'b = bytearray(150 * 2**20); del b; import time; print(\"freed\", flush=True); time.sleep(30)'\n"
-    "subprocess.run([sys.executable, '-c', code])\n"
-)
-
-
-def test_peak_memory_counts_every_descendant_and_a_peak_already_given_back():
-    """The sampler reads each process's own peak (VmHWM): a grandchild's 150 MB held and freed
-    between two reads still counts, so the sampling interval decides nothing."""
-    import subprocess
-    import sys
-    import time
-
-    from kafka_landing_tools.bench import _high_water_marks, _tree
-
-    child = subprocess.Popen([sys.executable, "-c", GRANDCHILD_HOLDS_THEN_FREES])
-    try:
-        deadline = time.monotonic() + 30
-        while len(_tree(child.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        tree = _tree(child.pid)
-        assert len(tree) == 2 and tree[0] == child.pid
-        time.sleep(1.5)  # the grandchild has allocated and freed by now
-        marks = _high_water_marks(child.pid)
-        assert set(marks) == set(tree)
-        assert marks[tree[1]] >= 150 * 2**20 > marks[child.pid]
-    finally:
-        subprocess.run(["pkill", "-KILL", "-P", str(child.pid)])
-        child.kill()
-        child.wait()
-
-
-TWO_CHILDREN_ONE_AFTER_THE_OTHER = (
-    "import subprocess, sys\n"
-    "code = 'b = bytearray(150 * 2**20); import time; time.sleep(1.5)'\n"
-    "subprocess.run([sys.executable, '-c', code])\n"
-    "subprocess.run([sys.executable, '-c', code])\n"
-)
-
-
-def test_processes_run_one_after_the_other_are_not_added_up():
-    """The hourly processes run one at a time: the peak is one of them, not their sum."""
-    import subprocess
-    import sys
-    import time
-
-    from kafka_landing_tools.bench import Job, _Running
-
-    proc = subprocess.Popen([sys.executable, "-c", TWO_CHILDREN_ONE_AFTER_THE_OTHER])
-    running = _Running(Job("t", "c", []), proc, None, None, time.monotonic())
-    samples = 0
-    while proc.poll() is None:
-        running.sample()
-        samples += 1
-        time.sleep(0.3)
-    assert samples >= 5
-    assert 150 * 2**20 <= running.peak < 2 * 150 * 2**20
-
-
 def test_each_stage_shows_its_rate_and_its_share_of_the_landing_pass():
     """kafka_landing's small 4x run 10 s less an empty hour's 3.8 s: a pass of 6.2 s."""
     lines = stage_table(_report(raw=4))
@@ -309,23 +245,12 @@ def test_a_run_without_stages_says_so():
 
 def test_an_amendment_is_shown_beside_the_late_hours_landing_hour_load():
     report = _report()
-    del report["amendment"]
-    report["amendment"] = {"late_records": 1_250, "hours": 24, "records": 151_250, "seconds": 30.0,
-                           "stages": {"first versions of the day (6 event partitions, one run each)": 9.0,
-                                      "the late hour's landing-hour load (3 tables, one run)": 2.0,
-                                      "the amendment (3 event partitions, one run each)": 5.0}}
+    report["amendment"] = _amendment(late=2.0, amend=1.0)
     lines = amendment_table(report)
-    assert any("| the amendment (3 event partitions, one run each) | 5.00 | 151,250 |" in line for line in lines)
-    assert any("| amendment / landing-hour load | 2.50 |" in line for line in lines)
-    # Beside it, the Iceberg tables: only the late hour's rows written
-    report["amendment"]["iceberg"] = {"records": 151_250, "written": 1_250, "seconds": 20.0,
-                                      "stages": {"first versions of the day (6 event partitions, one run each)": 8.0,
-                                                 "the late hour's landing-hour load (3 tables, one run)": 2.0,
-                                                 "the amendment (3 event partitions, one run each)": 1.0}}
-    lines = amendment_table(report)
-    assert any("| the amendment (3 event partitions, one run each) | 5.00 | 151,250 | 1.00 | 1,250 |" in line
-               for line in lines), lines
-    assert any("| amendment / landing-hour load | 2.50 | - | 0.50 | - |" in line for line in lines), lines
+    assert "| what | Iceberg seconds | Iceberg rows written |" in lines
+    assert "| the late hour's landing-hour load (3 tables, one run) | 2.00 | 1,250 |" in lines
+    assert "| the amendment (3 event partitions, one run each) | 1.00 | 1,250 |" in lines
+    assert "| amendment / landing-hour load | 0.50 | - |" in lines
     assert "### Amending an event day\n\nThe day's topic" in markdown({**report, "goals": evaluate_goals(report)})
 
 
@@ -386,30 +311,37 @@ def test_the_docs_page_holds_a_latest_run_in_the_reports_own_sections():
     assert [line[4:] for line in latest.splitlines() if line.startswith("### ")] == list(SECTIONS)
 
 
-@pytest.mark.parametrize("argv, page", [([], DOCS_PAGE), (["--quick"], None), (["--no-docs"], None),
-                                        (["--messages", "1000"], DOCS_PAGE)])
-def test_a_full_run_writes_the_docs_page_and_a_smoke_run_does_not(monkeypatch, argv, page):
-    calls = []
-    monkeypatch.setattr(bench, "run", lambda **kw: calls.append(kw))
-    monkeypatch.setattr("sys.argv", ["bench", *argv])
-    bench.main()
-    assert len(calls) == 1 and calls[0]["docs_page"] == page
-
-
-def test_a_run_checks_the_pages_markers_before_it_measures_anything(tmp_path, monkeypatch):
-    page = tmp_path / "benchmark.md"
-    page.write_text("# Benchmark\n")
-    monkeypatch.setattr("kafka_landing_tools.devstack.up", lambda: pytest.fail("the run started"))
-    with pytest.raises(ValueError, match="the latest run goes between"):
-        bench.run(out=tmp_path, docs_page=page)
-
-
-def test_the_warehouse_load_is_summarised_for_each_warehouse_measured():
-    report = _report()
-    del report["warehouse"]["iceberg"]
-    assert "| warehouse load, 3 tables | 24 hours " in markdown({**report, "goals": evaluate_goals(report)})
-    report["warehouse"]["iceberg"] = {"all_hours": _m(20.0, 300_000, contender="warehouse"),
-                                      "one_hour": _m(4.0, 12_500, contender="warehouse")}
+def test_the_warehouse_load_sets_the_range_load_beside_the_same_hours_one_by_one():
+    report = _report(all_hours=20.0, one_hour=4.0, load_runs=50.0)
     md = markdown({**report, "goals": evaluate_goals(report)})
-    assert "; Iceberg: 24 hours 20.0 s; one hour 4.0 s (5.00x) |" in md and "| warehouse load, 3 tables | Parquet: " in md
-    assert "| Iceberg: 24 hours x 3 tables, one run | 300,000 | 20.00 | 15,000 |" in md, md
+    assert ("| warehouse load, 3 tables | Iceberg: 24 hours in one run 20.0 s; 24 single-hour runs 50.0 s (0.40); "
+            "one hour 4.0 s (5.00x) |") in md
+    assert "| Iceberg: 24 hours x 3 tables, one run | 300,000 | 20.00 | 15,000 |" in md
+    assert "| Iceberg: 24 hours x 3 tables, a run per hour (one process) | 300,000 | 50.00 | 6,000 |" in md
+    assert "| Iceberg: one run / single-hour runs | - | 0.40 | - | - |" in md
+    assert "| Iceberg: all hours / one hour | - | 5.00 | - | - |" in md
+    assert "Parquet" not in md
+    measured = {g["key"]: g["measured"] for g in evaluate_goals(report)}["range_vs_hours"]
+    assert measured == "3 tables x 24 hours: one run 20.0 s, 24 single-hour runs 50.0 s: 0.40x"
+
+
+def test_a_warehouse_load_without_its_single_hour_runs_leaves_that_goal_unmeasured():
+    report = _report()
+    del report["warehouse"]["single_runs"]
+    assert _verdicts(report)["range_vs_hours"] is None and _verdicts(report)["warehouse_load"] is True
+    assert "a run per hour" not in markdown({**report, "goals": evaluate_goals(report)})
+
+
+def test_the_stages_measured_alone_show_their_rates_without_the_pass():
+    report = _report()
+    report["throughput"], report["fixed_cost"] = [], None
+    row = next(line for line in stage_table(report) if line.startswith("| small 4x"))
+    assert [c.strip() for c in row.strip("|").split("|")] == [
+        "small 4x", "1,200,000", "800,000", "400,000", "266,667", "-", "-"]
+
+
+def test_the_memory_case_alone_compares_its_servers():
+    server = [{"case": "small 1x", "records": 300_000, "server_peak_rss_mb": 700},
+              {"case": "small 4x", "records": 1_200_000, "server_peak_rss_mb": 770}]
+    assert memory_rows([], server) == [{"contender": SERVER, "low_case": "small 1x", "high_case": "small 4x",
+                                        "low_mb": 700, "high_mb": 770, "ratio": 1.1}]

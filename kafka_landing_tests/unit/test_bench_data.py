@@ -5,7 +5,7 @@ import fastavro
 import pytest
 
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing_tools.bench import (
+from kafka_landing_tools.bench.data import (
     DAY_ROUTE,
     N_SHAPES,
     SCHEMAS,

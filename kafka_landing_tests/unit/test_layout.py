@@ -295,12 +295,14 @@ def misplaced_unit_tests(rel_paths: list[str]) -> list[str]:
     """Unit test files that do not say which module they test: `unit/<layer>/test_<module>[_<aspect>].py`
     for a step module of that layer (`unit/<layer>/<package>/...` for a module of a package inside it,
     `unit/<package>/...` for a module of a shared package), `unit/test_<module>[_<aspect>].py` for a
-    shared module (or a tool of `kafka_landing_tools/`, or a test support module of `kafka_landing_tests/`);
+    shared module (or a tool of `kafka_landing_tools/`, a module or a package, or a test support module of
+    `kafka_landing_tests/`);
     `test_layout.py` tests the package itself."""
     def modules(folder: Path) -> set[str]:
         return {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
 
-    shared = modules(PACKAGE) | modules(TOOLS_PACKAGE) | modules(TESTS) | {"layout"}
+    tools = modules(TOOLS_PACKAGE) | {p.name for p in TOOLS_PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    shared = modules(PACKAGE) | tools | modules(TESTS) | {"layout"}
     found = []
     for rel in rel_paths:
         *layer, name = Path(rel).parts

@@ -1,0 +1,52 @@
+"""`python -m kafka_landing_tools.bench`: every case, or the ones `--case` names, at the sizes of
+`make bench` or of the smoke run (`--quick`). A full run (every case, not --quick, not --no-docs)
+also writes its report into docs/benchmark.md as the latest run. With `--contender NAME` (the
+run's own use) it is one measurement's process: it prints what it landed as its last line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from kafka_landing_tools.bench.cases import BY_NAME, chosen, contenders
+from kafka_landing_tools.bench.options import parser, sizes_of
+from kafka_landing_tools.bench.report import DOCS_PAGE
+from kafka_landing_tools.bench.run import Options, run
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = parser("python -m kafka_landing_tools.bench")
+    ap.add_argument("--case", action="append", choices=list(BY_NAME),
+                    help="measure this case alone, with the data it needs (repeat for several); default: all")
+    # Internal: one measurement's process.
+    for name in ("--contender", "--topic", "--landing-root", "--warehouse-root", "--out-dir", "--freeze-spec",
+                 "--late-hour", "--bootstrap", "--registry", "--topics-config"):
+        ap.add_argument(name, help=argparse.SUPPRESS)
+    ap.add_argument("--hour-keys", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="range", choices=("range", "runs"), help=argparse.SUPPRESS)
+    return ap
+
+
+def contend(args: argparse.Namespace) -> None:
+    """One measurement's process: what it landed, as JSON on its last line."""
+    from kafka_landing_tools import devstack
+
+    args.bootstrap = args.bootstrap or devstack.BOOTSTRAP
+    args.registry = args.registry or devstack.REGISTRY_URL
+    result = contenders()[args.contender](args)
+    print(json.dumps(result if isinstance(result, dict) else {"records": result}))
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.contender:
+        contend(args)
+        return
+    sizes = sizes_of(args, args.case or [])
+    cases = tuple(c for c in chosen(args.case) if c.name != "many_topics" or sizes.many_topics)
+    whole = args.case is None and not args.quick and not args.no_docs
+    run(sizes, args.out, Options(cases, keep_work=args.keep_work, docs_page=DOCS_PAGE if whole else None))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The goals (the warm engine's of issues 21 and 36, the Iceberg warehouse's of issue 35), each
+met or not from two numbers this run measured; `met` is None where the run did not measure them.
+Issue 36 retired "24 hourly processes within 2x of one run" (its many-topics goal replaces it;
+the backfill table still shows both) and "3x python_valve" (now 2.5x); issue 47 retired the
+comparison with the Parquet warehouse, which is gone: Iceberg's range load is judged against its
+own single-hour load of the same hours."""
+
+from __future__ import annotations
+
+from kafka_landing_tools.bench.stack import SERVER_HEAP
+
+SERVER = "kafka_landing's Connect server"  # the memory row of the warm engine's own server, a fresh one per case
+
+GOALS = {
+    "vs_python_valve": "Largest small-record case: kafka_landing at least 2.5x python_valve",
+    "vs_python_valve_large": "Large-record case (~1 KB): kafka_landing at least 2.2x python_valve",
+    "vs_spark_by_hand": "Largest small-record case: kafka_landing at least 2x spark_by_hand",
+    "pass_vs_librdkafka_raw": ("Largest small-record case: the per-record pass (kafka_landing's seconds less an "
+                               "empty hour's) at least 80% of librdkafka_raw's rate"),
+    "warm_run": "A run on the warm engine (an empty hour): at most 4 s, at most 1 s beyond process start",
+    "warehouse_load": "Loading every landed hour of every table of a topic: at most 3x loading one hour",
+    "range_vs_hours": ("Loading every landed hour of every table of a topic into Iceberg in one run: at most half "
+                       "the time of the same hours loaded one by one (one run per hour, one process) in the same run"),
+    "iceberg_amendment": "Amending an event partition in Iceberg: at most 2x the late hour's landing-hour load",
+    "widening_year": "A new field on an Iceberg table holding a year of hours: no data file rewritten",
+    "memory_4x": "Peak memory of kafka_landing's Spark at 4x data (the warm server's, a fresh one per case, a fixed "
+                 f"{SERVER_HEAP.upper()}B heap): at most 1.2x of 1x",
+    "many_topics": "20 topics x 4 hours landed and loaded through the daemon: under 5 minutes",
+    "many_topics_vs_one": ("20 topics x 4 hours landed and loaded through the daemon: at most 3x the same records as "
+                           "one topic through the same path (issue 36)"),
+}
+TARGETS = {"vs_python_valve": ">= 2.5x", "vs_python_valve_large": ">= 2.2x", "vs_spark_by_hand": ">= 2x",
+           "pass_vs_librdkafka_raw": ">= 80%", "warm_run": "<= 4 s; <= 1 s beyond start", "warehouse_load": "<= 3x",
+           "range_vs_hours": "<= 0.5x", "iceberg_amendment": "<= 2x", "widening_year": "0 files",
+           "memory_4x": "<= 1.2x", "many_topics": "< 300 s", "many_topics_vs_one": "<= 3x"}
+
+
+def _goal(key: str, measured: str | None = None, met: bool | None = None) -> dict:
+    return {"key": key, "goal": GOALS[key], "target": TARGETS[key], "measured": measured or "not measured in this run",
+            "met": met}
+
+
+def _case(rows: list[dict], kind: str, pick) -> str | None:
+    """The case of this kind with the most (`max`) or fewest (`min`) messages."""
+    mine = [r for r in rows if r["case"].startswith(kind + " ")]
+    return pick(mine, key=lambda r: r["messages"])["case"] if mine else None
+
+
+def memory_rows(rows: list[dict], server: list[dict] | None = None) -> list[dict]:
+    """Peak RSS of each contender at the smallest and the largest small-record case; first, where
+    measured, the Connect server's (the memory case: a server of its own per case)."""
+    cases = rows or [{"case": s["case"], "messages": s["records"]} for s in server or ()]  # the memory case alone
+    lo, hi = _case(cases, "small", min), _case(cases, "small", max)
+    if lo is None or lo == hi:
+        return []
+    by = {(r["case"], r["contender"]): r for r in rows}
+    by |= {(r["case"], SERVER): {"peak_rss_mb": r["server_peak_rss_mb"]} for r in server or ()}
+    names = [SERVER] + [c for case, c in by if case == lo and c != SERVER]
+    return [{"contender": c, "low_case": lo, "high_case": hi, "low_mb": by[(lo, c)]["peak_rss_mb"],
+             "high_mb": by[(hi, c)]["peak_rss_mb"], "ratio": round(by[(hi, c)]["peak_rss_mb"] / by[(lo, c)]["peak_rss_mb"], 2)}
+            for c in names if (lo, c) in by and (hi, c) in by]
+
+
+def _vs(rows: list[dict], kind: str, key: str, other: str, factor: float) -> dict:
+    """kafka_landing against `other` on the largest case of this kind, msg/s against msg/s."""
+    case = _case(rows, kind, max)
+    by = {r["contender"]: r for r in rows if r["case"] == case}
+    kl = by.get("kafka_landing")
+    if kl is None or other not in by:
+        return _goal(key)
+    o = by[other]
+    ratio = kl["messages_per_s"] / o["messages_per_s"]
+    return _goal(key, f"{case}: kafka_landing {kl['messages_per_s']:,} msg/s ({kl['seconds']} s), "
+                 f"{other} {o['messages_per_s']:,} msg/s ({o['seconds']} s): {ratio:.2f}x", ratio >= factor)
+
+
+def _pass(rows: list[dict], f: dict | None) -> dict:
+    case = _case(rows, "small", max)
+    by = {r["contender"]: r for r in rows if r["case"] == case}
+    kl = by.get("kafka_landing")
+    if not (kl and f and "librdkafka_raw" in by and kl["seconds"] > f["empty_hour"]["seconds"]):
+        return _goal("pass_vs_librdkafka_raw")
+    pass_rate = kl["records"] / (kl["seconds"] - f["empty_hour"]["seconds"])
+    raw = by["librdkafka_raw"]["messages_per_s"]
+    return _goal("pass_vs_librdkafka_raw", f"{case}: {kl['records']:,} records in {kl['seconds']} s less an empty "
+                 f"hour's {f['empty_hour']['seconds']} s: {pass_rate:,.0f} msg/s; librdkafka_raw {raw:,} msg/s: "
+                 f"{pass_rate / raw:.0%}", pass_rate >= 0.8 * raw)
+
+
+def _warm_run(f: dict | None) -> dict:
+    if not f:
+        return _goal("warm_run")
+    e, s = f["empty_hour"]["seconds"], f["process_start"]["seconds"]
+    return _goal("warm_run", f"empty hour {e} s, process start {s} s: {e - s:.2f} s beyond start", e <= 4 and e - s <= 1)
+
+
+def _warehouse(w: dict | None) -> list[dict]:
+    """Iceberg's day against its one hour, and its range load against its single-hour loads."""
+    if not w:
+        return [_goal("warehouse_load"), _goal("range_vs_hours")]
+    a, one, n, h = w["all_hours"]["seconds"], w["one_hour"]["seconds"], len(w["tables"]), w["hours"]
+    goals = [_goal("warehouse_load", f"{n} tables, Iceberg: {h} hours {a} s, one hour {one} s: {a / one:.2f}x",
+                   a <= 3 * one)]
+    if runs := w.get("single_runs"):
+        s = runs["seconds"]
+        goals.append(_goal("range_vs_hours", f"{n} tables x {h} hours: one run {a} s, {h} single-hour runs {s} s: "
+                           f"{a / s:.2f}x", a <= 0.5 * s))
+    else:
+        goals.append(_goal("range_vs_hours"))
+    return goals
+
+
+def _amendment(a: dict | None) -> dict:
+    if not (a or {}).get("stages"):
+        return _goal("iceberg_amendment")
+    _, late, amend = a["stages"].values()
+    return _goal("iceberg_amendment", f"the amendment {amend} s ({a.get('written', 0):,} rows written), the late "
+                 f"hour's landing-hour load {late} s: {amend / late:.2f}x", amend <= 2 * late)
+
+
+def _widening(wy: dict | None) -> dict:
+    if not wy:
+        return _goal("widening_year")
+    return _goal("widening_year", f"{wy['hours']:,} hours, {wy['files_before']:,} data files: {wy['files_rewritten']} "
+                 f"rewritten, {wy['files_added']} added, in {wy['load_seconds']} s", wy["files_rewritten"] == 0)
+
+
+def _memory(rows: list[dict]) -> dict:
+    """On the warm engine the run's Spark lives in the server, outside the run's process tree: the
+    server's own memory (a fresh server per case) is judged; the classic run, whose tree holds its
+    JVM, is the second figure, and judged where the server's was not measured."""
+    memory = {r["contender"]: r for r in rows}
+    names = [n for n in (SERVER, "kafka_landing_cold", "kafka_landing") if n in memory]
+    if not names:
+        return _goal("memory_4x")
+    mem = memory[names[0]]
+    second = memory.get("kafka_landing_cold") if names[0] == SERVER else None
+    return _goal("memory_4x", f"{names[0]}: {mem['high_case']} {mem['high_mb']:,} MB, {mem['low_case']} "
+                 f"{mem['low_mb']:,} MB: {mem['ratio']:.2f}x" + (f" (the classic run: {second['ratio']:.2f}x)"
+                                                                  if second else ""),
+                 mem["high_mb"] <= 1.2 * mem["low_mb"])
+
+
+def _many_topics(mt: dict | None) -> list[dict]:
+    """Judged only at the goal's size or larger."""
+    if not mt:
+        return [_goal("many_topics"), _goal("many_topics_vs_one")]
+    sized = mt["topics"] >= 20 and mt["hours"] >= 4
+    goals = [_goal("many_topics", f"{mt['topics']} topics x {mt['hours']} hours ({mt['records']:,} rows): "
+                   f"{mt['seconds']} s", mt["seconds"] < 300 if sized else None)]
+    if one := (mt.get("as_one_topic") or {}).get("seconds"):
+        goals.append(_goal("many_topics_vs_one", f"{mt['topics']} topics {mt['seconds']} s, the same "
+                           f"{mt['records']:,} rows as one topic {one} s: {mt['seconds'] / one:.2f}x",
+                           mt["seconds"] <= 3 * one if sized else None))
+    else:
+        goals.append(_goal("many_topics_vs_one"))
+    return goals
+
+
+def evaluate_goals(report: dict) -> list[dict]:
+    """Every goal of `GOALS`, in its order, judged from this run's numbers."""
+    rows = report.get("throughput", [])
+    return [_vs(rows, "small", "vs_python_valve", "python_valve", 2.5),
+            _vs(rows, "large", "vs_python_valve_large", "python_valve", 2.2),
+            _vs(rows, "small", "vs_spark_by_hand", "spark_by_hand", 2),
+            _pass(rows, report.get("fixed_cost")),
+            _warm_run(report.get("fixed_cost")),
+            *_warehouse(report.get("warehouse")),
+            _amendment(report.get("amendment")),
+            _widening(report.get("widening")),
+            _memory(report.get("memory", [])),
+            *_many_topics(report.get("many_topics"))]
