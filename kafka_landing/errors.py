@@ -143,7 +143,7 @@ def spark_server_gone(exc: BaseException) -> bool:
     return name == "PySparkAssertionError" and "server side session identifier" in str(exc)
 
 
-# What the direct landing operator (jvm/splice DirectLanding) says when Kafka gave one of its tasks
+# What the direct landing operator (jvm/splice DirectLanding; RangeLanding) says when Kafka gave one of its tasks
 # no record for the topic's read_stall_seconds: a broker stalled, or a transaction left open that
 # long holding the read_committed end. The same hour may read a moment later.
 KAFKA_STALLED = "Kafka gave no record past offset"

@@ -19,6 +19,20 @@ from pyspark.sql.avro.functions import from_avro
 from pyspark.sql.types import ArrayType, DataType, DecimalType, MapType, StructType
 
 from kafka_landing.avro_landing import avro_schemas, body_rules, registry_answers
+from kafka_landing.avro_landing.contract import (
+    BODY_CHECK_CLASS,
+    BODY_CHECK_CONFIG,
+    BODY_COLUMN,
+    CHUNK_KEY,
+    DEAD,
+    FIELD_SEP,
+    HOUR_KEY,
+    MAY_NOT_VOUCH,
+    MAY_VOUCH,
+    UNSURE,
+)
+from kafka_landing.avro_landing.read import kafka_millis
+from kafka_landing.avro_landing.route import EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000
 from kafka_landing.errors import LandingError, is_transient
 from kafka_landing.spark_setup import SparkUnavailable
 
@@ -33,9 +47,6 @@ def frame_columns(raw: DataFrame) -> DataFrame:
     The direct operator counts the same records, by the same bounds, as bad framing. Every
     other `_kafka_timestamp` is Kafka's milliseconds too, as the direct operator writes them
     (read.kafka_millis: Spark's column is days off before 1582)."""
-    from kafka_landing.avro_landing.read import kafka_millis
-    from kafka_landing.avro_landing.route import EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000  # route imports this module
-
     value = F.col("value")
     ms = kafka_millis(F.col("timestamp"))
     stamped = ms.between(EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000 - 1)
@@ -54,27 +65,26 @@ def frame_columns(raw: DataFrame) -> DataFrame:
                                  F.lit(" ms is out of range (before year 1 or after 9999)")))
         .alias("_reason"),
         F.when(F.length(value) >= 5, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")).alias("_schema_id"),
-        F.expr("substring(value, 6)").alias("_body"),
+        F.expr("substring(value, 6)").alias(BODY_COLUMN),
         # The record's hour and frozen task (read_hours): files are written per task, so each
         # file holds a contiguous offset range of one partition, whichever hours were read together.
-        F.col("_kl_hour"),
+        F.col(HOUR_KEY),
         F.col("_kl_hour_ix"),
-        F.col("_kl_chunk"),
+        F.col(CHUNK_KEY),
     )
 
 
-# The body check (jvm/splice FastCheck, a Java UDF in the splice writer's jar): the strict walk
-# through each body under its writer schema, building no value, by the rules of body_rules.py.
+# The body check (jvm/splice FastCheck, a Java UDF in the splice writer's jar, over BodyCheck and
+# BodyWalk): the strict walk through each body under its writer schema, building no value, by the
+# rules of body_rules.py.
 # Every body goes through it before anything else reads it: a body it refuses (DEAD) is a dead
 # letter with the walk's reason and is never decoded (so no body reaches a decoder that could
 # allocate beyond its bytes); a body it vouches for (LANDS) lands without being decoded, with its
 # routing value and event time; the rest (UNSURE: a routing value or event time the walk does not
 # compute as Spark does) are decoded for those values. Whatever lands is the walked bytes, whole.
+# Its verdicts (status) and the config it reads are contract.py's.
 BODY_CHECK = "kafka_landing_body_check"
-BODY_CHECK_CLASS = "kafkalanding.splice.FastCheck"
 BODY_CHECK_TYPE = "struct<status:int,route:string,event:bigint,rule:int,field:string>"
-BODY_CHECK_CONFIG = "spark.kafka_landing.body_check."  # + key: FastCheck.CONFIG_PREFIX
-LANDS, UNSURE, DEAD = 0, 1, 2
 
 
 def dead_reason(check: F.Column, schema_id: int) -> F.Column:
@@ -115,9 +125,9 @@ def register_body_check(spark, config: str) -> str:
 
 
 def body_check_config(writer: dict, vouch: Vouch | None) -> str:
-    """The check's config (see FastCheck): whether it may vouch, the routing and event time
-    fields, the writer schema."""
-    return "\u0001".join(["1" if vouch else "0", (vouch and vouch.route_field) or "",
+    """The check's config (see contract.BODY_CHECK_CONFIG): whether it may vouch, the routing and
+    event time fields, the writer schema."""
+    return FIELD_SEP.join([MAY_VOUCH if vouch else MAY_NOT_VOUCH, (vouch and vouch.route_field) or "",
                            (vouch and vouch.event_field) or "", json.dumps(writer)])
 
 
@@ -188,7 +198,7 @@ def decode(framed: DataFrame, schema_id: int, writer: dict, vouch: Vouch | None 
 
     def decoded_as(reader: dict) -> F.Column:
         marked = json.dumps(avro_schemas.marked_reader_schema(reader))
-        return from_avro(F.col("_body"), writer_json, {"mode": "PERMISSIVE", "avroSchema": marked})
+        return from_avro(F.col(BODY_COLUMN), writer_json, {"mode": "PERMISSIVE", "avroSchema": marked})
 
     def decoded(rec: F.Column) -> F.Column:
         return rec.getField(avro_schemas.OK_MARKER).isNotNull()
@@ -204,7 +214,7 @@ def decode(framed: DataFrame, schema_id: int, writer: dict, vouch: Vouch | None 
     out_of_range = []
 
     rows = framed.where(F.col("_reason").isNull() & (F.col("_schema_id") == F.lit(schema_id)))
-    rows = rows.withColumn("_kl_check", decoded_once(F.call_udf(BODY_CHECK, F.col("_body"), F.lit(check_key))))
+    rows = rows.withColumn("_kl_check", decoded_once(F.call_udf(BODY_CHECK, F.col(BODY_COLUMN), F.lit(check_key))))
     status = F.col("_kl_check").getField("status")
     unsure = status == F.lit(UNSURE)
     wide = avro_schemas.widened_decimals(writer)

@@ -19,21 +19,22 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from kafka_landing.avro_landing import avro_schemas
+from kafka_landing.avro_landing import contract
+from kafka_landing.avro_landing.contract import DIRECT_FORMAT, ResultRow
 from kafka_landing.avro_landing.decode import Vouch, body_check_config
 from kafka_landing.avro_landing.read import READ_OPTIONS
+from kafka_landing.avro_landing.write import StagedKey
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError
 from kafka_landing.kafka_slices.plan import HourTask, read_segments
 from kafka_landing.spark_setup import default_parallelism
 
-DIRECT_FORMAT = "kafka-landing-direct"
-
 
 @dataclass
 class DirectPass:
-    """What the tasks wrote ({(hour, task, table, partition, None): file under `out`}) and counted."""
+    """What the tasks wrote ({key: file under `out`}) and counted."""
 
-    files: dict[tuple, str] = field(default_factory=dict)
+    files: dict[StagedKey, str] = field(default_factory=dict)
     read_by_hour: dict[str, int] = field(default_factory=dict)
     ids_by_hour: dict[int, set[str]] = field(default_factory=dict)
     unclaimed: int = 0
@@ -49,13 +50,19 @@ def routing_options(cfg: TopicConfig, writer: dict) -> dict[str, str]:
     """Every record's table, or the routing value -> table map and its default, as classify()
     routes a record the body check vouched for."""
     if cfg.route is None:
-        return {"table": cfg.table}
+        return {contract.OPTION_TABLE: cfg.table}
     if cfg.route.field not in avro_schemas.field_names(writer):
-        return {"table": cfg.route.default}
-    out = {"routes": "\u0002".join(f"{v}\u0001{t}" for v, t in sorted(cfg.route.tables.items()))}
+        return {contract.OPTION_TABLE: cfg.route.default}
+    pairs = (f"{v}{contract.FIELD_SEP}{t}" for v, t in sorted(cfg.route.tables.items()))
+    out = {contract.OPTION_ROUTES: contract.ITEM_SEP.join(pairs)}
     if cfg.route.default is not None:
-        out["defaultTable"] = cfg.route.default
+        out[contract.OPTION_DEFAULT_TABLE] = cfg.route.default
     return out
+
+
+def _numbers(items) -> str:
+    """Items of numbers as an option holds them (ranges, tasks)."""
+    return contract.LIST_SEP.join(contract.NUMBER_SEP.join(str(n) for n in item) for item in items)
 
 
 def land_directly(spark: SparkSession, kafka_options: dict, cfg: TopicConfig, tasks: list[HourTask],
@@ -65,47 +72,48 @@ def land_directly(spark: SparkSession, kafka_options: dict, cfg: TopicConfig, ta
     ix = {h: i for i, h in enumerate(hours)}
     ranges = [(p, s, e) for seg in read_segments(tasks, default_parallelism(spark)) for p, (s, e) in sorted(seg.items())]
     options = {
+        # The consumer's settings, each under contract.OPTION_KAFKA_PREFIX as Spark's Kafka source takes them.
         **{k: str(v) for k, v in READ_OPTIONS.items()}, **{k: str(v) for k, v in kafka_options.items()},
-        "topic": cfg.topic,
-        "ranges": ",".join(f"{p}:{s}:{e}" for p, s, e in ranges),
-        "tasks": ",".join(f"{ix[t.hour]}:{t.partition}:{t.start}:{t.end}" for t in tasks),
-        "hours": ",".join(hours),
-        "schemaId": str(schema_id),
-        "check": body_check_config(writer, vouch),
-        "landingSchema": json.dumps(avro_schemas.landing_schema(writer)),
-        "out": out,
-        "timeoutMs": str(cfg.read_stall_seconds * 1000),
+        contract.OPTION_TOPIC: cfg.topic,
+        contract.OPTION_RANGES: _numbers(ranges),
+        contract.OPTION_TASKS: _numbers((ix[t.hour], t.partition, t.start, t.end) for t in tasks),
+        contract.OPTION_HOURS: contract.LIST_SEP.join(hours),
+        contract.OPTION_SCHEMA_ID: str(schema_id),
+        contract.OPTION_CHECK: body_check_config(writer, vouch),
+        contract.OPTION_LANDING_SCHEMA: json.dumps(avro_schemas.landing_schema(writer)),
+        contract.OPTION_OUT: out,
+        contract.OPTION_TIMEOUT_MS: str(cfg.read_stall_seconds * 1000),
         **routing_options(cfg, writer),
     }
     rows = spark.read.format(DIRECT_FORMAT).options(**options).load().collect()
     got = DirectPass(read_by_hour={h: 0 for h in hours})
-    for r in rows:
-        kind = r["kind"]
-        if kind == "unsure":
+    for r in (ResultRow.of(row.asDict()) for row in rows):
+        kind = r.kind
+        if kind == contract.KIND_UNSURE:
             got.unsure = True
-        elif kind == "file":
-            key = (hours[r["hour_ix"]], r["chunk"], r["table"], r["part"], None)
+        elif kind == contract.KIND_FILE:
+            key = StagedKey(hours[r.hour_ix], r.chunk, r.table, r.part)
             if key in got.files:
                 raise LandingError(f"{cfg.topic}: two files were reported for one frozen task and table {key} under {out}; "
                                    "nothing was published")
-            got.files[key] = r["path"]
-        elif kind == "hour":
-            got.read_by_hour[hours[r["hour_ix"]]] += r["n"]
-        elif kind == "id":
-            got.ids_by_hour.setdefault(r["schema_id"], set()).add(hours[r["hour_ix"]])
-        elif kind == "unclaimed":
-            got.unclaimed += r["n"]
-        elif kind == "bad_framing":
-            got.bad_framing += r["n"]
-        elif kind == "records":
-            got.records += r["n"]
-        elif kind == "dead":
-            got.dead += r["n"]
-        elif kind == "gaps":
-            h = hours[r["hour_ix"]]
-            got.gaps_by_hour[h] = got.gaps_by_hour.get(h, 0) + r["n"]
-        elif kind == "gap":
-            got.gaps_shown.setdefault(hours[r["hour_ix"]], []).append((r["part"], r["offset"], r["n"]))
+            got.files[key] = r.path
+        elif kind == contract.KIND_HOUR:
+            got.read_by_hour[hours[r.hour_ix]] += r.n
+        elif kind == contract.KIND_ID:
+            got.ids_by_hour.setdefault(r.schema_id, set()).add(hours[r.hour_ix])
+        elif kind == contract.KIND_UNCLAIMED:
+            got.unclaimed += r.n
+        elif kind == contract.KIND_BAD_FRAMING:
+            got.bad_framing += r.n
+        elif kind == contract.KIND_RECORDS:
+            got.records += r.n
+        elif kind == contract.KIND_DEAD:
+            got.dead += r.n
+        elif kind == contract.KIND_GAPS:
+            h = hours[r.hour_ix]
+            got.gaps_by_hour[h] = got.gaps_by_hour.get(h, 0) + r.n
+        elif kind == contract.KIND_GAP:
+            got.gaps_shown.setdefault(hours[r.hour_ix], []).append((r.part, r.offset, r.n))
     for shown in got.gaps_shown.values():
         shown.sort()
     return got

@@ -42,7 +42,8 @@ from kafka_landing.avro_landing.decode import (
     Vouch,
 )
 from kafka_landing.avro_landing import engine_losses
-from kafka_landing.avro_landing.direct import DIRECT_FORMAT, land_directly
+from kafka_landing.avro_landing.contract import DIRECT_FORMAT
+from kafka_landing.avro_landing.direct import land_directly
 from kafka_landing.avro_landing.publish import keep_rejected_dead_letters, publish
 from kafka_landing.avro_landing.read import read_hours
 from kafka_landing.avro_landing.registry_answers import RegistryError

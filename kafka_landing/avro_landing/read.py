@@ -14,6 +14,7 @@ from functools import reduce
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from kafka_landing.avro_landing.contract import CHUNK_KEY, HOUR_KEY
 from kafka_landing.kafka_slices.plan import HourTask, read_segments
 from kafka_landing.spark_setup import default_parallelism
 
@@ -72,10 +73,10 @@ def read_hours(spark: SparkSession, kafka_options: dict, topic: str, tasks: list
     ix = {h: i for i, h in enumerate(sorted({t.hour for t in tasks}))}
     # A literal table built in the JVM: createDataFrame from Python rows would start a Python worker.
     bounds = spark.range(1).select(F.inline(F.array(*[
-        F.struct(F.lit(t.hour).alias("_kl_hour"), F.lit(ix[t.hour]).alias("_kl_hour_ix"),
-                 F.lit(t.partition).cast("long").alias("_t_part"), F.lit(t.start).cast("long").alias("_kl_chunk"),
+        F.struct(F.lit(t.hour).alias(HOUR_KEY), F.lit(ix[t.hour]).alias("_kl_hour_ix"),
+                 F.lit(t.partition).cast("long").alias("_t_part"), F.lit(t.start).cast("long").alias(CHUNK_KEY),
                  F.lit(t.end).cast("long").alias("_t_end"))
         for t in tasks])))
-    claimed = ((raw["partition"] == bounds["_t_part"]) & (raw["offset"] >= bounds["_kl_chunk"])
+    claimed = ((raw["partition"] == bounds["_t_part"]) & (raw["offset"] >= bounds[CHUNK_KEY])
                & (raw["offset"] < bounds["_t_end"]))
     return raw.join(F.broadcast(bounds), claimed, "left").drop("_t_part", "_t_end")

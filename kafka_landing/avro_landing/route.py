@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 )
 
 from kafka_landing.avro_landing import avro_schemas, body_rules
-from kafka_landing.avro_landing.decode import LANDS
+from kafka_landing.avro_landing.contract import LANDS, TABLE_KEY
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError
 
@@ -213,9 +213,9 @@ def classify(decoded: DataFrame, cfg: TopicConfig, where: str, schema_id: int, w
             table = F.when(vouched, table_of(cfg, check.getField("route"))).otherwise(table)
         if ehour is not None and cfg.event_time_field in rec_type.names:
             ehour = F.when(vouched, hour_of(F.timestamp_micros(check.getField("event")))).otherwise(ehour)
-    out = decoded.withColumn("_kl_table", table)
+    out = decoded.withColumn(TABLE_KEY, table)
     if ehour is not None:
-        out = out.withColumn("_kl_ehour", ehour)
+        out = out.withColumn(avro_schemas.EVENT_HOUR_KEY, ehour)
     value_why = [F.when(bad, F.lit(f"field {f.name!r} {what}"))
                  for f in rec_type.fields if f.name != avro_schemas.OK_MARKER
                  for leaf, what in VALUE_CHECKS

@@ -27,12 +27,24 @@ import json
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.avro_landing import avro_schemas
+from kafka_landing.avro_landing.contract import (
+    BODY_COLUMN,
+    CHUNK_KEY,
+    HOUR_KEY,
+    OPTION_AVRO_SCHEMA,
+    OPTION_WRITER_SCHEMA,
+    PART_KEY,
+    SPLICE_FORMAT,
+    STAGED_KEYS,
+    TABLE_KEY,
+)
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import KafkaLandingError, LandingError
 from kafka_landing.kafka_slices.plan import TASKS_PER_READ
@@ -46,12 +58,11 @@ from kafka_landing.naming import (
 )
 from kafka_landing.store.base import LandingStore
 
-NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
-SPLICE_FORMAT = "kafka-landing-splice"
 SPLICE_JAR = "kafka-landing-splice-0.jar"
+NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"  # the event hour folder of a record with none, as Spark names it
 
 # What a dead letter keeps of a record, whichever step turned it away.
-DEAD_LETTER_COLUMNS = [*avro_schemas.META_COLUMNS, "_value", "_schema_id", "_reason", "_kl_hour"]
+DEAD_LETTER_COLUMNS = [*avro_schemas.META_COLUMNS, "_value", "_schema_id", "_reason", HOUR_KEY]
 
 
 class NothingWritten(KafkaLandingError, RuntimeError):
@@ -68,13 +79,31 @@ class Staged:
     table: str | None = None
 
 
-def _group_files(store: LandingStore, rel_dir: str) -> dict[tuple, str]:
-    """{(hour, task, table, partition, event hour): file} of Spark's partitioned output under `rel_dir`."""
+class StagedKey(NamedTuple):
+    """Where a staged file belongs: its folders (contract.STAGED_KEYS, then the event hour's). A
+    dead letter's has no frozen task, table nor event hour; a landing file's, no event hour unless
+    its topic is split by one."""
+
+    hour: str
+    chunk: int | None  # the frozen task's first offset
+    table: str | None
+    part: int
+    event_hour: str | None = None
+
+    @classmethod
+    def of(cls, folders: str) -> StagedKey:
+        """The key of a file under `folders` (a path below the write's output)."""
+        keys = dict(re.findall(r"(_kl_\w+)=([^/]+)", folders))
+        event_hour = keys.get(avro_schemas.EVENT_HOUR_KEY)
+        return cls(keys[HOUR_KEY], int(keys[CHUNK_KEY]) if CHUNK_KEY in keys else None, keys.get(TABLE_KEY),
+                   int(keys[PART_KEY]), None if event_hour in (None, NO_EVENT_HOUR) else event_hour)
+
+
+def _group_files(store: LandingStore, rel_dir: str) -> dict[StagedKey, str]:
+    """{key: file} of Spark's partitioned output under `rel_dir`."""
     out = {}
     for rel in store.walk(rel_dir, ".avro"):
-        keys = dict(re.findall(r"(_kl_\w+)=([^/]+)", rel[len(rel_dir):]))
-        k = (keys["_kl_hour"], int(keys["_kl_chunk"]) if "_kl_chunk" in keys else None, keys.get("_kl_table"),
-             int(keys["_kl_part"]), None if keys.get("_kl_ehour") in (None, NO_EVENT_HOUR) else keys["_kl_ehour"])
+        k = StagedKey.of(rel[len(rel_dir):])
         if k in out:
             raise LandingError(f"Spark wrote two files for one group {k} under {store.location(rel_dir)}; "
                                "expected one per frozen task")
@@ -137,18 +166,18 @@ def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: 
     """The records of classify() with no reason, as Avro files per (hour, task, table,
     partition[, event hour]), each in offset order. `splice`: each record's body bytes as
     produced (see the module's docstring); otherwise its decoded fields, re-encoded by Spark."""
-    split = "_kl_ehour" in classified.columns
-    keys = ["_kl_hour", "_kl_chunk", "_kl_table", "_kl_part"] + (["_kl_ehour"] if split else [])
-    options = {"avroSchema": json.dumps(avro_schemas.landing_schema(writer))}
+    split = avro_schemas.EVENT_HOUR_KEY in classified.columns
+    keys = [*STAGED_KEYS, *([avro_schemas.EVENT_HOUR_KEY] if split else [])]
+    options = {OPTION_AVRO_SCHEMA: json.dumps(avro_schemas.landing_schema(writer))}
     if splice:
-        fmt, record, options["writerSchema"] = SPLICE_FORMAT, [F.col("_body")], json.dumps(writer)
+        fmt, record, options[OPTION_WRITER_SCHEMA] = SPLICE_FORMAT, [F.col(BODY_COLUMN)], json.dumps(writer)
     else:
         fmt, record = "avro", [F.col("_rec").getField(n).alias(n) for n in avro_schemas.field_names(writer)]
     good = classified.where(F.col("_reason").isNull()).select(
         *record,
         *[F.col(c) for c in avro_schemas.META_COLUMNS],
-        F.col("_kl_hour"), F.col("_kl_chunk"), F.col("_kl_table"), F.col("_kafka_partition").alias("_kl_part"),
-        *([F.col("_kl_ehour")] if split else []),
+        F.col(HOUR_KEY), F.col(CHUNK_KEY), F.col(TABLE_KEY), F.col("_kafka_partition").alias(PART_KEY),
+        *([F.col(avro_schemas.EVENT_HOUR_KEY)] if split else []),
     )
     out = f"{staging}/schema_id={schema_id}"
     if split:  # sorted by the writer's own keys, then the offset: a file's records in log order
@@ -170,9 +199,9 @@ def write_good(classified: DataFrame, cfg: TopicConfig, schema_id: int, writer: 
     return staged_files(store, cfg, schema_id, _group_files(store, out))
 
 
-def staged_files(store: LandingStore, cfg: TopicConfig, schema_id: int, groups: dict[tuple, str]) -> list[Staged]:
-    """The written files {(hour, task, table, partition, event hour): where} as landing files:
-    rows, first and last offsets (their names) read from each file itself."""
+def staged_files(store: LandingStore, cfg: TopicConfig, schema_id: int, groups: dict[StagedKey, str]) -> list[Staged]:
+    """The written files {key: where} as landing files: rows, first and last offsets (their
+    names) read from each file itself."""
     staged = []
     # None (no chunk, no event time) sorts before any value: a partition's records with no event
     # time and those with one are two groups of one task.
@@ -197,22 +226,22 @@ def write_dead_letters(dead: DataFrame, topic: str, store: LandingStore,
         F.col("_kafka_offset").alias("offset"), F.col("_kafka_timestamp").alias("timestamp"),
         F.col("_kafka_key").alias("key"), F.col("_value").alias("value"), F.col("_kafka_headers").alias("headers"),
         F.col("_schema_id").alias("schema_id"), F.col("_reason").alias("reason"),
-        F.col("_kl_hour"), F.col("_kafka_partition").alias("_kl_part"),
+        F.col(HOUR_KEY), F.col("_kafka_partition").alias(PART_KEY),
     )
     out = f"{staging}/dead_letters"
     # Few rows, from several decode passes: gathered into one file per (hour, partition).
-    (dead.repartition("_kl_hour", "_kl_part").sortWithinPartitions("_kl_hour", "_kl_part", "offset")
-     .write.partitionBy("_kl_hour", "_kl_part").format("avro")
-     .option("avroSchema", json.dumps(avro_schemas.DEAD_LETTER_SCHEMA)).mode("error").save(store.location(out)))
+    (dead.repartition(HOUR_KEY, PART_KEY).sortWithinPartitions(HOUR_KEY, PART_KEY, "offset")
+     .write.partitionBy(HOUR_KEY, PART_KEY).format("avro")
+     .option(OPTION_AVRO_SCHEMA, json.dumps(avro_schemas.DEAD_LETTER_SCHEMA)).mode("error").save(store.location(out)))
     files = _group_files(store, out)
     if not files:
         return [], {}
     # Counted from what was written (a small read of the dead letters only, never of Kafka).
     counted = (dead.sparkSession.read.format("avro").load(store.location(out))
-               .groupBy("_kl_hour", "reason").agg(F.count(F.lit(1)).alias("rows")).collect())
+               .groupBy(HOUR_KEY, "reason").agg(F.count(F.lit(1)).alias("rows")).collect())
     by_reason: dict[str, dict[str, int]] = {}
     for r in counted:
-        by_reason.setdefault(r["_kl_hour"], {})[r["reason"]] = r["rows"]
+        by_reason.setdefault(r[HOUR_KEY], {})[r["reason"]] = r["rows"]
     staged = []
     for (hour, _t, _table, part, _e), src in sorted(files.items()):
         rows, first, last = _written(store, src, f"the dead letters of topic {topic!r} partition {part} (hour {hour})",

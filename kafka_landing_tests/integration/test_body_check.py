@@ -21,7 +21,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from kafka_landing.avro_landing import avro_schemas, body_rules
-from kafka_landing.avro_landing.decode import DEAD, LANDS, Vouch, decode_checked, frame_columns
+from kafka_landing.avro_landing.contract import DEAD, LANDS
+from kafka_landing.avro_landing.decode import Vouch, decode_checked, frame_columns
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.route import classify
 from kafka_landing.avro_landing.write import write_good

@@ -329,3 +329,88 @@ def test_a_unit_test_named_after_no_module_is_found():
         "warehouse/queue/test_sensors.py", "queue/test_tick.py", "handoff/test_load.py", "test_markers.py"]
     assert misplaced_unit_tests(["kafka_slices/test_plan_tasks.py", "test_config.py", "test_bigquery_fake.py",
                                  "warehouse/queue/test_tick.py", "handoff/test_markers.py"]) == []
+
+
+# The JVM operators (jvm/splice) keep the shape their split by role gave them: a file per role, as
+# Spark's own Kafka source has, none over 400 lines, no method over 60.
+JVM = PACKAGE.parent / "jvm"
+JAVA_MAX_LINES = 400
+JAVA_MAX_METHOD_LINES = 60
+# Strings, chars and comments, in the order they come: blanked before the code is read, so a brace
+# or a word inside one is never taken for code.
+_JAVA_NOISE = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/', re.S)
+_JAVA_METHOD = re.compile(r"^[ \t]*(?:(?:public|protected|private|static|final|synchronized|abstract|default)\s+)*"
+                          r"(?:<[^;{}()=]*?>\s+)?(?:[\w.]+(?:<[^;{}()=]*?>)?(?:\[\])*\s+)?"  # type parameters, type
+                          r"(\w+)\s*\([^;{}]*\)\s*(?:throws\s[^;{}]*)?\{", re.M)
+_NOT_METHODS = {"if", "for", "while", "switch", "catch", "synchronized", "return", "new", "try"}
+
+
+def java_code(source: str) -> str:
+    """The source with its strings, chars and comments blanked, lines kept."""
+    return _JAVA_NOISE.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), source)
+
+
+def _closing(code: str, opening: int) -> int:
+    """Where the brace opened at `opening` closes."""
+    depth = 0
+    for at in range(opening, len(code)):
+        depth += {"{": 1, "}": -1}.get(code[at], 0)
+        if depth == 0:
+            return at
+    raise ValueError("a brace never closes")
+
+
+def java_methods(source: str) -> dict[str, int]:
+    """{name:line: lines} of each method and constructor, from its signature to its closing brace."""
+    code = java_code(source)
+    found = {}
+    for m in _JAVA_METHOD.finditer(code):
+        if m[1] in _NOT_METHODS:
+            continue
+        start = code.count("\n", 0, m.start()) + 1
+        found[f"{m[1]}:{start}"] = code.count("\n", m.start(), _closing(code, m.end() - 1)) + 1
+    return found
+
+
+def java_top_level_types(source: str) -> list[str]:
+    """The classes, interfaces, enums and records a Java source declares outside any other."""
+    code, depth, found = java_code(source), 0, []
+    for m in re.finditer(r"[{}]|\b(?:class|interface|enum|record)\s+(\w+)", code):
+        if m[0] in "{}":
+            depth += 1 if m[0] == "{" else -1
+        elif depth == 0:
+            found.append(m[1])
+    return found
+
+
+def java_sources() -> dict[str, str]:
+    return {str(p.relative_to(JVM)): p.read_text() for p in sorted(JVM.rglob("*.java"))}
+
+
+def test_no_java_file_is_over_400_lines():
+    sources = java_sources()
+    assert len(sources) > 10, "no Java source found under jvm/"
+    assert {rel: n for rel, s in sources.items() if (n := len(s.splitlines())) > JAVA_MAX_LINES} == {}
+
+
+def test_no_java_method_is_over_60_lines():
+    methods = {f"{rel}:{m}": n for rel, s in java_sources().items() for m, n in java_methods(s).items()}
+    assert len(methods) > 80 and any("RangeLanding.java:land:" in m for m in methods), "the pattern finds no method"
+    assert {m: n for m, n in methods.items() if n > JAVA_MAX_METHOD_LINES} == {}
+
+
+def test_each_java_file_holds_one_top_level_class_named_after_it():
+    sources = java_sources()
+    assert len(sources) > 10
+    assert {rel: java_top_level_types(s) for rel, s in sources.items()
+            if java_top_level_types(s) != [Path(rel).stem]} == {}
+
+
+def test_a_long_java_method_or_a_second_class_is_found():
+    body = "\n".join(f"    x += {i};" for i in range(61))
+    source = ("/** a class { in a comment } */\nfinal class A {\n  private static final String S = \"}{\";\n"
+              f"  A(int x) {{\n    if (x > 0) {{\n      x = 1;\n    }}\n  }}\n\n"
+              f"  static <T> List<T> longest(Map<String, int[]> m,\n      long y) throws IOException {{\n{body}\n  }}\n}}\n"
+              "class B {}\n")
+    assert java_methods(source) == {"A:4": 5, "longest:10": 64}
+    assert java_top_level_types(source) == ["A", "B"]

@@ -1,5 +1,9 @@
 package kafkalanding.splice;
 
+import static kafkalanding.splice.Contract.OPTION_AVRO_SCHEMA;
+import static kafkalanding.splice.Contract.OPTION_WRITER_SCHEMA;
+import static kafkalanding.splice.Contract.SPLICE_FORMAT;
+
 import java.io.Serializable;
 import java.util.Locale;
 import java.util.Map;
@@ -31,31 +35,29 @@ import scala.jdk.javaapi.CollectionConverters;
  * setting ({@code spark.sql.avro.compression.codec}), as for format("avro").
  */
 public final class SpliceFileFormat implements FileFormat, DataSourceRegister, Serializable {
-  public static final String SHORT_NAME = "kafka-landing-splice";
-
   @Override
   public String shortName() {
-    return SHORT_NAME;
+    return SPLICE_FORMAT;
   }
 
   @Override
   public String toString() {
-    return SHORT_NAME;
+    return SPLICE_FORMAT;
   }
 
   @Override
   public Option<StructType> inferSchema(
       SparkSession spark, scala.collection.immutable.Map<String, String> options, Seq<FileStatus> files) {
     throw new UnsupportedOperationException(
-        SHORT_NAME + " only writes landing files; read them with format(\"avro\")");
+        SPLICE_FORMAT + " only writes landing files; read them with format(\"avro\")");
   }
 
   @Override
   public OutputWriterFactory prepareWrite(
       SparkSession spark, Job job, scala.collection.immutable.Map<String, String> options, StructType dataSchema) {
     Map<String, String> opts = CollectionConverters.asJava(options);
-    String landing = required(opts, "avroSchema");
-    String writer = required(opts, "writerSchema");
+    String landing = required(opts, OPTION_AVRO_SCHEMA);
+    String writer = required(opts, OPTION_WRITER_SCHEMA);
     String codec = spark.conf().get("spark.sql.avro.compression.codec", "snappy").toLowerCase(Locale.ROOT);
     int level = Integer.parseInt(spark.conf().get("spark.sql.avro.deflate.level", "-1"));
     SpliceWriterFactory factory = new SpliceWriterFactory(landing, writer, codec, level, dataSchema);
@@ -69,7 +71,7 @@ public final class SpliceFileFormat implements FileFormat, DataSourceRegister, S
         return e.getValue();
       }
     }
-    throw new IllegalArgumentException(SHORT_NAME + " needs the option " + name);
+    throw new IllegalArgumentException(SPLICE_FORMAT + " needs the option " + name);
   }
 
   @Override
@@ -79,6 +81,6 @@ public final class SpliceFileFormat implements FileFormat, DataSourceRegister, S
 
   @Override
   public int hashCode() {
-    return SHORT_NAME.hashCode();
+    return SPLICE_FORMAT.hashCode();
   }
 }

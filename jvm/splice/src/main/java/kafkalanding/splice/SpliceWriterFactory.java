@@ -1,5 +1,9 @@
 package kafkalanding.splice;
 
+import static kafkalanding.splice.Contract.BODY_COLUMN;
+import static kafkalanding.splice.Contract.SPLICE_FORMAT;
+import static kafkalanding.splice.LandingFile.KAFKA_COLUMNS;
+
 import java.util.List;
 
 import org.apache.avro.Schema;
@@ -15,11 +19,6 @@ import org.apache.spark.sql.types.StructType;
 
 /** Serialised to every task: the schemas travel as JSON and are parsed once per file. */
 final class SpliceWriterFactory extends OutputWriterFactory {
-  static final String BODY = "_body";
-  /** The Kafka columns, in the landing schema's order, with the types Spark's Kafka source gives them. */
-  static final List<String> KAFKA_COLUMNS = List.of(
-      "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key", "_kafka_headers");
-
   private final String landingJson;
   private final String writerJson;
   private final String codec;
@@ -41,7 +40,7 @@ final class SpliceWriterFactory extends OutputWriterFactory {
     List<Schema.Field> lf = landing.getFields();
     List<Schema.Field> wf = writer.getFields();
     if (lf.size() != wf.size() + KAFKA_COLUMNS.size()) {
-      throw new IllegalArgumentException(SpliceFileFormat.SHORT_NAME + ": the landing schema has " + lf.size()
+      throw new IllegalArgumentException(SPLICE_FORMAT + ": the landing schema has " + lf.size()
           + " fields, not the writer schema's " + wf.size() + " plus the " + KAFKA_COLUMNS.size() + " Kafka columns");
     }
     for (int i = 0; i < lf.size(); i++) {
@@ -49,11 +48,11 @@ final class SpliceWriterFactory extends OutputWriterFactory {
       Schema actual = lf.get(i).schema();
       if (!lf.get(i).name().equals(expected)
           || (i < wf.size() && !actual.toString().equals(wf.get(i).schema().toString()))) {
-        throw new IllegalArgumentException(SpliceFileFormat.SHORT_NAME + ": landing field " + i + " ("
+        throw new IllegalArgumentException(SPLICE_FORMAT + ": landing field " + i + " ("
             + lf.get(i).name() + ") is not the writer schema's field " + expected + " with the same type");
       }
     }
-    expect(BODY, DataTypes.BinaryType);
+    expect(BODY_COLUMN, DataTypes.BinaryType);
     expect("_kafka_topic", DataTypes.StringType);
     expect("_kafka_partition", DataTypes.IntegerType);
     expect("_kafka_offset", DataTypes.LongType);
@@ -63,7 +62,7 @@ final class SpliceWriterFactory extends OutputWriterFactory {
     if (!(headers instanceof ArrayType a) || !(a.elementType() instanceof StructType h) || h.fields().length != 2
         || !h.fields()[0].dataType().equals(DataTypes.StringType)
         || !h.fields()[1].dataType().equals(DataTypes.BinaryType)) {
-      throw new IllegalArgumentException(SpliceFileFormat.SHORT_NAME + ": _kafka_headers is " + headers.simpleString()
+      throw new IllegalArgumentException(SPLICE_FORMAT + ": _kafka_headers is " + headers.simpleString()
           + ", not array<struct<key:string,value:binary>>");
     }
     codec();
@@ -72,38 +71,34 @@ final class SpliceWriterFactory extends OutputWriterFactory {
   private void expect(String column, DataType type) {
     DataType actual = dataSchema.apply(index(column)).dataType();
     if (!actual.equals(type)) {
-      throw new IllegalArgumentException(SpliceFileFormat.SHORT_NAME + ": column " + column + " is "
+      throw new IllegalArgumentException(SPLICE_FORMAT + ": column " + column + " is "
           + actual.simpleString() + ", not " + type.simpleString());
     }
   }
 
-  int index(String column) {
+  private int index(String column) {
     StructField[] fields = dataSchema.fields();
     for (int i = 0; i < fields.length; i++) {
       if (fields[i].name().equals(column)) {
         return i;
       }
     }
-    throw new IllegalArgumentException(SpliceFileFormat.SHORT_NAME + ": the input has no column " + column
+    throw new IllegalArgumentException(SPLICE_FORMAT + ": the input has no column " + column
         + " (it has " + String.join(", ", dataSchema.fieldNames()) + ")");
   }
 
-  CodecFactory codec() {
-    return codec(codec, deflateLevel);
+  private CodecFactory codec() {
+    return LandingFile.codec(codec, deflateLevel);
   }
 
-  /** Spark's Avro codec setting ({@code spark.sql.avro.compression.codec}) as Avro's codec. */
-  static CodecFactory codec(String name, int deflateLevel) {
-    switch (name) {
-      case "uncompressed":
-        return CodecFactory.nullCodec();
-      case "snappy":  // the default: Avro's blocks, without a new buffer per block
-        return ReusedSnappyCodec.FACTORY;
-      case "deflate":
-        return CodecFactory.deflateCodec(deflateLevel);
-      default:
-        return CodecFactory.fromString(name);
+  /** Where the body column, then each Kafka column, is in the input rows. */
+  private int[] columns() {
+    int[] at = new int[1 + KAFKA_COLUMNS.size()];
+    at[0] = index(BODY_COLUMN);
+    for (int i = 1; i < at.length; i++) {
+      at[i] = index(KAFKA_COLUMNS.get(i - 1));
     }
+    return at;
   }
 
   @Override
@@ -113,6 +108,7 @@ final class SpliceWriterFactory extends OutputWriterFactory {
 
   @Override
   public OutputWriter newInstance(String path, StructType dataSchema, TaskAttemptContext context) {
-    return new SpliceWriter(path, context.getConfiguration(), new Schema.Parser().parse(landingJson), codec(), this);
+    return new SpliceWriter(path, context.getConfiguration(), new Schema.Parser().parse(landingJson), codec(),
+        columns());
   }
 }

@@ -11,10 +11,10 @@ import org.apache.avro.io.EncoderFactory;
 
 /**
  * One landed record as its file takes it: the body's bytes up to the end of the record they hold,
- * then the Kafka columns, encoded into a buffer of its own. Both writers fill one and append it
- * through {@link #WRITER}, which copies the two slices straight into the file's block: a record
- * allocates nothing (Avro's appendEncoded copies every record into a new array first). A writer
- * keeps one and refills it per record.
+ * then the Kafka columns, encoded into a buffer of its own. A {@link LandingFile} keeps one,
+ * refills it per record and appends it through {@link #WRITER}, which copies the two slices
+ * straight into the file's block: a record allocates nothing (Avro's appendEncoded copies every
+ * record into a new array first).
  */
 final class SplicedRecord {
   /** Writes a record's two slices as they are; the landing file's schema describes the result. */
@@ -43,26 +43,14 @@ final class SplicedRecord {
   private int to;
 
   /**
-   * The next record: its body `body[from, to)`, then the Kafka columns up to the headers, encoded as
-   * the landing schema has them (META_FIELDS); the key is `key[keyFrom, keyFrom + keyLength)`, or
-   * null. The headers follow through the encoder returned.
+   * The next record: its body `body[from, to)`, then what the encoder returned is given (the Kafka
+   * columns, encoded by {@link LandingFile}).
    */
-  BinaryEncoder start(byte[] body, int from, int to, byte[] topic, int partition, long offset, long timestampMs,
-      byte[] key, int keyFrom, int keyLength) throws IOException {
+  BinaryEncoder start(byte[] body, int from, int to) {
     this.body = body;
     this.from = from;
     this.to = to;
     kafka.reset();
-    enc.writeBytes(topic);  // a string is encoded as bytes are: the length, then the UTF-8 bytes
-    enc.writeInt(partition);
-    enc.writeLong(offset);
-    enc.writeLong(timestampMs);
-    if (key == null) {
-      enc.writeIndex(0);
-    } else {
-      enc.writeIndex(1);
-      enc.writeBytes(key, keyFrom, keyLength);
-    }
     return enc;
   }
 }
