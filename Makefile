@@ -18,7 +18,7 @@ else
 INSTANCE_YAML := dagster.yaml
 endif
 
-.PHONY: setup instance jvm stack-up stack-down stack-status demo demo-reset test bench bench-quick clean
+.PHONY: setup instance jvm stack-up stack-down stack-status demo demo-reset test fuzz bench bench-quick clean
 
 setup: .venv/.installed .jvm/.fetched instance
 
@@ -77,6 +77,13 @@ demo-reset:
 # pytest exits non-zero (5) when it collects no test, so an empty run fails here.
 test: stack-up
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The differential fuzz of bodies alone, with FUZZ_EXAMPLES drawn examples instead of the suite's
+# few (each a landing both ways, 5-12 s), a failure shrunk to a small case (docs/testing.md).
+FUZZ_EXAMPLES ?= 200
+fuzz: stack-up
+	KAFKA_LANDING_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest $(PYTEST_ARGS) \
+		"kafka_landing_tests/integration/test_body_fuzz.py::test_every_body_lands_as_a_strict_decoder_reads_it_in_three_readers_or_is_a_dead_letter"
 
 bench: stack-up
 	$(PY) -m kafka_landing_tools.bench $(BENCH_ARGS)
