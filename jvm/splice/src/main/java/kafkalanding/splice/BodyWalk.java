@@ -338,16 +338,16 @@ final class BodyWalk {
     return i;
   }
 
-  /** A string's or bytes' length, which Avro's reader reads as an int, before anything is read. */
+  /** A string's or bytes' length, checked against the bytes left before anything is read. */
   private int length() throws Dead {
-    int n = readInt();
+    long n = readLong();  // a long to every reader: padded past an int's five bytes, it still reads
     if (n < 0 || n > limit - pos) {
       throw dead(RULE_BEYOND_BYTES);
     }
     if (n > MAX_LENGTH) {
       throw dead(RULE_TOO_LONG);
     }
-    return n;
+    return (int) n;
   }
 
   /** The string at `at`, read by a strict UTF-8 decoder. */
