@@ -49,7 +49,11 @@ def plan(args, parser) -> int:
         hours_between(args.first, args.last)
     except ValueError as exc:
         parser.error(str(exc))  # exits 2
-    kafka, landing, warehouse = _resources()
+    try:
+        kafka, landing, warehouse = _resources()
+    except ValueError as exc:  # the environment names no usable resource: said with what to set
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     try:
         config = landing.config()
         cfg = config.topic(args.topic)
@@ -84,7 +88,11 @@ def reload(args, parser) -> int:
     from kafka_landing.naming import EVENTS_DIR, event_table
     from kafka_landing.warehouse.load import load_unit, reload_table
 
-    landing, warehouse, pyspark = _resources_with_spark()
+    try:
+        landing, warehouse, pyspark = _resources_with_spark()
+    except ValueError as exc:  # the environment names no usable resource: said with what to set
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     try:
         config = landing.config()
         topics = [config.topic(t) for t in args.topic] if args.topic else list(config.topics.values())

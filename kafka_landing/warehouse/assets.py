@@ -1,10 +1,10 @@
 """Layer 3, `warehouse/<dataset>/<table>`: each hour's partition of a table,
 replaced atomically from the files its done file lists, by the configured
-backend (Parquet or BigQuery, see `load.py`). The checks are in checks.py.
+backend (Iceberg or BigQuery, see `load.py`). The checks are in checks.py.
 
 A run loads one hour or a range of them (the done-file sensor asks for a table's
 consecutive ready hours in one run) through `run_hours`, with one
-SparkResource: the Parquet backend asks it for the session at its first
+SparkResource: the Iceberg backend asks it for the session at its first
 hour and every later hour of the run gets the same one, so a run opens a Spark
 session at most once; the BigQuery backend never asks, so its runs start no JVM (and the
 sensor gives them no `kafka_landing/spark` tag, so they take no Spark slot).
@@ -56,10 +56,10 @@ def warehouse_key(dataset: str, table: str) -> AssetKey:
     return AssetKey([GROUP, dataset, table])
 
 
-SPARK_WAREHOUSES = frozenset({"parquet", "iceberg"})  # the backends whose loads run Spark
+SPARK_WAREHOUSES = frozenset({"iceberg"})  # the backends whose loads run Spark
 
 
-def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
+def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "iceberg"):
     key = warehouse_key(cfg.dataset, table)
 
     @asset(
@@ -146,7 +146,7 @@ def _writable(backend, name: str) -> None:
                                 nothing_loaded=True)) from None
 
 
-def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
+def build_event_asset(cfg: TopicConfig, table: str, kind: str = "iceberg"):
     """The event-time table beside `table`: one partition per event day (or hour) and one per landing
     day for records with no usable event time (`__unknown__<landing day>`), each replaced whole from
     its newest manifest version (`warehouse/event_load`)."""
@@ -217,7 +217,7 @@ def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
     return _by_event
 
 
-def build_warehouse_assets(config: LandingConfig, kind: str = "parquet") -> list:
+def build_warehouse_assets(config: LandingConfig, kind: str = "iceberg") -> list:
     """Each table's asset, and its event-time table's where its topic has one (checks: checks.py)."""
     return [*(build_warehouse_asset(cfg, table, kind) for cfg in config.topics.values() for table in cfg.tables),
             *(build_event_asset(cfg, table, kind) for cfg in config.topics.values() if cfg.event_granularity

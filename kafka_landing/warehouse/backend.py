@@ -8,8 +8,8 @@ that, every listed file is checked against the rows it promises. After it, the
 backend records the content it loaded (the manifest's hash), so the queue and
 `hours_behind` know what is loaded without asking Dagster.
 
-Backends: `parquet.ParquetWarehouse` (the embedded default, Spark) and
-`bigquery.BigQueryWarehouse` (production, free load jobs, no Spark). The load step
+Backends: `iceberg.IcebergWarehouse` (the embedded default: Spark writes, pyiceberg
+commits) and `bigquery.BigQueryWarehouse` (production, free load jobs, no Spark). The load step
 that owns the hand-off around them is `load.load_unit`. Pure: no Dagster; Spark only
 through the factory a backend may call.
 """
@@ -42,7 +42,7 @@ class LoadResult:
     files: int
     schema_ids: tuple[int, ...]
     added_columns: tuple[str, ...]
-    location: str  # where the partition now is: a file path, or project.dataset.table$YYYYMMDD[HH]
+    location: str  # where the partition now is: an Iceberg table and filter, or project.dataset.table$YYYYMMDD[HH]
     done_file: str | None = None  # the manifest (a done file, or an event version), relative to the landing root
     done_sha256: str | None = None  # the content loaded: the manifest's hash
     job_id: str | None = None  # the backend's job, where it has one
@@ -54,7 +54,7 @@ class Warehouse(ABC):
     """A warehouse backend: tables partitioned by landing hour (or, the event-time tables of
     `by_event`, by event partition), each partition replaced whole."""
 
-    #: shown in metadata and messages ("parquet", "bigquery")
+    #: shown in metadata and messages ("iceberg", "bigquery")
     kind: str
 
     @abstractmethod
@@ -67,12 +67,12 @@ class Warehouse(ABC):
     @abstractmethod
     def partition_rows(self, dataset: str, table: str, partition: str) -> int | None:
         """Rows the warehouse holds now for a partition, read back from the warehouse itself
-        (Parquet footer, BigQuery INFORMATION_SCHEMA.PARTITIONS); None if the partition is absent."""
+        (Iceberg's record counts, BigQuery INFORMATION_SCHEMA.PARTITIONS); None if the partition is absent."""
 
     @abstractmethod
     def partition_location(self, dataset: str, table: str, partition: str) -> str:
-        """Where a partition is, for people: a file path or `project.dataset.table$YYYYMMDD` (a landing
-        hour's day)."""
+        """Where a partition is, for people: the Iceberg table and its filter, or
+        `project.dataset.table$YYYYMMDD` (a landing hour's day)."""
 
     @abstractmethod
     def loaded(self, dataset: str, table: str, partition: str) -> dict | None:
@@ -107,7 +107,7 @@ class Warehouse(ABC):
 
 
 class LoadRecords:
-    """What a Parquet or Iceberg warehouse loaded, a record per partition:
+    """What an Iceberg warehouse loaded, a record per partition:
     `<dataset>/<table>/_loads/<column>=<partition>.json` in its root's store (a folder or a
     bucket), so the queue and `hours_behind` know what is loaded without reading the table.
     BigQuery keeps its own, beside the landing files (`bigquery/ledger.py`)."""

@@ -27,9 +27,9 @@ have gone through: its files are removed only when the commit is known not to ha
 the load looks for its own snapshot (its summary) in the table, and if it is there, it is loaded.
 
 The event-time tables (`by_event`) are Iceberg tables too, partitioned by event partition and
-landing hour (`event_day`/`event_hour`, then `hour`: string columns, as the Parquet tables name
-them; an event time may be a long of epoch milliseconds, which no Iceberg transform takes, and
-records without a usable one are in `__unknown__<landing day>`). A version of an event partition
+landing hour (`event_day`/`event_hour`, then `hour`: string columns; an event time may be a
+long of epoch milliseconds, which no Iceberg transform takes, and records without a usable one
+are in `__unknown__<landing day>`). A version of an event partition
 replaces only the landing hours whose files changed since the version the table holds: a late
 record costs its landing hour's part of the day, not the day.
 
@@ -51,15 +51,16 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from kafka_landing.crash_points import crash_point
 from kafka_landing.errors import KafkaLandingError, is_transient
 from kafka_landing.handoff.manifests import LandedFile, Manifest, content_sha
 from kafka_landing.naming import check_identifier
-from kafka_landing.spark_setup import spark_readable
+from kafka_landing.spark_setup import spark_readable, type_ddl
 from kafka_landing.store import open_store
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
 from kafka_landing.warehouse.backend import (
@@ -70,12 +71,11 @@ from kafka_landing.warehouse.backend import (
     Warehouse,
     verify_files,
 )
-from kafka_landing.warehouse.parquet import _conform
 from kafka_landing.warehouse.schema_evolution import merge_schemas
 
 log = logging.getLogger(__name__)
 
-HOUR_COLUMN = "hour"  # the landing hour of each row, a partition column of every table (as in the Parquet tables)
+HOUR_COLUMN = "hour"  # the landing hour of each row, a partition column of every table
 SCHEMA_PROPERTY = "kafka-landing.schema"  # the table's schema in Spark's terms: what `merge_schemas` widens
 # kafka-landing.<key> on every load's snapshots: what it loaded, and which landing hours it replaced
 SNAPSHOT_KEYS = ("partition", "done-file", "sha256", "rows", "attempt", "landing-hours", "hours")
@@ -196,6 +196,32 @@ def _type_changes(old, new, path: tuple[str, ...] = ()) -> list[tuple[tuple[str,
     if kind == "map":
         return _type_changes(old["valueType"], new["valueType"], path + ("value",))
     return []
+
+
+def _conform(df: DataFrame, schema: dict) -> DataFrame:
+    """The rows under the table's schema: its columns in its order, each value widened to the
+    column's type (`schema_evolution`), nested fields and columns the rows lack as typed nulls.
+    Expressions only: Spark does it in the JVM as it writes. Casts name their types as DDL
+    (`spark_setup.type_ddl`), so every file of a table has the one Spark schema."""
+    want = StructType.fromJson(schema)
+    have = {f.name: f.dataType for f in df.schema.fields}
+    return df.select(*[(_conformed(F.col(f.name), have[f.name], f.dataType) if f.name in have
+                        else F.lit(None).cast(type_ddl(f.dataType))).alias(f.name) for f in want.fields])
+
+
+def _conformed(col: Column, have: DataType, want: DataType) -> Column:
+    if have == want:
+        return col
+    if isinstance(have, StructType) and isinstance(want, StructType):
+        by_name = {f.name: f.dataType for f in have.fields}
+        fields = [(_conformed(col.getField(f.name), by_name[f.name], f.dataType) if f.name in by_name
+                   else F.lit(None).cast(type_ddl(f.dataType))).alias(f.name) for f in want.fields]
+        return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields)).cast(type_ddl(want))
+    if isinstance(have, ArrayType) and isinstance(want, ArrayType):
+        return F.transform(col, lambda x: _conformed(x, have.elementType, want.elementType)).cast(type_ddl(want))
+    if isinstance(have, MapType) and isinstance(want, MapType):
+        return F.transform_values(col, lambda _k, v: _conformed(v, have.valueType, want.valueType)).cast(type_ddl(want))
+    return col.cast(type_ddl(want))  # a widening merge_schemas allowed: long -> double, string -> binary, decimals
 
 
 def _iceberg_type(spark_type: str):

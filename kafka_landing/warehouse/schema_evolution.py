@@ -90,7 +90,7 @@ def _merge_primitive(old: str, new: str, path: str, where: str) -> str:
         if digits > MAX_DECIMAL_DIGITS:
             raise IncompatibleSchemaError(
                 f"{where}: field {path!r} changed from {old} to {new}: holding both needs decimal({digits},{scale}), "
-                f"wider than the {MAX_DECIMAL_DIGITS} digits a Parquet table holds. Nothing was loaded; keep the "
+                f"wider than the {MAX_DECIMAL_DIGITS} digits a table column holds. Nothing was loaded; keep the "
                 "producer's precision and scale within that, or land the new values in a new field",
                 nothing_loaded=True)
         return f"decimal({digits},{scale})"

@@ -234,7 +234,7 @@ def test_a_transient_package_error_is_tried_again_in_the_step():
 class _Refusing(Warehouse):
     """A backend whose loads fail with a given error; loaded nothing."""
 
-    kind = "parquet"
+    kind = "iceberg"
 
     def __init__(self, exc):
         self.exc = exc

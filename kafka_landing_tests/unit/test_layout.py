@@ -16,7 +16,7 @@ DAGSTER_ROLES = {"assets.py", "checks.py", "sensors.py", "resources.py", "jobs.p
 # Outside the layers: the code location, hourly partitions and per-hour reporting, the run launcher.
 DAGSTER_TOP = {"definitions.py", "hours.py", "resources.py", "run_launcher.py"}
 SPARK_FILES = {"spark_setup.py", "avro_landing/read.py", "avro_landing/decode.py", "avro_landing/route.py", "avro_landing/write.py",
-               "avro_landing/direct.py", "avro_landing/job.py", "warehouse/parquet.py", "warehouse/iceberg.py"}
+               "avro_landing/direct.py", "avro_landing/job.py", "warehouse/iceberg.py"}
 
 
 def importers(module: str) -> set[str]:
@@ -202,7 +202,7 @@ def test_every_layer_holds_its_steps():
     for layer, steps in {
         "kafka_slices": ["plan.py", "freeze.py", "kafka_log.py", "resources.py", "assets.py"],
         "avro_landing": ["read.py", "decode.py", "route.py", "write.py", "publish.py", "job.py", "assets.py"],
-        "warehouse": ["load.py", "parquet.py", "bigquery/warehouse.py", "assets.py", "checks.py", "sensors.py"],
+        "warehouse": ["load.py", "iceberg.py", "bigquery/warehouse.py", "assets.py", "checks.py", "sensors.py"],
         "store": ["base.py", "local.py", "gcs.py"],
     }.items():
         assert [s for s in steps if not (PACKAGE / layer / s).exists()] == [], layer
