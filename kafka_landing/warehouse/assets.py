@@ -42,6 +42,8 @@ from kafka_landing.warehouse.load import (
     DoneFileMismatch,
     IncompatibleSchemaError,
     LoadError,
+    LoadResult,
+    StagedRun,
     load_done_file,
     load_unit,
     stage_done_files,
@@ -83,6 +85,7 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "iceberg"):
         store = landing.store()
         backend = warehouse.backend(store)
         _writable(backend, f"{cfg.dataset}.{table}")
+        staged = StagedRun()  # what the range's `prepare` staged: each of its hours' loads takes its part
 
         def one_hour(partition_key: str):
             hour = Hour.from_key(partition_key)
@@ -91,7 +94,7 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "iceberg"):
                 raise failure(LoadError(f"no done file for {cfg.dataset}.{table} {hour} ({rel}): land "
                                         f"{landing_key(cfg.topic).to_user_string()} for that hour first"))
             try:  # the factory, not a session: only a backend that needs Spark starts it, once per run
-                result = load_done_file(backend, store, rel, lambda: pyspark.spark_session)
+                result = load_done_file(backend, store, rel, lambda: pyspark.spark_session, staged)
             except DoneFileMismatch as exc:
                 raise failure(exc) from None
             except (LoadError, IncompatibleSchemaError) as exc:  # a load that fails changes nothing
@@ -103,27 +106,33 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "iceberg"):
                 context.log.warning(f"{cfg.dataset}.{table}: added nullable column(s) {list(result.added_columns)}")
             for warning in result.warnings:
                 context.log.warning(warning)
-            metadata = {
-                "dagster/row_count": result.rows,
-                "files_loaded": result.files,
-                "schema_ids": MetadataValue.json(list(result.schema_ids)),
-                "added_columns": MetadataValue.json(list(result.added_columns)),
-                "done_file": result.done_file,
-                "done_sha256": result.done_sha256,
-                "location": MetadataValue.path(result.location),
-                **({"job_id": result.job_id} if result.job_id else {}),
-                **({"warnings": MetadataValue.json(list(result.warnings))} if result.warnings else {}),
-            }
-            return metadata, []
+            return _hour_metadata(result), []
 
         def stage(keys: list[str]) -> str | None:  # a range's hours written in one Spark job, then each committed
-            n = stage_done_files(backend, store, [done_file_path(cfg.dataset, table, Hour.from_key(k)) for k in keys],
-                                 lambda: pyspark.spark_session)
+            nonlocal staged
+            staged = stage_done_files(backend, store, [done_file_path(cfg.dataset, table, Hour.from_key(k))
+                                                       for k in keys], lambda: pyspark.spark_session)
+            n = len(staged.committed)
             return f"{n} of {len(keys)} hours loaded together in one Spark job and one commit" if n else None
 
         return run_hours(context, key, one_hour, prepare=stage)
 
     return _table
+
+
+def _hour_metadata(result: LoadResult) -> dict:
+    """A landing hour's load, as its materialisation shows it."""
+    return {
+        "dagster/row_count": result.rows,
+        "files_loaded": result.files,
+        "schema_ids": MetadataValue.json(list(result.schema_ids)),
+        "added_columns": MetadataValue.json(list(result.added_columns)),
+        "done_file": result.done_file,
+        "done_sha256": result.done_sha256,
+        "location": MetadataValue.path(result.location),
+        **({"job_id": result.job_id} if result.job_id else {}),
+        **({"warnings": MetadataValue.json(list(result.warnings))} if result.warnings else {}),
+    }
 
 
 def event_key(dataset: str, table: str) -> AssetKey:

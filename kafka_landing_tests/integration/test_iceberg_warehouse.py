@@ -15,7 +15,7 @@ import pytest
 from pyiceberg.expressions import EqualTo
 
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.iceberg import HOUR_COLUMN, IcebergWarehouse, _needs_rewrite
+from kafka_landing.warehouse.iceberg import HOUR_COLUMN, IcebergWarehouse
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.helpers import write_hour
 from kafka_landing_tests.evolving_schemas import HOURS, check_rows, land_evolving
@@ -149,7 +149,7 @@ def test_each_load_is_a_snapshot_that_says_what_it_loaded_and_a_lost_ledger_make
     assert (summary["kafka-landing.partition"], summary["kafka-landing.sha256"], summary["kafka-landing.rows"],
             summary["kafka-landing.done-file"]) == (_hour(0), sha, "3", done)
 
-    wh.store.delete(wh._ledger("shop", "orders", _hour(0)))  # killed after the commit, before the ledger
+    wh.store.delete(wh.tables.records.path("shop", "orders", _hour(0)))  # killed after the commit, before the record
     again = wh.load_partition(store, manifest, lambda: spark, done_file=done, done_sha256=sha)
 
     assert again.rows == 3 and len(wh.table("shop", "orders").metadata.snapshots) == len(t.metadata.snapshots)
@@ -193,7 +193,7 @@ def test_a_load_killed_before_its_commit_leaves_the_table_as_it_was(iceberg, spa
     wh.load_partition(store, _land_orders(store, _hour(0), V1, orders(2)), lambda: spark)
     done = _land_orders(store, _hour(0), V1, orders(3, 30))
 
-    import kafka_landing.warehouse.iceberg as module
+    from kafka_landing.warehouse.iceberg import warehouse as module  # the load's own crash points
 
     def killed(step):
         if step == "warehouse:staged":
@@ -220,7 +220,9 @@ def test_a_load_killed_before_its_commit_leaves_the_table_as_it_was(iceberg, spa
     ({"type": "array", "elementType": "long"}, {"type": "array", "elementType": "double"}, True),
 ])
 def test_what_iceberg_holds_in_metadata_and_what_it_rewrites(old, new, rewrite):
-    assert _needs_rewrite(old, new) is rewrite
+    from kafka_landing.warehouse.iceberg.commits import needs_rewrite
+
+    assert needs_rewrite(old, new) is rewrite
 
 
 def _land_orders(store, hour: str, schema: dict, records: list[dict]):
@@ -325,7 +327,7 @@ def test_a_load_record_that_lags_the_table_is_not_trusted_the_tables_snapshot_is
     land_event_orders(store, f"{DAY}T10", {f"{DAY}T10": ["a", "b"]})
     load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
     etable = wh.by_event("day", "created_at")
-    record = etable._ledger("shop", "orders__by_event", DAY)
+    record = etable.tables.records.path("shop", "orders__by_event", DAY)
     as_of_v1 = etable.store.read_bytes(record)
     land_event_orders(store, f"{DAY}T12", {f"{DAY}T10": ["c"]}, first=2000)
     load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
@@ -354,7 +356,7 @@ def test_an_event_partition_known_neither_by_snapshot_nor_by_record_is_replaced_
             if s.summary.additional_properties.get("kafka-landing.partition") == DAY]
     assert ours
     t.maintenance.expire_snapshots().by_ids(ours).commit()  # expired, as upkeep does after a while
-    etable.store.write_atomic(etable._ledger("shop", "orders__by_event", DAY), b"not json")
+    etable.store.write_atomic(etable.tables.records.path("shop", "orders__by_event", DAY), b"not json")
     land_event_orders(store, f"{DAY}T12", {f"{DAY}T10": ["c"]}, first=2000)
 
     load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)

@@ -239,7 +239,7 @@ class _Refusing(Warehouse):
     def __init__(self, exc):
         self.exc = exc
 
-    def load_partition(self, store, done, spark, done_file=None, done_sha256=None) -> LoadResult:
+    def load_partition(self, store, done, spark, done_file=None, done_sha256=None, staged=None) -> LoadResult:
         raise self.exc
 
     def partition_rows(self, dataset, table, partition):

@@ -82,7 +82,7 @@ def test_an_iceberg_backend_in_a_bucket_without_a_catalog_database_fails_termina
     with pytest.raises(LoadError, match="KAFKA_LANDING_ICEBERG_CATALOG_URI") as err:
         wh.check_writable()
     assert not err.value.transient and "gs://bucket/warehouse" in str(err.value)
-    assert "store" not in vars(wh)  # refused before the bucket was asked anything
+    assert "store" not in vars(wh.tables)  # refused before the bucket was asked anything
 
 
 def test_iceberg_is_chosen_by_configuration_with_its_catalog_url_only_through_an_env_var(monkeypatch, tmp_path):
