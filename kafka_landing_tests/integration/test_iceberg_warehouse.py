@@ -209,22 +209,6 @@ def test_a_load_killed_before_its_commit_leaves_the_table_as_it_was(iceberg, spa
     assert sorted(r["order_id"] for r in _rows(wh, "orders")) == ["o30", "o31", "o32"]
 
 
-@pytest.mark.parametrize(("old", "new", "rewrite"), [
-    ("long", "long", False),
-    ("decimal(9,2)", "decimal(14,2)", False),
-    ("decimal(9,2)", "decimal(10,3)", True),
-    ("long", "double", True),
-    ("string", "binary", True),
-    ({"type": "struct", "fields": [{"name": "a", "type": "long"}]},
-     {"type": "struct", "fields": [{"name": "a", "type": "long"}, {"name": "b", "type": "string"}]}, False),
-    ({"type": "array", "elementType": "long"}, {"type": "array", "elementType": "double"}, True),
-])
-def test_what_iceberg_holds_in_metadata_and_what_it_rewrites(old, new, rewrite):
-    from kafka_landing.warehouse.iceberg.commits import needs_rewrite
-
-    assert needs_rewrite(old, new) is rewrite
-
-
 def _land_orders(store, hour: str, schema: dict, records: list[dict]):
     from kafka_landing.handoff.manifests import read_done_file
 

@@ -2,7 +2,7 @@
 (the event-time tables by event partition, then landing hour), written with Spark, committed with
 pyiceberg. Read it in the direction a load goes:
 
-- `warehouse`: `IcebergWarehouse`, the `Warehouse` interface over the five below.
+- `warehouse`: `IcebergWarehouse`, the `Warehouse` interface over the modules below.
 - `tables`: the root's tables: where each lives, its catalog, the store every other file goes through.
 - `files`: Spark's part: the landing files read, written as Parquet under the table's schema.
 - `commits`: every commit (under the table's lock, conditional on its snapshot), and the ledger the

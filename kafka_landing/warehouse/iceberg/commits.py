@@ -35,6 +35,7 @@ from kafka_landing.warehouse.iceberg.tables import (
     schema_of,
     snapshot_id,
 )
+from kafka_landing.warehouse.spark_types import KEY, Path, iceberg_path, kind, zip_types
 
 log = logging.getLogger(__name__)
 
@@ -99,16 +100,19 @@ class Lineage:
         return self._by_id.get(snapshot_id)
 
     def _take(self, snap) -> None:
+        """Note what `snap` loaded, for each partition no newer snapshot loaded."""
         summary = snap.summary
         props = summary.additional_properties if summary else {}
         if props.get(prop("column"), HOUR_COLUMN) != self._column:
             return
-        loads = {props[prop("partition")]: {k: props.get(prop(k)) for k in SNAPSHOT_KEYS}} \
-            if prop("partition") in props else {}
-        if props.get(prop("loads")):  # the hours of a run committed together (`stage`)
-            loads = {p: {k: load.get(k) for k in SNAPSHOT_KEYS} for p, load in json.loads(props[prop("loads")]).items()}
-        for partition, summary in loads.items():
-            self._found.setdefault(partition, summary | {"snapshot_id": snap.snapshot_id})
+        if prop("partition") in props:
+            loads = {props[prop("partition")]: {k: props.get(prop(k)) for k in SNAPSHOT_KEYS}}
+        elif props.get(prop("loads")):  # the hours of a run committed together (`stage`)
+            loads = json.loads(props[prop("loads")])
+        else:
+            return
+        for partition, load in loads.items():
+            self._found.setdefault(partition, {k: load.get(k) for k in SNAPSHOT_KEYS} | {"snapshot_id": snap.snapshot_id})
 
 
 @dataclass(frozen=True)
@@ -308,42 +312,32 @@ def needs_rewrite(old, new) -> bool:
     column's type in a way Iceberg cannot apply in metadata: every primitive change but a decimal
     precision grown at the same scale. pyiceberg 0.12 wrongly accepts a scale change in metadata,
     which would reread old values at the new scale: that is why scale is decided here."""
-    if old == new:
+    return zip_types(old, new, _rewrite_node)
+
+
+def _rewrite_node(path: Path, old, new, inner: dict) -> bool:
+    if old == new or old is None or new is None:  # a field only one side has: new in metadata
         return False
     if isinstance(old, str) and isinstance(new, str):
         if old.startswith("decimal(") and new.startswith("decimal("):
             return old.split(",")[1] != new.split(",")[1]
         return True
-    if isinstance(old, dict) and isinstance(new, dict):
-        kind = new.get("type")
-        if kind == "struct":
-            before = {f["name"]: f["type"] for f in old["fields"]}
-            return any(needs_rewrite(before[f["name"]], f["type"]) for f in new["fields"] if f["name"] in before)
-        if kind == "array":
-            return needs_rewrite(old["elementType"], new["elementType"])
-        if kind == "map":
-            return needs_rewrite(old["keyType"], new["keyType"]) or needs_rewrite(old["valueType"], new["valueType"])
-    return True
+    return any(inner.values()) if kind(old) is not None and kind(old) == kind(new) else True
 
 
-def type_changes(old, new, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], str]]:
+def type_changes(old, new) -> list[tuple[tuple[str, ...], str]]:
     """(column path, new Spark type) of every primitive whose type `merge_schemas` changed, nested
     ones by Iceberg's names (`element`, `value`). Applied one by one: pyiceberg's union_by_name
     keeps string where binary was asked (it reads binary as string) and cannot be trusted here."""
-    if old == new:
+    return zip_types(old, new, _change_node)
+
+
+def _change_node(path: Path, old, new, inner: dict) -> list[tuple[tuple[str, ...], str]]:
+    if old == new or old is None or new is None:
         return []
     if isinstance(old, str) and isinstance(new, str):
-        return [(path, new)]
-    kind = new.get("type") if isinstance(new, dict) else None
-    if kind == "struct":
-        before = {f["name"]: f["type"] for f in old["fields"]}
-        return [c for f in new["fields"] if f["name"] in before
-                for c in type_changes(before[f["name"]], f["type"], path + (f["name"],))]
-    if kind == "array":
-        return type_changes(old["elementType"], new["elementType"], path + ("element",))
-    if kind == "map":
-        return type_changes(old["valueType"], new["valueType"], path + ("value",))
-    return []
+        return [(iceberg_path(path), new)]
+    return [c for step, changes in inner.items() if step != KEY for c in changes]  # a map's keys are strings
 
 
 def _iceberg_type(spark_type: str):

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import uuid
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType
+from pyspark.sql.types import StructType
 
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff.manifests import LandedFile, Manifest
@@ -21,6 +21,7 @@ from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.backend import LoadError, SparkFactory
 from kafka_landing.warehouse.iceberg.tables import HOUR_COLUMN, Tables
 from kafka_landing.warehouse.schema_evolution import merge_schemas
+from kafka_landing.warehouse.spark_types import ELEMENT, VALUE, Path, kind, zip_types
 
 
 def with_columns(schema: dict, columns: tuple[str, ...]) -> dict:
@@ -155,22 +156,38 @@ def conform(df: DataFrame, schema: dict) -> DataFrame:
     column's type (`schema_evolution`), nested fields and columns the rows lack as typed nulls.
     Expressions only: Spark does it in the JVM as it writes. Casts name their types as DDL
     (`spark_setup.type_ddl`), so every file of a table has the one Spark schema."""
-    want = StructType.fromJson(schema)
-    have = {f.name: f.dataType for f in df.schema.fields}
-    return df.select(*[(_conformed(F.col(f.name), have[f.name], f.dataType) if f.name in have
-                        else F.lit(None).cast(type_ddl(f.dataType))).alias(f.name) for f in want.fields])
+    have = df.schema.jsonValue()
+    columns = zip_types(have, schema, _conformer)  # at the root: each column's conformer
+    present = {f["name"] for f in have["fields"]}
+    return df.select(*[columns[f["name"]](F.col(f["name"]) if f["name"] in present else None).alias(f["name"])
+                       for f in schema["fields"]])
 
 
-def _conformed(col: Column, have: DataType, want: DataType) -> Column:
+def _conformer(path: Path, have, want, inner: dict):
+    """What makes a value of Spark type `have` one of `want` (`zip_types`' node): a function of its
+    column, None where the rows lack it; at the root, the columns' own (`conform` selects them)."""
+    if not path:
+        return inner
+    if want is None:
+        return None  # a field the table's type lacks: left out by its struct
+    if have is None:
+        return lambda _col: F.lit(None).cast(type_ddl(_data_type(want)))
     if have == want:
-        return col
-    if isinstance(have, StructType) and isinstance(want, StructType):
-        by_name = {f.name: f.dataType for f in have.fields}
-        fields = [(_conformed(col.getField(f.name), by_name[f.name], f.dataType) if f.name in by_name
-                   else F.lit(None).cast(type_ddl(f.dataType))).alias(f.name) for f in want.fields]
-        return F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*fields)).cast(type_ddl(want))
-    if isinstance(have, ArrayType) and isinstance(want, ArrayType):
-        return F.transform(col, lambda x: _conformed(x, have.elementType, want.elementType)).cast(type_ddl(want))
-    if isinstance(have, MapType) and isinstance(want, MapType):
-        return F.transform_values(col, lambda _k, v: _conformed(v, have.valueType, want.valueType)).cast(type_ddl(want))
-    return col.cast(type_ddl(want))  # a widening merge_schemas allowed: long -> double, string -> binary, decimals
+        return lambda col: col
+    ddl = type_ddl(_data_type(want))
+    if kind(want) == "struct" and kind(have) == "struct":
+        present = {f["name"] for f in have["fields"]}
+        return lambda col: F.when(col.isNull(), F.lit(None)).otherwise(F.struct(*[
+            inner[f["name"]](col.getField(f["name"]) if f["name"] in present else None).alias(f["name"])
+            for f in want["fields"]])).cast(ddl)
+    if kind(want) == "array" and kind(have) == "array":
+        return lambda col: F.transform(col, inner[ELEMENT]).cast(ddl)
+    if kind(want) == "map" and kind(have) == "map":
+        return lambda col: F.transform_values(col, lambda _k, v: inner[VALUE](v)).cast(ddl)
+    return lambda col: col.cast(ddl)  # a widening merge_schemas allowed: long -> double, string -> binary, decimals
+
+
+def _data_type(t):
+    """Spark type `t` (its JSON) as pyspark's type object, which `type_ddl` names."""
+    return StructType.fromJson({"type": "struct", "fields": [
+        {"name": "t", "type": t, "nullable": True, "metadata": {}}]}).fields[0].dataType

@@ -144,7 +144,8 @@ class IcebergWarehouse(Warehouse):
         if done is None or (record and record.get("snapshot_id") == done["snapshot_id"]):
             return record
         return {"done_file": done["done-file"] or None, "sha256": done["sha256"] or None, "rows": int(done["rows"]),
-                "attempt": done["attempt"], "snapshot_id": done["snapshot_id"], "hours": json.loads(done["hours"] or "{}")}
+                "attempt": done["attempt"], "snapshot_id": done["snapshot_id"],
+                "hours": json.loads(done["hours"] or "{}")}
 
     def loaded_partitions(self, dataset: str, table: str) -> set[str]:
         return self.tables.records.partitions(dataset, table)
@@ -180,8 +181,9 @@ class IcebergWarehouse(Warehouse):
         if done_sha256 and done and done.get("sha256") == done_sha256:  # committed before its record was written
             ahead = staged.committed.get(key)  # by `stage`: this load reports its files and columns
             self._record_load(manifest, done_file, done_sha256, done["snapshot_id"], keys)
-            return LoadResult(name, manifest.partition, manifest.rows, 0 if ahead is None else len(manifest.landed_files),
-                              tuple(manifest.schema_ids), ahead or (), location, done_file, done_sha256)
+            files = 0 if ahead is None else len(manifest.landed_files)
+            return LoadResult(name, manifest.partition, manifest.rows, files, tuple(manifest.schema_ids), ahead or (),
+                              location, done_file, done_sha256)
         plan = self._plan(manifest, done, keys, done_file, done_sha256)
         added = self._write_and_commit(store, plan, spark, staged.written.get(key))
         if added is None:  # nothing to make a table of yet: an empty first load
@@ -200,15 +202,17 @@ class IcebergWarehouse(Warehouse):
         holds, as its newest snapshot of it says (true even where a load died before its record),
         else as recorded (snapshots expire); every hour where neither says."""
         column, groups = self.tables.column, manifest.by_landing_hour()
-        held = (json.loads(done["hours"]) if done and done.get("hours")
-                else (self.tables.records.read(manifest.dataset, manifest.target, manifest.partition) or {}).get("hours"))
+        held = json.loads(done["hours"]) if done and done.get("hours") else None
+        if held is None:  # no kept snapshot says it (they expire): the record does
+            held = (self.tables.records.read(manifest.dataset, manifest.target, manifest.partition) or {}).get("hours")
         if column == HOUR_COLUMN or not isinstance(held, dict):
             changed, whole = dict(groups), True  # a landing hour, or an event partition held as who knows what
         else:
             changed = {h: fs for h, fs in groups.items() if held.get(h) != keys[h]}
             changed.update({h: () for h in held if h not in groups})  # landing hours that left the partition
             whole = False
-        where = f"{manifest.dataset}.{manifest.target} {column} {manifest.partition} (schema ids {list(manifest.schema_ids)})"
+        where = (f"{manifest.dataset}.{manifest.target} {column} {manifest.partition} "
+                 f"(schema ids {list(manifest.schema_ids)})")
         return _Plan(manifest, keys, changed, whole, load_props(manifest, column, done_file, sha, changed, keys),
                      self.commits.replaced(manifest.partition, None if whole else sorted(changed)), where)
 

@@ -1,6 +1,7 @@
 """What the Iceberg tables' snapshots say was loaded (`commits.Lineage`), read as Iceberg's Kafka
 Connect coordinator reads its offsets: from the current snapshot back along its parents, never by
-sorting the table's history. Snapshots are stand-ins with what pyiceberg's have (id, parent,
+sorting the table's history; and what a widening is to Iceberg, in metadata or a rewrite
+(`needs_rewrite`, `type_changes`). Snapshots are stand-ins with what pyiceberg's have (id, parent,
 summary); no catalog, no Spark."""
 
 from __future__ import annotations
@@ -8,7 +9,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from kafka_landing.warehouse.iceberg.commits import Lineage, prop
+import pytest
+
+from kafka_landing.warehouse.iceberg.commits import Lineage, needs_rewrite, prop, type_changes
 
 
 class Snapshot:
@@ -76,3 +79,40 @@ def test_an_expired_parent_ends_the_walk_and_no_table_has_no_loads():
     assert [s.snapshot_id for s in lineage.walk()] == [6, 5]
     assert lineage.newest("H0")["sha256"] == "x" and lineage.newest("H-1") is None
     assert Lineage(None, "hour").newest("H0") is None and list(Lineage(None, "hour").walk()) == []
+
+
+STRUCT_A = {"type": "struct", "fields": [{"name": "a", "type": "long", "nullable": True, "metadata": {}}]}
+STRUCT_AB = {"type": "struct", "fields": [*STRUCT_A["fields"], {"name": "b", "type": "string", "nullable": True,
+                                                                 "metadata": {}}]}
+
+
+@pytest.mark.parametrize(("old", "new", "rewrite"), [
+    ("long", "long", False),
+    ("decimal(9,2)", "decimal(14,2)", False),
+    ("decimal(9,2)", "decimal(10,3)", True),
+    ("long", "double", True),
+    ("string", "binary", True),
+    (STRUCT_A, STRUCT_AB, False),
+    ({"type": "array", "elementType": "long"}, {"type": "array", "elementType": "double"}, True),
+    ({"type": "map", "keyType": "string", "valueType": "decimal(9,2)"},
+     {"type": "map", "keyType": "string", "valueType": "decimal(12,2)"}, False),
+    ("long", STRUCT_A, True),
+])
+def test_what_iceberg_holds_in_metadata_and_what_it_rewrites(old, new, rewrite):
+    assert needs_rewrite(old, new) is rewrite
+
+
+def test_each_changed_type_is_named_by_its_iceberg_path_and_a_new_field_is_no_change():
+    old = {"type": "struct", "fields": [
+        {"name": "n", "type": "long", "nullable": True, "metadata": {}},
+        {"name": "xs", "type": {"type": "array", "elementType": STRUCT_A}, "nullable": True, "metadata": {}},
+        {"name": "m", "type": {"type": "map", "keyType": "string", "valueType": "decimal(9,2)"}, "nullable": True,
+         "metadata": {}}]}
+    new = {**old, "fields": [
+        {**old["fields"][0], "type": "double"},
+        {**old["fields"][1], "type": {"type": "array", "elementType": STRUCT_AB}},
+        {**old["fields"][2], "type": {"type": "map", "keyType": "string", "valueType": "decimal(12,2)"}},
+        {"name": "added", "type": "binary", "nullable": True, "metadata": {}}]}
+
+    assert type_changes(old, new) == [(("n",), "double"), (("m", "value"), "decimal(12,2)")]
+    assert type_changes(STRUCT_A, STRUCT_A) == []
