@@ -60,7 +60,7 @@ stack-status:
 
 # Produce demo data, land the last closed hours, print a summary, open the UI.
 # DEMO_STORAGE=gcs: the landing root is a bucket on the local GCS emulator (fake-gcs-server),
-# written by Spark through the GCS connector; the Parquet warehouse loads from it.
+# written by Spark through the GCS connector; the Iceberg warehouse loads from it.
 ifeq ($(DEMO_STORAGE),gcs)
 demo: export STORAGE_EMULATOR_HOST := http://127.0.0.1:$(or $(KAFKA_LANDING_STACK_GCS_PORT),18082)
 demo: export KAFKA_LANDING_ROOT := gs://kafka-landing-demo/landing

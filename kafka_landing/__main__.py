@@ -32,11 +32,16 @@ def parse_hour(text: str) -> datetime:
         ) from None
 
 
-def _resources():
-    """The code location's own resources, so the CLI reads the same environment as the UI."""
+def _resources(*names: str) -> tuple | None:
+    """The code location's own resources, so the CLI reads the same environment as the UI; None,
+    said with what to set, where the environment names none it can use (a warehouse of before)."""
     from kafka_landing.definitions import ready_resources
 
-    return ready_resources("kafka", "landing", "warehouse")
+    try:
+        return ready_resources(*names)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
 
 
 def plan(args, parser) -> int:
@@ -49,7 +54,9 @@ def plan(args, parser) -> int:
         hours_between(args.first, args.last)
     except ValueError as exc:
         parser.error(str(exc))  # exits 2
-    kafka, landing, warehouse = _resources()
+    if (resources := _resources("kafka", "landing", "warehouse")) is None:
+        return 1
+    kafka, landing, warehouse = resources
     try:
         config = landing.config()
         cfg = config.topic(args.topic)
@@ -84,7 +91,9 @@ def reload(args, parser) -> int:
     from kafka_landing.naming import EVENTS_DIR, event_table
     from kafka_landing.warehouse.load import load_unit, reload_table
 
-    landing, warehouse, pyspark = _resources_with_spark()
+    if (resources := _resources("landing", "warehouse", "pyspark")) is None:
+        return 1
+    landing, warehouse, pyspark = resources
     try:
         config = landing.config()
         topics = [config.topic(t) for t in args.topic] if args.topic else list(config.topics.values())
@@ -128,12 +137,6 @@ def reload(args, parser) -> int:
             print(f"{cfg.dataset}.{event_table(table)}: {loaded} event partition(s) loaded, {held} held already",
                   flush=True)
     return 1 if failures else 0
-
-
-def _resources_with_spark():
-    from kafka_landing.definitions import ready_resources
-
-    return ready_resources("landing", "warehouse", "pyspark")
 
 
 def main(argv: list[str] | None = None) -> int:

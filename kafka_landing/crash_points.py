@@ -20,9 +20,9 @@ STEPS = (
     "landing:files_moved",      # files moved into place, no new manifest or done file yet
     "landing:done_written",     # the first table's done file written, others not yet
     "landing:published",        # every done file written, unlisted files not yet removed
-    "warehouse:staged",         # the hour's Parquet files written to staging, not swapped in (Iceberg: not committed)
-    "warehouse:committing",     # Iceberg only: inside the commit, the catalog's database has it, the load no answer yet
-    "warehouse:swapped",        # the hour swapped in (Iceberg: committed), the load not yet recorded
+    "warehouse:staged",         # the hour's Parquet files written for the Iceberg table, not committed
+    "warehouse:committing",     # inside the Iceberg commit: the catalog's database has it, the load no answer yet
+    "warehouse:swapped",        # the hour committed (swapped in), the load not yet recorded
 )
 
 

@@ -1,5 +1,5 @@
 """The embedded defaults: what a checkout uses when nothing is configured. The landing
-root and the Parquet warehouse under `.local/`, the connector jars `make jvm` fetched, and
+root and the Iceberg warehouse under `.local/`, the connector jars `make jvm` fetched, and
 the addresses of the local dev stack (Kafka, the registry, the GCS emulator, the warm Spark,
 PostgreSQL for a production-like Dagster instance) (`devstack`, a tool that imports these, never
 the other way round). Production sets the environment variables the README lists instead."""

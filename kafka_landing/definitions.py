@@ -57,7 +57,6 @@ from kafka_landing.warehouse.jobs import iceberg_upkeep, iceberg_upkeep_daily, r
 from kafka_landing.warehouse.resources import (
     BigQueryWarehouseResource,
     IcebergWarehouseResource,
-    ParquetWarehouseResource,
     WarehouseResource,
 )
 from kafka_landing.warehouse.sensors import build_done_file_sensor, build_event_sensor, build_retired_hours_sensor
@@ -93,22 +92,27 @@ def _registry_url():
     return EnvVar("SCHEMA_REGISTRY_URL") if urlsplit(url).password is not None else url
 
 
-WAREHOUSES = ("parquet", "iceberg", "bigquery")
+WAREHOUSES = ("iceberg", "bigquery")
+# The Parquet folders of earlier releases: gone, with the way out named.
+PARQUET_GONE = ("KAFKA_LANDING_WAREHOUSE=parquet: the Parquet warehouse is gone; Iceberg is the embedded warehouse. "
+                "Unset KAFKA_LANDING_WAREHOUSE (or set it to iceberg), point KAFKA_LANDING_WAREHOUSE_ROOT at a new "
+                "folder (the Parquet tables' folder holds load records Iceberg would take for its own), and run "
+                "`python -m kafka_landing reload` once: it loads every landed hour into Iceberg from the landing "
+                "files. The Parquet folders are not read; remove them after")
 
 
 def warehouse_kind() -> str:
     kind = os.environ.get("KAFKA_LANDING_WAREHOUSE", "iceberg")
+    if kind == "parquet":
+        raise ValueError(PARQUET_GONE)
     if kind not in WAREHOUSES:
         raise ValueError(f"KAFKA_LANDING_WAREHOUSE={kind!r}: choose one of {', '.join(WAREHOUSES)}")
     return kind
 
 
 def build_warehouse() -> WarehouseResource:
-    """Iceberg by default; the Parquet tables of before with KAFKA_LANDING_WAREHOUSE=parquet; BigQuery
-    with KAFKA_LANDING_WAREHOUSE=bigquery (and a gs:// landing root)."""
+    """Iceberg by default; BigQuery with KAFKA_LANDING_WAREHOUSE=bigquery (and a gs:// landing root)."""
     root = os.environ.get("KAFKA_LANDING_WAREHOUSE_ROOT", str(LOCAL / "warehouse"))
-    if warehouse_kind() == "parquet":
-        return ParquetWarehouseResource(root=root)
     if warehouse_kind() == "iceberg":
         if root.startswith("gs://") and not os.environ.get("KAFKA_LANDING_ICEBERG_CATALOG_URI"):
             raise ValueError(f"KAFKA_LANDING_WAREHOUSE_ROOT={root} is a bucket, which cannot hold the Iceberg "

@@ -255,7 +255,7 @@ def spark_readable(t):
     Spark 4.0 read time-micros as its long (time-millis as its int); Spark 4.2 reads time-micros
     as its TIME type and then refuses every query that holds one ([UNSUPPORTED_TIME_TYPE]: TIME
     is a preview behind spark.sql.timeType.enabled). So Spark reads the number, as before: the
-    landing files keep the logical type (BigQuery loads it as TIME), the Parquet warehouse keeps
+    landing files keep the logical type (BigQuery loads it as TIME), the Iceberg warehouse keeps
     the number. The same wire format, so every writer of `t` resolves against it."""
     return map_types(t, lambda node: {k: v for k, v in node.items() if not (k == "logicalType" and v in TIME_OF_DAY)})
 

@@ -94,10 +94,10 @@ def code_location(tmp_path, monkeypatch):
     """A code location of the test's own, as `dagster dev` would load it from the environment:
     `code_location(topics, **defaults)` (re)writes the topic config and points the landing and
     warehouse roots into the test's folder; `build_definitions()` then reads them. Returns the
-    landing and warehouse roots. The warehouse is Parquet: these tests read its files themselves
-    (the Iceberg default has tests of its own: integration/test_iceberg_warehouse.py, test_end_to_end.py)."""
+    landing and warehouse roots. The warehouse is Iceberg, the default; the tests read its tables
+    with `helpers.table_rows`."""
 
-    def _configure(topics: dict, warehouse: str = "parquet", **defaults) -> tuple[Path, Path]:
+    def _configure(topics: dict, warehouse: str = "iceberg", **defaults) -> tuple[Path, Path]:
         monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", warehouse)
         path = tmp_path / "topics.yaml"
         path.write_text(topics_yaml(topics, **defaults))

@@ -1,17 +1,22 @@
-"""What several test files need and the product does not: readers of what landing and Dagster runs wrote, and
-one builder of landed hours (Avro files and their done file) for the warehouse's tests."""
+"""What several test files need and the product does not: readers of what landing, Dagster runs and loads
+wrote (`table_rows` reads a warehouse table), and one builder of landed hours (Avro files and their done
+file) for the warehouse's tests."""
 
 from __future__ import annotations
 
 import io
 import uuid
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import fastavro
 
 from kafka_landing.handoff.manifests import DeadLetters, DoneFile, LandedFile
 from kafka_landing.naming import done_file_path, hour_from_tag, landing_file_name, table_hour_dir
 from kafka_landing.store.local import LocalStore
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def parse_landing_file_name(name: str) -> dict:
@@ -146,3 +151,19 @@ def write_event_hour(store, dataset: str, table: str, hour: str, by_event: dict,
         if old not in {f.path for f in files}:
             store.delete(old)  # what the new done file no longer lists, as publish removes it
     return rel
+
+
+def table_rows(root, dataset: str, table: str, **equal) -> pd.DataFrame:
+    """The rows of an Iceberg table of the warehouse at `root` (its current snapshot), as a reader
+    outside the product reads them: pyiceberg through the catalog (docs/concepts.md). `equal` keeps
+    the rows whose column holds the value (hour="2026-01-31T10", event_day=...)."""
+    from pathlib import Path
+
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.expressions import AlwaysTrue, And, EqualTo
+
+    catalog = SqlCatalog("kafka_landing", uri=f"sqlite:///{Path(root).resolve()}/_catalog.db")
+    where = AlwaysTrue()
+    for column, value in equal.items():
+        where = And(where, EqualTo(column, value))
+    return catalog.load_table(f"{dataset}.{table}").scan(row_filter=where).to_pandas()

@@ -72,9 +72,11 @@ def events_cut_as_before():
         yield
 
 
-def load_event_partition_as_before(backend, store, partition: str, cfg: TopicConfig = ORDERS_BY_EVENT):
+def load_event_partition_as_before(backend, store, partition: str, cfg: TopicConfig = ORDERS_BY_EVENT,
+                                   spark=lambda: None):
     """A load of an event partition as releases before made it (no hand-over): version it, load it into
-    `backend` (the event-time backend), clear the markers it saw. Under `events_cut_as_before`."""
+    `backend` (the event-time backend; `spark`, for one that needs it), clear the markers it saw. Under
+    `events_cut_as_before`."""
     from kafka_landing.event_partitions import next_manifest
     from kafka_landing.handoff import markers
     from kafka_landing.handoff.units import event_unit
@@ -82,6 +84,6 @@ def load_event_partition_as_before(backend, store, partition: str, cfg: TopicCon
 
     with store.lock(event_lock_path(cfg.dataset, cfg.table, partition)) as held:
         m, _, seen = next_manifest(store, held, cfg.dataset, cfg.table, partition, cfg.event_granularity)
-    backend.load_partition(store, m, lambda: None, done_file=m.path, done_sha256=m.sha256)
+    backend.load_partition(store, m, spark, done_file=m.path, done_sha256=m.sha256)
     markers.clear(store, event_unit(cfg.dataset, cfg.table, partition), seen)
     return m

@@ -2,12 +2,12 @@
 that say nothing but their hour (all a sensor reads).
 
 - `evaluate`: one tick of a sensor on given resources (`local_resources`: a test folder's landing root
-  and Parquet warehouse); `tick`: of a code location's sensor, on the resources the environment
+  and Iceberg warehouse); `tick`: of a code location's sensor, on the resources the environment
   configures; `daemon_tick`: of the done-file sensor, resolved against the definitions as the daemon does.
 - `Warnings`: a log handler keeping the messages of the warnings a tick logs.
 - `empty_done_file`, `publish_empty`: a done file listing no rows, published with its pending marker.
 - `one_table_landing` (a fixture; load this module as a plugin, as the root conftest does) and
-  `publish_hour`: a code location of one topic into one Parquet table, and its hours.
+  `publish_hour`: a code location of one topic into one Iceberg table, and its hours.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from kafka_landing.handoff.markers import content_sha, mark_pending
 from kafka_landing.naming import done_file_path, hour_tag
 from kafka_landing.resources import LandingResource
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.resources import ParquetWarehouseResource
+from kafka_landing.warehouse.resources import IcebergWarehouseResource
 from kafka_landing.warehouse.sensors import SENSOR_NAME
 
 # --- a tick ----------------------------------------------------------------------------------------
@@ -42,9 +42,9 @@ class Warnings(logging.Handler):
 
 
 def local_resources(root: Path) -> dict:
-    """The landing root `root`/landing and the Parquet warehouse `root`/warehouse, as a sensor's resources."""
+    """The landing root `root`/landing and the Iceberg warehouse `root`/warehouse, as a sensor's resources."""
     return {"landing": LandingResource(landing_root=str(root / "landing")),
-            "warehouse": ParquetWarehouseResource(root=str(root / "warehouse"))}
+            "warehouse": IcebergWarehouseResource(root=str(root / "warehouse"))}
 
 
 def evaluate(sensor, instance, resources: dict, cursor: str | None = None, log: logging.Handler | None = None):
@@ -107,10 +107,9 @@ TOPIC, DATASET, TABLE = "unit.events", "ux", "events"
 
 
 @pytest.fixture
-def one_table_landing(code_location, monkeypatch) -> LocalStore:
-    """A code location of one topic, TOPIC, into the Parquet table DATASET.TABLE: its landing root."""
+def one_table_landing(code_location) -> LocalStore:
+    """A code location of one topic, TOPIC, into the Iceberg table DATASET.TABLE: its landing root."""
     landing, _ = code_location({TOPIC: {"dataset": DATASET, "table": TABLE}})
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")
     return LocalStore(landing)
 
 

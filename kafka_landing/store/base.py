@@ -34,7 +34,7 @@ from typing import Iterator
 from kafka_landing.errors import ServiceUnavailable
 
 # Staging left by an attempt or a load killed before it could clean up is swept after this long
-# (landing's staging in the landing root, the Parquet warehouse's own).
+# (landing's staging in the landing root; the Iceberg warehouse's files no snapshot lists, by its upkeep).
 STAGING_MAX_AGE_SECONDS = 24 * 3600
 
 

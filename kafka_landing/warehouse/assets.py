@@ -1,10 +1,10 @@
 """Layer 3, `warehouse/<dataset>/<table>`: each hour's partition of a table,
 replaced atomically from the files its done file lists, by the configured
-backend (Parquet or BigQuery, see `load.py`). The checks are in checks.py.
+backend (Iceberg or BigQuery, see `load.py`). The checks are in checks.py.
 
 A run loads one hour or a range of them (the done-file sensor asks for a table's
 consecutive ready hours in one run) through `run_hours`, with one
-SparkResource: the Parquet backend asks it for the session at its first
+SparkResource: the Iceberg backend asks it for the session at its first
 hour and every later hour of the run gets the same one, so a run opens a Spark
 session at most once; the BigQuery backend never asks, so its runs start no JVM (and the
 sensor gives them no `kafka_landing/spark` tag, so they take no Spark slot).
@@ -42,6 +42,8 @@ from kafka_landing.warehouse.load import (
     DoneFileMismatch,
     IncompatibleSchemaError,
     LoadError,
+    LoadResult,
+    StagedRun,
     load_done_file,
     load_unit,
     stage_done_files,
@@ -56,10 +58,10 @@ def warehouse_key(dataset: str, table: str) -> AssetKey:
     return AssetKey([GROUP, dataset, table])
 
 
-SPARK_WAREHOUSES = frozenset({"parquet", "iceberg"})  # the backends whose loads run Spark
+SPARK_WAREHOUSES = frozenset({"iceberg"})  # the backends whose loads run Spark
 
 
-def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
+def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "iceberg"):
     key = warehouse_key(cfg.dataset, table)
 
     @asset(
@@ -83,6 +85,7 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
         store = landing.store()
         backend = warehouse.backend(store)
         _writable(backend, f"{cfg.dataset}.{table}")
+        staged = StagedRun()  # what the range's `prepare` staged: each of its hours' loads takes its part
 
         def one_hour(partition_key: str):
             hour = Hour.from_key(partition_key)
@@ -91,7 +94,7 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
                 raise failure(LoadError(f"no done file for {cfg.dataset}.{table} {hour} ({rel}): land "
                                         f"{landing_key(cfg.topic).to_user_string()} for that hour first"))
             try:  # the factory, not a session: only a backend that needs Spark starts it, once per run
-                result = load_done_file(backend, store, rel, lambda: pyspark.spark_session)
+                result = load_done_file(backend, store, rel, lambda: pyspark.spark_session, staged)
             except DoneFileMismatch as exc:
                 raise failure(exc) from None
             except (LoadError, IncompatibleSchemaError) as exc:  # a load that fails changes nothing
@@ -103,27 +106,33 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
                 context.log.warning(f"{cfg.dataset}.{table}: added nullable column(s) {list(result.added_columns)}")
             for warning in result.warnings:
                 context.log.warning(warning)
-            metadata = {
-                "dagster/row_count": result.rows,
-                "files_loaded": result.files,
-                "schema_ids": MetadataValue.json(list(result.schema_ids)),
-                "added_columns": MetadataValue.json(list(result.added_columns)),
-                "done_file": result.done_file,
-                "done_sha256": result.done_sha256,
-                "location": MetadataValue.path(result.location),
-                **({"job_id": result.job_id} if result.job_id else {}),
-                **({"warnings": MetadataValue.json(list(result.warnings))} if result.warnings else {}),
-            }
-            return metadata, []
+            return _hour_metadata(result), []
 
         def stage(keys: list[str]) -> str | None:  # a range's hours written in one Spark job, then each committed
-            n = stage_done_files(backend, store, [done_file_path(cfg.dataset, table, Hour.from_key(k)) for k in keys],
-                                 lambda: pyspark.spark_session)
+            nonlocal staged
+            staged = stage_done_files(backend, store, [done_file_path(cfg.dataset, table, Hour.from_key(k))
+                                                       for k in keys], lambda: pyspark.spark_session)
+            n = len(staged.committed)
             return f"{n} of {len(keys)} hours loaded together in one Spark job and one commit" if n else None
 
         return run_hours(context, key, one_hour, prepare=stage)
 
     return _table
+
+
+def _hour_metadata(result: LoadResult) -> dict:
+    """A landing hour's load, as its materialisation shows it."""
+    return {
+        "dagster/row_count": result.rows,
+        "files_loaded": result.files,
+        "schema_ids": MetadataValue.json(list(result.schema_ids)),
+        "added_columns": MetadataValue.json(list(result.added_columns)),
+        "done_file": result.done_file,
+        "done_sha256": result.done_sha256,
+        "location": MetadataValue.path(result.location),
+        **({"job_id": result.job_id} if result.job_id else {}),
+        **({"warnings": MetadataValue.json(list(result.warnings))} if result.warnings else {}),
+    }
 
 
 def event_key(dataset: str, table: str) -> AssetKey:
@@ -146,7 +155,7 @@ def _writable(backend, name: str) -> None:
                                 nothing_loaded=True)) from None
 
 
-def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
+def build_event_asset(cfg: TopicConfig, table: str, kind: str = "iceberg"):
     """The event-time table beside `table`: one partition per event day (or hour) and one per landing
     day for records with no usable event time (`__unknown__<landing day>`), each replaced whole from
     its newest manifest version (`warehouse/event_load`)."""
@@ -217,7 +226,7 @@ def build_event_asset(cfg: TopicConfig, table: str, kind: str = "parquet"):
     return _by_event
 
 
-def build_warehouse_assets(config: LandingConfig, kind: str = "parquet") -> list:
+def build_warehouse_assets(config: LandingConfig, kind: str = "iceberg") -> list:
     """Each table's asset, and its event-time table's where its topic has one (checks: checks.py)."""
     return [*(build_warehouse_asset(cfg, table, kind) for cfg in config.topics.values() for table in cfg.tables),
             *(build_event_asset(cfg, table, kind) for cfg in config.topics.values() if cfg.event_granularity

@@ -8,8 +8,8 @@ that, every listed file is checked against the rows it promises. After it, the
 backend records the content it loaded (the manifest's hash), so the queue and
 `hours_behind` know what is loaded without asking Dagster.
 
-Backends: `parquet.ParquetWarehouse` (the embedded default, Spark) and
-`bigquery.BigQueryWarehouse` (production, free load jobs, no Spark). The load step
+Backends: `iceberg.IcebergWarehouse` (the embedded default: Spark writes, pyiceberg
+commits) and `bigquery.BigQueryWarehouse` (production, free load jobs, no Spark). The load step
 that owns the hand-off around them is `load.load_unit`. Pure: no Dagster; Spark only
 through the factory a backend may call.
 """
@@ -17,14 +17,13 @@ through the factory a backend may call.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Callable
 
 from kafka_landing.avro_files import AvroFileError
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff.manifests import Manifest
-from kafka_landing.naming import check_identifier
 from kafka_landing.store.base import LandingStore
 
 SparkFactory = Callable[[], object]  # () -> SparkSession, started only by a backend that needs it
@@ -42,7 +41,7 @@ class LoadResult:
     files: int
     schema_ids: tuple[int, ...]
     added_columns: tuple[str, ...]
-    location: str  # where the partition now is: a file path, or project.dataset.table$YYYYMMDD[HH]
+    location: str  # where the partition now is: an Iceberg table and filter, or project.dataset.table$YYYYMMDD[HH]
     done_file: str | None = None  # the manifest (a done file, or an event version), relative to the landing root
     done_sha256: str | None = None  # the content loaded: the manifest's hash
     job_id: str | None = None  # the backend's job, where it has one
@@ -50,29 +49,46 @@ class LoadResult:
     also_loaded: tuple[tuple[str, str], ...] = ()  # (hour, done-file hash) of other hours the load recorded (a day)
 
 
+PartitionKey = tuple[str, str, str]  # (dataset, table, partition)
+
+
+@dataclass(frozen=True)
+class StagedRun:
+    """What `Warehouse.stage` did for a run's partitions ahead of their own loads, handed to each of
+    those loads (`load_partition(staged=...)`), which takes its own part: the partitions it
+    committed, with the columns each added, and those it wrote but did not commit, with what the
+    backend needs to commit them itself. A value: no load changes it, so a retried load is handed
+    the same. Empty: nothing staged (a backend that does not stage)."""
+
+    committed: Mapping[PartitionKey, tuple[str, ...]] = field(default_factory=dict)
+    written: Mapping[PartitionKey, object] = field(default_factory=dict)
+
+
 class Warehouse(ABC):
     """A warehouse backend: tables partitioned by landing hour (or, the event-time tables of
     `by_event`, by event partition), each partition replaced whole."""
 
-    #: shown in metadata and messages ("parquet", "bigquery")
+    #: shown in metadata and messages ("iceberg", "bigquery")
     kind: str
 
     @abstractmethod
     def load_partition(self, store: LandingStore, manifest: Manifest, spark: SparkFactory,
-                       done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
+                       done_file: str | None = None, done_sha256: str | None = None,
+                       staged: StagedRun | None = None) -> LoadResult:
         """Replace (manifest.dataset.manifest.target, manifest.partition) with exactly the rows of
         `manifest.landed_files`, then record the load as the content `done_sha256` of the manifest at
-        `done_file`. LoadError / IncompatibleSchemaError leave everything untouched."""
+        `done_file`. `staged`: the run `stage` made, if any. LoadError / IncompatibleSchemaError
+        leave everything untouched."""
 
     @abstractmethod
     def partition_rows(self, dataset: str, table: str, partition: str) -> int | None:
         """Rows the warehouse holds now for a partition, read back from the warehouse itself
-        (Parquet footer, BigQuery INFORMATION_SCHEMA.PARTITIONS); None if the partition is absent."""
+        (Iceberg's record counts, BigQuery INFORMATION_SCHEMA.PARTITIONS); None if the partition is absent."""
 
     @abstractmethod
     def partition_location(self, dataset: str, table: str, partition: str) -> str:
-        """Where a partition is, for people: a file path or `project.dataset.table$YYYYMMDD` (a landing
-        hour's day)."""
+        """Where a partition is, for people: the Iceberg table and its filter, or
+        `project.dataset.table$YYYYMMDD` (a landing hour's day)."""
 
     @abstractmethod
     def loaded(self, dataset: str, table: str, partition: str) -> dict | None:
@@ -94,50 +110,16 @@ class Warehouse(ABC):
         loaded from a version of it (`event_partitions.EventManifest`)."""
 
     def stage(self, store: LandingStore, loads: list[tuple[Manifest, str | None, str | None]],
-              spark: SparkFactory) -> int:
+              spark: SparkFactory) -> StagedRun:
         """Optionally load many partitions ((manifest, done file, its hash): the hours of a run)
-        together, ahead of their own `load_partition`, which then finds its content loaded, or
-        staged, and only records it. Returns how many it took; a backend that does not returns 0.
-        Never needed for a load to be right: what was not taken, or whose content changed since,
-        loads alone."""
-        return 0
+        together, ahead of their own `load_partition`, which is handed the run and then finds its
+        content loaded, or staged, and only records it; a backend that does not stage returns an
+        empty run. Never needed for a load to be right: what was not taken, or whose content
+        changed since, loads alone."""
+        return StagedRun()
 
     def loaded_sha(self, dataset: str, table: str, partition: str) -> str | None:
         return (self.loaded(dataset, table, partition) or {}).get("sha256")
-
-
-class LoadRecords:
-    """What a Parquet or Iceberg warehouse loaded, a record per partition:
-    `<dataset>/<table>/_loads/<column>=<partition>.json` in its root's store (a folder or a
-    bucket), so the queue and `hours_behind` know what is loaded without reading the table.
-    BigQuery keeps its own, beside the landing files (`bigquery/ledger.py`)."""
-
-    def __init__(self, store: LandingStore, column: str):
-        self.store = store
-        self.column = column  # hour, or event_day / event_hour
-
-    def path(self, dataset: str, table: str, partition: str) -> str:
-        return f"{self._dir(dataset, table)}/{self.column}={partition}.json"
-
-    def _dir(self, dataset: str, table: str) -> str:
-        return f"{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}/_loads"
-
-    def read(self, dataset: str, table: str, partition: str) -> dict | None:
-        """The record; None if there is none, {} if it cannot be read (loaded, content unknown)."""
-        try:
-            return self.store.read_json(self.path(dataset, table, partition))
-        except ValueError:
-            return {}
-
-    def partitions(self, dataset: str, table: str) -> set[str]:
-        """Partitions with a record: one listing."""
-        prefix = f"{self.column}="
-        return {rel.rsplit("/", 1)[-1][len(prefix):-len(".json")]
-                for rel in self.store.list(self._dir(dataset, table), f"{prefix}*.json")}
-
-    def write(self, dataset: str, table: str, partition: str, record: dict) -> None:
-        self.store.write_json_atomic(self.path(dataset, table, partition), {
-            **record, "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
 
 
 def verify_files(store: LandingStore, manifest: Manifest) -> None:

@@ -66,7 +66,7 @@ MISSING_SHOWN = 48  # missing hours listed in the check's metadata (the count is
 def hour_conservation(store: LandingStore, warehouse: Warehouse, dataset: str, table: str,
                       hour: Hour) -> tuple[bool, str, dict]:
     """Warehouse rows of one hour against landed rows, both read now: from the warehouse itself
-    (the Parquet footer, BigQuery's partition row count) and from the block headers of the Avro
+    (the Iceberg metadata's record counts, BigQuery's partition row count) and from the block headers of the Avro
     files the done file lists."""
     rel = done_file_path(dataset, table, hour)
     where = f"{dataset}.{table} hour {hour}"
@@ -112,7 +112,7 @@ def build_table_checks(cfg: TopicConfig, table: str) -> list:
     key = warehouse_key(cfg.dataset, table)
 
     @asset_check(asset=key, name=CONSERVATION, partitions_def=topic_hours(cfg),
-                 description="Warehouse rows of the hour (Parquet footer, or BigQuery's partition row count) = "
+                 description="Warehouse rows of the hour (Iceberg's record counts, or BigQuery's partition row count) = "
                              "landed rows (Avro block headers of the files the done file lists). Re-run it for "
                              "any hour: it reads what is there now.")
     def _conservation(context: AssetCheckExecutionContext, landing: LandingResource, warehouse: WarehouseResource):

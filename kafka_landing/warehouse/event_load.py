@@ -151,7 +151,7 @@ def hand_over(warehouse: Warehouse, store: LandingStore, cfg: TopicConfig | Even
     their landing hours' days, once: for each, under its lock, every landing hour in its index whose
     done file lists files it held is indexed in (and marks) the unknown partition of its landing day,
     the partition itself is marked and versioned again (empty: no file is cut into it any more) and
-    that version loaded (BigQuery drops the unpartitioned table of before; Parquet removes the file).
+    that version loaded (BigQuery drops the unpartitioned table of before; Iceberg drops the partition's files).
     Then `event_handover_path` records it, so later loads read one small file.
 
     Every unknown partition's load (and a superseded one's: `strict`) waits for the hand-over, so no

@@ -3,8 +3,8 @@ versions again without them the event partitions those hours fed.
 
 Why a job and not an asset: a retired table is in no topic's config any more (the topic now
 feeds another table), so no asset exists to load it. Its retired done files list no file; loading
-one through the same `load_done_file` as any hour replaces the hour with nothing (Parquet: the
-hour's file removed; BigQuery: the partition deleted), records that content as loaded and clears
+one through the same `load_done_file` as any hour replaces the hour with nothing (Iceberg: the
+hour's files dropped in a commit; BigQuery: the partition deleted), records that content as loaded and clears
 its pending marker. The retired-hours sensor requests it; a person can launch it from the UI
 with the done files to retire. Event partitions of such a table (`<ds>.<t>__by_event/<partition>`)
 are loaded through the same `load_unit` as the event asset's: a new version from the done files as
@@ -72,7 +72,7 @@ def retire_hours_op(context: OpExecutionContext, config: RetireConfig, landing: 
             raise failure(LoadError(
                 f"{RETIRE_JOB}: done file {store.location(rel)} is not retired (it lists {done.rows} rows), so it "
                 "was not loaded: load it through its table's asset, or re-land its topic's hour to retire it"))
-        try:  # the factory, not a session: only the Parquet backend starts Spark, once per run
+        try:  # the factory, not a session: only a backend that needs Spark starts it, once per run
             result = load_done_file(backend, store, rel, lambda: pyspark.spark_session)
         except KafkaLandingError as exc:  # transient or not, as the error says (a BigQuery 5xx is)
             raise failure(exc) from None

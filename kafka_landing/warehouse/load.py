@@ -15,13 +15,13 @@ from kafka_landing.handoff.manifests import DoneFileMismatch, read_done_file, re
 from kafka_landing.handoff.units import EVENT, HOUR, LoadUnit, hour_unit
 from kafka_landing.naming import done_file_glob
 from kafka_landing.store.base import LandingStore
-from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
+from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, StagedRun, Warehouse, verify_files
 from kafka_landing.warehouse.event_load import EventLoad, EventSource, load_event_partition
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 
 def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: SparkFactory,
-              cfg: TopicConfig | EventSource | None = None) -> LoadResult | EventLoad:
+              cfg: TopicConfig | EventSource | None = None, staged: StagedRun | None = None) -> LoadResult | EventLoad:
     """Load one unit and own its markers: the one load step every asset and job calls.
 
     Reads the unit's markers first (a marker written after the read is newer content), loads, then
@@ -30,7 +30,8 @@ def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: 
     partition, the markers its versioning saw (`event_load`). A terminal failure refuses the marks
     it saw (until `heals_after` where the cause heals with time), so the queue does not ask again
     until they change; a failure about another unit (`elsewhere`: another hour of the day, a source
-    file replaced meanwhile) refuses nothing. `cfg`: the topic of an event partition."""
+    file replaced meanwhile) refuses nothing. `cfg`: the topic of an event partition; `staged`: the
+    run `stage_done_files` made for a landing hour's run."""
     seen = markers.marks_of(store, unit)
     sha = None  # the content a landing hour's load tried: what a refusal names
     try:
@@ -39,7 +40,7 @@ def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: 
                 raise ValueError(f"{unit}: an event partition is loaded with its topic's config")
             return load_event_partition(warehouse, store, cfg, unit.table, unit.partition, spark)
         done, sha = read_done_file(store, unit.done_file)
-        result = warehouse.load_partition(store, done, spark, done_file=unit.done_file, done_sha256=sha)
+        result = warehouse.load_partition(store, done, spark, done_file=unit.done_file, done_sha256=sha, staged=staged)
     except KafkaLandingError as exc:
         if not exc.transient and not exc.elsewhere and seen and (unit.kind == EVENT or sha is not None):
             if unit.kind == HOUR:  # a done file that cannot be read is moved aside by the queue, not refused
@@ -54,9 +55,11 @@ def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: 
     return result
 
 
-def stage_done_files(warehouse: Warehouse, store: LandingStore, done_files: list[str], spark: SparkFactory) -> int:
+def stage_done_files(warehouse: Warehouse, store: LandingStore, done_files: list[str],
+                     spark: SparkFactory) -> StagedRun:
     """`Warehouse.stage` of the landing hours of these done files (those that exist): the hours of a
-    run loaded together ahead of their own loads, which stay hour by hour (markers, failures, results)."""
+    run loaded together ahead of their own loads, which stay hour by hour (markers, failures,
+    results) and are each handed the run (`load_done_file(staged=...)`)."""
     loads = []
     for rel in done_files:
         try:
@@ -65,7 +68,7 @@ def stage_done_files(warehouse: Warehouse, store: LandingStore, done_files: list
             continue  # its own load says what is wrong with it
         if got is not None:
             loads.append((got[0], rel, got[1]))
-    return warehouse.stage(store, loads, spark) if len(loads) > 1 else 0
+    return warehouse.stage(store, loads, spark) if len(loads) > 1 else StagedRun()
 
 
 RELOAD_BATCH_HOURS = 24  # hours of a table staged together by `reload_table`: a day per Spark job and commit
@@ -93,12 +96,12 @@ def reload_table(warehouse: Warehouse, store: LandingStore, dataset: str, table:
     for start in range(0, len(done_files), RELOAD_BATCH_HOURS):
         batch = done_files[start:start + RELOAD_BATCH_HOURS]
         try:
-            stage_done_files(warehouse, store, batch, spark)
+            staged = stage_done_files(warehouse, store, batch, spark)
         except Exception:  # noqa: BLE001 - a shortcut only: each hour below loads alone and says what is wrong
-            pass
+            staged = StagedRun()
         for n, rel in enumerate(batch, start + 1):
             try:
-                load_done_file(warehouse, store, rel, spark)
+                load_done_file(warehouse, store, rel, spark, staged)
                 loaded += 1
                 progress(n, len(done_files), None)
             except Exception as exc:  # noqa: BLE001 - one hour's failure must not cost the others
@@ -107,10 +110,11 @@ def reload_table(warehouse: Warehouse, store: LandingStore, dataset: str, table:
     return loaded, failed
 
 
-def load_done_file(warehouse: Warehouse, store: LandingStore, done_file: str, spark: SparkFactory) -> LoadResult:
+def load_done_file(warehouse: Warehouse, store: LandingStore, done_file: str, spark: SparkFactory,
+                   staged: StagedRun | None = None) -> LoadResult:
     """`load_unit` of the landing hour of one done file (relative to the landing root)."""
-    return load_unit(warehouse, store, markers.parse_done_path(done_file), spark)
+    return load_unit(warehouse, store, markers.parse_done_path(done_file), spark, staged=staged)
 
 
 __all__ = ["DoneFileMismatch", "EventLoad", "IncompatibleSchemaError", "LoadError", "LoadResult", "SparkFactory",
-           "Warehouse", "load_done_file", "load_unit", "reload_table", "stage_done_files", "verify_files"]
+           "StagedRun", "Warehouse", "load_done_file", "load_unit", "reload_table", "stage_done_files", "verify_files"]

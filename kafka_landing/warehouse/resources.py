@@ -1,5 +1,5 @@
 """The warehouse as a Dagster resource: one base class the assets, checks and the
-sensor are typed on, one subclass per backend, so choosing BigQuery over Parquet
+sensor are typed on, one subclass per backend, so choosing BigQuery over Iceberg
 is configuration and changes no asset."""
 
 from __future__ import annotations
@@ -26,28 +26,14 @@ class WarehouseResource(ConfigurableResource):
     def backend(self, store: LandingStore) -> Warehouse:
         """The backend; `store` is the landing root (where loads are recorded, for backends
         that keep that record outside the warehouse)."""
-        raise NotImplementedError(f"{type(self).__name__} is not a warehouse backend: use ParquetWarehouseResource, "
-                                  "IcebergWarehouseResource or BigQueryWarehouseResource")
-
-
-class ParquetWarehouseResource(WarehouseResource):
-    """The embedded default: a local Parquet table per destination, loaded with Spark."""
-
-    root: str = Field(description="Folder of the Parquet tables: <root>/<dataset>/<table>/hour=<H>/data.parquet.")
-
-    backend_kind: ClassVar[str] = "parquet"
-    needs_spark: ClassVar[bool] = True
-    kinds: ClassVar[frozenset[str]] = frozenset({"parquet", "spark"})
-
-    def backend(self, store: LandingStore) -> Warehouse:
-        from kafka_landing.warehouse.parquet import ParquetWarehouse
-
-        return ParquetWarehouse(self.root)
+        raise NotImplementedError(f"{type(self).__name__} is not a warehouse backend: use IcebergWarehouseResource "
+                                  "or BigQueryWarehouseResource")
 
 
 class IcebergWarehouseResource(WarehouseResource):
-    """Apache Iceberg tables in a SQL catalog, partitioned by landing hour: Spark writes each hour's
-    Parquet files, one Iceberg commit swaps them in. Read by Spark, Trino, DuckDB, pandas, pyiceberg."""
+    """The embedded default: Apache Iceberg tables in a SQL catalog, partitioned by landing hour.
+    Spark writes each hour's Parquet files, one Iceberg commit swaps them in. Read by Spark, Trino,
+    DuckDB, pandas, pyiceberg."""
 
     root: str = Field(description="Folder of the tables (<root>/<dataset>/<table>/), a local path or "
                                   "gs://bucket/prefix, and, by default, of the catalog: a SQLite file "
@@ -70,7 +56,7 @@ class BigQueryWarehouseResource(WarehouseResource):
     """Production: BigQuery tables partitioned by ingestion hour, each hour replaced by one free
     load job from the hour's gs:// files. Needs a gs:// landing root; no Spark. Its client comes
     from dagster-gcp's `BigQueryResource`, imported only here: the BigQuery client and pandas
-    cost every run of a Parquet warehouse about 1.5 s of imports otherwise."""
+    cost every run of an Iceberg warehouse about 1.5 s of imports otherwise."""
 
     project: str = Field(description="The project that runs the load jobs and holds the datasets.")
     location: str | None = Field(default=None, description="Where the datasets and jobs live, e.g. EU or "

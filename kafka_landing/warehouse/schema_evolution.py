@@ -15,7 +15,8 @@ FORWARD, FULL) merges into a type that holds every value of both sides:
 Anything else (string -> long, a long that becomes a timestamp, a decimal wider
 than 38 digits) has no such type: IncompatibleSchemaError, naming the field,
 terminal. Works on Spark's StructType JSON (`StructType.jsonValue()`), so it stays
-pure: no Dagster, no Spark import.
+pure: no Dagster, no Spark import; every rule is a node of the one walk over two Spark types
+(`spark_types.zip_types`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import re
 
 from kafka_landing.errors import KafkaLandingError
+from kafka_landing.warehouse.spark_types import ELEMENT, KEY, VALUE, Path, dotted, kind, zip_types
 
 MAX_DECIMAL_DIGITS = 38  # Spark's and Parquet's widest decimal
 _WIDEST = {"byte": "long", "short": "long", "integer": "long", "long": "long", "float": "double", "double": "double"}
@@ -38,16 +40,18 @@ def table_type(t):
     """The type a table column holds for a value of Spark type `t`: integers as long, floating
     point as double, every field nullable, the same shape otherwise, so the usual promotions
     change nothing and every file of a table has one schema, nullability included."""
+    return zip_types(t, t, _table_node)
+
+
+def _table_node(path: Path, t, _same, inner: dict):
     if isinstance(t, str):
         return _WIDEST.get(t, t)
-    kind = t.get("type")
-    if kind == "struct":
-        return {**t, "fields": [{**f, "type": table_type(f["type"]), "nullable": True} for f in t["fields"]]}
-    if kind == "array":
-        return {**t, "elementType": table_type(t["elementType"]), "containsNull": True}
-    if kind == "map":
-        return {**t, "keyType": table_type(t["keyType"]), "valueType": table_type(t["valueType"]),
-                "valueContainsNull": True}
+    if kind(t) == "struct":
+        return {**t, "fields": [{**f, "type": inner[f["name"]], "nullable": True} for f in t["fields"]]}
+    if kind(t) == "array":
+        return {**t, "elementType": inner[ELEMENT], "containsNull": True}
+    if kind(t) == "map":
+        return {**t, "keyType": inner[KEY], "valueType": inner[VALUE], "valueContainsNull": True}
     return t
 
 
@@ -56,24 +60,36 @@ def _name(t) -> str:
 
 
 def merge_type(old, new, path: str, where: str):
-    """The narrowest type holding every value of `old` and of `new` (both already `table_type`)."""
-    if old == new:
+    """The narrowest type holding every value of `old` and of `new` (both already `table_type`);
+    `path` names them in messages (a column's name, or "" for a table)."""
+    return zip_types(old, new, lambda at, a, b, inner: _merge_node(at, a, b, inner, where), (path,) if path else ())
+
+
+def _merge_node(path: Path, old, new, inner: dict, where: str):
+    if old == new or new is None:  # a field gone from the new side: null there (its struct says so)
         return old
+    if old is None:  # a field only the new side has: null in older data
+        return new
     if isinstance(old, str) and isinstance(new, str):
-        return _merge_primitive(old, new, path, where)
-    if isinstance(old, dict) and isinstance(new, dict) and old.get("type") == new.get("type"):
-        kind = old["type"]
-        if kind == "struct":
-            return _merge_struct(old, new, path, where)
-        if kind == "array":
-            return {"type": "array", "elementType": merge_type(old["elementType"], new["elementType"], f"{path}[]", where),
-                    "containsNull": bool(old.get("containsNull", True) or new.get("containsNull", True))}
-        if kind == "map":
-            key = merge_type(old["keyType"], new["keyType"], f"{path}{{key}}", where)
-            return {"type": "map", "keyType": key,
-                    "valueType": merge_type(old["valueType"], new["valueType"], f"{path}{{}}", where),
-                    "valueContainsNull": bool(old.get("valueContainsNull", True) or new.get("valueContainsNull", True))}
-    raise _refused(path, old, new, where)
+        return _merge_primitive(old, new, dotted(path), where)
+    if kind(old) == "struct" and kind(new) == "struct":
+        theirs = {f["name"]: f for f in new["fields"]}
+        mine = {f["name"] for f in old["fields"]}
+        fields = [{**f, "type": inner[f["name"]], "nullable": _nullable(f, theirs.get(f["name"]))}
+                  for f in old["fields"]]
+        return {**old, "fields": fields + [{**f, "nullable": True} for f in new["fields"] if f["name"] not in mine]}
+    if kind(old) == "array" and kind(new) == "array":
+        return {"type": "array", "elementType": inner[ELEMENT],
+                "containsNull": bool(old.get("containsNull", True) or new.get("containsNull", True))}
+    if kind(old) == "map" and kind(new) == "map":
+        return {"type": "map", "keyType": inner[KEY], "valueType": inner[VALUE],
+                "valueContainsNull": bool(old.get("valueContainsNull", True) or new.get("valueContainsNull", True))}
+    raise _refused(dotted(path), old, new, where)
+
+
+def _nullable(mine: dict, theirs: dict | None) -> bool:
+    """A field both sides have is nullable if either side's is; one only the old side has is."""
+    return True if theirs is None else bool(mine.get("nullable", True) or theirs.get("nullable", True))
 
 
 def _merge_primitive(old: str, new: str, path: str, where: str) -> str:
@@ -90,27 +106,11 @@ def _merge_primitive(old: str, new: str, path: str, where: str) -> str:
         if digits > MAX_DECIMAL_DIGITS:
             raise IncompatibleSchemaError(
                 f"{where}: field {path!r} changed from {old} to {new}: holding both needs decimal({digits},{scale}), "
-                f"wider than the {MAX_DECIMAL_DIGITS} digits a Parquet table holds. Nothing was loaded; keep the "
+                f"wider than the {MAX_DECIMAL_DIGITS} digits a table column holds. Nothing was loaded; keep the "
                 "producer's precision and scale within that, or land the new values in a new field",
                 nothing_loaded=True)
         return f"decimal({digits},{scale})"
     raise _refused(path, old, new, where)
-
-
-def _merge_struct(old: dict, new: dict, path: str, where: str) -> dict:
-    theirs = {f["name"]: f for f in new["fields"]}
-    fields = []
-    for f in old["fields"]:
-        other = theirs.get(f["name"])
-        if other is None:  # gone from the new side: null there
-            fields.append({**f, "nullable": True})
-            continue
-        sub = f"{path}.{f['name']}" if path else f["name"]
-        fields.append({**f, "type": merge_type(f["type"], other["type"], sub, where),
-                       "nullable": bool(f.get("nullable", True) or other.get("nullable", True))})
-    mine = {f["name"] for f in old["fields"]}
-    fields += [{**f, "nullable": True} for f in new["fields"] if f["name"] not in mine]  # null in older data
-    return {**old, "fields": fields}
 
 
 def _refused(path: str, old, new, where: str) -> IncompatibleSchemaError:
@@ -129,22 +129,13 @@ def merge_schemas(table: dict | None, new: dict, where: str) -> tuple[dict, list
     if table is None:
         return new, []
     merged = merge_type(table, new, "", where)
-    return merged, _gained(table, merged, "")
+    return merged, zip_types(table, merged, _gained_node)
 
 
-def _gained(old, new, path: str) -> list[str]:
-    if not (isinstance(old, dict) and isinstance(new, dict)):
-        return []
-    kind = new.get("type")
-    if kind == "struct" and old.get("type") == "struct":
-        before = {f["name"]: f for f in old["fields"]}
-        out = []
-        for f in new["fields"]:
-            sub = f"{path}.{f['name']}" if path else f["name"]
-            out += [sub] if f["name"] not in before else _gained(before[f["name"]]["type"], f["type"], sub)
-        return out
-    if kind == "array" and old.get("type") == "array":
-        return _gained(old["elementType"], new["elementType"], f"{path}[]")
-    if kind == "map" and old.get("type") == "map":
-        return _gained(old["valueType"], new["valueType"], f"{path}{{}}")
-    return []
+def _gained_node(path: Path, old, new, inner: dict) -> list[str]:
+    """The fields `new` has and `old` lacks, in `new`'s order; none inside a field that is new itself."""
+    if old is None:  # a field only `new` has
+        return [dotted(path)]
+    if kind(new) == "struct" and kind(old) == "struct":
+        return [g for f in new["fields"] for g in inner[f["name"]]]
+    return [g for step, got in inner.items() if step != KEY for g in got]

@@ -3,8 +3,8 @@ root, warehouse root, Dagster home), real `dagster asset materialize` processes,
 and an exact check, offset by offset, of what an hour left on disk.
 
 The checks trust nothing the product wrote about itself: expectations come
-from what the test produced, and files are read back with fastavro, pandas and
-DuckDB (an Iceberg table through pyiceberg, and its data files with pyarrow).
+from what the test produced, and files are read back with fastavro and pandas (the
+Iceberg tables through pyiceberg, and their data files with pyarrow).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
-import duckdb
 import fastavro
 import pandas as pd
 import pyarrow.parquet as pq
@@ -78,9 +77,6 @@ class WebHour:
 
 # --- a deployment ----------------------------------------------------------------
 
-WAREHOUSES = ("parquet", "iceberg")  # the warehouses the checks below can read
-
-
 @dataclass
 class Deployment:
     """One isolated kafka_landing: its own config, storage and Dagster instance."""
@@ -90,7 +86,6 @@ class Deployment:
     bootstrap: str
     registry_url: str
     home_name: str = "dagster_home"
-    warehouse_kind: str = "parquet"  # what its runs load: Parquet folders, or Iceberg tables (a root of their own)
 
     @property
     def landing(self) -> Path:
@@ -98,17 +93,16 @@ class Deployment:
 
     @property
     def warehouse(self) -> Path:
-        return self.root / ("warehouse" if self.warehouse_kind == "parquet" else f"warehouse_{self.warehouse_kind}")
+        return self.root / "warehouse"
 
     @property
     def home(self) -> Path:
         return self.root / self.home_name
 
-    def with_own_instance(self, name: str, warehouse: str | None = None) -> "Deployment":
-        """The same config and landing root, another Dagster instance: nothing in Dagster relates their
-        runs. `warehouse`: its runs load that warehouse instead (its own root)."""
-        assert warehouse in (None, *WAREHOUSES), warehouse
-        other = replace(self, home_name=name, warehouse_kind=warehouse or self.warehouse_kind)
+    def with_own_instance(self, name: str) -> "Deployment":
+        """The same config, landing root and warehouse, another Dagster instance: nothing in Dagster
+        relates their runs."""
+        other = replace(self, home_name=name)
         other.home.mkdir(parents=True, exist_ok=True)
         (other.home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
         return other
@@ -125,7 +119,7 @@ class Deployment:
             "KAFKA_LANDING_TOPICS_CONFIG": str(self.config_path),
             "KAFKA_LANDING_ROOT": str(self.landing),
             "KAFKA_LANDING_WAREHOUSE_ROOT": str(self.warehouse),
-            "KAFKA_LANDING_WAREHOUSE": self.warehouse_kind,  # one the checks below can read
+            "KAFKA_LANDING_WAREHOUSE": "iceberg",  # what the checks below read
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             "SCHEMA_REGISTRY_URL": self.registry_url,
         })
@@ -469,24 +463,19 @@ def _iceberg_hour(dep: Deployment, topic: str, table: str, hour: datetime):
 
 
 def read_warehouse_hour(dep: Deployment, topic: str, table: str, hour: datetime) -> pd.DataFrame | None:
-    """The table's rows of the hour, None if it holds no file of it: the hour's Parquet file, or what
-    a reader of the Iceberg table's current snapshot gets for the hour."""
-    if dep.warehouse_kind == "iceberg":
-        found = _iceberg_hour(dep, topic, table, hour)
-        return None if found is None else found[1].to_arrow().to_pandas()
-    path = dep.warehouse / dep.topics[topic]["dataset"] / table / f"hour={hour_tag(hour)}" / "data.parquet"
-    return pd.read_parquet(path) if path.exists() else None
+    """What a reader of the Iceberg table's current snapshot gets for the hour, None if it holds no file of it."""
+    found = _iceberg_hour(dep, topic, table, hour)
+    return None if found is None else found[1].to_arrow().to_pandas()
 
 
 def warehouse_problems(dep: Deployment, topic: str, table: str, hour: datetime, landed: dict) -> list[str]:
     """The table's hour holds exactly the rows its done file's files hold, and readers see nothing else.
     `landed` is (partition, offset) -> landing row, from the done file's files."""
     ds = dep.topics[topic]["dataset"]
-    tdir = dep.warehouse / ds / table
     where = f"warehouse {ds}.{table} {hour_tag(hour)}"
     df = read_warehouse_hour(dep, topic, table, hour)
     if df is None:
-        return [f"{where}: no {'Iceberg data' if dep.warehouse_kind == 'iceberg' else 'Parquet'} file for the hour"]
+        return [f"{where}: no Iceberg data file for the hour"]
     problems = []
     keys = list(zip(df["_kafka_partition"], df["_kafka_offset"]))
     if len(keys) != len(set(keys)):
@@ -500,24 +489,7 @@ def warehouse_problems(dep: Deployment, topic: str, table: str, hour: datetime, 
         r = landed.get((p, o))
         if r is not None and str(r["event_id"]) != str(event_id):
             problems.append(f"{where}: offset {(p, o)} holds event {event_id}, landed {r['event_id']}")
-    if dep.warehouse_kind == "iceberg":
-        return problems + _iceberg_problems(dep, topic, table, hour, sorted(keys), len(landed))
-    # What readers of the whole table see (pyarrow and DuckDB skip _ and . names, as Spark does).
-    visible = {p.relative_to(tdir).as_posix() for p in tdir.rglob("*.parquet")
-               if not any(part.startswith(("_", ".")) for part in p.relative_to(tdir).parts)}
-    if visible != {f"hour={hour_tag(hour)}/data.parquet"}:
-        problems.append(f"{where}: Parquet files visible to readers: {sorted(visible)}")
-    whole = pd.read_parquet(tdir)
-    whole = whole[whole["hour"].astype(str) == hour_tag(hour)]
-    if sorted(zip(whole["_kafka_partition"], whole["_kafka_offset"])) != sorted(keys):
-        problems.append(f"{where}: pandas reading the table sees other rows than the hour's file")
-    n = duckdb.sql(
-        f"select count(*), count(distinct (_kafka_partition, _kafka_offset)) from read_parquet("
-        f"'{tdir}/*/*.parquet', hive_partitioning=true, union_by_name=true) where hour = '{hour_tag(hour)}'"
-    ).fetchall()[0]
-    if n != (len(landed), len(landed)):
-        problems.append(f"{where}: DuckDB reads {n[0]} rows ({n[1]} distinct offsets), the done file lists {len(landed)}")
-    return problems
+    return problems + _iceberg_problems(dep, topic, table, hour, sorted(keys), len(landed))
 
 
 def _iceberg_problems(dep: Deployment, topic: str, table: str, hour: datetime, keys: list, landed: int) -> list[str]:
@@ -552,21 +524,13 @@ def _iceberg_problems(dep: Deployment, topic: str, table: str, hour: datetime, k
     return problems
 
 
-def _warehouse_backend(dep: Deployment):
-    if dep.warehouse_kind == "iceberg":
-        return _iceberg(dep)
-    from kafka_landing.warehouse.parquet import ParquetWarehouse
-
-    return ParquetWarehouse(str(dep.warehouse))
-
-
 def check_loaded_exactly(dep: Deployment, topic: str, hour: datetime, on_disk: HourOnDisk) -> None:
     """Each table's hour holds exactly its done file's rows, and the warehouse says it loaded that done
     file's content (else the sensor loads the hour again) and records the hour as loaded (else the
     `hours_behind` check counts it missing)."""
     problems = []
     ds, tag = dep.topics[topic]["dataset"], hour_tag(hour)
-    backend = _warehouse_backend(dep)
+    backend = _iceberg(dep)
     for table in dep.tables(topic):
         problems += warehouse_problems(dep, topic, table, hour, on_disk.rows[table])
         where = f"warehouse {ds}.{table} {tag}"

@@ -7,12 +7,11 @@ deployment, and a real `dagster asset materialize` process killed at that step
 then one clean run re-runs what every crash interrupted (one Spark start
 instead of seven).
 
-The loads are killed twice: on the Parquet warehouse, and on the Iceberg one (the default: Spark
-writes Parquet, one pyiceberg commit swaps the hour), which has one step more, inside its commit: the
-catalog's database has it, the load no answer yet. The Iceberg crash runs share a Dagster instance
-and a warehouse root of their own, and one clean run of their own re-runs them, beside the Parquet
-one. One more Iceberg load is killed after its commit and then re-landed before it is loaded again:
-a new done file whose load must replace the hour the table holds while its load record still lags.
+The loads are killed on the Iceberg warehouse (Spark writes Parquet, one pyiceberg commit swaps the
+hour) at each of its steps, inside its commit too: the catalog's database has it, the load no answer
+yet. The load crash runs share a Dagster instance, which the clean run uses too. One more load is
+killed after its commit and then re-landed before it is loaded again: a new done file whose load must
+replace the hour the table holds while its load record still lags.
 
 Right after each crash, whatever a consumer of done files can see must already
 be exact; after the re-run, every produced offset is in its table once or is a
@@ -54,15 +53,13 @@ from kafka_landing_tests.faults.harness import (
 )
 
 WAREHOUSE_STEPS = tuple(s for s in STEPS if s.startswith("warehouse:"))
-ICEBERG_ONLY = ("warehouse:committing",)  # inside the Iceberg commit: the Parquet warehouse has no such step
 
 
 @dataclass(frozen=True)
 class Point:
-    """A crash point on a warehouse: each gets a topic of its own."""
+    """A crash point: each gets a topic of its own."""
 
     step: str
-    warehouse: str = "parquet"
     reland: bool = False  # the re-run lands the hour again (a new done file) before it loads it
 
     @property
@@ -71,22 +68,20 @@ class Point:
 
     @property
     def id(self) -> str:
-        return "-".join([*([self.warehouse] if self.warehouse != "parquet" else []), self.step,
-                         *(["relanded"] if self.reland else [])])
+        return "-".join([self.step, *(["relanded"] if self.reland else [])])
 
     @property
     def slug(self) -> str:
         return self.id.replace(":", "_").replace("-", "_")
 
 
-POINTS = (*(Point(s) for s in STEPS if s not in ICEBERG_ONLY), *(Point(s, "iceberg") for s in WAREHOUSE_STEPS),
-          Point("warehouse:swapped", "iceberg", reland=True))
+POINTS = (*(Point(s) for s in STEPS), Point("warehouse:swapped", reland=True))
 LOADS = tuple(p for p in POINTS if p.loads)
 
 
 def batches(points) -> list[list[Point]]:
     """Crash runs two at a time (each on its own topic), never two loads together: the
-    loads of a warehouse share one Dagster instance."""
+    loads share one Dagster instance."""
     loads = [p for p in points if p.loads]
     # Landing steps first: a crash while planning starts no Spark and can go alone, last.
     rest = sorted((p for p in points if not p.loads), key=lambda p: p.step.startswith("slices:"))
@@ -114,10 +109,10 @@ class Crash:
 
 @dataclass
 class Crashes:
-    deps: dict[str, Deployment]  # warehouse -> the deployment (instance, warehouse root) of its loads
+    dep: Deployment  # the deployment of the loads and of the re-run (their instance)
     cases: dict[Point, Crash]
-    reruns: dict[str, Run]  # warehouse -> its clean re-run
-    rerun_blocked: dict[str, set[str]]  # warehouse -> pools its re-run found held by a killed run
+    rerun: Run  # the clean re-run
+    rerun_blocked: set[str]  # pools the re-run found held by a killed run
 
 
 BLOCKED = re.compile(r"Step blocked by limit for pool (\S+)")
@@ -148,40 +143,36 @@ def crashes(produce_web_hour, bootstrap, registry_url, tmp_path_factory) -> Cras
     hour = data[POINTS[0]].hour
     dep = deployment(tmp_path_factory.mktemp("crash_points"),
                      {d.topic: web_topic(f"c_{point.slug}") for point, d in data.items()}, bootstrap, registry_url)
-    # The Iceberg loads: the same config and landing root, their own instance and warehouse root.
-    deps = {"parquet": dep, "iceberg": dep.with_own_instance("dagster_home_iceberg", warehouse="iceberg")}
     cases = {}
     for batch in batches(POINTS):
         started = {}
         for point in batch:
             d = data[point]
-            # Loads are killed in their warehouse's shared instance (the re-run must meet what they
+            # Loads are killed in the deployment's own instance (the re-run must meet what they
             # leave there); landing runs get an instance each, so that two can run at once.
-            where = deps[point.warehouse] if point.loads else dep.with_own_instance(f"dagster_home_{point.slug}")
+            where = dep if point.loads else dep.with_own_instance(f"dagster_home_{point.slug}")
             select = dep.landing_assets(d.topic) + (dep.warehouse_assets(d.topic) if point.loads else [])
             started[point] = start(where, select, hour, crash=point.step, name=point.slug)
         for point, st in started.items():
-            d, run, wdep = data[point], finish(st), deps[point.warehouse]
+            d, run = data[point], finish(st)
             after = read_hour(dep, d.topic, hour, d.sent)
-            loaded = {t: read_warehouse_hour(wdep, d.topic, t, hour) for t in dep.tables(d.topic)}
+            loaded = {t: read_warehouse_hour(dep, d.topic, t, hour) for t in dep.tables(d.topic)}
             wh_problems = [p for t, df in loaded.items() if df is not None
-                           for p in warehouse_problems(wdep, d.topic, t, hour, after.rows.get(t, {}))]
-            slots = [x for x in slots_held(wdep) if x[1] in run.run_ids]
+                           for p in warehouse_problems(dep, d.topic, t, hour, after.rows.get(t, {}))]
+            slots = [x for x in slots_held(dep) if x[1] in run.run_ids]
             files = sorted(str(p) for p in (dep.landing / "tables" / dep.topics[d.topic]["dataset"]).rglob("*.avro"))
             cases[point] = Crash(point, d, run, (dep.landing / slice_manifest_path(d.topic, hour)).exists(),
                                  after, loaded, wh_problems, slots, files)
-    # One clean run per warehouse, both at once, re-runs, per topic, what its crash interrupted,
-    # then loads every table.
-    selects: dict[str, list[str]] = {w: [] for w in deps}
+    # One clean run re-runs, per topic, what its crash interrupted, then loads every table.
+    select: list[str] = []
     for point, d in data.items():
-        selects[point.warehouse] += (dep.landing_assets(d.topic) if point.reland or not point.loads else []) \
-            + dep.warehouse_assets(d.topic)
+        select += dep.landing_assets(d.topic) if point.reland or not point.loads else []
+        select += dep.warehouse_assets(d.topic)
     dead = [run_id for case in cases.values() for run_id in case.run.run_ids]
-    started = {w: start(deps[w], select, hour, name=f"rerun_{w}") for w, select in selects.items()}
+    started = {"rerun": start(dep, select, hour, name="rerun")}
     blocked = wait_freeing_dead_slots(started, dead)
-    # Each ended, or hung past RUN_TIMEOUT: then killed and reported.
-    reruns = {w: finish(st, timeout=10) for w, st in started.items()}
-    return Crashes(deps, cases, reruns, blocked)
+    # It ended, or hung past RUN_TIMEOUT: then killed and reported.
+    return Crashes(dep, cases, finish(started["rerun"], timeout=10), blocked["rerun"])
 
 
 # What a consumer of done files may see right after the crash: whether the slice is
@@ -200,16 +191,15 @@ VISIBLE_AFTER_CRASH = {
 
 def test_every_crash_point_is_covered():
     assert set(VISIBLE_AFTER_CRASH) == set(STEPS), "a crash point without a fault test"
-    assert {p.step for p in POINTS if p.warehouse == "parquet"} == set(STEPS) - set(ICEBERG_ONLY)
-    assert {p.step for p in POINTS if p.warehouse == "iceberg"} == set(WAREHOUSE_STEPS), \
-        "a load's crash point not tested on the Iceberg warehouse"
+    assert {p.step for p in POINTS} == set(STEPS)
+    assert {p.step for p in LOADS} == set(WAREHOUSE_STEPS) and any(p.reland for p in LOADS)
 
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: p.id)
 def test_killed_at_step_then_rerun_lands_every_offset_once(crashes, point):
-    case, dep, step = crashes.cases[point], crashes.deps[point.warehouse], point.step
+    case, dep, step = crashes.cases[point], crashes.dep, point.step
     topic, hour = case.data.topic, case.data.hour
-    rerun = crashes.reruns[point.warehouse]
+    rerun = crashes.rerun
 
     # The run's process died by SIGKILL at that step.
     assert killed_by_sigkill(case.run), (
@@ -242,8 +232,8 @@ def test_the_rerun_is_not_blocked_by_the_killed_run(crashes, point):
     """A load killed with its whole run (OOM, lost machine) must not keep its table's pool
     slot: with `default_limit: 1` the re-run, and every later load of the table, waits for
     it forever ("Step blocked by limit for pool ...") until someone frees it by hand."""
-    case, dep = crashes.cases[point], crashes.deps[point.warehouse]
-    blocked = crashes.rerun_blocked[point.warehouse]
+    case, dep = crashes.cases[point], crashes.dep
+    blocked = crashes.rerun_blocked
     pools = {f"warehouse_{dep.topics[case.data.topic]['dataset']}_{t}" for t in dep.tables(case.data.topic)}
     assert not pools & blocked, (
         f"after a SIGKILL at {point.id}, the re-run was blocked by pools {sorted(pools & blocked)}: "

@@ -1,8 +1,8 @@
 """Every value lands as the producer wrote it, or its record is a dead letter naming the field
 (issue 17 item 3), against the real broker, registry and Spark: decimals whose unscaled value is
 wider than their declared precision, dates and times outside years 1-9999, a fixed of the wrong
-size; and the edge dates and times read back from the Parquet warehouse by every reader the
-README shows. Bodies are encoded by hand (the raw types under the logical ones), so any value
+size; and the edge dates and times read back from the Iceberg warehouse by every reader the
+docs show. Bodies are encoded by hand (the raw types under the logical ones), so any value
 can be written."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from kafka_landing.avro_landing import body_rules
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.registry import schema_fetcher
-from kafka_landing.warehouse.parquet import ParquetWarehouse
+from kafka_landing.warehouse.iceberg import IcebergWarehouse
 from kafka_landing_tests.integration.test_decode import (  # noqa: F401 - sr is a fixture
     Y1_MS,
     YEAR_10000_MS,
@@ -291,7 +291,7 @@ def test_a_fixed_of_the_wrong_size_is_a_corrupt_body(make_topic, send, sr, regis
                                                                      3: (Decimal("123.45"), "ok")}
 
 
-# --- the Parquet warehouse: the edge dates and times read back by every reader -------------------
+# --- the Iceberg warehouse: the edge dates and times read back by every reader -------------------
 
 EDGE_TIMES = record_schema("Edge", [
     {"name": "n", "type": "int"},
@@ -321,7 +321,7 @@ def _iso(v) -> str:
     return v.isoformat()
 
 
-def test_the_parquet_warehouse_reads_back_years_1_and_9999_in_pandas_duckdb_and_spark(
+def test_the_iceberg_warehouse_reads_back_years_1_and_9999_in_pandas_duckdb_and_spark(
         make_topic, send, sr, registry, kafka, spark, store, tmp_path):
     """Spark's legacy INT96 timestamps read back in nanoseconds (pandas, pyarrow): 9999-12-31 came
     back as 1816. The warehouse's timestamps are TIMESTAMP_MICROS, exact in every reader."""
@@ -334,24 +334,23 @@ def test_the_parquet_warehouse_reads_back_years_1_and_9999_in_pandas_duckdb_and_
     plan, result = land(spark, store, kafka, cfg, schema_fetcher(registry))
     landed, dead = assert_conserved(store, plan, result)
     assert not dead
-    wh = ParquetWarehouse(str(tmp_path / "wh"))
+    wh = IcebergWarehouse(str(tmp_path / "wh"))
     wh.load_partition(store, result.done["t"], lambda: spark)
-    table = wh.table_dir("d", "t")
+    arrow = wh.table("d", "t").scan().to_arrow()  # the docs' read: pyiceberg, then pandas or DuckDB on its Arrow
     expected = {n: dict(zip(EDGE_COLUMNS, shown)) for n, (_, shown) in EDGES.items()}
 
-    df = pd.read_parquet(table)  # the README's pandas read (pyarrow)
+    df = arrow.to_pandas()
     assert {int(r["n"]): {c: _iso(pd.Timestamp(r[c]).to_pydatetime()) if c != "day" else _iso(r[c])
                           for c in EDGE_COLUMNS} for _, r in df.iterrows()} == expected
 
     duckdb = pytest.importorskip("duckdb")
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    rows = con.sql(f"select n, {', '.join(EDGE_COLUMNS)} from read_parquet('{table}/*/*.parquet', "
-                   "hive_partitioning=true, union_by_name=true)").fetchall()
+    rows = con.sql(f"select n, {', '.join(EDGE_COLUMNS)} from arrow").fetchall()
     assert {r[0]: {c: _iso(v) for c, v in zip(EDGE_COLUMNS, r[1:])} for r in rows} == expected
 
     fmt = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
-    back = spark.read.option("mergeSchema", "true").parquet(str(table))
+    back = wh.spark_table(spark, "d", "t")
     rows = back.selectExpr("n", *[f"date_format({c}, \"{fmt}\")" if c != "day" else "cast(day as string)"
                                   for c in EDGE_COLUMNS]).collect()
     assert {r[0]: dict(zip(EDGE_COLUMNS, r[1:])) for r in rows} == expected

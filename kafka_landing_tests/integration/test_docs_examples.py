@@ -3,7 +3,7 @@
 loaded from the local stack, in a checkout of its own, as `make demo` leaves one.
 
 The checkout is a folder with the repo's `.venv` linked in and a `.local/` holding its landing
-root, Parquet warehouse and Dagster home, filled by the demo's own steps (produce; land, here
+root, Iceberg warehouse and Dagster home, filled by the demo's own steps (produce; land, here
 each topic's hours in one run; the done-file sensor's loads, the event sensor's loads) for two
 hours of two topics named like no other: the demo's config with the test's topic names, and its
 datasets `shop` and `web`. Each example runs from that folder, with the literals its

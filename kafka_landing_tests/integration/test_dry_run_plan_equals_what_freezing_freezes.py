@@ -90,7 +90,7 @@ def test_plan_backfill_job_records_the_plan_on_the_slices_asset(make_topic, send
     from kafka_landing.kafka_slices.assets import slice_key
     from kafka_landing.kafka_slices.jobs import plan_backfill
     from kafka_landing.resources import LandingResource
-    from kafka_landing.warehouse.resources import ParquetWarehouseResource
+    from kafka_landing.warehouse.resources import IcebergWarehouseResource
 
     topic = make_topic(partitions=2)
     first = floor_hour(utcnow()) - ONE_HOUR * 4
@@ -101,7 +101,7 @@ def test_plan_backfill_job_records_the_plan_on_the_slices_asset(make_topic, send
     result = plan_backfill.execute_in_process(
         run_config={"ops": {"plan_backfill_op": {"config": {
             "topic": topic, "from_hour": hour_key(first), "to_hour": hour_key(first + ONE_HOUR)}}}},
-        resources={"kafka": kafka, "landing": landing, "warehouse": ParquetWarehouseResource(root=str(tmp_path / "wh"))},
+        resources={"kafka": kafka, "landing": landing, "warehouse": IcebergWarehouseResource(root=str(tmp_path / "wh"))},
     )
     assert result.success
     [obs] = [e.event_specific_data.asset_observation for e in result.all_events
@@ -114,7 +114,7 @@ def test_plan_backfill_job_records_the_plan_on_the_slices_asset(make_topic, send
     bad = plan_backfill.execute_in_process(
         run_config={"ops": {"plan_backfill_op": {"config": {
             "topic": topic, "from_hour": hour_key(first + ONE_HOUR), "to_hour": hour_key(first)}}}},
-        resources={"kafka": kafka, "landing": landing, "warehouse": ParquetWarehouseResource(root=str(tmp_path / "wh"))},
+        resources={"kafka": kafka, "landing": landing, "warehouse": IcebergWarehouseResource(root=str(tmp_path / "wh"))},
         raise_on_error=False,
     )
     assert not bad.success

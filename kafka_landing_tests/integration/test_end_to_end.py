@@ -31,6 +31,7 @@ from kafka_landing_tools.demo.loads import run_load_request
 from kafka_landing.warehouse.queue.runs import table_slot
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
 from kafka_landing_tests.conftest import defs_hours, utcnow
+from kafka_landing_tests.helpers import table_rows
 from kafka_landing_tests.sensor_ticks import tick
 
 HOURS = 3
@@ -38,8 +39,8 @@ HOURS = 3
 
 @pytest.fixture
 def env(code_location):
-    """A topic config, landing root and warehouse root of the test's own (Parquet unless told)."""
-    return lambda topics, warehouse="parquet": code_location(topics, warehouse=warehouse, dead_letter_limit=0.5)
+    """A topic config, landing root and (Iceberg) warehouse root of the test's own."""
+    return lambda topics: code_location(topics, dead_letter_limit=0.5)
 
 
 def land(defs, instance, partition: str):
@@ -69,23 +70,7 @@ def run_requests(defs, instance, requests):
         assert {h for c, h in checked if c == "conservation"} == set(covered_hours(req)), req.run_key
 
 
-def read_table(root, dataset, table, warehouse: str = "parquet") -> pd.DataFrame:
-    """Every row of a table, as a reader outside the product reads it: DuckDB over the Parquet
-    folders, pyiceberg through the Iceberg catalog."""
-    if warehouse == "iceberg":
-        from pyiceberg.catalog.sql import SqlCatalog
-
-        catalog = SqlCatalog("kafka_landing", uri=f"sqlite:///{root}/_catalog.db")
-        return catalog.load_table(f"{dataset}.{table}").scan().to_pandas()
-    import duckdb
-
-    return duckdb.sql(
-        f"select * from read_parquet('{root}/{dataset}/{table}/*/*.parquet', hive_partitioning=true, union_by_name=true)"
-    ).df()
-
-
-@pytest.mark.parametrize("warehouse", ["iceberg", "parquet"])
-def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, spark, tmp_path, warehouse):
+def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, spark, tmp_path):
     suffix = uuid.uuid4().hex[:6]
     topics = {ORDERS: f"orders_{suffix}", WEB: f"web_{suffix}"}
     now = utcnow()
@@ -94,7 +79,7 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
         topics[ORDERS]: {"dataset": f"shop_{suffix}", "table": "orders", "event_time_field": "created_at"},
         topics[WEB]: {"dataset": f"web_{suffix}", "route": {"field": "type", "tables": {"page_view": "page_views"},
                                                              "default": "other_events"}},
-    }, warehouse=warehouse)
+    })
     defs = build_definitions()
     hours = demo_hours(now, HOURS)
     for hour in hours:
@@ -113,9 +98,9 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
 
     # Record by record: every good record produced is in its table once, with its fields.
     rows = pd.concat([
-        read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders", warehouse).assign(_t="orders"),
-        read_table(tmp_path / "warehouse", f"web_{suffix}", "page_views", warehouse).assign(_t="page_views"),
-        read_table(tmp_path / "warehouse", f"web_{suffix}", "other_events", warehouse).assign(_t="other_events"),
+        table_rows(tmp_path / "warehouse", f"shop_{suffix}", "orders").assign(_t="orders"),
+        table_rows(tmp_path / "warehouse", f"web_{suffix}", "page_views").assign(_t="page_views"),
+        table_rows(tmp_path / "warehouse", f"web_{suffix}", "other_events").assign(_t="other_events"),
     ])
     by_key = {(r["_kafka_topic"], r["_kafka_partition"], r["_kafka_offset"]): r for _, r in rows.iterrows()}
     assert len(by_key) == len(rows), "a record is in the warehouse twice"
@@ -137,7 +122,7 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
     assert not tick(defs, instance, cursor=first.cursor).run_requests
 
     # Re-land and reload an hour: a new done file, one new load, an unchanged table.
-    before = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders", warehouse).sort_values(["_kafka_partition", "_kafka_offset"])
+    before = table_rows(tmp_path / "warehouse", f"shop_{suffix}", "orders").sort_values(["_kafka_partition", "_kafka_offset"])
     assert land(defs, instance, hour_key(hours[1])).success
     relanded = tick(defs, instance, cursor=first.cursor)
     assert sorted((covered_hours(r), k.path[-1]) for r in relanded.run_requests for k in r.asset_selection) == [
@@ -146,7 +131,7 @@ def test_whole_flow_through_the_sensor(env, instance, bootstrap, registry_url, s
     assert len(relanded.run_requests) == runs_needed
     assert not {r.run_key for r in relanded.run_requests} & {r.run_key for r in first.run_requests}
     run_requests(defs, instance, relanded.run_requests)
-    after = read_table(tmp_path / "warehouse", f"shop_{suffix}", "orders", warehouse).sort_values(["_kafka_partition", "_kafka_offset"])
+    after = table_rows(tmp_path / "warehouse", f"shop_{suffix}", "orders").sort_values(["_kafka_partition", "_kafka_offset"])
     pd.testing.assert_frame_equal(before.reset_index(drop=True), after.reset_index(drop=True))
     assert not tick(defs, instance, cursor=relanded.cursor).run_requests
 
@@ -187,7 +172,7 @@ def test_schema_evolution_across_hours(env, instance, make_topic, send, registry
     assert hour_key(h + 2 * ONE_HOUR) in message and hour_key(h) not in message, message
     loaded = {e.partition for e in result.get_asset_materialization_events()}
     assert loaded == {hour_key(h), hour_key(h + ONE_HOUR)}, "the compatible hours keep their load"
-    table = read_table(tmp_path / "warehouse", "evo", "things").sort_values("id")
+    table = table_rows(tmp_path / "warehouse", "evo", "things").sort_values("id")
     assert list(table["id"]) == [1, 2]
     assert table["colour"].isna().tolist() == [True, False], "the older hour reads the new column as null"
 
@@ -198,7 +183,7 @@ def test_schema_evolution_across_hours(env, instance, make_topic, send, registry
     message = failure_message(result)
     assert "field 'name' changed type from string to long" in message and str(id_bad) in message
     # Nothing lost: the table is unchanged and the hour's landing files are still there.
-    assert read_table(tmp_path / "warehouse", "evo", "things")["id"].tolist() == [1, 2]
+    assert sorted(table_rows(tmp_path / "warehouse", "evo", "things")["id"]) == [1, 2]
     done = json.loads((tmp_path / "landing" / "tables" / "evo" / "things" / f"hour={hour_tag(h + 2 * ONE_HOUR)}" / "_DONE.json").read_text())
     assert done["rows"] == 1 and (tmp_path / "landing" / done["files"][0]["path"]).exists()
 
@@ -232,13 +217,13 @@ def test_every_change_the_registry_accepts_lands_loads_and_reads_back_whole(env,
                                                                            spark, tmp_path):
     """v1 -> v2 -> v3 registered under BACKWARD (the registry's own check accepts each), an hour of
     each and one hour mixing v1 and v2 in one partition, landed and loaded through Dagster as the
-    sensor asks; every README reader gets every row with the widened types."""
+    sensor asks; every reader the docs show gets every row with the widened types."""
     import duckdb
-    import pyarrow.parquet as pq
     from confluent_kafka.schema_registry import Schema
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    from kafka_landing_tests.integration import test_parquet_evolution as evo
+    from kafka_landing.warehouse.iceberg import IcebergWarehouse
+    from kafka_landing_tests import evolving_schemas as evo
 
     topic = make_topic(partitions=1)
     env({topic: {"dataset": "evo", "table": "pays"}})
@@ -263,12 +248,13 @@ def test_every_change_the_registry_accepts_lands_loads_and_reads_back_whole(env,
         assert land(defs, instance, hour_key(h + ONE_HOUR * i)).success
     run_requests(defs, instance, tick(defs, instance).run_requests)
 
-    tdir = tmp_path / "warehouse" / "evo" / "pays"
-    evo._check_rows(pq.read_table(tdir).to_pylist())
-    df = pd.read_parquet(tdir)
+    wh = IcebergWarehouse(str(tmp_path / "warehouse"))
+    arrow = wh.table("evo", "pays").scan().to_arrow()
+    evo.check_rows(arrow.to_pylist())
+    df = table_rows(tmp_path / "warehouse", "evo", "pays")
     assert sorted(df["id"]) == [1, 2, 3, 4, 5] and df["amount"].dtype == "float64"
     assert sorted(df.columns.intersection(["region", "legacy", "qty", "hour"])) == ["hour", "legacy", "qty", "region"]
-    assert read_table(tmp_path / "warehouse", "evo", "pays").set_index("id").loc[2, "amount"] == float(2**40)
-    got = spark.read.option("mergeSchema", "true").parquet(str(tdir))
+    assert df.set_index("id").loc[2, "amount"] == float(2**40)
+    got = wh.spark_table(spark, "evo", "pays")
     assert got.count() == 5 and dict(got.dtypes)["price"] == "decimal(12,3)"
-    assert duckdb.sql(f"select count(*) from read_parquet('{tdir}/*/*.parquet', union_by_name=true)").fetchall() == [(5,)]
+    assert duckdb.sql("select count(*) from arrow").fetchall() == [(5,)]

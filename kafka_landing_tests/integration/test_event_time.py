@@ -21,8 +21,10 @@ from kafka_landing.event_partitions import latest_manifest, versions
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis, unknown_partition
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.event_load import event_conservation
+from kafka_landing.warehouse.iceberg import IcebergWarehouse
 from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME
 from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.helpers import table_rows
 from kafka_landing_tests.sensor_ticks import tick
 from kafka_landing_tools.demo.generate import encode, register
 from kafka_landing_tools.demo.loads import run_event_requests
@@ -78,10 +80,7 @@ def load_events(defs, instance, landing) -> dict[str, dict]:
 
 
 def table(root, partition: str) -> pd.DataFrame:
-    import duckdb
-
-    return duckdb.sql(f"select * from read_parquet('{root}/{DS}/orders__by_event/*/*.parquet', "
-                      "hive_partitioning=true, union_by_name=true)").df().query(f"event_day == '{partition}'")
+    return table_rows(root, DS, "orders__by_event", event_day=partition)
 
 
 def keys(df: pd.DataFrame) -> list[tuple]:
@@ -165,7 +164,7 @@ def test_late_records_amend_their_event_day_and_relands_re_version_what_they_tou
     assert keys(table(tmp_path / "warehouse", d)) == sorted([*(by_id[i] for i in range(6)), by_id[11]])
     assert versions(landing, DS, "orders", late_day) == [1]
     # Every landed offset is in exactly one event partition.
-    everything = duckdb_all(tmp_path / "warehouse")
+    everything = every_row(tmp_path / "warehouse")
     assert len(everything) == len(set(keys(everything))) == 14
 
 
@@ -181,11 +180,8 @@ def sent_in_id_order(sent):
     return sorted(sent, key=rid)
 
 
-def duckdb_all(root) -> pd.DataFrame:
-    import duckdb
-
-    return duckdb.sql(f"select * from read_parquet('{root}/{DS}/orders__by_event/*/*.parquet', "
-                      "hive_partitioning=true, union_by_name=true)").df()
+def every_row(root) -> pd.DataFrame:
+    return table_rows(root, DS, "orders__by_event")
 
 
 def test_a_manifest_names_every_file_and_its_landing_hour(code_location, instance, make_topic, send, registry,
@@ -207,4 +203,8 @@ def test_a_manifest_names_every_file_and_its_landing_hour(code_location, instanc
     raw = json.loads((tmp_path / "landing" / m.path).read_text())
     assert [(f["hour"], f["rows"]) for f in raw["files"]] == [(hour_tag(hour), 3)]
     assert raw["granularity"] == "hour" and raw["version"] == 1
-    assert (tmp_path / "warehouse" / DS / "orders__by_event" / f"event_hour={hour_tag(hour)}" / "data.parquet").exists()
+    # The Iceberg table is partitioned by event hour (then landing hour): the hour is a partition of its own.
+    rows = table_rows(tmp_path / "warehouse", DS, "orders__by_event", event_hour=hour_tag(hour))
+    assert sorted(rows["id"]) == [0, 1, 2] and set(rows["hour"]) == {hour_tag(hour)}
+    t = IcebergWarehouse(str(tmp_path / "warehouse")).by_event("hour", "created_at").table(DS, "orders__by_event")
+    assert [f.name for f in t.spec().fields] == ["event_hour", "hour"]

@@ -1,6 +1,6 @@
 """The whole flow with a gs:// landing root on the GCS emulator: Spark writes the
 hour's files through the GCS connector, the store publishes them without rename,
-the sensor finds the done files in the bucket, and the Parquet warehouse loads
+the sensor finds the done files in the bucket, and the Iceberg warehouse loads
 from gs://. The same records as on a local root, exactly once."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.naming import hour_key
 from kafka_landing_tests.bigquery_fake import FakeBigQuery
 from kafka_landing_tests.conftest import utcnow
-from kafka_landing_tests.integration.test_end_to_end import covered_hours, land, read_table, run_requests
+from kafka_landing_tests.helpers import table_rows
+from kafka_landing_tests.integration.test_end_to_end import covered_hours, land, run_requests
 from kafka_landing_tests.sensor_ticks import tick
 
 HOURS = 2
@@ -114,15 +115,15 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
     assert not tick(defs, instance, cursor=first.cursor).run_requests
     assert_checks_download_no_landing_file(gcs_bucket, topics[ORDERS], f"gshop_{suffix}", hours[0], monkeypatch)
 
-    rows = pd.concat([read_table(tmp_path / "warehouse", f"gshop_{suffix}", "orders", "iceberg"),
-                      read_table(tmp_path / "warehouse", f"gweb_{suffix}", "page_views", "iceberg"),
-                      read_table(tmp_path / "warehouse", f"gweb_{suffix}", "other_events", "iceberg")])
+    rows = pd.concat([table_rows(tmp_path / "warehouse", f"gshop_{suffix}", "orders"),
+                      table_rows(tmp_path / "warehouse", f"gweb_{suffix}", "page_views"),
+                      table_rows(tmp_path / "warehouse", f"gweb_{suffix}", "other_events")])
     got = sorted(zip(rows["_kafka_topic"], rows["_kafka_partition"], rows["_kafka_offset"]))
     assert got == sorted((s.topic, s.partition, s.offset) for s in sent.records if not s.bad)
 
     # The orders' event-time table, from the same files in the bucket: every landed order exactly once.
     event_days = event_runs(defs, instance)
-    by_event = read_table(tmp_path / "warehouse", f"gshop_{suffix}", "orders__by_event", "iceberg")
+    by_event = table_rows(tmp_path / "warehouse", f"gshop_{suffix}", "orders__by_event")
     order_keys = sorted((s.topic, s.partition, s.offset) for s in sent.records
                         if s.topic == topics[ORDERS] and not s.bad)
     assert sorted(zip(by_event["_kafka_topic"], by_event["_kafka_partition"], by_event["_kafka_offset"])) == order_keys
@@ -176,7 +177,7 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
     finally:
         fake.stop()
         monkeypatch.delenv("BIGQUERY_EMULATOR_HOST")
-        monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")
+        monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "iceberg")
 
     # Re-landing an hour over the bucket replaces its files, never adds to them (the hours' files: not
     # the BigQuery loads' reader schemas under tables/<dataset>/<table>/_reader_schemas/).

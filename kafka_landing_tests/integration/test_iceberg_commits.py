@@ -136,11 +136,11 @@ def test_hours_staged_together_whose_commit_answer_was_lost_are_loaded_and_keep_
 
     staged = wh.stage(store, [(h["manifest"], h["done_file"], h["done_sha256"]) for h in hours], lambda: spark)
 
-    assert staged == 2
+    assert len(staged.committed) == 2
     assert _missing_files(wh) == []
     snapshots = len(wh.table("shop", "orders").metadata.snapshots)
     for h in hours:
-        assert wh.load_partition(store, spark=lambda: spark, **h).rows == 2
+        assert wh.load_partition(store, spark=lambda: spark, staged=staged, **h).rows == 2
     assert len(wh.table("shop", "orders").metadata.snapshots) == snapshots, "the hours' own loads committed again"
     assert _order_ids(wh) == ["o0", "o1", "o10", "o11", "o20", "o21"]
 
@@ -153,7 +153,7 @@ def test_a_load_that_rewrites_the_table_does_it_once_while_another_hours_load_wa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    import kafka_landing.warehouse.iceberg as module
+    from kafka_landing.warehouse.iceberg import commits, warehouse
 
     store, wh = iceberg
     for h in (0, 1):
@@ -172,18 +172,18 @@ def test_a_load_that_rewrites_the_table_does_it_once_while_another_hours_load_wa
         finally:
             other_done.set()
 
-    real_rewrite = IcebergWarehouse._rewrite
+    real_rewrite = commits.rewrite_table
 
-    def rewrite(self, *args, **kwargs):
-        rewrites.append(self)
+    def rewrite(*args, **kwargs):
+        rewrites.append(args)
         if len(rewrites) == 1:  # the other hour's load starts now and comes to its commit meanwhile
             threading.Thread(target=load_other).start()
             assert other_staged.wait(300), "the other hour's load never came to its commit"
             other_done.wait(5)  # without a lock it commits now
-        return real_rewrite(self, *args, **kwargs)
+        return real_rewrite(*args, **kwargs)
 
-    monkeypatch.setattr(IcebergWarehouse, "_rewrite", rewrite)
-    monkeypatch.setattr(module, "crash_point", lambda step: other_staged.set()
+    monkeypatch.setattr(commits, "rewrite_table", rewrite)
+    monkeypatch.setattr(warehouse, "crash_point", lambda step: other_staged.set()
                         if step == "warehouse:staged" and rewrites else None)
 
     wh.load_partition(store, spark=lambda: spark, **rewriting)

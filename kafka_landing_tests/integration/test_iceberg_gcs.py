@@ -50,8 +50,9 @@ def test_an_hour_and_a_run_of_hours_load_into_a_bucket_and_read_back_from_it_alo
     store, wh, bucket, uri = on_gcs
     dones = [write_hour(store, "shop", "orders", _hour(i), [(0, 1, V1, orders(2 + i, 10 * i))]) for i in range(4)]
     first = load_done_file(wh, store, dones[0], lambda: spark)
-    assert stage_done_files(wh, store, dones[1:], lambda: spark) == 3  # one Spark job, one commit
-    results = [load_done_file(wh, store, d, lambda: spark) for d in dones[1:]]
+    staged = stage_done_files(wh, store, dones[1:], lambda: spark)
+    assert len(staged.committed) == 3  # one Spark job, one commit
+    results = [load_done_file(wh, store, d, lambda: spark, staged) for d in dones[1:]]
 
     assert [first.rows] + [r.rows for r in results] == [2, 3, 4, 5]
     fresh = IcebergWarehouse(f"gs://{bucket}/warehouse", uri)  # another process: the bucket and the catalog
@@ -78,7 +79,7 @@ def test_an_hour_and_a_run_of_hours_load_into_a_bucket_and_read_back_from_it_alo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.db"]
 
     # The same hours again: nothing staged, no new snapshot.
-    assert stage_done_files(fresh, store, dones, lambda: spark) == 0
+    assert stage_done_files(fresh, store, dones, lambda: spark).committed == {}
     for d in dones:
         load_done_file(fresh, store, d, lambda: spark)
     assert len(fresh.table("shop", "orders").metadata.snapshots) == 2

@@ -40,8 +40,9 @@ def test_a_days_hours_load_in_one_commit_and_each_hours_load_records_its_own_con
     dones = [write_hour(store, "shop", "orders", _hour(i), [(0, 1, V1, orders(2, 10 * i)), (1, 1, V1, orders(1, 10 * i + 5))])
              for i in range(24)]
 
-    assert stage_done_files(wh, store, dones, lambda: spark) == 24
-    results = [load_done_file(wh, store, d, lambda: spark) for d in dones]
+    staged = stage_done_files(wh, store, dones, lambda: spark)
+    assert len(staged.committed) == 24
+    results = [load_done_file(wh, store, d, lambda: spark, staged) for d in dones]
 
     t = wh.table("shop", "orders")
     assert len(t.metadata.snapshots) == 1  # hour by hour it would be 24
@@ -52,7 +53,7 @@ def test_a_days_hours_load_in_one_commit_and_each_hours_load_records_its_own_con
         assert wh.loaded_sha("shop", "orders", manifest.partition) == sha
         assert wh.committed(t, manifest.partition)["sha256"] == sha
     # The same run again: nothing to stage, no new snapshot, each hour already loaded.
-    assert stage_done_files(wh, store, dones, lambda: spark) == 0
+    assert stage_done_files(wh, store, dones, lambda: spark).committed == {}
     for d in dones:
         load_done_file(wh, store, d, lambda: spark)
     assert len(wh.table("shop", "orders").metadata.snapshots) == 1
@@ -68,8 +69,9 @@ def test_hours_whose_schema_differs_from_the_runs_load_alone_and_keep_their_valu
 
     load_done_file(wh, store, dones[0], lambda: spark)  # the table holds V1
 
-    assert stage_done_files(wh, store, dones[1:], lambda: spark) == 3
-    results = [load_done_file(wh, store, d, lambda: spark) for d in dones[1:]]
+    staged = stage_done_files(wh, store, dones[1:], lambda: spark)
+    assert len(staged.committed) == 3
+    results = [load_done_file(wh, store, d, lambda: spark, staged) for d in dones[1:]]
 
     assert [r.rows for r in results] == [2] * 4
     assert [r.added_columns for r in results] == [(), ("coupon",), (), ()]  # the batch's first hour added it
@@ -88,9 +90,10 @@ def test_a_run_that_widens_a_decimals_precision_loads_together_in_metadata(icebe
              for i in range(1, 4)]
     first_file = {task.file.file_path for task in wh.table("shop", "orders").scan().plan_files()}
 
-    assert stage_done_files(wh, store, dones, lambda: spark) == 3
+    staged = stage_done_files(wh, store, dones, lambda: spark)
+    assert len(staged.committed) == 3
     for d in dones:
-        load_done_file(wh, store, d, lambda: spark)
+        load_done_file(wh, store, d, lambda: spark, staged)
 
     t = wh.table("shop", "orders")
     assert str(t.schema().find_field("price").field_type) == "decimal(14, 2)"
@@ -102,10 +105,11 @@ def test_a_run_that_widens_a_decimals_precision_loads_together_in_metadata(icebe
 def test_an_hour_landed_again_after_its_run_was_staged_loads_its_new_content(iceberg, spark):
     store, wh = iceberg
     dones = [write_hour(store, "shop", "orders", _hour(i), [(0, 1, V1, orders(2, 10 * i))]) for i in range(3)]
-    assert stage_done_files(wh, store, dones, lambda: spark) == 3
+    staged = stage_done_files(wh, store, dones, lambda: spark)
+    assert len(staged.committed) == 3
     write_hour(store, "shop", "orders", _hour(1), [(0, 1, V1, orders(4, 100))])  # re-landed meanwhile
 
-    again = load_done_file(wh, store, dones[1], lambda: spark)
+    again = load_done_file(wh, store, dones[1], lambda: spark, staged)
 
     assert again.rows == 4
     assert _by_hour(wh) == {_hour(0): _ids(2, 0), _hour(1): _ids(4, 100), _hour(2): _ids(2, 20)}
@@ -121,14 +125,15 @@ def test_an_hour_whose_files_are_not_whole_loads_alone_and_the_others_together(i
     short = read_done_file(store, dones[2])[0].files[0].path
     store.write_atomic(short, avro_file(V1, orders(1, 20)))  # a copy still under way: one row of two
 
-    assert stage_done_files(wh, store, dones, lambda: spark) == 3
+    staged = stage_done_files(wh, store, dones, lambda: spark)
+    assert len(staged.committed) == 3
     for i, d in enumerate(dones):
         if i == 2:
             with pytest.raises(LoadError, match="holds 1 rows, the done file says 2") as err:
-                load_done_file(wh, store, d, lambda: spark)
+                load_done_file(wh, store, d, lambda: spark, staged)
             assert err.value.transient
         else:
-            load_done_file(wh, store, d, lambda: spark)
+            load_done_file(wh, store, d, lambda: spark, staged)
     assert len(wh.table("shop", "orders").metadata.snapshots) == 1
     assert _by_hour(wh) == {_hour(i): _ids(2, 10 * i) for i in (0, 1, 3)}
 
@@ -137,7 +142,7 @@ def test_a_run_killed_after_its_commit_is_recorded_by_the_next_run_without_a_new
                                                                                          monkeypatch):
     store, wh = iceberg
     dones = [write_hour(store, "shop", "orders", _hour(i), [(0, 1, V1, orders(1, i))]) for i in range(3)]
-    import kafka_landing.warehouse.iceberg as module
+    from kafka_landing.warehouse.iceberg import stage as module  # the run's own crash points
 
     def killed(step):
         if step == "warehouse:swapped":
@@ -150,7 +155,7 @@ def test_a_run_killed_after_its_commit_is_recorded_by_the_next_run_without_a_new
     assert wh.loaded_partitions("shop", "orders") == set()  # no record yet: the table holds them
 
     fresh = IcebergWarehouse(wh.root)  # the next run
-    assert stage_done_files(fresh, store, dones, lambda: spark) == 0
+    assert stage_done_files(fresh, store, dones, lambda: spark).committed == {}
     for d in dones:
         load_done_file(fresh, store, d, lambda: spark)
     assert len(fresh.table("shop", "orders").metadata.snapshots) == 1
@@ -174,10 +179,9 @@ def test_any_sequence_of_runs_leaves_each_hour_exactly_as_its_last_done_file(spa
             dones.append(write_hour(store, "shop", "orders", _hour(h), [(0, 1, V1, ids)]))
             want[_hour(h)] = sorted(r["order_id"] for r in ids)
         run = IcebergWarehouse(wh.root)
-        if together:
-            stage_done_files(run, store, dones, lambda: spark)
+        staged = stage_done_files(run, store, dones, lambda: spark) if together else None
         for d in dones:
-            load_done_file(run, store, d, lambda: spark)
+            load_done_file(run, store, d, lambda: spark, staged)
         assert _by_hour(run) == want
 
 

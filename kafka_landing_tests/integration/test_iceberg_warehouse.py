@@ -2,7 +2,7 @@
 in metadata where Iceberg can and by one rewriting commit where it cannot; a widening on a long
 table writes no file but the new hour's; each load is one snapshot carrying what it loaded;
 concurrent and killed loads lose and double nothing. Real Spark writes, pyiceberg commits and
-reads back; landing files come from `test_parquet_evolution`'s schemas and edge values."""
+reads back; landing files come from `evolving_schemas`' schemas and edge values."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 from pyiceberg.expressions import EqualTo
 
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.iceberg import HOUR_COLUMN, IcebergWarehouse, _needs_rewrite
+from kafka_landing.warehouse.iceberg import HOUR_COLUMN, IcebergWarehouse
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.helpers import write_hour
-from kafka_landing_tests.integration.test_parquet_evolution import HOURS, _check_rows, _land
+from kafka_landing_tests.evolving_schemas import HOURS, check_rows, land_evolving
 
 V1 = {"type": "record", "name": "Order", "namespace": "shop",
       "fields": [{"name": "order_id", "type": "string"}, {"name": "amount", "type": "long"},
@@ -53,11 +53,11 @@ def test_every_registry_compatible_change_loads_and_reads_back_widened_in_any_or
     for order in (sorted(HOURS), sorted(HOURS, reverse=True)):
         table = "oldest" if order[0] < order[-1] else "newest"
         for h in order:
-            assert wh.load_partition(store, _land(store, table, h), lambda: spark).rows == len(HOURS[h])
+            assert wh.load_partition(store, land_evolving(store, table, h), lambda: spark).rows == len(HOURS[h])
         t = wh.table("evo", table)
         assert str(t.schema().find_field("amount").field_type) == "double"
         assert str(t.schema().find_field("price").field_type) == "decimal(12, 3)"
-        _check_rows(_rows(wh, table, "evo"))
+        check_rows(_rows(wh, table, "evo"))
         got = spark.read.parquet(*[f.file.file_path for f in t.scan().plan_files()])
         assert got.count() == 5
 
@@ -149,7 +149,7 @@ def test_each_load_is_a_snapshot_that_says_what_it_loaded_and_a_lost_ledger_make
     assert (summary["kafka-landing.partition"], summary["kafka-landing.sha256"], summary["kafka-landing.rows"],
             summary["kafka-landing.done-file"]) == (_hour(0), sha, "3", done)
 
-    wh.store.delete(wh._ledger("shop", "orders", _hour(0)))  # killed after the commit, before the ledger
+    wh.store.delete(wh.tables.records.path("shop", "orders", _hour(0)))  # killed after the commit, before the record
     again = wh.load_partition(store, manifest, lambda: spark, done_file=done, done_sha256=sha)
 
     assert again.rows == 3 and len(wh.table("shop", "orders").metadata.snapshots) == len(t.metadata.snapshots)
@@ -193,7 +193,7 @@ def test_a_load_killed_before_its_commit_leaves_the_table_as_it_was(iceberg, spa
     wh.load_partition(store, _land_orders(store, _hour(0), V1, orders(2)), lambda: spark)
     done = _land_orders(store, _hour(0), V1, orders(3, 30))
 
-    import kafka_landing.warehouse.iceberg as module
+    from kafka_landing.warehouse.iceberg import warehouse as module  # the load's own crash points
 
     def killed(step):
         if step == "warehouse:staged":
@@ -207,20 +207,6 @@ def test_a_load_killed_before_its_commit_leaves_the_table_as_it_was(iceberg, spa
     monkeypatch.undo()
     wh.load_partition(store, done, lambda: spark)
     assert sorted(r["order_id"] for r in _rows(wh, "orders")) == ["o30", "o31", "o32"]
-
-
-@pytest.mark.parametrize(("old", "new", "rewrite"), [
-    ("long", "long", False),
-    ("decimal(9,2)", "decimal(14,2)", False),
-    ("decimal(9,2)", "decimal(10,3)", True),
-    ("long", "double", True),
-    ("string", "binary", True),
-    ({"type": "struct", "fields": [{"name": "a", "type": "long"}]},
-     {"type": "struct", "fields": [{"name": "a", "type": "long"}, {"name": "b", "type": "string"}]}, False),
-    ({"type": "array", "elementType": "long"}, {"type": "array", "elementType": "double"}, True),
-])
-def test_what_iceberg_holds_in_metadata_and_what_it_rewrites(old, new, rewrite):
-    assert _needs_rewrite(old, new) is rewrite
 
 
 def _land_orders(store, hour: str, schema: dict, records: list[dict]):
@@ -325,7 +311,7 @@ def test_a_load_record_that_lags_the_table_is_not_trusted_the_tables_snapshot_is
     land_event_orders(store, f"{DAY}T10", {f"{DAY}T10": ["a", "b"]})
     load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
     etable = wh.by_event("day", "created_at")
-    record = etable._ledger("shop", "orders__by_event", DAY)
+    record = etable.tables.records.path("shop", "orders__by_event", DAY)
     as_of_v1 = etable.store.read_bytes(record)
     land_event_orders(store, f"{DAY}T12", {f"{DAY}T10": ["c"]}, first=2000)
     load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
@@ -354,7 +340,7 @@ def test_an_event_partition_known_neither_by_snapshot_nor_by_record_is_replaced_
             if s.summary.additional_properties.get("kafka-landing.partition") == DAY]
     assert ours
     t.maintenance.expire_snapshots().by_ids(ours).commit()  # expired, as upkeep does after a while
-    etable.store.write_atomic(etable._ledger("shop", "orders__by_event", DAY), b"not json")
+    etable.store.write_atomic(etable.tables.records.path("shop", "orders__by_event", DAY), b"not json")
     land_event_orders(store, f"{DAY}T12", {f"{DAY}T10": ["c"]}, first=2000)
 
     load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
@@ -362,6 +348,37 @@ def test_an_event_partition_known_neither_by_snapshot_nor_by_record_is_replaced_
     assert _event_rows(etable, DAY) == {f"{DAY}T10": ["a", "b"], f"{DAY}T12": ["c"]}
     assert _event_rows(etable, "2026-02-01") == {f"{DAY}T11": ["x"]}
     assert etable.partition_rows("shop", "orders__by_event", DAY) == 3
+
+
+def test_the_unknown_partition_of_before_is_dropped_when_it_is_handed_over(iceberg, spark):
+    """Releases before cut every record with no event time into one __unknown__ partition; the
+    hand-over moves its landing hours to the unknown partitions of their landing days and loads it
+    empty: the table holds none of its rows any more, each record is in one partition."""
+    from kafka_landing.handoff import markers
+    from kafka_landing.handoff.units import EVENT
+    from kafka_landing.naming import UNKNOWN_EVENT, event_handover_path
+    from kafka_landing.warehouse.event_load import hand_over
+    from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
+    from kafka_landing_tests.landed_hours import events_cut_as_before, land_event_orders, load_event_partition_as_before
+
+    store, wh = iceberg
+    with events_cut_as_before():
+        land_event_orders(store, f"{DAY}T13", {None: ["n1"], f"{DAY}T13": ["a"]})
+        land_event_orders(store, "2026-02-01T09", {None: ["n2"]}, first=2000)
+        legacy = load_event_partition_as_before(wh.by_event("day", CFG.event_time_field), store, UNKNOWN_EVENT,
+                                                spark=lambda: spark)
+    etable = wh.by_event("day", CFG.event_time_field)
+    assert legacy.rows == 2 and _event_rows(etable, UNKNOWN_EVENT) == {f"{DAY}T13": ["n1"], "2026-02-01T09": ["n2"]}
+
+    assert hand_over(wh, store, CFG, "orders", lambda: spark) == ()
+
+    assert _event_rows(etable, UNKNOWN_EVENT) == {}
+    assert etable.partition_rows("shop", "orders__by_event", UNKNOWN_EVENT) is None
+    assert etable.loaded("shop", "orders__by_event", UNKNOWN_EVENT)["rows"] == 0
+    assert store.read_json(event_handover_path("shop", "orders"))["handed_over"][UNKNOWN_EVENT]["to"] == [
+        f"__unknown__{DAY}", "__unknown__2026-02-01"]
+    assert {f"__unknown__{DAY}", "__unknown__2026-02-01"} <= {
+        u.partition for u in markers.list_units(store, EVENT, [("shop", "orders")])}
 
 
 def test_an_event_day_materialised_from_dagster_lands_in_its_iceberg_table_and_its_checks_pass(tmp_path,
@@ -425,13 +442,14 @@ def test_upkeep_expires_old_snapshots_and_removes_only_the_files_no_kept_snapsho
     assert sorted(r["order_id"] for r in _rows(wh, "orders")) == ["o20", "o21", "o99"]
 
 
-def test_the_upkeep_job_reports_each_table_on_its_asset_and_refuses_another_warehouse(tmp_path, pyspark_resource):
+def test_the_upkeep_job_reports_each_table_on_its_asset_and_refuses_another_warehouse(tmp_path, pyspark_resource,
+                                                                                       monkeypatch):
     from dagster import DagsterInstance
 
     from kafka_landing.resources import LandingResource
     from kafka_landing.warehouse.assets import warehouse_key
     from kafka_landing.warehouse.jobs import iceberg_upkeep
-    from kafka_landing.warehouse.resources import IcebergWarehouseResource, ParquetWarehouseResource
+    from kafka_landing.warehouse.resources import BigQueryWarehouseResource, IcebergWarehouseResource
 
     store = LocalStore(tmp_path / "landing")
     resource = IcebergWarehouseResource(root=str(tmp_path / "warehouse"))
@@ -448,9 +466,12 @@ def test_the_upkeep_job_reports_each_table_on_its_asset_and_refuses_another_ware
                  if e.event_type_value == "ASSET_OBSERVATION"]
         assert obs.asset_key == warehouse_key("shop", "orders")
         assert obs.metadata["snapshots_kept"].value == len(wh.table("shop", "orders").metadata.snapshots)
+        monkeypatch.setenv("BIGQUERY_EMULATOR_HOST", "http://127.0.0.1:1")  # a client, never called
         refused = iceberg_upkeep.execute_in_process(instance=instance, raise_on_error=False, resources={
-            "landing": landing, "warehouse": ParquetWarehouseResource(root=str(tmp_path / "pq"))})
+            "landing": landing, "warehouse": BigQueryWarehouseResource(project="kl-upkeep", location="US")})
         assert not refused.success
+        [failed] = [e for e in refused.all_events if e.event_type_value == "STEP_FAILURE"]
+        assert "the warehouse is bigquery, not Iceberg" in failed.event_specific_data.error.message
 
 
 def test_the_code_location_of_an_iceberg_warehouse_has_the_upkeep_job_and_its_schedule(monkeypatch, tmp_path):
@@ -461,7 +482,8 @@ def test_the_code_location_of_an_iceberg_warehouse_has_the_upkeep_job_and_its_sc
     monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "wh"))
     monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
     config = LandingConfig({ORDERS_BY_EVENT.topic: ORDERS_BY_EVENT})
-    for kind, has in (("iceberg", True), ("parquet", False)):
+    monkeypatch.setenv("KAFKA_LANDING_BIGQUERY_PROJECT", "kl-upkeep")
+    for kind, has in (("iceberg", True), ("bigquery", False)):
         monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", kind)
         names = {s.name for s in build_definitions(config, build_resources()).schedules}
         assert ("iceberg_upkeep_daily" in names) is has and any(n.startswith("land_topics_from_") for n in names), names

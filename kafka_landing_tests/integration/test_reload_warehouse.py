@@ -1,16 +1,13 @@
-"""`python -m kafka_landing reload`: a Parquet warehouse moved to Iceberg in one command, from the
-landing files (the source of truth). Run again it loads nothing; an hour that cannot load fails
-alone, named, and the command says so by its exit code. Real Spark, real pyiceberg."""
+"""`python -m kafka_landing reload`: every landed hour loaded into an Iceberg warehouse in one
+command, from the landing files alone (the source of truth): what moves the Parquet folders of
+earlier releases, or a lost warehouse, into Iceberg. Run again it loads nothing; an hour that cannot
+load fails alone, named, and the command says so by its exit code. Real Spark, real pyiceberg."""
 
 from __future__ import annotations
-
-import pyarrow.parquet as pq
 
 from kafka_landing.__main__ import main
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.iceberg import HOUR_COLUMN, IcebergWarehouse
-from kafka_landing.warehouse.load import load_done_file
-from kafka_landing.warehouse.parquet import ParquetWarehouse
 from kafka_landing_tests.helpers import write_hour
 from kafka_landing_tests.integration.test_iceberg_warehouse import V1, V2, _hour, orders
 
@@ -24,27 +21,21 @@ def _iceberg_hours(root) -> dict[str, list[str]]:
     return {h: sorted(ids) for h, ids in sorted(out.items())}
 
 
-def test_a_parquet_warehouse_moves_to_iceberg_in_one_command_and_again_loads_nothing(code_location, monkeypatch,
-                                                                                     spark, capsys, tmp_path):
-    landing, warehouse = code_location(TOPICS, warehouse="parquet")
+def test_a_landing_root_alone_fills_an_iceberg_warehouse_in_one_command_and_again_loads_nothing(
+        code_location, monkeypatch, spark, capsys, tmp_path):
+    landing, _ = code_location(TOPICS)
     store = LocalStore(landing)
-    dones = [write_hour(store, "shop", "orders", _hour(i), [(0, 1, V1, orders(2, 10 * i))], topic="orders")
-             for i in range(30)]
-    dones.append(write_hour(store, "shop", "orders", _hour(30), [(0, 2, V2, orders(1, 300, coupon="c"))],
-                            topic="orders"))
-    parquet = ParquetWarehouse(str(warehouse))
-    for d in dones:
-        load_done_file(parquet, store, d, lambda: spark)
-    in_parquet = {}
-    for f in sorted(warehouse.glob("shop/orders/hour=*/data.parquet")):
-        in_parquet[f.parent.name[len("hour="):]] = sorted(pq.read_table(f).column("order_id").to_pylist())
+    landed = {_hour(i): sorted(r["order_id"] for r in orders(2, 10 * i)) for i in range(30)}
+    for i in range(30):
+        write_hour(store, "shop", "orders", _hour(i), [(0, 1, V1, orders(2, 10 * i))], topic="orders")
+    write_hour(store, "shop", "orders", _hour(30), [(0, 2, V2, orders(1, 300, coupon="c"))], topic="orders")
+    landed[_hour(30)] = ["o300"]
 
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "iceberg")
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "iceberg"))
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "iceberg"))  # a warehouse that holds nothing
     assert main(["reload"]) == 0
     out = capsys.readouterr().out
 
-    assert len(in_parquet) == 31 and _iceberg_hours(tmp_path / "iceberg") == in_parquet
+    assert len(landed) == 31 and _iceberg_hours(tmp_path / "iceberg") == landed
     assert "shop.orders: 24/31 hours" in out and "shop.orders: 31 hour(s) loaded into the iceberg warehouse" in out
     coupons = [r["coupon"] for r in IcebergWarehouse(str(tmp_path / "iceberg")).table("shop", "orders").scan()
                .to_arrow().to_pylist() if r[HOUR_COLUMN] == _hour(30)]
@@ -56,8 +47,17 @@ def test_a_parquet_warehouse_moves_to_iceberg_in_one_command_and_again_loads_not
     assert len(IcebergWarehouse(str(tmp_path / "iceberg")).table("shop", "orders").metadata.snapshots) == snapshots
 
 
+def test_the_parquet_warehouse_of_before_is_refused_naming_the_command_that_moves_it(code_location, monkeypatch,
+                                                                                     capsys):
+    code_location(TOPICS)
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")
+    assert main(["reload"]) == 1
+    err = capsys.readouterr().err
+    assert "the Parquet warehouse is gone" in err and "python -m kafka_landing reload" in err
+
+
 def test_an_hour_that_cannot_load_fails_alone_and_the_command_says_so(code_location, monkeypatch, spark, capsys):
-    landing, _ = code_location(TOPICS, warehouse="iceberg")
+    landing, _ = code_location(TOPICS)
     store = LocalStore(landing)
     dones = [write_hour(store, "shop", "orders", _hour(i), [(0, 1, V1, orders(1, i))], topic="orders")
              for i in range(3)]
@@ -79,7 +79,7 @@ def test_the_event_time_tables_are_reloaded_from_their_newest_versions(code_loca
     from kafka_landing_tests.landed_hours import land_event_orders
 
     topics = {"orders": {**TOPICS["orders"], "event_time_field": "created_at"}}
-    landing, warehouse = code_location(topics, warehouse="iceberg")
+    landing, warehouse = code_location(topics)
     store = LocalStore(landing)
     land_event_orders(store, "2026-01-31T10", {"2026-01-31T10": ["a", "b"], "2026-01-30T23": ["late"]})
     land_event_orders(store, "2026-01-31T11", {"2026-01-31T11": ["c"]}, first=2000)

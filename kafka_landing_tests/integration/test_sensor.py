@@ -35,6 +35,7 @@ from kafka_landing.warehouse.load import load_done_file
 from kafka_landing.warehouse.queue.runs import table_slot
 from kafka_landing.warehouse.sensors import RETIRED_SENSOR_NAME
 from kafka_landing_tests.conftest import defs_hours, utcnow
+from kafka_landing_tests.helpers import table_rows
 from kafka_landing_tests.sensor_ticks import tick
 
 TOPIC, DATASET, TABLE = "sensor.events", "sx", "events"
@@ -160,12 +161,13 @@ def failure_message(result) -> str:
 
 
 def table_ids(warehouse: Path) -> list[int]:
-    import duckdb
+    """The ids the table holds, read from the table; none before its first load."""
+    from pyiceberg.exceptions import NoSuchTableError
 
-    files = list((warehouse / DATASET / TABLE).glob("hour=*/data.parquet"))
-    if not files:
+    try:
+        return sorted(table_rows(warehouse, DATASET, TABLE)["id"].tolist())
+    except NoSuchTableError:
         return []
-    return sorted(duckdb.sql(f"select id from read_parquet({[str(f) for f in files]})").df()["id"].tolist())
 
 
 def keys(result) -> list[str]:

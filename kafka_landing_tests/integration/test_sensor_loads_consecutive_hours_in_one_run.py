@@ -3,7 +3,7 @@ loads: a table's consecutive landed hours load in one run (a single-run partitio
 every hour of it; a failed group is retried and then given up hour by hour; a re-landed
 hour is reloaded alone, and hours rewritten by another tool reload even though the
 instance holds no newer upstream materialisation; a run starts Spark once for the
-Parquet warehouse and never for BigQuery."""
+Iceberg warehouse and never for BigQuery."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_mi
 from kafka_landing.warehouse.assets import warehouse_key
 from kafka_landing.warehouse.queue.runs import MAX_ATTEMPTS
 from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.helpers import table_rows
 from kafka_landing_tests.integration.test_sensor import (  # noqa: F401 - fixtures
     DATASET,
     TABLE,
@@ -50,13 +51,14 @@ KEY = warehouse_key(DATASET, TABLE)
 
 
 def rows_per_hour(warehouse: Path, dataset: str = DATASET, table: str = TABLE) -> dict[str, int]:
-    """Rows of each hour of a Parquet table, read from its files (not from our load records)."""
-    import duckdb
+    """Rows of each hour of a table, read from the table (not from our load records); none before its first load."""
+    from pyiceberg.exceptions import NoSuchTableError
 
-    out = {}
-    for f in sorted((warehouse / dataset / table).glob("hour=*/data.parquet")):
-        out[f.parent.name[5:]] = duckdb.sql(f"select count(*) from read_parquet('{f}')").fetchall()[0][0]
-    return out
+    try:
+        rows = table_rows(warehouse, dataset, table)
+    except NoSuchTableError:
+        return {}
+    return {h: int(n) for h, n in sorted(rows["hour"].value_counts().items())}
 
 
 def materialised(inst, key: AssetKey = KEY) -> dict[str, int]:
@@ -86,7 +88,7 @@ def test_hours_landed_by_kafka_landing_load_in_one_run_that_starts_spark_once(
     monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(config))
     monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
     monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")  # rows_per_hour reads its files
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "iceberg")  # rows_per_hour reads its table
     sid = register(registry.client(), f"{topic}-value", SCHEMA)
     first = floor_hour(utcnow()) - ONE_HOUR * 6
     hours = [first + ONE_HOUR * i for i in range(4)]
@@ -200,7 +202,7 @@ def test_a_relanded_hour_in_a_loaded_range_is_requested_alone_and_other_tools_re
     assert not tick(defs, instance).run_requests
 
 
-# --- Spark: once per run for Parquet, never for BigQuery -----------------------------------------
+# --- Spark: once per run for Iceberg, never for BigQuery -----------------------------------------
 
 RUN_IN_A_FRESH_PROCESS = """
 import json, sys

@@ -11,7 +11,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import fastavro
-import pandas as pd
 import pytest
 import yaml
 from confluent_kafka import Producer
@@ -23,6 +22,7 @@ from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing_tools.demo.generate import encode, register
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, to_millis
 from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tests.helpers import table_rows
 
 SCHEMA = {"type": "record", "name": "Tx", "fields": [{"name": "tag", "type": "string"}, {"name": "n", "type": "long"}]}
 HOURS = 3
@@ -71,7 +71,7 @@ def test_aborted_records_never_land_and_gaps_are_counted(transactional_hours, tm
     monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(config))
     monkeypatch.setenv("KAFKA_LANDING_ROOT", str(tmp_path / "landing"))
     monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")  # its files are read below
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "iceberg")  # its table is read below
     defs = build_definitions()
     instance = DagsterInstance.ephemeral()
     layers = [defs.get_assets_def(k) for k in defs.resolve_asset_graph().get_all_asset_keys()
@@ -94,7 +94,7 @@ def test_aborted_records_never_land_and_gaps_are_counted(transactional_hours, tm
         assert materialize([table], partition_key=key, resources=build_resources(), instance=instance).success
     assert gaps and all(g > 0 for g in gaps.values()), gaps
 
-    rows = pd.read_parquet(tmp_path / "warehouse" / "tx" / "events")
+    rows = table_rows(tmp_path / "warehouse", "tx", "events")
     tags = list(rows["tag"])
     assert len(tags) == len(set(tags)), "a record is in the warehouse twice"
     assert not [t for t in tags if t.startswith("abort")], "an aborted record landed"

@@ -1,8 +1,8 @@
-"""What every warehouse backend promises, one test body run against each: the embedded Parquet
-tables and the Iceberg tables (a local landing root, real Spark), and BigQuery (a gs:// landing root on the GCS
-emulator, the strict BigQuery fake at the client's HTTP transport, no Spark). A new backend
-gets these tests by adding a parameter. What only one backend has (job ids, ledgers, Parquet
-rewrites) is tested in that backend's own file."""
+"""What every warehouse backend promises, one test body run against each: the embedded Iceberg
+tables (a local landing root, real Spark), and BigQuery (a gs:// landing root on the GCS emulator,
+the strict BigQuery fake at the client's HTTP transport, no Spark). A new backend gets these tests
+by adding a parameter. What only one backend has (job ids, ledgers, Iceberg rewrites and
+snapshots) is tested in that backend's own file."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-import pyarrow.parquet as pq
 import pytest
 from pyiceberg.expressions import EqualTo
 
@@ -22,7 +21,6 @@ from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.bigquery import DAY, partition_id
 from kafka_landing.warehouse.load import LoadError, Warehouse, load_done_file
 from kafka_landing.warehouse.iceberg import IcebergWarehouse
-from kafka_landing.warehouse.parquet import ParquetWarehouse
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
 from kafka_landing_tests.helpers import avro_file, write_hour
@@ -54,18 +52,9 @@ class Backend:
         return sorted(r["order_id"] for r in self.rows(hour))
 
 
-@pytest.fixture(params=["parquet", "iceberg", "bigquery"])
+@pytest.fixture(params=["iceberg", "bigquery"])
 def backend(request, tmp_path) -> Backend:
     dataset = f"shop_{uuid.uuid4().hex[:8]}"
-    if request.param == "parquet":
-        spark = request.getfixturevalue("spark")
-        wh = ParquetWarehouse(str(tmp_path / "warehouse"))
-
-        def parquet_rows(hour: str) -> list[dict]:
-            path = wh.partition_file(dataset, TABLE, hour)
-            return pq.read_table(path).to_pylist() if path.exists() else []
-
-        return Backend(wh, LocalStore(tmp_path / "landing"), lambda: spark, dataset, parquet_rows)
     if request.param == "iceberg":
         spark = request.getfixturevalue("spark")
         iceberg = IcebergWarehouse(str(tmp_path / "warehouse"))

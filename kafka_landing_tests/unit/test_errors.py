@@ -234,12 +234,12 @@ def test_a_transient_package_error_is_tried_again_in_the_step():
 class _Refusing(Warehouse):
     """A backend whose loads fail with a given error; loaded nothing."""
 
-    kind = "parquet"
+    kind = "iceberg"
 
     def __init__(self, exc):
         self.exc = exc
 
-    def load_partition(self, store, done, spark, done_file=None, done_sha256=None) -> LoadResult:
+    def load_partition(self, store, done, spark, done_file=None, done_sha256=None, staged=None) -> LoadResult:
         raise self.exc
 
     def partition_rows(self, dataset, table, partition):

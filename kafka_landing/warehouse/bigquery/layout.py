@@ -241,7 +241,7 @@ class EventTables:
                     "table: a table partitioned by HOUR would refuse every load after 417 days of event hours, so it "
                     "is not created. Set event_time_partition: day (a table partitioned by DAY on the event time "
                     "lasts 27 years; read an hour with WHERE TIMESTAMP_TRUNC(<event time column>, HOUR) = ...), or "
-                    "load this topic into the Parquet warehouse, whose event hours have no such limit. An "
+                    "load this topic into the Iceberg warehouse, whose event hours have no such limit. An "
                     "event-time table made by HOUR before keeps loading, warned as it fills")
         return None
 

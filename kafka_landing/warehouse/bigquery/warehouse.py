@@ -49,7 +49,7 @@ from kafka_landing.warehouse.bigquery.layout import (
 from kafka_landing.warehouse.bigquery.ledger import Ledger, load_record
 from kafka_landing.warehouse.bigquery.schema import ReaderConflict, plan_from_files, reader_schema_uri
 from kafka_landing.warehouse.bigquery.swap import Swap, Swapped, fits_one_job
-from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, Warehouse, verify_files
+from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, StagedRun, Warehouse, verify_files
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 PARTITIONS_SQL = ("SELECT total_rows FROM `{project}.{dataset}.INFORMATION_SCHEMA.PARTITIONS` "
@@ -204,9 +204,11 @@ class BigQueryWarehouse(Warehouse):
     # --- loading --------------------------------------------------------------------------------------
 
     def load_partition(self, store: LandingStore, manifest: Manifest, spark: SparkFactory,
-                       done_file: str | None = None, done_sha256: str | None = None) -> LoadResult:
+                       done_file: str | None = None, done_sha256: str | None = None,
+                       staged: StagedRun | None = None) -> LoadResult:
         """Replace the partition's target (no Spark): in a landing table partitioned by DAY, the day
-        that holds the hour, with the files of every landed hour of it; else the partition alone."""
+        that holds the hour, with the files of every landed hour of it; else the partition alone.
+        Nothing is staged: a day is one load job already."""
         dataset, table = check_identifier(manifest.dataset, "dataset"), check_identifier(manifest.target, "table")
         sha = done_sha256 or content_sha(manifest.to_bytes())  # handed over without its bytes: as publish wrote it
         target = self._target(dataset, table, manifest.partition)

@@ -36,7 +36,7 @@ class Refusing:
     def check_writable(self) -> None:
         pass
 
-    def load_partition(self, store, done, spark, done_file=None, done_sha256=None):
+    def load_partition(self, store, done, spark, done_file=None, done_sha256=None, staged=None):
         raise self.error
 
 

@@ -2,7 +2,8 @@
 and the strict BigQuery fake (no Spark): `settling` tells when an event day is final and fails only
 when a day that had settled is amended after all; `event_conservation` tells a partition that waits
 for another one's next version from a loss, and names the partitions whose checks may wait for it.
-And the hand-over of the partitions releases before cut (`hand_over`), on BigQuery and on Parquet."""
+And the hand-over of the partitions releases before cut (`hand_over`), on BigQuery (on Iceberg:
+integration/test_iceberg_warehouse.py)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,9 @@ from functools import partial
 import pytest
 
 from kafka_landing.event_partitions import EventPartitionError
-from kafka_landing.handoff import markers
-from kafka_landing.handoff.event_index import sources
-from kafka_landing.handoff.units import EVENT
 from kafka_landing.naming import (UNKNOWN_EVENT, done_file_path, event_handover_path, event_manifest_path,
                                   event_pending_dir)
-from kafka_landing.warehouse.event_load import event_conservation, hand_over, load_event_partition, settling
-from kafka_landing.warehouse.backend import LoadResult
-from kafka_landing.warehouse.parquet import ParquetWarehouse
+from kafka_landing.warehouse.event_load import event_conservation, load_event_partition, settling
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
 from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG, land_event_orders  # settle_hours 48
 from kafka_landing_tests.landed_hours import events_cut_as_before, load_event_partition_as_before
@@ -155,26 +151,6 @@ def land_before_the_split(store) -> None:
         land_event_orders(store, "2026-02-01T09", {None: ["n2"]}, first=2000)
 
 
-def test_a_parquet_warehouse_drops_the_unknown_partition_of_before_when_it_is_handed_over(fake_bigquery, tmp_path):
-    store, _ = fake_bigquery
-    land_before_the_split(store)
-    parquet = ParquetWarehouse(str(tmp_path / "warehouse"))
-    backend = parquet.by_event("day", CFG.event_time_field)
-    with events_cut_as_before():
-        legacy = load_event_partition_as_before(RecordsOnly(backend), store, UNKNOWN_EVENT)
-    old = backend.partition_file(DS, "orders__by_event", UNKNOWN_EVENT)
-    assert old.exists() and legacy.rows == 2
-
-    warnings = hand_over(parquet, store, CFG, T, NO_SPARK)
-    assert warnings == () and not old.exists()
-    assert backend.loaded(DS, "orders__by_event", UNKNOWN_EVENT)["rows"] == 0
-    assert sorted(u.partition for u in markers.list_units(store, EVENT, [(DS, T)])) == [
-        "1900-01-01", "2026-01-31", UNKNOWN_EVENT, "__unknown__2026-01-31", "__unknown__2026-02-01"]
-    assert sources(store, DS, T, "__unknown__2026-01-31") == ["2026-01-31T13"]
-    assert store.read_json(event_handover_path(DS, T))["handed_over"][UNKNOWN_EVENT]["to"] == [
-        "__unknown__2026-01-31", "__unknown__2026-02-01"]
-
-
 def test_a_partition_of_before_that_cannot_be_handed_over_holds_back_only_the_unknown_partitions(fake_bigquery):
     store, fake = fake_bigquery
     land_before_the_split(store)
@@ -199,26 +175,3 @@ def test_a_partition_of_before_that_cannot_be_handed_over_holds_back_only_the_un
         load(fake_bigquery, p, T0)
     assert fake.partition_counts("kl-event-load", DS, "orders__by_event_unknown") == {
         "20260131": 2, "20260201": 1, "20260202": 1}
-
-
-class RecordsOnly:
-    """A Parquet event backend that writes the partition's file from the manifest's rows with pyarrow
-    (no Spark: what a load of before left there), and records the load as the backend does."""
-
-    def __init__(self, backend: ParquetWarehouse):
-        self.backend = backend
-
-    def load_partition(self, store, manifest, spark, done_file=None, done_sha256=None):
-        import io
-
-        import fastavro
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        rows = [r for f in manifest.landed_files for r in fastavro.reader(io.BytesIO(store.read_bytes(f.path)))]
-        target = self.backend.partition_file(manifest.dataset, manifest.target, manifest.partition)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows), target)
-        self.backend._record_load(manifest, len(rows), done_file, done_sha256)
-        return LoadResult(manifest.target, manifest.partition, len(rows), len(manifest.landed_files), (), (),
-                          str(target))

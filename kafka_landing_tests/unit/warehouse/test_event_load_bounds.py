@@ -32,7 +32,7 @@ class RecordingWarehouse(Warehouse):
     def by_event(self, granularity, field):
         return self
 
-    def load_partition(self, store, manifest, spark, done_file=None, done_sha256=None):
+    def load_partition(self, store, manifest, spark, done_file=None, done_sha256=None, staged=None):
         self.loads.append((manifest.partition, len(manifest.landed_files), manifest.rows))
         self.held[(manifest.dataset, manifest.target, manifest.partition)] = {"sha256": done_sha256,
                                                                               "rows": manifest.rows}

@@ -31,7 +31,7 @@ from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.jobs import RETIRE_JOB, RetireConfig, retire_hours, retire_hours_op
 from kafka_landing.warehouse.load import load_unit
 from kafka_landing.warehouse.queue.runs import RUN_KEY_TAG
-from kafka_landing.warehouse.resources import BigQueryWarehouseResource, ParquetWarehouseResource
+from kafka_landing.warehouse.resources import BigQueryWarehouseResource, IcebergWarehouseResource
 from kafka_landing.warehouse.sensors import RETIRED_SENSOR_NAME, build_retired_hours_sensor
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
 from kafka_landing_tests.helpers import GsLikeStore, avro_file, write_hour
@@ -195,7 +195,7 @@ def landed(tmp_path):
 def retire(store: LocalStore, tmp_path, rel: str) -> Failure:
     """The Failure of `retire_hours_op` asked to retire `rel` (Dagster retries it only if `allow_retries`)."""
     resources = {"landing": LandingResource(landing_root=store.root),
-                 "warehouse": ParquetWarehouseResource(root=str(tmp_path / "warehouse")),
+                 "warehouse": IcebergWarehouseResource(root=str(tmp_path / "warehouse")),
                  "pyspark": SparkResource(remote="sc://127.0.0.1:1")}  # never opened: nothing gets that far
     with build_op_context(resources=resources) as context:
         with pytest.raises(Failure) as failed:

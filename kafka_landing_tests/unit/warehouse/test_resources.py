@@ -1,5 +1,6 @@
-"""The warehouse resources: choosing BigQuery is configuration, and a Parquet warehouse's runs
-never pay for the BigQuery client."""
+"""The warehouse resources: choosing BigQuery is configuration, an Iceberg warehouse's runs never
+pay for the BigQuery client, and the Parquet warehouse of earlier releases is refused, naming the
+command that moves it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from dagster import EnvVar
 
 from kafka_landing.definitions import build_warehouse
-from kafka_landing.warehouse.resources import BigQueryWarehouseResource, ParquetWarehouseResource
+from kafka_landing.warehouse.resources import BigQueryWarehouseResource
 
 
 def test_the_code_location_of_the_embedded_warehouse_imports_no_bigquery_client():
@@ -43,7 +44,7 @@ def test_bigquery_without_a_project_is_refused_naming_the_variable(monkeypatch):
         build_warehouse()
 
 
-def test_iceberg_is_the_default_and_parquet_is_chosen_by_configuration(monkeypatch, tmp_path):
+def test_iceberg_is_the_default_and_the_parquet_warehouse_is_refused_naming_the_reload(monkeypatch, tmp_path):
     from kafka_landing.warehouse.resources import IcebergWarehouseResource
 
     monkeypatch.delenv("KAFKA_LANDING_WAREHOUSE", raising=False)
@@ -53,8 +54,9 @@ def test_iceberg_is_the_default_and_parquet_is_chosen_by_configuration(monkeypat
     assert isinstance(warehouse, IcebergWarehouseResource) and warehouse.root == str(tmp_path)
     assert warehouse.catalog_uri is None
     monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "parquet")
-    warehouse = build_warehouse()
-    assert isinstance(warehouse, ParquetWarehouseResource) and warehouse.root == str(tmp_path)
+    with pytest.raises(ValueError, match="Parquet warehouse is gone") as err:
+        build_warehouse()
+    assert "python -m kafka_landing reload" in str(err.value) and "KAFKA_LANDING_WAREHOUSE_ROOT" in str(err.value)
 
 
 def test_an_iceberg_warehouse_in_a_bucket_without_a_catalog_database_is_refused_when_the_code_loads(monkeypatch):
@@ -80,7 +82,7 @@ def test_an_iceberg_backend_in_a_bucket_without_a_catalog_database_fails_termina
     with pytest.raises(LoadError, match="KAFKA_LANDING_ICEBERG_CATALOG_URI") as err:
         wh.check_writable()
     assert not err.value.transient and "gs://bucket/warehouse" in str(err.value)
-    assert "store" not in vars(wh)  # refused before the bucket was asked anything
+    assert "store" not in vars(wh.tables)  # refused before the bucket was asked anything
 
 
 def test_iceberg_is_chosen_by_configuration_with_its_catalog_url_only_through_an_env_var(monkeypatch, tmp_path):

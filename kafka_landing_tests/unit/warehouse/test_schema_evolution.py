@@ -1,4 +1,4 @@
-"""The Parquet table's merge rules, one (old type, new type, expected) case per line, and the
+"""A table's merge rules, one (old type, new type, expected) case per line, and the
 properties that make load order irrelevant: the merge is commutative, and merging again
 with either side changes nothing."""
 

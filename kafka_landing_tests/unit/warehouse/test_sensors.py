@@ -34,10 +34,10 @@ from kafka_landing.resources import LandingResource
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse import sensors
 from kafka_landing.warehouse.assets import warehouse_key
+from kafka_landing.warehouse.iceberg import IcebergWarehouse
 from kafka_landing.warehouse.queue import reconcile as queue_reconcile
 from kafka_landing.warehouse.queue import tick as queue_tick
 from kafka_landing.warehouse.queue.runs import ATTEMPT_TAG, member_tag
-from kafka_landing.warehouse.parquet import ParquetWarehouse
 from kafka_landing.warehouse.sensors import build_done_file_sensor
 from kafka_landing_tests.sensor_ticks import Warnings, empty_done_file, evaluate, local_resources, publish_empty
 
@@ -196,7 +196,7 @@ for _name in ("exists", "list", "subdirs", "walk", "write_atomic", "delete", "si
 
 
 def write_history(landing: Path, warehouse: Path, table: str, hours: list[datetime], loaded: bool) -> None:
-    """Done files of `table` (plain os calls: fast), recorded as loaded by the Parquet warehouse if `loaded`."""
+    """Done files of `table` (plain os calls: fast), recorded as loaded by the Iceberg warehouse if `loaded`."""
     loads = warehouse / "d" / table / "_loads"
     loads.mkdir(parents=True, exist_ok=True)
     for h in hours:
@@ -215,14 +215,14 @@ def test_reconciliation_does_not_read_again_what_it_checked_and_each_tick_fits_t
     monkeypatch.setattr(LandingResource, "store", lambda self: store)
     monkeypatch.setattr(sensors, "_clock", clock, raising=False)
     ledger = {"reads": 0}
-    real_loaded_sha = ParquetWarehouse.loaded_sha
+    real_loaded_sha = IcebergWarehouse.loaded_sha
 
     def slow_loaded_sha(self, dataset, table, hour):  # BigQuery: one ledger object per call
         ledger["reads"] += 1
         clock.now += DELAY
         return real_loaded_sha(self, dataset, table, hour)
 
-    monkeypatch.setattr(ParquetWarehouse, "loaded_sha", slow_loaded_sha)
+    monkeypatch.setattr(IcebergWarehouse, "loaded_sha", slow_loaded_sha)
     first = NOW - ONE_HOUR * 4400
     hours = [first + ONE_HOUR * i for i in range(4380)]  # two tables: a year of done files
     gap = hours[100]  # an hour that lands later, copied in by another tool

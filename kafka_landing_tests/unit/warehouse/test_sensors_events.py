@@ -52,7 +52,7 @@ def test_each_marked_partition_is_requested_and_new_partitions_are_added(tmp_pat
         assert instance.get_dynamic_partitions("d__orders__by_event") == [DAY, "__unknown__2026-01-31"]
         req = next(r for r in result.run_requests if r.partition_key == DAY)
         assert req.asset_selection == [event_key("d", "orders")] and req.tags[EVENT_TAG] == f"d.orders__by_event/{DAY}"
-        assert req.tags["kafka_landing/spark"] == "true"  # Parquet loads take a Spark slot
+        assert req.tags["kafka_landing/spark"] == "true"  # Iceberg loads take a Spark slot
 
 
 def test_a_partition_with_a_load_in_flight_waits_and_new_markers_get_a_new_run_key(tmp_path):

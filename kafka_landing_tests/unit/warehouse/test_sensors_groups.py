@@ -52,12 +52,12 @@ def test_a_reland_between_the_sensors_reads_keeps_its_marker(one_table_landing, 
     """The sensor reads a done file whose content is loaded and clears its marker; a re-land that
     writes new content and its marker right after that read must stay pending (review N6)."""
     from kafka_landing.handoff.markers import content_sha, list_pending, marks_of
-    from kafka_landing.warehouse.parquet import ParquetWarehouse
+    from kafka_landing.warehouse.iceberg import IcebergWarehouse
 
     hour = floor_hour(datetime.now(timezone.utc)) - 3 * ONE_HOUR
     rel = publish_hour(one_table_landing, hour)
     loaded = content_sha(one_table_landing.read_bytes(rel))
-    monkeypatch.setattr(ParquetWarehouse, "loaded_sha", lambda self, d, t, h: loaded)
+    monkeypatch.setattr(IcebergWarehouse, "loaded_sha", lambda self, d, t, h: loaded)
     newer = one_table_landing.read_bytes(rel).replace(b'"attempt": "a1"', b'"attempt": "a2"')
     real_read, relanded = LocalStore.read_bytes, []
 

@@ -259,7 +259,7 @@ BY_EVENT_HOUR = dataclasses.replace(CFG, event_time_partition="hour")
 
 def test_an_event_hour_table_is_not_created_and_the_refusal_says_what_to_use_instead(fake_bigquery):
     """A table partitioned by HOUR would refuse every load after 417 days of event hours: the first
-    load refuses, before any job, naming event_time_partition: day and the Parquet warehouse."""
+    load refuses, before any job, naming event_time_partition: day and the Iceberg warehouse."""
     store, fake = fake_bigquery
     write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": orders("2026-01-31T13", "a")}, SCHEMA,
                      granularity="hour", topic="orders")
@@ -267,7 +267,7 @@ def test_an_event_hour_table_is_not_created_and_the_refusal_says_what_to_use_ins
         load_event_partition(warehouse(fake, store), store, BY_EVENT_HOUR, T, "2026-01-31T13", NO_SPARK)
     said = str(refused.value)
     assert "event_time_partition is hour" in said and "417 days" in said and "event_time_partition: day" in said
-    assert "Parquet warehouse" in said and not refused.value.transient
+    assert "Iceberg warehouse" in said and not refused.value.transient
     assert fake.jobs == {} and (PROJECT, DS, "orders__by_event") not in fake.tables
 
 

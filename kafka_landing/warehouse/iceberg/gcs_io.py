@@ -1,5 +1,5 @@
 """How pyiceberg reaches an Iceberg warehouse on `gs://`: its PyArrow FileIO (Arrow's own GCS
-client, no new dependency), with the catalog properties `iceberg._catalog` passes.
+client, no new dependency), with the catalog properties `tables` passes.
 
 In production the file system takes Google's Application Default Credentials, as the Spark
 connector (`spark_setup.gcs_config`) and the store do. On the GCS emulator (STORAGE_EMULATOR_HOST)

@@ -1,8 +1,9 @@
-"""The Parquet warehouse under every schema change a registry accepts: hours of v1, v2, v3
-and one hour mixing two schema ids load in any order, and every README reader (pandas,
-DuckDB with union_by_name, Spark with mergeSchema) reads every row back with the widened
-types and the values as produced. Landing files are written by hand with fastavro, as
-landing writes them (the writer schema plus the Kafka columns); Spark does the load."""
+"""Hours of table evo.<table> under every schema change a registry accepts: v1, v2 (BACKWARD from v1:
+promotions, string -> bytes, a nested optional field, an enum symbol, a field made nullable, one with
+a default removed, one added), v3 (long -> double), and one hour mixing v1 and v2 (`HOURS`), with edge
+values; landing files written by hand with fastavro as landing writes them (`land_evolving`), and
+what every reader must read back, the widest type of each field and the value as produced
+(`check_rows`)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,11 @@ import copy
 import io
 from decimal import Decimal
 
-import duckdb
 import fastavro
-import pandas as pd
-import pyarrow.parquet as pq
-import pytest
 
 from kafka_landing.avro_landing.avro_schemas import landing_schema
 from kafka_landing.handoff.manifests import DoneFile, LandedFile
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.parquet import REWRITE_FILE, ParquetWarehouse
-from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 from kafka_landing_tests.helpers import done_file
 
 ADDR_V1 = {"type": "record", "name": "Addr", "fields": [{"name": "street", "type": "string"}]}
@@ -102,7 +97,7 @@ EXPECTED = {
 ATTRS = {1: {"a": 0.25}, 2: {}, 3: {"z": float("inf")}, 4: {"k": -1.0}, 5: {}}
 
 
-def _land(store: LocalStore, table: str, hour: str) -> DoneFile:
+def land_evolving(store: LocalStore, table: str, hour: str) -> DoneFile:
     """The hour's landing files (one per schema id) and its done file, as landing writes them."""
     files = []
     by_schema: dict[int, list[dict]] = {}
@@ -124,96 +119,11 @@ def _land(store: LocalStore, table: str, hour: str) -> DoneFile:
     return done_file("t", "evo", table, hour, files)
 
 
-@pytest.fixture
-def tables(tmp_path):
-    return LocalStore(tmp_path / "landing"), ParquetWarehouse(str(tmp_path / "warehouse"))
-
-
-def _check_rows(rows: list[dict]) -> None:
+def check_rows(rows: list[dict]) -> None:
+    """`rows` (every row of table evo.<table>, in any order) hold what every reader must read: EXPECTED."""
     by_id = {r["id"]: r for r in rows}
     assert sorted(by_id) == [1, 2, 3, 4, 5]
     for rid, want in EXPECTED.items():
         got = {k: by_id[rid][k] for k in want}
         assert got == want, (rid, got)
         assert dict(by_id[rid]["attrs"]) == ATTRS[rid], rid
-
-
-@pytest.mark.parametrize("order", ["oldest first", "newest first"])
-def test_every_registry_compatible_change_loads_and_every_reader_gets_every_row_widened(tables, spark, order):
-    store, warehouse = tables
-    hours = sorted(HOURS) if order == "oldest first" else sorted(HOURS, reverse=True)
-    for h in hours:
-        result = warehouse.load_partition(store, _land(store, "pays", h), lambda: spark)
-        assert result.rows == len(HOURS[h])
-    tdir = warehouse.table_dir("evo", "pays")
-    assert not (tdir / REWRITE_FILE).exists()
-    # One schema for every file of the table: what lets every reader read it whole.
-    schemas = {pq.read_schema(f).to_string() for f in tdir.glob("hour=*/data.parquet")}
-    assert len(schemas) == 1 and len(list(tdir.glob("hour=*/data.parquet"))) == 4
-
-    # pyarrow, exact values
-    _check_rows(pq.read_table(tdir).to_pylist())
-    # pandas, as the README shows it
-    df = pd.read_parquet(tdir)
-    assert len(df) == 5 and df["amount"].dtype == "float64" and set(df.columns) >= {"region", "legacy", "qty"}
-    assert df.set_index("id").loc[2, "amount"] == float(2**40)
-    assert df.set_index("id").loc[1, "addr"] == {"street": "Main", "zip": None}
-    # DuckDB, as the README shows it
-    rows = duckdb.sql(f"select * from read_parquet('{tdir}/*/*.parquet', hive_partitioning=true, "
-                      "union_by_name=true)").fetchall()
-    assert len(rows) == 5
-    cols = [c[0] for c in duckdb.sql(f"describe select * from read_parquet('{tdir}/*/*.parquet', "
-                                     "hive_partitioning=true, union_by_name=true)").fetchall()]
-    by_id = {r[cols.index("id")]: dict(zip(cols, r)) for r in rows}
-    assert by_id[5]["amount"] == float(-(2**63)) and by_id[1]["price"] == Decimal("12345678.900")
-    # Spark, as the README shows it
-    got = spark.read.option("mergeSchema", "true").parquet(str(tdir))
-    assert dict(got.dtypes)["amount"] == "double" and dict(got.dtypes)["price"] == "decimal(12,3)"
-    assert got.count() == 5
-    assert {r["id"]: r["note"] for r in got.select("id", "note").collect()}[1] == bytearray("héllo".encode())
-
-
-def test_a_change_no_column_can_hold_fails_once_naming_the_field_and_changes_nothing(tables, spark):
-    store, warehouse = tables
-    warehouse.load_partition(store, _land(store, "pays", "2026-03-01T00"), lambda: spark)
-    before = pq.read_table(warehouse.table_dir("evo", "pays")).to_pylist()
-    bad = copy.deepcopy(V1)
-    bad["fields"][4] = {"name": "note", "type": "long"}  # string -> long: only under compatibility NONE
-    ROWS[99], HOURS["2026-03-01T09"] = (bad, {**ROWS[1][1], "id": 99, "note": 5}), [99]
-    IDS[id(bad)] = 9
-    try:
-        done = _land(store, "pays", "2026-03-01T09")
-        with pytest.raises(IncompatibleSchemaError, match=r"field 'note' changed type from string to long") as err:
-            warehouse.load_partition(store, done, lambda: spark)
-        assert not err.value.transient
-    finally:
-        del ROWS[99], HOURS["2026-03-01T09"], IDS[id(bad)]
-    assert pq.read_table(warehouse.table_dir("evo", "pays")).to_pylist() == before
-
-
-def test_a_load_killed_while_rewriting_older_hours_is_finished_by_the_next_load(tables, spark, monkeypatch):
-    import os
-
-    store, warehouse = tables
-    for h in ("2026-03-01T00", "2026-03-01T03"):  # v1 only, then v1 + v2: the second widens the table
-        if h == "2026-03-01T03":
-            real, swaps = os.replace, []
-
-            def dying(src, dst, *a, **k):
-                if str(dst).endswith("data.parquet") and "rewrite-" in str(src):
-                    swaps.append(dst)
-                    raise OSError("killed")  # as if killed before the first hour's swap
-                return real(src, dst, *a, **k)
-
-            monkeypatch.setattr(os, "replace", dying)
-            with pytest.raises(OSError):
-                warehouse.load_partition(store, _land(store, "pays", h), lambda: spark)
-            monkeypatch.setattr(os, "replace", real)
-            tdir = warehouse.table_dir("evo", "pays")
-            assert swaps and (tdir / REWRITE_FILE).exists()
-        warehouse.load_partition(store, _land(store, "pays", h), lambda: spark)
-    tdir = warehouse.table_dir("evo", "pays")
-    assert not (tdir / REWRITE_FILE).exists()
-    assert len({pq.read_schema(f).to_string() for f in tdir.glob("hour=*/data.parquet")}) == 1
-    rows = {r["id"]: r for r in pd.read_parquet(tdir).to_dict("records")}
-    assert sorted(rows) == [1, 4, 5] and rows[5]["amount"] == -(2**63) and rows[1]["region"] is None

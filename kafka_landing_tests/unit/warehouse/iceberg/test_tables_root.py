@@ -2,7 +2,7 @@
 tables' metadata under the root (review 2026-11-28, S10, ported from `repro/s_iceberg_root_space.py`).
 pyiceberg writes a table's metadata to its location as a string, never unquoted: a `%20` location
 put it in a sibling folder, where no copy of the root and no upkeep looks. Pure Python: pyarrow
-writes one Parquet file and the warehouse's `_create` commits it."""
+writes one Parquet file and the warehouse's commits make the table with it (`Commits.create`)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def test_a_root_whose_path_a_uri_escapes_keeps_its_tables_metadata_under_it(tmp_
     data.parent.mkdir(parents=True)
     pq.write_table(pa.table({"n": pa.array([1, 2], pa.int64()), "hour": pa.array(["H0", "H0"])}), data)
 
-    assert wh._create("shop", "orders", SCHEMA, [([str(data)], {"kafka-landing.partition": "H0",
-                                                                 "kafka-landing.column": "hour"})])
+    assert wh.commits.create(("shop", "orders"), SCHEMA, [([str(data)], {"kafka-landing.partition": "H0",
+                                                                          "kafka-landing.column": "hour"})])
 
     t = IcebergWarehouse(str(root)).table("shop", "orders")
     assert t.current_snapshot().manifest_list.startswith(str(root / "shop" / "orders" / "metadata") + "/")

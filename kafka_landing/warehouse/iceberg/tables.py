@@ -1,0 +1,210 @@
+"""The tables of one warehouse root: where each lives, the catalog that names it, and the store
+every other file goes through. What the loads, the commits, the stage and upkeep share.
+
+    <root>/_catalog.db                              the SQL catalog (SQLite: nothing to start)
+    <root>/<dataset>/<table>/metadata/...           the table's Iceberg metadata: schema, snapshots
+    <root>/<dataset>/<table>/data/hour=<H>/<load>/  the Parquet files one load of hour H wrote
+    <root>/<dataset>/<table>/_loads/hour=<H>.json   what was loaded: the done file's content hash
+    <root>/<dataset>/<table>/_commit.lock           held by each commit to the table (and a rewrite)
+
+The root is a local folder or a `gs://bucket/prefix`: Spark writes the Parquet files there (the
+GCS connector), pyiceberg its metadata (`gcs_io`), and the load records, the listing and the
+removing of files go through the root's store (`store.open_store`), one code path for both. A
+bucket holds no SQLite file: a gs:// root needs KAFKA_LANDING_ICEBERG_CATALOG_URI (PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from kafka_landing.naming import check_identifier
+from kafka_landing.store import open_store
+from kafka_landing.store.base import LandingStore
+from kafka_landing.warehouse.backend import LoadError
+
+HOUR_COLUMN = "hour"  # the landing hour of each row, a partition column of every table
+SCHEMA_PROPERTY = "kafka-landing.schema"  # the table's schema in Spark's terms: what `merge_schemas` widens
+# Every table's: old metadata files dropped as commits go; appends merge small manifests once 100
+# pile up (Iceberg Java's default, not pyiceberg's), so a year of hourly commits stays a few
+# manifests a full scan plans in a fraction of a second, not 8,760 files to open.
+TABLE_PROPERTIES = {"format-version": "2", "write.metadata.delete-after-commit.enabled": "true",
+                    "write.metadata.previous-versions-max": "100", "commit.manifest-merge.enabled": "true"}
+
+
+def on_gcs(root: str) -> bool:
+    return str(root).startswith("gs://")
+
+
+def catalog_uri(root: str, uri: str | None) -> str:
+    """The catalog's database: `uri`, else SQLite in a local root. A bucket cannot hold SQLite (no
+    locks, no partial writes), so a gs:// root without one is refused: terminal, as config is."""
+    if uri:
+        return uri
+    if on_gcs(root):
+        raise LoadError(f"the Iceberg warehouse root {root} is a bucket, which cannot hold the SQLite catalog: set "
+                        "KAFKA_LANDING_ICEBERG_CATALOG_URI to the catalog's database (PostgreSQL in production, "
+                        "e.g. postgresql+psycopg2://user:password@host/db; or a local sqlite:////path/catalog.db)",
+                        transient=False)
+    from sqlalchemy.engine import URL
+
+    # Built, not formatted: a root's %, # or ? would be read as URL syntax (`per%20cent` as `per cent`).
+    return URL.create("sqlite", database=str(Path(root).expanduser().resolve() / "_catalog.db")).render_as_string()
+
+
+def _io_properties(root: str) -> tuple[tuple[str, str], ...]:
+    """The catalog's FileIO properties: none for a local root; `gcs_io`'s for gs://."""
+    if not on_gcs(root):
+        return ()
+    from kafka_landing.warehouse.iceberg.gcs_io import emulator_host, gcs_properties
+
+    return tuple(sorted(gcs_properties(emulator_host()).items()))
+
+
+@functools.lru_cache(maxsize=8)
+def _catalog(root: str, uri: str, props: tuple[tuple[str, str], ...]):
+    """One catalog per (root, database, FileIO properties: the emulator's endpoint among them)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    if on_gcs(root):
+        return SqlCatalog("kafka_landing", uri=uri, warehouse=root.rstrip("/"), **dict(props))
+    base = Path(root).expanduser().resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    return SqlCatalog("kafka_landing", uri=uri, warehouse=str(base))  # a plain path: `Tables.uri` says why
+
+
+@functools.lru_cache(maxsize=8)
+def _file_io(root: str, props: tuple[tuple[str, str], ...]):
+    """What reads the Parquet footers of files not yet committed: the catalog's FileIO."""
+    from pyiceberg.io import load_file_io
+
+    return load_file_io(dict(props), location=root)
+
+
+def schema_of(t) -> dict | None:
+    """A table's schema in Spark's terms (`SCHEMA_PROPERTY`); None for no table."""
+    return json.loads(t.properties[SCHEMA_PROPERTY]) if t is not None else None
+
+
+def snapshot_id(t) -> int | None:
+    snap = t.current_snapshot() if t is not None else None
+    return snap.snapshot_id if snap is not None else None
+
+
+class Tables:
+    """The tables of one root, partitioned by `column` (hour, or event_day / event_hour, then hour)."""
+
+    def __init__(self, root: str, uri: str | None, column: str):
+        self.root = root
+        self.catalog_uri = uri  # None: SQLite under the root; or a SQLAlchemy URL (PostgreSQL)
+        self.column = column
+
+    @property
+    def catalog(self):
+        return _catalog(self.root, catalog_uri(self.root, self.catalog_uri), _io_properties(self.root))
+
+    @functools.cached_property
+    def store(self) -> LandingStore:
+        """The root as a store (a folder or a bucket): the load records, and listing and removing files."""
+        return open_store(self.root)
+
+    @functools.cached_property
+    def records(self) -> LoadRecords:
+        return LoadRecords(self.store, self.column)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The tables' partition columns, in their spec's order."""
+        return (HOUR_COLUMN,) if self.column == HOUR_COLUMN else (self.column, HOUR_COLUMN)
+
+    def identifier(self, dataset: str, table: str) -> tuple[str, str]:
+        return check_identifier(dataset, "dataset"), check_identifier(table, "table")
+
+    def table(self, dataset: str, table: str):
+        """The Iceberg table, or None before its first load."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog.load_table(self.identifier(dataset, table))
+        except NoSuchTableError:
+            return None
+
+    def rel(self, dataset: str, table: str, *parts: str) -> str:
+        """A path in the table's folder, relative to the root (what the store takes)."""
+        return "/".join((*self.identifier(dataset, table), *parts))
+
+    def location(self, rel: str) -> str:
+        """Where Spark writes and pyiceberg reads `rel`: a plain path, or a gs:// URI."""
+        return self.store.location(rel)
+
+    def uri(self, dataset: str, table: str) -> str:
+        """The table's location in its metadata: the plain path on a local root, the gs:// URI on a
+        bucket. Not a file:// URI: pyiceberg writes metadata to its location's path as written, never
+        unquoted, so a root with a space kept its tables' metadata in a `%20` folder beside it
+        (tables made so keep their location)."""
+        return self.location(self.rel(dataset, table))
+
+    def lock(self, dataset: str, table: str):
+        """The table's commit lock, in the root's store: every load's commit holds it, and a load that
+        rewrites the table holds it for the rewrite too (hours of it; a crashed holder loses it)."""
+        return self.store.lock(self.rel(dataset, table, "_commit.lock"))
+
+    def parquet_files(self, rel_dir: str) -> list[str]:
+        """The part-*.parquet files Spark wrote under `rel_dir`, at any depth, by location."""
+        return [self.location(r) for r in self.store.walk(rel_dir, ".parquet")
+                if fnmatch.fnmatchcase(r.rsplit("/", 1)[-1], "part-*.parquet")]
+
+    def rows_in(self, files: list[str]) -> int:
+        """Rows of Parquet files from their footers (a ranged read each on gs://)."""
+        io = _file_io(self.root, _io_properties(self.root))
+        rows = 0
+        for f in files:
+            with io.new_input(f).open() as footer:
+                rows += pq.read_metadata(footer).num_rows
+        return rows
+
+    def parquet_reader(self, session):
+        """`session.read`, for this root's Parquet files. On gs:// without Parquet's vectored reads,
+        which call a Hadoop method the GCS connector needs and Hadoop 3.5 lacks (`spark_setup.gcs_config`
+        sets the same for the processes it starts; a session may run on a server started otherwise)."""
+        if on_gcs(self.root):
+            session.conf.set("parquet.hadoop.vectored.io.enabled", "false")  # the session's Hadoop conf
+        return session.read
+
+
+class LoadRecords:
+    """What the warehouse loaded, a record per partition: `<dataset>/<table>/_loads/<column>=<partition>.json`
+    in its root's store (a folder or a bucket), so the queue and `hours_behind` know what is loaded
+    without reading the table. The snapshots say it too (`commits`); the records outlive them."""
+
+    def __init__(self, store: LandingStore, column: str):
+        self.store = store
+        self.column = column  # hour, or event_day / event_hour
+
+    def path(self, dataset: str, table: str, partition: str) -> str:
+        return f"{self._dir(dataset, table)}/{self.column}={partition}.json"
+
+    def _dir(self, dataset: str, table: str) -> str:
+        return f"{check_identifier(dataset, 'dataset')}/{check_identifier(table, 'table')}/_loads"
+
+    def read(self, dataset: str, table: str, partition: str) -> dict | None:
+        """The record; None if there is none, {} if it cannot be read (loaded, content unknown)."""
+        try:
+            return self.store.read_json(self.path(dataset, table, partition))
+        except ValueError:
+            return {}
+
+    def partitions(self, dataset: str, table: str) -> set[str]:
+        """Partitions with a record: one listing."""
+        prefix = f"{self.column}="
+        return {rel.rsplit("/", 1)[-1][len(prefix):-len(".json")]
+                for rel in self.store.list(self._dir(dataset, table), f"{prefix}*.json")}
+
+    def write(self, dataset: str, table: str, partition: str, record: dict) -> None:
+        self.store.write_json_atomic(self.path(dataset, table, partition), {
+            **record, "loaded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
