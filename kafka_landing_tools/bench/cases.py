@@ -9,6 +9,7 @@ from kafka_landing_tools.bench import (
     amendment,
     backfill,
     fixed_cost,
+    freshness,
     many_topics,
     memory,
     processes,
@@ -20,7 +21,7 @@ from kafka_landing_tools.bench import (
 from kafka_landing_tools.bench.world import Case
 
 CASES: tuple[Case, ...] = tuple(m.CASE for m in (throughput, stages, memory, fixed_cost, backfill, warehouse_load,
-                                                 amendment, widening, many_topics))
+                                                 amendment, widening, many_topics, freshness))
 BY_NAME = {c.name: c for c in CASES}
 
 

@@ -180,6 +180,7 @@ class TopicSpec:
     per_hour: int
     event_ts: int | None = None
     first_n: int = 0
+    partitions: int = PARTITIONS
 
 
 def _producer(bootstrap: str):
@@ -198,7 +199,7 @@ def produce_topic(stack: Stack, spec: TopicSpec) -> dict:
     from kafka_landing_tools.demo.generate import ensure_topics, register
 
     t0 = time.monotonic()
-    ensure_topics(stack.bootstrap, {spec.topic: PARTITIONS}, config={"retention.ms": "-1"})
+    ensure_topics(stack.bootstrap, {spec.topic: spec.partitions}, config={"retention.ms": "-1"})
     schema_id = register(SchemaRegistryClient({"url": stack.registry}), f"{spec.topic}-value", SCHEMAS[spec.kind])
     producer = _producer(stack.bootstrap)
     produce, value_of, topic = producer.produce, RecordMaker(spec.kind, schema_id).value, spec.topic
@@ -210,10 +211,10 @@ def produce_topic(stack: Stack, spec: TopicSpec) -> dict:
             value = value_of(n, ts if spec.event_ts is None else spec.event_ts)
             size += len(value)
             try:
-                produce(topic, value, b"%d" % n, partition=n % PARTITIONS, timestamp=ts)
+                produce(topic, value, b"%d" % n, partition=n % spec.partitions, timestamp=ts)
             except BufferError:  # the local queue is full: let librdkafka send, then retry once
                 producer.flush(60)
-                produce(topic, value, b"%d" % n, partition=n % PARTITIONS, timestamp=ts)
+                produce(topic, value, b"%d" % n, partition=n % spec.partitions, timestamp=ts)
             n += 1
             if n % 20_000 == 0:
                 producer.poll(0)

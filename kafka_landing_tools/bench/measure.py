@@ -108,7 +108,10 @@ def _finish(r: Running, seconds: float, work: Path) -> dict:
     if r.proc.returncode != 0:
         raise BenchError(f"{r.job.label}: contender {r.job.contender} failed (exit {r.proc.returncode}); its log "
                          f"is {r.err.name} (the work dir {work} is kept). The end of it:\n{err[-4000:]}")
-    said = json.loads(out.strip().splitlines()[-1])
+    # Its last JSON line: a code server it started may still log to stdout as the process exits.
+    said = json.loads(next((line for line in reversed(out.splitlines()) if line.startswith("{")), "{}"))
+    if "records" not in said:
+        raise BenchError(f"{r.job.label}: contender {r.job.contender} said no result; its output is {r.out.name}")
     records = said["records"]
     if r.job.expected is not None and records != r.job.expected:
         verb = "loaded" if r.job.contender == "warehouse" else "landed"

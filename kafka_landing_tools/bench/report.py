@@ -17,7 +17,7 @@ LATEST_BEGIN = "<!-- bench: latest run begin: `make bench` rewrites what follows
 LATEST_END = "<!-- bench: latest run end -->"
 SECTIONS = ("Setup", "Summary", "Producing the data", "Landing throughput", "Fixed cost",
             "Where the per-record time goes", "Backfill",
-            "Warehouse load", "Amending an event day", "Many topics", "Memory", "Goals")
+            "Warehouse load", "Amending an event day", "Many topics", "Freshness", "Memory", "Goals")
 NOT_MEASURED = ["Not measured in this run."]
 
 
@@ -208,6 +208,25 @@ def _many_topics(report: dict) -> list[str]:
             *_table(["case", "rows loaded", "seconds", "rows/s", "peak RSS MB"], rows)]
 
 
+def _freshness(report: dict) -> list[str]:
+    f = report.get("freshness")
+    if not f:
+        return NOT_MEASURED
+    stages = ("landing_started", "landing_ended", "first_load_asked", "last_load_asked")
+    rows = [[f"{v['topics']} topic(s), {v['tables']} tables", v["median_s"], v["worst_s"],
+             *(v["median_hour"][s] for s in stages), v["median_hour"]["load_runs"]]
+            for v in (f["one"], f["many"])]
+    return [(f"Each hour triggered as the hourly schedule triggers it (its run requests, made as the scheduler "
+             f"makes them) through a real daemon on the repo's dagster.yaml, one hour after the other; "
+             f"{f['partitions']} partitions and {f['per_topic_hour']} records per topic-hour, each topic with "
+             "its landing-hour table and its event-time table by day. Seconds from the trigger to every table's "
+             "hour loaded and every run, with its checks, ended; and the median hour's timeline, in seconds from "
+             "its trigger: when the landing run started and ended, when the sensors asked for the first and the "
+             "last load run."), "",
+            *_table(["case", "median s", "worst s", "landing started", "landing ended", "first load asked",
+                     "last load asked", "load runs"], rows)]
+
+
 def _memory(report: dict) -> list[str]:
     if not report["memory"]:
         return ["Not measured in this run (it needs two small-record cases)."]
@@ -233,7 +252,7 @@ _WRITERS = {"Setup": _setup, "Summary": _summary, "Producing the data": _produci
             "Fixed cost": _fixed_cost, "Where the per-record time goes": lambda r: stage_table(r) or NOT_MEASURED,
             "Backfill": _backfill, "Warehouse load": _warehouse,
             "Amending an event day": lambda r: amendment_table(r) or NOT_MEASURED,
-            "Many topics": _many_topics, "Memory": _memory, "Goals": _goals}
+            "Many topics": _many_topics, "Freshness": _freshness, "Memory": _memory, "Goals": _goals}
 
 
 def markdown(report: dict) -> str:
