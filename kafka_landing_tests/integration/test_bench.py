@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kafka_landing_tools.bench import throughput
+from kafka_landing_tools.bench import freshness, throughput
 from kafka_landing_tools.bench.cases import CASES
 from kafka_landing_tools.bench.goals import GOALS
 from kafka_landing_tools.bench.measure import BenchError
@@ -19,11 +19,14 @@ from kafka_landing_tools.bench.throughput import SHORT_READ_ENV
 from kafka_landing_tools.bench.world import ROOT, Sizes
 
 
+DAEMON_CASES = ("many_topics", "freshness")
+
+
 def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp_path, stack):
     # One case and a two-hour day, two measurements at a time: the sizes and the timings
-    # belong to `make bench`, not to every test run. The many topics' daemon has tests of its own.
+    # belong to `make bench`, not to every test run. The daemon's cases have tests of their own.
     report = run(Sizes(messages=200, hours=1, day_hours=2, topics=(("small", 1),), many_topics=0), tmp_path,
-                 Options(cases=tuple(c for c in CASES if c.name != "many_topics"), workers=2))
+                 Options(cases=tuple(c for c in CASES if c.name not in DAEMON_CASES), workers=2))
     assert {(r["case"], r["contender"], r["records"]) for r in report["throughput"]} == {
         ("small 1x", c, 200) for c in throughput.CONTENDERS}
     assert report["fixed_cost"]["empty_hour"]["records"] == 0
@@ -52,7 +55,8 @@ def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp
     # Every goal is evaluated from this run's numbers but memory, which needs a 4x case, the ~1 KB
     # case's, which needs that case, and the many-topics ones, which need their topics; and the
     # per-record pass, if 200 records landed no slower than an empty hour (no rate to judge).
-    unmeasured = ("memory_4x", "vs_python_valve_large", "many_topics", "many_topics_vs_one")
+    unmeasured = ("memory_4x", "vs_python_valve_large", "many_topics", "many_topics_vs_one", "freshness_one",
+                  "freshness_many")
     kl = next(r for r in report["throughput"] if r["contender"] == "kafka_landing")
     if kl["seconds"] <= report["fixed_cost"]["empty_hour"]["seconds"]:
         unmeasured += ("pass_vs_librdkafka_raw",)
@@ -85,3 +89,16 @@ def test_a_case_runs_alone_from_its_own_module(tmp_path, stack):
     md = (tmp_path / "bench.md").read_text()
     # Every section but the setup, the summary, the production, the fixed cost and the goals
     assert md.count("Not measured in this run") == len(SECTIONS) - 5
+
+
+def test_freshness_times_each_hour_from_its_trigger_to_every_table_loaded(tmp_path, stack):
+    """Through a real daemon: the hourly schedule's run for the hour, then the sensors' loads of the
+    landing-hour and the event-time tables; every record in the warehouse (the run fails otherwise)."""
+    # The one-topic variant alone: the many topics' is the same path with more topics, for `make bench`.
+    report = run(Sizes(hours=1, topics=(), many_topics=0, freshness_topics=0), tmp_path,
+                 Options(cases=(freshness.CASE,)))["freshness"]
+    assert (report["one"]["topics"], report["one"]["tables"], report["many"]) == (1, 2, None)
+    [hour] = report["one"]["hours"]
+    assert 0 < hour["landing_started"] < hour["landing_ended"] < hour["seconds"]
+    assert hour["first_load_asked"] <= hour["last_load_asked"] < hour["seconds"]
+    assert hour["load_runs"] >= 1

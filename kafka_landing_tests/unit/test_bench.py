@@ -31,7 +31,7 @@ def _row(case, messages, contender, seconds, rss):
 
 def _report(kl=10, valve=40, spark=25, raw=5, large_valve=30, kl_rss_1x=1000, kl_rss_4x=1100, one_run=10, single_runs=60,
             processes=15, start=3.0, empty=3.8, all_hours=30, one_hour=12, load_runs=80, many=(20, 4, 240.0),
-            late=2.0, amend=3.0, rewritten=0, one=100.0):
+            late=2.0, amend=3.0, rewritten=0, one=100.0, fresh=(12.0, 50.0, 100)):
     """Every measured goal met: kafka_landing 4x valve, 2.5x by hand; its pass 1.2M / 6.2 s = 194k msg/s,
     65% of raw's 300k; an empty hour 3.8 s, 0.8 s beyond start; 24 processes 1.5x one run; Iceberg's day
     2.5x its hour and 0.375x the same hours loaded one by one; 1.1x; an amendment 1.5x its late hour; no
@@ -67,6 +67,8 @@ def _report(kl=10, valve=40, spark=25, raw=5, large_valve=30, kl_rss_1x=1000, kl
         report["many_topics"] = {"topics": topics, "hours": hours, "per_hour": 2_500,
                                  **_m(seconds, topics * hours * 2_500, contender="many_topics"),
                                  "as_one_topic": _m(one, topics * hours * 2_500, contender="many_topics")}
+    if fresh:
+        report["freshness"] = _freshness(*fresh)
     report["memory"] = memory_rows(rows)
     report["stages"] = [{"case": "small 4x", "records": 1_200_000,
                          "seconds": {"read": 1.5, "read + decode": 3.0, "read + decode + route": 4.5}}]
@@ -78,6 +80,16 @@ def _amendment(late=2.0, amend=3.0) -> dict:
             "stages": {"first versions of the day (6 event partitions, one run each)": 8.0,
                        "the late hour's landing-hour load (3 tables, one run)": late,
                        "the amendment (3 event partitions, one run each)": amend}}
+
+
+def _freshness(one_s: float, many_s: float, topics: int) -> dict:
+    """Three hours each; the median is the middle one, the worst a second more."""
+    def variant(n, median):
+        hours = [{"hour": h, "seconds": s, "landing_started": 1.0, "landing_ended": 4.0, "first_load_asked": 6.0,
+                  "last_load_asked": 6.0, "load_runs": 1} for h, s in zip("abc", (median - 1, median, median + 1))]
+        return {"topics": n, "tables": 2 * n, "median_s": median, "worst_s": median + 1,
+                "median_hour": hours[1], "hours": hours}
+    return {"partitions": 2, "per_topic_hour": 500, "one": variant(1, one_s), "many": variant(topics, many_s)}
 
 
 def _verdicts(report) -> dict:
@@ -105,9 +117,23 @@ def test_every_goal_met():
     ({"amend": 4.1}, "iceberg_amendment"),        # 2.05x the late hour's load
     ({"rewritten": 1}, "widening_year"),          # one file of the year rewritten
     ({"one": 79.0}, "many_topics_vs_one"),        # 240 s against 79 s: 3.04x
+    ({"fresh": (15.1, 50.0, 100)}, "freshness_one"),   # a median of 15.1 s
+    ({"fresh": (12.0, 60.5, 100)}, "freshness_many"),  # 100 topics, a median of 60.5 s
 ])
 def test_one_goal_missed_is_that_goal_alone_not_met(change, goal):
     assert _verdicts(_report(**change)) == {**dict.fromkeys(MEASURED, True), goal: False}
+
+
+def test_the_many_topics_freshness_is_judged_only_at_100_topics():
+    assert _verdicts(_report(fresh=(12.0, 90.0, 4)))["freshness_many"] is None
+    assert _verdicts(_report(fresh=(12.0, 90.0, 100)))["freshness_many"] is False
+
+
+def test_the_freshness_section_shows_each_variants_median_hour():
+    md = markdown({**_report(fresh=(12.0, 50.0, 100)), "goals": evaluate_goals(_report())})
+    section = md.split("### Freshness")[1].split("###")[0]
+    assert "| 1 topic(s), 2 tables | 12.00 | 13.00 |" in section
+    assert "| 100 topic(s), 200 tables | 50.00 | 51.00 |" in section
 
 
 def test_the_many_topics_goal_is_judged_only_at_its_size_or_larger():
@@ -128,6 +154,8 @@ def test_the_many_topics_goal_is_judged_only_at_its_size_or_larger():
     ({"load_runs": 30}, "range_vs_hours"),        # exactly as long
     ({"amend": 4.0}, "iceberg_amendment"),        # exactly 2x
     ({"kl_rss_4x": 1200}, "memory_4x"),           # exactly 1.2x
+    ({"fresh": (15.0, 60.0, 100)}, "freshness_one"),   # exactly 15 s
+    ({"fresh": (15.0, 60.0, 100)}, "freshness_many"),  # exactly 60 s
 ])
 def test_a_goal_reached_exactly_is_met(change, goal):
     assert _verdicts(_report(**change))[goal] is True

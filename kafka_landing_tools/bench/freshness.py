@@ -22,8 +22,6 @@ from kafka_landing_tools.bench.world import ROOT, Bench, Case
 
 PARTITIONS = 2
 PER_TOPIC_HOUR = 500
-MANY = 100  # the many-topics variant's topics (the quick run: QUICK_MANY)
-QUICK_MANY = 4
 
 
 @dataclass
@@ -188,10 +186,12 @@ def produce(bench: Bench) -> None:
 
     kept, hours = Topics(), [hour_from_key(k) for k in bench.keys]
     bench.kept["freshness"] = kept
-    many = MANY if bench.sizes.many_topics else QUICK_MANY
+    many = bench.sizes.freshness_topics
     t0 = time.monotonic()
-    for variant, names in (("one", kept.one), ("many", kept.many)):
-        for i in range(1 if variant == "one" else many):
+    for variant, names, n in (("one", kept.one, 1), ("many", kept.many, many)):
+        if not n:  # 0 topics leaves the many-topics variant out
+            continue
+        for i in range(n):
             topic = f"bench_fresh_{variant}{i:03d}_{bench.run_id}"
             bench.created.append(topic)
             names.append(topic)
@@ -211,7 +211,7 @@ def jobs(bench: Bench) -> list[Job]:
                  "--warehouse-root", str(work / f"fresh_{variant}" / "warehouse"),
                  "--out-dir", str(work / f"fresh_{variant}")],
                 kept.records[variant], f"{len(names)} topic(s) x {len(bench.keys)} hours, in the warehouse")
-            for variant, names in (("one", kept.one), ("many", kept.many))]
+            for variant, names in (("one", kept.one), ("many", kept.many)) if names]
 
 
 def summary(m: dict) -> dict:
@@ -225,8 +225,8 @@ def summary(m: dict) -> dict:
 def report(bench: Bench, m: dict) -> dict:
     kept = bench.kept["freshness"]
     return {"freshness": {"partitions": PARTITIONS, "per_topic_hour": PER_TOPIC_HOUR,
-                          "one": {"topics": len(kept.one), **summary(m["freshness one"])},
-                          "many": {"topics": len(kept.many), **summary(m["freshness many"])}}}
+                          **{variant: {"topics": len(names), **summary(m[f"freshness {variant}"])} if names else None
+                             for variant, names in (("one", kept.one), ("many", kept.many))}}}
 
 
 # Alone: its daemon runs several runs at once by itself, and a clock beside others' work means nothing.

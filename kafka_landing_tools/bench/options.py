@@ -28,6 +28,9 @@ def parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--keep-work", action="store_true", help="keep the landed files under --out/work_*")
     ap.add_argument("--many-topics", type=int, help=f"topics of the many-topics case, 0 to leave it out "
                                                     f"(default {Sizes.many_topics}; the quick run leaves it out)")
+    ap.add_argument("--freshness-topics", type=int,
+                    help=f"topics of the freshness case's many-topics variant (default {Sizes.freshness_topics}; "
+                         f"the quick run: {QUICK.freshness_topics})")
     ap.add_argument("--no-docs", action="store_true",
                     help=f"leave {DOCS_PAGE.relative_to(ROOT)} as it is (a --quick run or a case alone always does)")
     return ap

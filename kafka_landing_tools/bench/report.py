@@ -215,7 +215,7 @@ def _freshness(report: dict) -> list[str]:
     stages = ("landing_started", "landing_ended", "first_load_asked", "last_load_asked")
     rows = [[f"{v['topics']} topic(s), {v['tables']} tables", v["median_s"], v["worst_s"],
              *(v["median_hour"][s] for s in stages), v["median_hour"]["load_runs"]]
-            for v in (f["one"], f["many"])]
+            for v in (f["one"], f["many"]) if v]
     return [(f"Each hour triggered as the hourly schedule triggers it (its run requests, made as the scheduler "
              f"makes them) through a real daemon on the repo's dagster.yaml, one hour after the other; "
              f"{f['partitions']} partitions and {f['per_topic_hour']} records per topic-hour, each topic with "

@@ -22,6 +22,7 @@ MESSAGES = 300_000  # the 1x topics; the 4x topic is four times as many (1.2M)
 TOPICS = (("small", 1), ("large", 1), ("small", 4))  # the throughput topics: (record kind, scale)
 # The many-topics case: topics x the cases' hours, this many records per topic and hour.
 MANY_TOPICS, MANY_PER_HOUR = 20, 2_500
+FRESHNESS_TOPICS = 100  # the freshness case's many topics (its goal's size)
 #: What a case reads, made before any case runs: the throughput topics, the routed day, its late
 #: hour (records of an event day of it), an empty topic; and the day landed in one run into the
 #: landing root (the backfill case lands it; a case that needs it without that case lands it first).
@@ -36,10 +37,12 @@ class Sizes:
     topics: tuple[tuple[str, int], ...] = TOPICS
     many_topics: int = MANY_TOPICS  # 0 leaves the many-topics case out
     many_per_hour: int = MANY_PER_HOUR
+    freshness_topics: int = FRESHNESS_TOPICS  # the freshness case's many-topics variant
 
 
 # The smoke run: every section, at sizes where start-up is nearly everything (no large topic).
-QUICK = Sizes(messages=20_000, hours=2, day_hours=6, topics=(("small", 1), ("small", 4)), many_topics=0)
+QUICK = Sizes(messages=20_000, hours=2, day_hours=6, topics=(("small", 1), ("small", 4)), many_topics=0,
+              freshness_topics=4)
 
 
 @dataclass(frozen=True)
