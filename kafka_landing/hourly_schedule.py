@@ -8,6 +8,10 @@ and lands the topic's latest closed hour at the tick (`naming.last_closed_hour`)
 Ticking `MARGIN_MINUTES` after the hour closes makes that hour advance by exactly
 one hour from one tick to the next: none skipped, none twice, for any grace, even
 one of several hours.
+
+A table is fresh when its hour is loaded by the deadline: the tick plus `BUDGET_MINUTES`,
+what landing and loading an hour take through the daemon with room to spare (seconds to
+a minute, `make bench`'s freshness case).
 """
 
 from __future__ import annotations
@@ -16,8 +20,13 @@ from datetime import datetime
 
 from kafka_landing.naming import last_closed_hour
 
-MARGIN_MINUTES = 5
-"""How long after the topic's hour closes the tick comes (late records, clock skew)."""
+MARGIN_MINUTES = 1
+"""How long after the topic's hour closes (its end plus the grace that late records get) the
+tick comes: the cron's minute resolution, and the daemon's clock a little behind the brokers'."""
+
+BUDGET_MINUTES = 5
+"""How long after its tick an hour may take to be loaded into every table before the table
+is stale in the UI."""
 
 
 def tick_minute(grace_minutes: int) -> int:
@@ -32,3 +41,12 @@ def hour_to_land(tick: datetime, grace_minutes: int) -> datetime:
 
 def cron(grace_minutes: int) -> str:
     return f"{tick_minute(grace_minutes)} * * * *"
+
+
+def deadline_minute(grace_minutes: int) -> int:
+    """The minute past every hour by which the hour the tick landed is loaded."""
+    return (grace_minutes + MARGIN_MINUTES + BUDGET_MINUTES) % 60
+
+
+def deadline_cron(grace_minutes: int) -> str:
+    return f"{deadline_minute(grace_minutes)} * * * *"

@@ -9,14 +9,13 @@ hour and every later hour of the run gets the same one, so a run opens a Spark
 session at most once; the BigQuery backend never asks, so its runs start no JVM (and the
 sensor gives them no `kafka_landing/spark` tag, so they take no Spark slot).
 
-The freshness policy stays time-based (warn 2 h, fail 3 h without a load):
-Dagster 1.13's `FreshnessPolicy` can only be a time window or a cron deadline
-on the last materialisation, not on a count of partitions, and it is the only
-signal that needs no run: when loads stop altogether nothing re-runs
-`hours_behind`, but the policy goes red by itself.
+The freshness policy is a deadline every hour: the hourly schedule's tick plus a budget
+(`hourly_schedule.deadline_cron`), by which the table must have been loaded since the
+deadline before. Dagster 1.13's `FreshnessPolicy` looks at the last materialisation, not at
+which partition it was (`hours_behind` counts those), and it is the only signal that needs
+no run: when loads stop altogether nothing re-runs `hours_behind`, but the policy goes red
+by itself at the next deadline.
 """
-
-from datetime import timedelta
 
 from dagster import (
     AllPartitionMapping,
@@ -30,13 +29,14 @@ from dagster import (
     asset,
 )
 
+from kafka_landing import hourly_schedule
 from kafka_landing.avro_landing.assets import landing_key
 from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.errors import is_transient
 from kafka_landing.hours import SPARK_TAG, failure, history, run_hours, single_run, topic_hours
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff.units import event_unit
-from kafka_landing.naming import EVENT_TIME_FROM, EVENT_TIME_UNTIL, Hour, done_file_path, event_table
+from kafka_landing.naming import EVENT_TIME_FROM, EVENT_TIME_UNTIL, ONE_HOUR, Hour, done_file_path, event_table
 from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.warehouse.load import (
     DoneFileMismatch,
@@ -76,8 +76,9 @@ def build_warehouse_asset(cfg: TopicConfig, table: str, kind: str = "iceberg"):
         kinds={kind, "spark"} if kind in SPARK_WAREHOUSES else {kind},
         description=f"Table `{cfg.dataset}.{table}`, loaded by landing hour from `{cfg.topic}`; {history(cfg)}.",
         op_tags={SPARK_TAG: "true"} if kind in SPARK_WAREHOUSES else {},
-        # Time-based (see the module docstring): warn after 2 hours without a load, fail at 3.
-        freshness_policy=FreshnessPolicy.time_window(fail_window=timedelta(hours=3), warn_window=timedelta(hours=2)),
+        # Each hour's deadline (see the module docstring): loaded within the hour before it.
+        freshness_policy=FreshnessPolicy.cron(deadline_cron=hourly_schedule.deadline_cron(cfg.grace_minutes),
+                                              lower_bound_delta=ONE_HOUR),
         metadata={"dataset": cfg.dataset, "table": table, "topic": cfg.topic},
     )
     def _table(context: AssetExecutionContext, landing: LandingResource, warehouse: WarehouseResource,

@@ -102,3 +102,5 @@ def test_freshness_times_each_hour_from_its_trigger_to_every_table_loaded(tmp_pa
     assert 0 < hour["landing_started"] < hour["landing_ended"] < hour["seconds"]
     assert hour["first_load_asked"] <= hour["last_load_asked"] < hour["seconds"]
     assert hour["load_runs"] >= 1
+    # The UI's freshness of the table, as the daemon evaluated it after the load: fresh.
+    assert report["one"]["freshness_states"] == {"warehouse/fresh_one/t000": "PASS"}

@@ -10,8 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_landing.hourly_schedule import (
+    BUDGET_MINUTES,
     MARGIN_MINUTES,
     cron,
+    deadline_cron,
     hour_to_land,
     tick_minute,
 )
@@ -54,7 +56,17 @@ def test_a_late_run_still_lands_the_hour_of_its_scheduled_time(grace, late):
 
 
 def test_cron_is_hourly_at_the_tick_minute():
-    assert cron(30) == "35 * * * *"
-    assert cron(55) == "0 * * * *"
-    assert cron(90) == "35 * * * *"
+    assert cron(30) == "31 * * * *"
+    assert cron(59) == "0 * * * *"
+    assert cron(90) == "31 * * * *"
     assert cron(0) == f"{MARGIN_MINUTES} * * * *"
+
+
+@pytest.mark.parametrize("grace", range(0, 181))
+def test_the_freshness_deadline_is_the_budget_after_each_tick(grace):
+    """The deadline's cron names the minute BUDGET_MINUTES after every tick of the schedule."""
+    minute = int(deadline_cron(grace).split()[0])
+    assert deadline_cron(grace).endswith(" * * * *")
+    for tick in ticks(grace, hours=2):
+        deadline = tick + timedelta(minutes=BUDGET_MINUTES)
+        assert deadline.minute == minute

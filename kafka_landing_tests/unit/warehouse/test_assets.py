@@ -81,3 +81,48 @@ def test_a_schema_refusal_says_nothing_was_loaded_once(tmp_path, old, new):
         merge_type(old, new, "c", f"{DS}.{T} hour {H}")
     message = failed_load(tmp_path, refused.value)
     assert str(refused.value) in message and message.count("Nothing was loaded") == 1, message
+
+
+# --- freshness: a deadline every hour, evaluated without a run ----------------------------
+
+def _freshness(loads: list[datetime], now: datetime) -> str:
+    """The table's freshness state as the daemon's evaluator finds it at `now`, after loads at `loads`."""
+    import asyncio
+
+    from dagster import AssetMaterialization, Definitions, ResourceDefinition
+    from dagster._core.definitions.freshness_evaluator import FRESHNESS_EVALUATORS_BY_POLICY_TYPE
+    from dagster._core.loader import LoadingContextForTest
+    from dagster._core.test_utils import freeze_time
+
+    from kafka_landing.warehouse.assets import warehouse_key
+
+    cfg = TopicConfig("orders", DS, table=T, grace_minutes=10, first_hour=datetime(2026, 11, 20, tzinfo=timezone.utc))
+    unused = {k: ResourceDefinition.none_resource() for k in ("landing", "warehouse", "pyspark")}
+    node = Definitions(assets=[build_warehouse_asset(cfg, T)], resources=unused).resolve_asset_graph().get(
+        warehouse_key(DS, T))
+    policy = node.freshness_policy_or_from_metadata
+    instance = DagsterInstance.ephemeral()
+    for at in loads:
+        with freeze_time(at):
+            instance.report_runless_asset_event(AssetMaterialization(warehouse_key(DS, T), partition=KEY))
+    with freeze_time(now):
+        state = asyncio.run(FRESHNESS_EVALUATORS_BY_POLICY_TYPE[type(policy)]().evaluate_freshness(
+            LoadingContextForTest(instance), node))
+    return state.value
+
+
+def _at(hh_mm: str) -> datetime:
+    return datetime.fromisoformat(f"2026-11-20T{hh_mm}:00+00:00")
+
+
+# Grace 10 minutes: hour 13 closes at 14:10, the schedule ticks at 14:11, the deadline is 14:16.
+@pytest.mark.parametrize("loads, now, state", [
+    (["14:11:30"], "14:20", "PASS"),                # loaded seconds after its tick
+    (["14:11:30"], "15:17", "FAIL"),                # hour 14 not loaded by 15:16
+    (["14:11:30", "15:11:40"], "15:17", "PASS"),    # hour 14 loaded too
+    (["13:11:30", "14:17"], "14:16:30", "FAIL"),    # hour 13 late: red from its deadline ...
+    (["13:11:30", "14:17"], "14:20", "PASS"),       # ... until it is loaded
+])
+def test_a_table_is_fresh_while_each_hour_is_loaded_by_its_deadline(loads, now, state):
+    loaded = [_at(t) for t in loads if _at(t) <= _at(now)]
+    assert _freshness(loaded, _at(now)) == state
