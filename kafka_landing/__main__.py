@@ -18,14 +18,14 @@ from kafka_landing.naming import Hour
 BAD_ARGUMENTS = 2
 
 
-def parse_hour(text: str) -> datetime:
+def parse_hour(text: str) -> Hour:
     """An hourly partition key (2026-11-20-13:00) or an hour tag (2026-11-20T13)."""
     try:
-        return Hour.from_key(text).start
+        return Hour.from_key(text)
     except ValueError:
         pass
     try:
-        return Hour(text).start
+        return Hour(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an hour: write it like 2026-11-20-13:00 (a partition key) or 2026-11-20T13 (UTC)"
@@ -46,8 +46,7 @@ def _resources(*names: str) -> tuple | None:
 
 def plan(args, parser) -> int:
     from kafka_landing.config import TopicConfigError
-    from kafka_landing.kafka_slices.dry_run import dry_run, format_table, hours_between
-    from kafka_landing.kafka_slices.freeze import load_frozen, settled_first_hour
+    from kafka_landing.kafka_slices.dry_run import TopicHistory, dry_run, format_table, hours_between
     from kafka_landing.kafka_slices.plan import UnknownTopicError
 
     try:
@@ -69,10 +68,9 @@ def plan(args, parser) -> int:
         return 1
     try:
         with kafka.log_view() as log:
-            rows = dry_run(cfg, args.first, args.last, datetime.now(timezone.utc), log, store,
-                           load_frozen(store, cfg.topic), warehouse.backend(store).loaded,
-                           skip_retention_gaps=args.skip_retention_gaps,
-                           first_hour=settled_first_hour(store, config, cfg.topic))
+            history = TopicHistory.read(store, config, cfg.topic, warehouse.backend(store).loaded)
+            rows = dry_run(cfg, args.first, args.last, datetime.now(timezone.utc), log, history,
+                           args.skip_retention_gaps)
     except UnknownTopicError as exc:
         print(f"error: {exc}; check the topic name in {cfg.topic!r}'s config and the cluster at "
               f"{kafka.bootstrap_servers}", file=sys.stderr)

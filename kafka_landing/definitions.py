@@ -250,7 +250,7 @@ def build_hourly_job(name: str, cfgs: list[TopicConfig]):
 def build_schedule(cfgs: list[TopicConfig], job):
     """Every hour, a few minutes after the group's hour closes, land that hour of every topic of the
     group in one run (any grace, even hours long; see `hourly_schedule`)."""
-    first, grace = topic_hours(cfgs[0]).start, cfgs[0].grace_minutes
+    first, grace = Hour(topic_hours(cfgs[0]).start), cfgs[0].grace_minutes
     topics = ", ".join(c.topic for c in cfgs)
 
     @schedule(name=f"{job.name}_hourly", job=job, cron_schedule=hourly_schedule.cron(grace),
@@ -259,8 +259,8 @@ def build_schedule(cfgs: list[TopicConfig], job):
         tick = context.scheduled_execution_time or datetime.now(timezone.utc)
         hour = hourly_schedule.hour_to_land(tick, grace)
         if hour < first:
-            return SkipReason(f"{topics}: hour {Hour(hour).key} is before the topics' first hour {Hour(first).key}")
-        return RunRequest(partition_key=Hour(hour).key, run_key=Hour(hour).key)
+            return SkipReason(f"{topics}: hour {hour.key} is before the topics' first hour {first.key}")
+        return RunRequest(partition_key=hour.key, run_key=hour.key)
 
     return land_last_closed_hour
 

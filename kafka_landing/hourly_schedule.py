@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from kafka_landing.naming import last_closed_hour
+from kafka_landing.naming import Hour, last_closed_hour
 
 MARGIN_MINUTES = 1
 """How long after the topic's hour closes (its end plus the grace that late records get) the
@@ -34,9 +34,9 @@ def tick_minute(grace_minutes: int) -> int:
     return (grace_minutes + MARGIN_MINUTES) % 60
 
 
-def hour_to_land(tick: datetime, grace_minutes: int) -> datetime:
+def hour_to_land(tick: datetime, grace_minutes: int) -> Hour:
     """The latest hour closed at the tick's scheduled time: the largest T with T + 1h + grace <= tick."""
-    return last_closed_hour(tick, grace_minutes)
+    return Hour(last_closed_hour(tick, grace_minutes))
 
 
 def cron(grace_minutes: int) -> str:

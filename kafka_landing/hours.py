@@ -19,6 +19,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 from dagster import (
     AssetCheckEvaluation,
@@ -112,11 +113,20 @@ OneHour = Callable[[str], tuple[dict, list[AssetCheckResult]]]
 Outcome = tuple[dict, list[AssetCheckResult]] | BaseException
 # All the hours of a run at once (a range landed in one pass): {hour: (metadata, checks) or why it failed}.
 AllHours = Callable[[list[str]], dict[str, Outcome]]
+Prepare = Callable[[list[str]], str | None]
+
+
+class _Work(NamedTuple):
+    """What an asset does for the hours of its run: `one_hour` at a time or `all_hours` at once,
+    and `prepare` before each PREPARE_HOURS of a range's hours (see `run_hours`)."""
+
+    one_hour: OneHour | None
+    all_hours: AllHours | None
+    prepare: Prepare | None = None
 
 
 def run_hours(context: AssetExecutionContext, key: AssetKey, one_hour: OneHour | None = None,
-              all_hours: AllHours | None = None, prepare: Callable[[list[str]], str | None] | None = None
-              ) -> Iterator:
+              all_hours: AllHours | None = None, prepare: Prepare | None = None) -> Iterator:
     """Run the hours of the run, oldest first: `one_hour(partition_key) -> (metadata, check
     results)` hour by hour, or `all_hours(partition_keys) -> {key: (metadata, checks) or
     exception}` once for every hour still to do. Return (not yield) it from the asset body:
@@ -127,15 +137,14 @@ def run_hours(context: AssetExecutionContext, key: AssetKey, one_hour: OneHour |
         raise TypeError("run_hours takes one_hour or all_hours")
     keys = sorted(context.partition_keys)
     if len(keys) == 1:
-        yield _single_hour(context, keys[0], one_hour, all_hours)
+        yield _single_hour(context, keys[0], _Work(one_hour, all_hours))
         return
-    yield from _range(context, key, keys, one_hour, all_hours, prepare)
+    yield from _range(context, key, keys, _Work(one_hour, all_hours, prepare))
 
 
-def _single_hour(context: AssetExecutionContext, k: str, one_hour: OneHour | None,
-                 all_hours: AllHours | None) -> MaterializeResult:
+def _single_hour(context: AssetExecutionContext, k: str, work: _Work) -> MaterializeResult:
     """One hour asked for explicitly (a schedule tick, the sensor, a re-land button) always runs."""
-    outcome = _attempts(context, k, _guarded(one_hour, all_hours), [k])[k]
+    outcome = _attempts(context, k, _guarded(work.one_hour, work.all_hours), [k])[k]
     if isinstance(outcome, (Failure, KafkaLandingError)):  # said why: no traceback needed
         raise retry_or_give_up(context, _in_hour(failure(outcome), k)) from outcome
     if isinstance(outcome, BaseException):
@@ -188,8 +197,7 @@ def _attempts(context: AssetExecutionContext, what: str, run: AllHours, keys: li
     return out
 
 
-def _prepared(context: AssetExecutionContext, name: str, prepare: Callable[[list[str]], str | None],
-              keys: list[str]) -> None:
+def _prepared(context: AssetExecutionContext, name: str, prepare: Prepare, keys: list[str]) -> None:
     try:
         said = prepare(keys)
     except Exception as exc:  # noqa: BLE001 - a shortcut: each hour still does all its own work
@@ -200,24 +208,24 @@ def _prepared(context: AssetExecutionContext, name: str, prepare: Callable[[list
             context.log.info(f"{name}: hours {keys[0]}..{keys[-1]}: {said}")
 
 
-def _outcomes(context: AssetExecutionContext, name: str, todo: list[str], position: dict[str, int], n: int,
-              one_hour: OneHour | None, all_hours: AllHours | None,
-              prepare: Callable[[list[str]], str | None] | None = None) -> Iterator[tuple[str, Outcome]]:
-    if all_hours is not None:
+def _outcomes(context: AssetExecutionContext, name: str, todo: list[str], position: dict[str, int],
+              work: _Work) -> Iterator[tuple[str, Outcome]]:
+    """Each hour still to do with its outcome; `position`: each hour of the range's place in it."""
+    n = len(position)
+    if work.all_hours is not None:
         context.log.info(f"{name}: {len(todo)} of {n} hours in one pass")
-        got = _attempts(context, name, _guarded(None, all_hours), todo)
+        got = _attempts(context, name, _guarded(None, work.all_hours), todo)
         yield from ((k, got[k]) for k in todo)
         return
     for i, k in enumerate(todo):  # hour by hour, each reported as soon as it is done
         chunk = todo[i:i + PREPARE_HOURS]
-        if prepare is not None and i % PREPARE_HOURS == 0 and len(chunk) > 1:
-            _prepared(context, name, prepare, chunk)
+        if work.prepare is not None and i % PREPARE_HOURS == 0 and len(chunk) > 1:
+            _prepared(context, name, work.prepare, chunk)
         context.log.info(f"{name}: hour {position[k]}/{n} ({k})")
-        yield k, _attempts(context, f"{name} hour {k}", _guarded(one_hour, None), [k])[k]
+        yield k, _attempts(context, f"{name} hour {k}", _guarded(work.one_hour, None), [k])[k]
 
 
-def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_hour: OneHour | None,
-           all_hours: AllHours | None, prepare: Callable[[list[str]], str | None] | None = None) -> Iterator:
+def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], work: _Work) -> Iterator:
     name, n = key.to_user_string(), len(keys)
     reuse = {} if redo_asked(context.run.tags) else done_hours(context.instance, key, _upstream(context, key), keys)
     results: dict[str, tuple[dict, list[AssetCheckResult]]] = {}
@@ -232,7 +240,7 @@ def _range(context: AssetExecutionContext, key: AssetKey, keys: list[str], one_h
             f"than its upstream: not redone (run tag {REDO_DONE_HOURS_TAG}=true redoes it)"
         )
     todo = [k for k in keys if k not in reuse]
-    for k, outcome in _outcomes(context, name, todo, position, n, one_hour, all_hours, prepare):
+    for k, outcome in _outcomes(context, name, todo, position, work):
         if isinstance(outcome, BaseException):
             failures[k] = outcome
             context.log.error(f"{name}: hour {position[k]}/{n} ({k}) failed: {_why(outcome)}"

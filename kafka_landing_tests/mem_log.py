@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from kafka_landing.naming import ONE_HOUR, to_millis
+from kafka_landing.naming import ONE_HOUR, Hour, to_millis
 
 DATA, MARKER, ABORTED = "data", "marker", "aborted"
 BASE = datetime(2026, 3, 1, tzinfo=timezone.utc)
+HOUR0 = Hour(BASE)  # HOUR0.plus(h): the hour `at(h)` is in
 NOW = BASE + ONE_HOUR * 30
 
 

@@ -121,7 +121,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
             plans: dict[str, SlicePlan] = {}  # as frozen: what the checks count against
             to_land: dict[str, SlicePlan] = {}  # less what retention deleted, when skipping it was asked for
             for k in partition_keys:
-                plan = frozen_slice(store, cfg.topic, Hour.from_key(k).start)
+                plan = frozen_slice(store, cfg.topic, Hour.from_key(k))
                 if plan is None:
                     out[k] = failure(LandingError(f"the slice of {cfg.topic} for {k} is not frozen yet: materialise "
                                                   f"{slice_key(cfg.topic).to_user_string()} for that hour first"))
@@ -144,7 +144,7 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
             if not plans:
                 return out
             attempt = f"{context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
-            first = min(p.hour for p in plans.values()).start
+            first = min(p.hour for p in plans.values())
             try:
                 landed = land_hours(lambda: pyspark.spark_session, store, fetch, kafka.spark_options(), cfg,
                                     [to_land[k] for k in plans], attempt, likely_ids=likely_schema_ids(store, registry, cfg, first),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError, is_transient, transient_status
 from kafka_landing.handoff.manifests import DoneFileError, read_done_file_or_none
-from kafka_landing.naming import ONE_HOUR, done_file_path
+from kafka_landing.naming import Hour, done_file_path
 
 if TYPE_CHECKING:  # the resource is Dagster's; this module only calls it
     from kafka_landing.resources import SchemaRegistryResource
@@ -125,7 +125,7 @@ def schema_fetcher(registry: SchemaRegistryResource):
     return fetch
 
 
-def likely_schema_ids(store, registry: SchemaRegistryResource, cfg: TopicConfig, first_hour) -> tuple[int, ...]:
+def likely_schema_ids(store, registry: SchemaRegistryResource, cfg: TopicConfig, first_hour: Hour) -> tuple[int, ...]:
     """The schema ids the hours' records most likely carry, best first: the registry's latest for
     `<topic>-value`, then those of the hour before the run. Only a guess (see land_hours): any
     answer that is not one is ignored, and so is a done file before that cannot be trusted (its
@@ -137,7 +137,7 @@ def likely_schema_ids(store, registry: SchemaRegistryResource, cfg: TopicConfig,
         pass
     for table in cfg.tables:
         try:
-            before = read_done_file_or_none(store, done_file_path(cfg.dataset, table, first_hour - ONE_HOUR))
+            before = read_done_file_or_none(store, done_file_path(cfg.dataset, table, first_hour.plus(-1)))
         except DoneFileError as exc:
             if exc.transient:
                 raise

@@ -103,7 +103,7 @@ def build_slice_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = None)
                         out[key] = away
                         continue
                     try:
-                        plan, frozen_now = freeze_slice(store, log, cfg, Hour.from_key(key).start, datetime.now(timezone.utc),
+                        plan, frozen_now = freeze_slice(store, log, cfg, Hour.from_key(key), datetime.now(timezone.utc),
                                                         skip_retention_gaps=config.skip_retention_gaps)
                     except (PlanningError, KafkaUnavailable) as exc:
                         # Brokers briefly away: retriable; a planning error stays wrong (errors.is_transient).

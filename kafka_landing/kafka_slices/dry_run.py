@@ -14,21 +14,23 @@ Pure: no Dagster, no Spark.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Mapping
 
-from kafka_landing.config import TopicConfig
+from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.handoff.manifests import content_sha
+from kafka_landing.kafka_slices.freeze import load_frozen, settled_first_hour
 from kafka_landing.kafka_slices.plan import (
     HourNotClosedError,
+    LogView,
     PlanningError,
+    PlanRules,
     SlicePlan,
     UnknownTopicError,
-    check_closed,
     plan_slice,
 )
-from kafka_landing.naming import ONE_HOUR, Hour, done_file_path, floor_hour
+from kafka_landing.naming import Hour, done_file_path
 from kafka_landing.store.base import LandingStore
 
 FROZEN, PLANNED, OPEN, ERROR = "frozen", "would freeze", "open", "error"
@@ -53,75 +55,76 @@ class HourRow:
         return self.plan.records if self.plan else None
 
 
-def hours_between(first: datetime, last: datetime) -> list[datetime]:
+@dataclass(frozen=True)
+class TopicHistory:
+    """What is already there of a topic's hours: its frozen slices, its done files (in `store`),
+    the warehouse's loads of them, and its first hour (the hours before it are no partitions)."""
+
+    store: LandingStore
+    frozen: Mapping[Hour, SlicePlan]  # `freeze.load_frozen`
+    loaded: LoadedLookup | None = None
+    first_hour: Hour | None = None  # `freeze.settled_first_hour`
+
+    @classmethod
+    def read(cls, store: LandingStore, config: LandingConfig, topic: str,
+             loaded: LoadedLookup | None = None) -> TopicHistory:
+        return cls(store, load_frozen(store, topic), loaded, settled_first_hour(store, config, topic))
+
+    def landed_loaded(self, cfg: TopicConfig, hour: Hour) -> tuple[bool, bool]:
+        shas = []
+        for table in cfg.tables:
+            rel = done_file_path(cfg.dataset, table, hour)
+            if not self.store.exists(rel):
+                return False, False
+            shas.append((table, content_sha(self.store.read_bytes(rel))))
+        if self.loaded is None:
+            return True, False
+        return True, all((self.loaded(cfg.dataset, t, hour) or {}).get("sha256") == sha for t, sha in shas)
+
+
+def hours_between(first: Hour, last: Hour) -> list[Hour]:
     """Both ends included, as a Dagster backfill range is."""
-    if first != floor_hour(first) or last != floor_hour(last):
-        raise ValueError(f"{first.isoformat()} .. {last.isoformat()}: both ends must be starts of hours")
     if first > last:
-        raise ValueError(f"the range starts at {Hour(first).key}, after its end {Hour(last).key}: swap them")
-    n = int((last - first) / ONE_HOUR) + 1
+        raise ValueError(f"the range starts at {first.key}, after its end {last.key}: swap them")
+    n = last.number - first.number + 1
     if n > MAX_HOURS:
-        raise ValueError(f"{Hour(first).key} .. {Hour(last).key} is {n} hours; plan at most {MAX_HOURS} at once")
-    return [first + ONE_HOUR * i for i in range(n)]
+        raise ValueError(f"{first.key} .. {last.key} is {n} hours; plan at most {MAX_HOURS} at once")
+    return [first.plus(i) for i in range(n)]
 
 
-def _landed_loaded(store: LandingStore, cfg: TopicConfig, hour: datetime,
-                   loaded: LoadedLookup | None) -> tuple[bool, bool]:
-    shas = []
-    for table in cfg.tables:
-        rel = done_file_path(cfg.dataset, table, hour)
-        if not store.exists(rel):
-            return False, False
-        shas.append((table, content_sha(store.read_bytes(rel))))
-    if loaded is None:
-        return True, False
-    return True, all((loaded(cfg.dataset, t, Hour(hour)) or {}).get("sha256") == sha for t, sha in shas)
-
-
-def dry_run(
-    cfg: TopicConfig, first: datetime, last: datetime, now: datetime, log, store: LandingStore,
-    frozen: Mapping[datetime, SlicePlan], loaded: LoadedLookup | None = None,
-    skip_retention_gaps: bool = False, first_hour: datetime | None = None,
-) -> list[HourRow]:
-    """One row per hour of [first, last], oldest first. `frozen` is `freeze.load_frozen(store, topic)`;
-    `first_hour` the topic's (`freeze.settled_first_hour`): earlier hours are planned but flagged.
+def dry_run(cfg: TopicConfig, first: Hour, last: Hour, now: datetime, log: LogView, history: TopicHistory,
+            skip_retention_gaps: bool = False) -> list[HourRow]:
+    """One row per hour of [first, last], oldest first; the hours before `history.first_hour`
+    are planned but flagged.
 
     A planning error of one hour (retention gap, outlier timestamp, rewound log) becomes that
     hour's error text; a topic missing from Kafka fails the whole plan."""
-    hours = hours_between(first, last)
-    known = dict(frozen)  # never the caller's mapping: dry-run plans stay here
+    rules = PlanRules.of(cfg, skip_retention_gaps)
+    known = dict(history.frozen)  # never the caller's mapping: dry-run plans stay here
     rows = []
-    for hour in hours:
-        row = _plan_hour(cfg, hour, now, log, store, frozen, known, loaded, skip_retention_gaps)
-        if first_hour is not None and hour < first_hour:
-            row = replace(row, before_first_hour=True)
-        rows.append(row)
+    for hour in hours_between(first, last):
+        if hour in history.frozen:
+            state, plan, error = FROZEN, history.frozen[hour], None
+        else:
+            state, plan, error = _plan_hour(cfg.topic, hour, now, log, known, rules)
+        before = history.first_hour is not None and hour < history.first_hour
+        rows.append(HourRow(hour, state, plan, error, *history.landed_loaded(cfg, hour), before_first_hour=before))
     return rows
 
 
-def _plan_hour(cfg: TopicConfig, hour: datetime, now: datetime, log, store: LandingStore,
-               frozen: Mapping[datetime, SlicePlan], known: dict, loaded: LoadedLookup | None,
-               skip_retention_gaps: bool) -> HourRow:
-    """One hour's row; a planned slice joins `known`, so the next hour chains to it."""
-    landed, was_loaded = _landed_loaded(store, cfg, hour, loaded)
-    if hour in frozen:
-        return HourRow(Hour(hour), FROZEN, frozen[hour], None, landed, was_loaded)
+def _plan_hour(topic: str, hour: Hour, now: datetime, log: LogView, known: dict[Hour, SlicePlan],
+               rules: PlanRules) -> tuple[str, SlicePlan | None, str | None]:
+    """(state, plan, error) of an hour not frozen; a planned slice joins `known`, so the next hour chains to it."""
     try:
-        check_closed(hour, now, cfg.grace_minutes)
-    except HourNotClosedError as exc:
-        return HourRow(Hour(hour), OPEN, None, str(exc), landed, was_loaded)
-    try:
-        plan = plan_slice(
-            cfg.topic, hour, now, log, known, grace_minutes=cfg.grace_minutes,
-            rows_per_task=cfg.rows_per_task, skip_retention_gaps=skip_retention_gaps,
-            max_future_minutes=cfg.max_future_minutes, on_future_timestamp=cfg.on_future_timestamp,
-        )
+        plan = plan_slice(topic, hour, now, log, known, rules)
+    except HourNotClosedError as exc:  # before Kafka is asked anything
+        return OPEN, None, str(exc)
     except UnknownTopicError:
         raise
     except PlanningError as exc:
-        return HourRow(Hour(hour), ERROR, None, str(exc), landed, was_loaded)
+        return ERROR, None, str(exc)
     known[hour] = plan
-    return HourRow(Hour(hour), PLANNED, plan, None, landed, was_loaded)
+    return PLANNED, plan, None
 
 
 def _notes(plan: SlicePlan, partition: int) -> str:

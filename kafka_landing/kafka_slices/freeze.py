@@ -13,25 +13,32 @@ from kafka_landing.config import (
     with_first_hours,
 )
 from kafka_landing.crash_points import crash_point
-from kafka_landing.kafka_slices.plan import LogView, SlicePlan, check_closed, frozen_for_planning, plan_slice
-from kafka_landing.naming import floor_hour, hour_folder_tag, plan_lock_path, slice_dir, slice_manifest_path
+from kafka_landing.kafka_slices.plan import (
+    LogView,
+    PlanRules,
+    SlicePlan,
+    check_closed,
+    frozen_for_planning,
+    plan_slice,
+)
+from kafka_landing.naming import Hour, hour_folder_tag, plan_lock_path, slice_dir, slice_manifest_path
 from kafka_landing.store.base import LandingStore
 
 
-def load_frozen(store: LandingStore, topic: str) -> dict[datetime, SlicePlan]:
+def load_frozen(store: LandingStore, topic: str) -> dict[Hour, SlicePlan]:
     plans = {}
     for rel in store.list(slice_dir(topic), "hour=*.json"):
         d = store.read_json(rel)
         if d is not None:
             plan = SlicePlan.from_dict(d)
-            plans[plan.hour.start] = plan
+            plans[plan.hour] = plan
     return plans
 
 
-def frozen_hours(store: LandingStore, topic: str) -> list[datetime]:
+def frozen_hours(store: LandingStore, topic: str) -> list[Hour]:
     """The topic's frozen hours, oldest first, from the manifest names: one listing, no reads."""
     names = store.list(slice_dir(topic), "hour=*.json")
-    return [h.start for rel in names if (h := hour_folder_tag(rel.rsplit("/", 1)[-1]))]
+    return [h for rel in names if (h := hour_folder_tag(rel.rsplit("/", 1)[-1]))]
 
 
 class _OnceLog:
@@ -56,35 +63,36 @@ class _OnceLog:
         return getattr(self._log, name)
 
 
-def first_frozen_hour(store: LandingStore, topic: str) -> datetime | None:
+def first_frozen_hour(store: LandingStore, topic: str) -> Hour | None:
     """The earliest hour of the topic with a frozen slice (names sort as hours do)."""
     rel = store.first(slice_dir(topic), "hour=*.json")
-    h = hour_folder_tag(rel.rsplit("/", 1)[-1]) if rel else None
-    return h.start if h else None
+    return hour_folder_tag(rel.rsplit("/", 1)[-1]) if rel else None
 
 
 def settle_first_hours(store: LandingStore, config: LandingConfig) -> LandingConfig:
     """Every topic with the hour its partitions start at (config, $KAFKA_LANDING_FIRST_HOUR,
     earliest frozen slice; see `config.with_first_hours`): one listing page per topic."""
-    return with_first_hours(config, {name: first_frozen_hour(store, name) for name in config.topics}, env_first_hour())
+    earliest = {name: first_frozen_hour(store, name) for name in config.topics}
+    return with_first_hours(config, {name: h.start if h else None for name, h in earliest.items()}, env_first_hour())
 
 
-def settled_first_hour(store: LandingStore, config: LandingConfig, topic: str) -> datetime | None:
+def settled_first_hour(store: LandingStore, config: LandingConfig, topic: str) -> Hour | None:
     """One topic's first hour as the code location settles it; None if nothing says."""
     try:
-        return settle_first_hours(store, LandingConfig(topics={topic: config.topic(topic)}, source=config.source)
-                                  ).topic(topic).first_hour
+        first = settle_first_hours(store, LandingConfig(topics={topic: config.topic(topic)}, source=config.source)
+                                   ).topic(topic).first_hour
     except TopicConfigError:
         return None
+    return Hour(first) if first else None
 
 
-def frozen_slice(store: LandingStore, topic: str, hour: datetime) -> SlicePlan | None:
+def frozen_slice(store: LandingStore, topic: str, hour: Hour) -> SlicePlan | None:
     d = store.read_json(slice_manifest_path(topic, hour))
     return SlicePlan.from_dict(d) if d else None
 
 
 def freeze_slice(
-    store: LandingStore, log: LogView, cfg: TopicConfig, hour: datetime, now: datetime,
+    store: LandingStore, log: LogView, cfg: TopicConfig, hour: Hour, now: datetime,
     skip_retention_gaps: bool = False,
 ) -> tuple[SlicePlan, bool]:
     """(the hour's slice, whether this call froze it). Re-running returns the frozen one."""
@@ -98,20 +106,14 @@ def freeze_slice(
             return existing, False
         # Only the frozen hours planning uses (usually the nearest below and above), found by
         # name: the cost of freezing an hour does not grow with the topic's history.
-        if hour == floor_hour(hour):
-            check_closed(hour, now, cfg.grace_minutes)  # as plan_slice does: an open hour asks Kafka nothing
+        check_closed(hour, now, cfg.grace_minutes)  # as plan_slice does: an open hour asks Kafka nothing
         log = _OnceLog(log)
         partitions = log.partitions(cfg.topic)  # None: plan_slice says the topic is missing, reading nothing
         frozen = frozen_for_planning(
             frozen_hours(store, cfg.topic), hour, partitions or [], log.topic_id(cfg.topic) if partitions else None,
             lambda h: frozen_slice(store, cfg.topic, h),
         ) if partitions else {}
-        plan = plan_slice(
-            cfg.topic, hour, now, log, frozen,
-            grace_minutes=cfg.grace_minutes, rows_per_task=cfg.rows_per_task,
-            skip_retention_gaps=skip_retention_gaps, max_future_minutes=cfg.max_future_minutes,
-            on_future_timestamp=cfg.on_future_timestamp,
-        )
+        plan = plan_slice(cfg.topic, hour, now, log, frozen, PlanRules.of(cfg, skip_retention_gaps))
         crash_point("slices:before_manifest")
         data = json.dumps(plan.to_dict(), indent=2, sort_keys=True).encode()
         # Planned against what was frozen when we read it: only if no other planner took the lock since.

@@ -24,12 +24,12 @@ from kafka_landing.kafka_slices.assets import slice_key
 from kafka_landing.kafka_slices.dry_run import (
     FROZEN,
     PLANNED,
+    TopicHistory,
     dry_run,
     format_markdown,
     format_table,
     hours_between,
 )
-from kafka_landing.kafka_slices.freeze import load_frozen, settled_first_hour
 from kafka_landing.kafka_slices.resources import KafkaResource
 from kafka_landing.naming import Hour
 from kafka_landing.resources import LandingResource
@@ -51,7 +51,7 @@ def plan_backfill_op(context: OpExecutionContext, config: PlanConfig) -> None:
     kafka: KafkaResource = context.resources.kafka
     landing: LandingResource = context.resources.landing
     try:
-        first, last = Hour.from_key(config.from_hour).start, Hour.from_key(config.to_hour).start
+        first, last = Hour.from_key(config.from_hour), Hour.from_key(config.to_hour)
         hours_between(first, last)
         topics = landing.config()
         cfg = topics.topic(config.topic)
@@ -59,9 +59,8 @@ def plan_backfill_op(context: OpExecutionContext, config: PlanConfig) -> None:
         raise failure(f"plan_backfill: {exc}. Fix the run config (topic, from_hour, to_hour) and launch again.") from exc
     store = landing.store()
     with kafka.log_view() as log:
-        rows = dry_run(cfg, first, last, datetime.now(timezone.utc), log, store, load_frozen(store, cfg.topic),
-                       context.resources.warehouse.backend(store).loaded, skip_retention_gaps=config.skip_retention_gaps,
-                       first_hour=settled_first_hour(store, topics, cfg.topic))
+        history = TopicHistory.read(store, topics, cfg.topic, context.resources.warehouse.backend(store).loaded)
+        rows = dry_run(cfg, first, last, datetime.now(timezone.utc), log, history, config.skip_retention_gaps)
     context.log.info("Dry-run plan of %s, %s .. %s:\n%s", cfg.topic, config.from_hour, config.to_hour, format_table(rows))
     context.log_event(AssetObservation(
         asset_key=slice_key(cfg.topic),

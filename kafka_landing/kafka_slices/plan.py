@@ -16,13 +16,13 @@ Pure: no Dagster, no Spark, no Kafka client. The log is read through `LogView`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Callable, Iterable, Mapping, NamedTuple, Protocol
 
-from kafka_landing.config import FAIL, FUTURE_POLICIES, LAND
+from kafka_landing.config import FAIL, FUTURE_POLICIES, LAND, TopicConfig
 from kafka_landing.errors import KafkaLandingError, LandingError
-from kafka_landing.naming import ONE_HOUR, Hour, floor_hour, hour_closes, slice_dir, to_millis
+from kafka_landing.naming import Hour, slice_dir, to_millis
 
 MANIFEST_VERSION = 1
 
@@ -159,11 +159,11 @@ def without_deleted(plan: SlicePlan, log_starts: Mapping[int, int]) -> SlicePlan
     )
 
 
-def check_closed(hour: datetime, now: datetime, grace_minutes: int) -> None:
-    closes = hour_closes(hour, grace_minutes)
+def check_closed(hour: Hour, now: datetime, grace_minutes: int) -> None:
+    closes = hour.closes(grace_minutes)
     if closes > now:
         raise HourNotClosedError(
-            f"hour {Hour(hour)} is still open: it closes at {closes.isoformat()} "
+            f"hour {hour} is still open: it closes at {closes.isoformat()} "
             f"(end of hour + {grace_minutes} min grace); now is {now.isoformat(timespec='seconds')}"
         )
 
@@ -182,7 +182,7 @@ def split_tasks(partitions: Iterable[PartitionSlice], rows_per_task: int) -> tup
 class HourTask:
     """A frozen task of one hour: the unit one landing file never crosses."""
 
-    hour: str
+    hour: Hour
     partition: int
     start: int
     end: int
@@ -232,21 +232,21 @@ def read_segments(tasks: Iterable[HourTask], parallelism: int,
     return [{p: v[i] for p, v in sorted(pieces.items()) if i < len(v)} for i in range(reads)]
 
 
-def _neighbours(frozen: Mapping[datetime, SlicePlan], hour: datetime, partition: int):
+def _neighbours(frozen: Mapping[Hour, SlicePlan], hour: Hour, partition: int):
     """(end of the nearest frozen hour below, start of the nearest frozen hour above, adjacency flags)."""
     below = [h for h in frozen if h < hour and frozen[h].partition(partition)]
     above = [h for h in frozen if h > hour and frozen[h].partition(partition)]
     lo = frozen[max(below)].partition(partition) if below else None
     hi = frozen[min(above)].partition(partition) if above else None
-    lo_adjacent = bool(below) and max(below) == hour - ONE_HOUR
-    hi_adjacent = bool(above) and min(above) == hour + ONE_HOUR
+    lo_adjacent = bool(below) and max(below) == hour.plus(-1)
+    hi_adjacent = bool(above) and min(above) == hour.plus(1)
     return (lo.end if lo else None), (hi.start if hi else None), lo_adjacent, hi_adjacent
 
 
 def frozen_for_planning(
-    hours: Iterable[datetime], hour: datetime, partitions: Iterable[int], topic_id: str | None,
-    read: Callable[[datetime], SlicePlan | None],
-) -> dict[datetime, SlicePlan]:
+    hours: Iterable[Hour], hour: Hour, partitions: Iterable[int], topic_id: str | None,
+    read: Callable[[Hour], SlicePlan | None],
+) -> dict[Hour, SlicePlan]:
     """Of the frozen `hours` (known by name only), read just the ones `plan_slice` needs to plan
     `hour`, so that planning against them gives the plan planning against all of them gives.
 
@@ -260,7 +260,7 @@ def frozen_for_planning(
     wanted = set(partitions)
     below = sorted((h for h in hours if h < hour), reverse=True)
     above = sorted(h for h in hours if h > hour)
-    plans: dict[datetime, SlicePlan] = {}
+    plans: dict[Hour, SlicePlan] = {}
     for side in (below, above):
         missing = set(wanted)
         for h in side:
@@ -290,22 +290,128 @@ def _iso(millis: int) -> str:
         return f"{millis} ms since the epoch"
 
 
+@dataclass(frozen=True)
+class PlanRules:
+    """How a topic's hours are planned: its config's planning options, and whether this run lands
+    what retention left of an hour, recording the loss (`skip_retention_gaps`), or stops there."""
+
+    grace_minutes: int
+    rows_per_task: int
+    max_future_minutes: int = 60
+    on_future_timestamp: str = FAIL
+    skip_retention_gaps: bool = False
+
+    def __post_init__(self) -> None:
+        if self.on_future_timestamp not in FUTURE_POLICIES:
+            raise ValueError(f"on_future_timestamp must be one of {FUTURE_POLICIES}, got {self.on_future_timestamp!r}")
+
+    @classmethod
+    def of(cls, cfg: TopicConfig, skip_retention_gaps: bool = False) -> PlanRules:
+        return cls(cfg.grace_minutes, cfg.rows_per_task, cfg.max_future_minutes, cfg.on_future_timestamp,
+                   skip_retention_gaps)
+
+
+class _Asked(NamedTuple):
+    """What Kafka said of one partition before any boundary was looked for."""
+
+    log_start: int
+    log_end: int
+    at_start: tuple[int, int] | None  # Kafka's first (offset, timestamp) stamped >= the hour's start
+    at_end: tuple[int, int] | None  # and >= its end
+
+
+def _ask(log: LogView, topic: str, hour: Hour, partitions: list[int]) -> dict[int, _Asked]:
+    """Watermarks first: a record produced after this read has an offset >= log_end, so "no record
+    with timestamp >= T" is answered against a log end that was true."""
+    marks = {p: log.watermarks(topic, p) for p in partitions}
+    at_start = log.offsets_for_time(topic, partitions, to_millis(hour.start))
+    at_end = log.offsets_for_time(topic, partitions, to_millis(hour.plus(1).start))
+    return {p: _Asked(*marks[p], at_start.get(p), at_end.get(p)) for p in partitions}
+
+
+@dataclass
+class _Planning:
+    """One hour of a topic being planned against its frozen hours: each partition's slice, and
+    the retention gaps skipped and far-future records landed on the way."""
+
+    topic: str
+    hour: Hour
+    now: datetime
+    log: LogView
+    frozen: Mapping[Hour, SlicePlan]
+    rules: PlanRules
+    skipped: list = field(default_factory=list)
+    future_records: list = field(default_factory=list)
+    # The partitions the frozen hours below know: one they do not was added after they were planned.
+    known_below: set[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.known_below = {ps.partition for h, plan in self.frozen.items() if h < self.hour for ps in plan.partitions}
+
+    def plan_partition(self, p: int, asked: _Asked) -> PartitionSlice:
+        lo, hi, lo_adjacent, hi_adjacent = _neighbours(self.frozen, self.hour, p)
+        self._check_not_rewound(p, (lo, hi), asked.log_end)
+        if lo_adjacent:
+            start, start_from = lo, "chained"
+        elif self.known_below and p not in self.known_below:
+            # A partition is created empty, at offset 0: what retention took since is a gap like any other.
+            start, start_from = _clamp(0, None, hi), "added_later"
+        else:
+            start, start_from = _Search(self, p, asked, lo, hi).boundary(to_millis(self.hour.start), asked.at_start)
+        if hi_adjacent:
+            end, end_from = hi, "chained"
+        else:
+            end, end_from = _Search(self, p, asked, start, hi).boundary(to_millis(self.hour.plus(1).start),
+                                                                        asked.at_end)
+        start = self._past_retention_gap(p, start, end, asked.log_start)
+        if end < start:  # only possible if a frozen neighbour is inconsistent with the log
+            raise PlanningError(f"topic {self.topic!r} partition {p}: planned end {end} before start {start}")
+        # Recorded by the hour they land in; one found before the start belongs to the hour below.
+        self.future_records[:] = [f for f in self.future_records if f["partition"] != p or start <= f["offset"] < end]
+        return PartitionSlice(p, start, end, asked.log_start, asked.log_end, start_from, end_from)
+
+    def _check_not_rewound(self, p: int, frozen_offsets: tuple[int | None, int | None], log_end: int) -> None:
+        for frozen_offset in frozen_offsets:
+            if frozen_offset is not None and frozen_offset > log_end:
+                raise LogRewoundError(
+                    f"topic {self.topic!r} partition {p}: frozen hours of this topic reach offset {frozen_offset}, "
+                    f"but the log now ends at {log_end}: the topic was deleted and re-created (or the partition "
+                    f"truncated). Nothing was planned for hour {self.hour}. The frozen slices under "
+                    f"{slice_dir(self.topic)}/ describe the old topic: land the new one under another name, or move "
+                    "that folder aside to start the topic's landing history anew."
+                )
+
+    def _past_retention_gap(self, p: int, start: int, end: int, log_start: int) -> int:
+        """Where the slice starts: past the offsets retention deleted, recorded as skipped if the rules allow."""
+        if start >= log_start:
+            return start
+        lost_to = min(log_start, end)
+        if not self.rules.skip_retention_gaps:
+            raise RetentionGapError(
+                f"topic {self.topic!r} partition {p}: offsets [{start}, {lost_to}) of hour {self.hour} "
+                f"were deleted by retention (the log now starts at {log_start}). Nothing was planned. "
+                "To land the rest of the hour and record the loss, run with skip_retention_gaps=true."
+            )
+        self.skipped.append({"partition": p, "start": start, "end": lost_to, "reason": "deleted by retention"})
+        return lost_to
+
+
 @dataclass
 class _Search:
     """Where one boundary of one partition is looked for, and what planning may do there."""
 
-    log: LogView
-    topic: str
+    planning: _Planning
     partition: int
-    hour: datetime
+    asked: _Asked
     floor: int | None  # no boundary below this (the hour's start, or the frozen end below)
     ceiling: int | None  # nor above this (the frozen start above)
-    log_start: int
-    log_end: int
-    now_ms: int
-    max_future_ms: int
-    policy: str
-    future_records: list
+
+    @property
+    def max_future_ms(self) -> int:
+        return self.planning.rules.max_future_minutes * 60_000
+
+    def _first(self, start: int, end: int, min_millis: int | None = None) -> tuple[int, int] | None:
+        return self.planning.log.first_record(self.planning.topic, self.partition, start, end, min_millis)
 
     def boundary(self, millis: int, found: tuple[int, int] | None) -> tuple[int, str]:
         """The first committed record at or after the floor stamped >= millis, and where it came from.
@@ -314,19 +420,20 @@ class _Search:
         record stamped >= millis already sits in an earlier hour) or stamped far past millis (a
         transaction marker written long after the records it closes, a record stamped in the
         future, or an idle partition). Only then are records read to settle it."""
-        limit = _clamp(self.log_end, self.floor, self.ceiling)
+        limit = _clamp(self.asked.log_end, self.floor, self.ceiling)
         if found is None:
             return limit, "log_end"
         offset, stamped = found
         if (self.floor is None or offset >= self.floor) and stamped <= millis + self.max_future_ms:
             return _clamp(offset, self.floor, self.ceiling), "timestamp"
-        pos, source = max(offset, self.floor if self.floor is not None else offset, self.log_start), "timestamp"
+        pos = max(offset, self.floor if self.floor is not None else offset, self.asked.log_start)
+        source = "timestamp"
         while pos < limit:
-            rec = self.log.first_record(self.topic, self.partition, pos, limit)
+            rec = self._first(pos, limit)
             if rec is None:
                 return pos, source  # only offsets without a record (markers, aborted) up to the limit
             if rec[1] < millis:  # records stamped before the boundary time follow it: find the first one after
-                rec, source = self.log.first_record(self.topic, self.partition, rec[0], limit, millis), "scan"
+                rec, source = self._first(rec[0], limit, millis), "scan"
                 if rec is None:
                     return limit, "log_end"
             offset, stamped = rec
@@ -346,115 +453,48 @@ class _Search:
         """A record far past the boundary time is an outlier, not an idle partition waking up, when it
         is stamped in the future of the wall clock or the record after it is stamped well before it.
         Returns the verdict and the record after it."""
-        nxt = self.log.first_record(self.topic, self.partition, offset + 1, limit)
-        if stamped > self.now_ms + self.max_future_ms:
+        nxt = self._first(offset + 1, limit)
+        if stamped > to_millis(self.planning.now) + self.max_future_ms:
             return True, nxt
         return nxt is not None and nxt[1] < stamped - self.max_future_ms, nxt
 
     def _future(self, offset: int, stamped: int, millis: int) -> None:
-        minutes = self.max_future_ms // 60_000
-        if self.policy != LAND:
+        planning, minutes = self.planning, self.planning.rules.max_future_minutes
+        if planning.rules.on_future_timestamp != LAND:
             raise FutureTimestampError(
-                f"topic {self.topic!r} partition {self.partition}: offset {offset} is stamped {_iso(stamped)}, "
+                f"topic {planning.topic!r} partition {self.partition}: offset {offset} is stamped {_iso(stamped)}, "
                 f"more than max_future_minutes={minutes} past the boundary {_iso(millis)} of hour "
-                f"{Hour(self.hour)}, and the records after it are stamped earlier. Kafka's "
+                f"{planning.hour}, and the records after it are stamped earlier. Kafka's "
                 "offsets_for_times would hold every later boundary of this partition at that offset, making "
                 "the following hours silently empty. Nothing was planned. Either land it where it sits by "
                 "setting `on_future_timestamp: land` for this topic (it is recorded in the slice manifest), "
                 "or raise max_future_minutes if such timestamps are normal here. To stop such records at the "
                 "source, set the broker's log.message.timestamp.after.max.ms."
             )
-        if any(f["partition"] == self.partition and f["offset"] == offset for f in self.future_records):
+        if any(f["partition"] == self.partition and f["offset"] == offset for f in planning.future_records):
             return
-        self.future_records.append({
+        planning.future_records.append({
             "partition": self.partition, "offset": offset, "timestamp": _iso(stamped),
             "boundary": _iso(millis), "action": "landed where it sits",
         })
 
 
-def plan_slice(
-    topic: str,
-    hour: datetime,
-    now: datetime,
-    log: LogView,
-    frozen: Mapping[datetime, SlicePlan],
-    grace_minutes: int,
-    rows_per_task: int,
-    skip_retention_gaps: bool = False,
-    max_future_minutes: int = 60,
-    on_future_timestamp: str = FAIL,
-) -> SlicePlan:
+def plan_slice(topic: str, hour: Hour, now: datetime, log: LogView, frozen: Mapping[Hour, SlicePlan],
+               rules: PlanRules) -> SlicePlan:
     """Plan (not yet freeze) hour `hour` of `topic`, given the topic's frozen hours."""
-    if hour != floor_hour(hour):
-        raise ValueError(f"{hour.isoformat()} is not the start of an hour")
-    if on_future_timestamp not in FUTURE_POLICIES:
-        raise ValueError(f"on_future_timestamp must be one of {FUTURE_POLICIES}, got {on_future_timestamp!r}")
-    check_closed(hour, now, grace_minutes)
+    check_closed(hour, now, rules.grace_minutes)
     partitions = log.partitions(topic)
     if partitions is None:
         raise UnknownTopicError(f"topic {topic!r} does not exist on the Kafka cluster")
-    partitions = sorted(partitions)
     topic_id = log.topic_id(topic)
-    check_same_topic(topic, topic_id, frozen.values(), f"Nothing was planned for hour {Hour(hour)}.")
-    # A partition no frozen hour below knows was added after those hours were planned.
-    known_below = {ps.partition for h, plan in frozen.items() if h < hour for ps in plan.partitions}
-
-    # Watermarks first: a record produced after this read has an offset >= log_end,
-    # so "no record with timestamp >= T" is answered against a log end that was true.
-    marks = {p: log.watermarks(topic, p) for p in partitions}
-    at_start = log.offsets_for_time(topic, partitions, to_millis(hour))
-    at_end = log.offsets_for_time(topic, partitions, to_millis(hour + ONE_HOUR))
-
-    slices, skipped, future = [], [], []
-    for p in partitions:
-        log_start, log_end = marks[p]
-        lo, hi, lo_adj, hi_adj = _neighbours(frozen, hour, p)
-        for frozen_offset in (lo, hi):
-            if frozen_offset is not None and frozen_offset > log_end:
-                raise LogRewoundError(
-                    f"topic {topic!r} partition {p}: frozen hours of this topic reach offset {frozen_offset}, "
-                    f"but the log now ends at {log_end}: the topic was deleted and re-created (or the partition "
-                    f"truncated). Nothing was planned for hour {Hour(hour)}. The frozen slices under "
-                    f"{slice_dir(topic)}/ describe the old topic: land the new one under another name, or move that "
-                    "folder aside to start the topic's landing history anew."
-                )
-
-        def search(floor: int | None, ceiling: int | None) -> _Search:
-            return _Search(log, topic, p, hour, floor, ceiling, log_start, log_end, to_millis(now),
-                           max_future_minutes * 60_000, on_future_timestamp, future)
-
-        if lo_adj:
-            start, start_from = lo, "chained"
-        elif known_below and p not in known_below:
-            # A partition is created empty, at offset 0: what retention took since is a gap like any other.
-            start, start_from = _clamp(0, None, hi), "added_later"
-        else:
-            start, start_from = search(lo, hi).boundary(to_millis(hour), at_start.get(p))
-        if hi_adj:
-            end, end_from = hi, "chained"
-        else:
-            end, end_from = search(start, hi).boundary(to_millis(hour + ONE_HOUR), at_end.get(p))
-        if start < log_start:
-            lost_to = min(log_start, end)
-            if not skip_retention_gaps:
-                raise RetentionGapError(
-                    f"topic {topic!r} partition {p}: offsets [{start}, {lost_to}) of hour {Hour(hour)} "
-                    f"were deleted by retention (the log now starts at {log_start}). Nothing was planned. "
-                    "To land the rest of the hour and record the loss, run with skip_retention_gaps=true."
-                )
-            skipped.append({"partition": p, "start": start, "end": lost_to, "reason": "deleted by retention"})
-            start = lost_to
-        if end < start:  # only possible if a frozen neighbour is inconsistent with the log
-            raise PlanningError(f"topic {topic!r} partition {p}: planned end {end} before start {start}")
-        slices.append(PartitionSlice(p, start, end, log_start, log_end, start_from, end_from))
-        # Recorded by the hour they land in; one found before the start belongs to the hour below.
-        future = [f for f in future if f["partition"] != p or start <= f["offset"] < end]
-
+    check_same_topic(topic, topic_id, frozen.values(), f"Nothing was planned for hour {hour}.")
+    planning = _Planning(topic, hour, now, log, frozen, rules)
+    slices = [planning.plan_partition(p, asked) for p, asked in _ask(log, topic, hour, sorted(partitions)).items()]
     return SlicePlan(
-        topic=topic, hour=Hour(hour), planned_at=now.isoformat(timespec="seconds"),
-        grace_minutes=grace_minutes, rows_per_task=rows_per_task, partitions=tuple(slices),
-        tasks=split_tasks(slices, rows_per_task), skipped=tuple(skipped), future_records=tuple(future),
-        topic_id=topic_id,
+        topic=topic, hour=hour, planned_at=now.isoformat(timespec="seconds"),
+        grace_minutes=rules.grace_minutes, rows_per_task=rules.rows_per_task, partitions=tuple(slices),
+        tasks=split_tasks(slices, rules.rows_per_task), skipped=tuple(planning.skipped),
+        future_records=tuple(planning.future_records), topic_id=topic_id,
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from kafka_landing.definitions import build_definitions, build_resources
-from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, to_millis
+from kafka_landing.naming import ONE_HOUR, Hour, floor_hour, hour_key, to_millis
 from kafka_landing_tests.conftest import utcnow
 
 
@@ -144,7 +144,7 @@ def test_offsets_deleted_after_freezing_are_skipped_only_on_request_and_counted(
     assert md["skipped_offsets"].value == 3 and md["offsets_without_record"].value == 0
     checks = {c.check_name: c.passed for c in landed.get_asset_check_evaluations()}
     assert checks["conservation"] is True
-    cfg, plan = TopicConfig(topic=topic, dataset="d", table="t"), frozen_slice(store, topic, hour)
+    cfg, plan = TopicConfig(topic=topic, dataset="d", table="t"), frozen_slice(store, topic, Hour(hour))
     assert plan.records == 5
     conserved = check_landed_hour(store, cfg, plan)
     assert (conserved.passed, conserved.skipped) == (True, 3)

@@ -61,7 +61,7 @@ from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.job import land_hours
 from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.kafka_slices.freeze import freeze_slice
-from kafka_landing.naming import to_millis
+from kafka_landing.naming import Hour, to_millis
 from kafka_landing.spark_setup import spark_readable
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.conftest import utcnow
@@ -848,7 +848,7 @@ def _landed(spark, kafka, registry, tmp_path, cfg, sid: int, direct: bool):
     """(result or the error it failed with, store) of the frozen HOUR landed one way."""
     store = LocalStore(str(tmp_path / f"{uuid.uuid4().hex[:6]}_{direct}"))
     with kafka.log_view() as log:
-        plan, _ = freeze_slice(store, log, cfg, HOUR, utcnow())
+        plan, _ = freeze_slice(store, log, cfg, Hour(HOUR), utcnow())
     try:
         out = land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan], "a",
                          likely_ids=(sid,), direct=direct)[plan.hour]

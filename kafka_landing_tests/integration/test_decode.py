@@ -29,6 +29,7 @@ from kafka_landing.errors import LandingError
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.naming import (
     ONE_HOUR,
+    Hour,
     dead_letter_dir,
     done_file_path,
     floor_hour,
@@ -93,7 +94,7 @@ def produce_values(send, topic: str, values: list[bytes | None]) -> list:
 
 def land(spark, store, kafka, cfg, fetch):
     with kafka.log_view() as log:
-        plan, _ = freeze_slice(store, log, cfg, HOUR, utcnow())
+        plan, _ = freeze_slice(store, log, cfg, Hour(HOUR), utcnow())
     return plan, land_hour(lambda: spark, store, fetch, kafka.spark_options(), cfg, plan, uuid.uuid4().hex[:8])
 
 
@@ -570,7 +571,7 @@ def _land_mixed_hour(make_topic, send, sr, registry, kafka, spark, store, likely
     cfg = topic_cfg(topic)
     lines: list[str] = []
     with kafka.log_view() as log:
-        plan, _ = freeze_slice(store, log, cfg, HOUR, utcnow())
+        plan, _ = freeze_slice(store, log, cfg, Hour(HOUR), utcnow())
     # The decoding way, whose jobs count: the direct way lands this hour whole (its corrupt body a
     # dead letter by the strict walk) and never runs them.
     result = job.land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan],
@@ -641,7 +642,7 @@ def test_a_compacted_topic_is_read_once_so_records_removed_mid_run_change_no_cou
     plain = make_topic()
     with kafka.log_view() as log:
         assert (log.compacted(topic), log.compacted(plain)) == (True, False)
-        plan, _ = freeze_slice(store, log, topic_cfg(topic), HOUR, utcnow())
+        plan, _ = freeze_slice(store, log, topic_cfg(topic), Hour(HOUR), utcnow())
 
     first_job = job.LandingRun.count_while_writing_likely
 

@@ -25,7 +25,7 @@ from kafka_landing.avro_landing.job import land_hours
 from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.config import Route
 from kafka_landing.kafka_slices.freeze import freeze_slice
-from kafka_landing.naming import to_millis
+from kafka_landing.naming import Hour, to_millis
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.helpers import content_key
@@ -53,7 +53,7 @@ def landed_both_ways(spark, kafka, registry, tmp_path, cfg, sid: int) -> dict[bo
     for way in (True, False):
         store = LocalStore(str(tmp_path / f"{uuid.uuid4().hex[:6]}_{way}"))
         with kafka.log_view() as log:
-            plan, _ = freeze_slice(store, log, cfg, HOUR, utcnow())
+            plan, _ = freeze_slice(store, log, cfg, Hour(HOUR), utcnow())
         said: list[str] = []
         result = land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan],
                             "a", likely_ids=(sid,), log=said.append, direct=way)[plan.hour]

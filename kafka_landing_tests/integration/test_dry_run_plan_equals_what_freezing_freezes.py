@@ -11,9 +11,9 @@ from pathlib import Path
 
 from kafka_landing.config import TopicConfig
 from kafka_landing_tools.devstack import ROOT
-from kafka_landing.kafka_slices.dry_run import FROZEN, PLANNED, dry_run
+from kafka_landing.kafka_slices.dry_run import FROZEN, PLANNED, TopicHistory, dry_run
 from kafka_landing.kafka_slices.freeze import freeze_slice, load_frozen
-from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis
+from kafka_landing.naming import ONE_HOUR, Hour, floor_hour, hour_key, hour_tag, to_millis
 from kafka_landing_tests.conftest import utcnow
 
 
@@ -35,15 +35,15 @@ def test_dry_run_equals_the_slices_frozen_later_and_writes_nothing(make_topic, s
     cfg = TopicConfig(topic=topic, dataset="ds", table="tbl", grace_minutes=5, rows_per_task=4)
     now = utcnow()
     first = floor_hour(now) - ONE_HOUR * 5
-    hours = [first + ONE_HOUR * i for i in range(4)]
+    hours = [Hour(first).plus(i) for i in range(4)]
     produce_hours(send, topic, first, 4)
     with kafka.log_view() as log:
         freeze_slice(store, log, cfg, hours[0], now)  # one hour already frozen
         before = tree(Path(store.root))
-        rows = dry_run(cfg, hours[0], hours[-1], utcnow(), log, store, load_frozen(store, topic))
+        rows = dry_run(cfg, hours[0], hours[-1], utcnow(), log, TopicHistory(store, load_frozen(store, topic)))
         assert tree(Path(store.root)) == before, "the dry run wrote to the landing root"
         assert [r.state for r in rows] == [FROZEN, PLANNED, PLANNED, PLANNED]
-        assert [r.hour for r in rows] == [hour_tag(h) for h in hours]
+        assert [r.hour for r in rows] == hours
         assert [r.records for r in rows] == [2 * (3 + h) for h in range(4)]
         for h, row in zip(hours, rows):
             frozen, _ = freeze_slice(store, log, cfg, h, utcnow())

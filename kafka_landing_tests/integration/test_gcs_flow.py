@@ -13,7 +13,7 @@ from google.cloud import storage
 
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hours, generate
-from kafka_landing.naming import hour_key
+from kafka_landing.naming import Hour, hour_key
 from kafka_landing_tests.bigquery_fake import FakeBigQuery
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.helpers import table_rows
@@ -50,7 +50,7 @@ def assert_checks_download_no_landing_file(bucket: str, topic: str, dataset: str
     from kafka_landing.warehouse.load import verify_files
 
     store = open_store(f"gs://{bucket}/landing")
-    cfg, plan = TopicConfig(topic=topic, dataset=dataset, table="orders"), frozen_slice(store, topic, hour)
+    cfg, plan = TopicConfig(topic=topic, dataset=dataset, table="orders"), frozen_slice(store, topic, Hour(hour))
     done = DoneFile.from_dict(store.read_json(done_file_path(dataset, "orders", hour)))
     assert done.files and all(f.crc32c for f in done.files), "every landed file records its CRC32C"
     fetched: list[str] = []

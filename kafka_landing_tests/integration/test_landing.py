@@ -33,6 +33,7 @@ from kafka_landing.kafka_slices.plan import check_still_in_kafka
 from kafka_landing.handoff.manifests import DoneFile
 from kafka_landing.naming import (
     ONE_HOUR,
+    Hour,
     done_file_path,
     floor_hour,
     hour_tag,
@@ -57,7 +58,7 @@ def done_files(store: LocalStore, cfg: TopicConfig, hour) -> dict[str, DoneFile]
 
 def land(spark, store, registry, kafka, cfg, hour, attempt=None, fetch=None):
     with kafka.log_view() as log:
-        plan, _ = freeze_slice(store, log, cfg, hour, utcnow())
+        plan, _ = freeze_slice(store, log, cfg, Hour(hour), utcnow())
     return plan, land_hour(lambda: spark, store, fetch or schema_fetcher(registry), kafka.spark_options(), cfg, plan,
                            attempt or uuid.uuid4().hex[:8])
 
@@ -321,7 +322,7 @@ def test_offsets_deleted_after_freezing_fail_landing_clearly(make_topic, send, k
     send([(topic, 0, to_millis(hour + timedelta(minutes=m)), None, b"x") for m in range(5)])
     cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0)
     with kafka.log_view() as log:
-        plan, _ = freeze_slice(store, log, cfg, hour, utcnow())
+        plan, _ = freeze_slice(store, log, cfg, Hour(hour), utcnow())
     admin.delete_records([TopicPartition(topic, 0, 3)])[TopicPartition(topic, 0, 3)].result(timeout=30)
     with pytest.raises(LandingError, match=r"partition 0: offsets \[0, 3\) of hour .* deleted by retention"), \
             kafka.log_view() as log:

@@ -17,6 +17,7 @@ from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.errors import LandingError
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.naming import (
+    Hour,
     dead_letter_manifest_path,
     done_file_path,
     hour_from_tag,
@@ -48,7 +49,7 @@ def landed(bootstrap, registry_url, kafka, registry, spark, tmp_path_factory):
     plans = {}
     for cfg in cfgs:
         with kafka.log_view() as log:
-            plans[cfg.topic] = [freeze_slice(one_by_one, log, cfg, h, utcnow())[0] for h in hours]
+            plans[cfg.topic] = [freeze_slice(one_by_one, log, cfg, Hour(h), utcnow())[0] for h in hours]
         for plan in plans[cfg.topic]:
             land_hour(lambda: spark, one_by_one, fetch, kafka.spark_options(), cfg, plan, uuid.uuid4().hex[:8])
         got = land_hours(lambda: spark, ranged, fetch, kafka.spark_options(), cfg, plans[cfg.topic],
@@ -137,7 +138,7 @@ def test_an_hour_that_cannot_land_fails_alone_and_the_others_publish(make_topic,
     send(records)
     cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0, rows_per_task=2)
     with kafka.log_view() as log:
-        plans = [freeze_slice(store, log, cfg, h, utcnow())[0] for h in hours]
+        plans = [freeze_slice(store, log, cfg, Hour(h), utcnow())[0] for h in hours]
     got = land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, plans, "a1",
                      likely_ids=(ok_id,))
     tags = [p.hour for p in plans]

@@ -23,7 +23,7 @@ from kafka_landing.kafka_slices.plan import (
     UnknownTopicError,
     check_still_in_kafka,
 )
-from kafka_landing.naming import ONE_HOUR, floor_hour, slice_manifest_path, to_millis
+from kafka_landing.naming import ONE_HOUR, Hour, floor_hour, slice_manifest_path, to_millis
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.conftest import utcnow
 
@@ -100,16 +100,16 @@ def test_hourly_slices_tile_every_offset_exactly_once(make_topic, send, kafka, t
                 sent += send(recs)
             else:
                 hour = base + ONE_HOUR * step[1]
-                plan, _ = freeze_slice(store, log, cfg, hour, now)
+                plan, _ = freeze_slice(store, log, cfg, Hour(hour), now)
                 first.setdefault(hour, plan)
                 assert plan == first[hour], "a frozen slice changed"
         rest = [base + ONE_HOUR * i for i in range(HOURS)]
         random.Random(order_seed).shuffle(rest)
         for hour in rest:
-            plan, _ = freeze_slice(store, log, cfg, hour, now)
+            plan, _ = freeze_slice(store, log, cfg, Hour(hour), now)
             assert plan == first.setdefault(hour, plan)
     plans = load_frozen(store, topic)
-    assert sorted(plans) == sorted(base + ONE_HOUR * i for i in range(HOURS))
+    assert sorted(plans) == [Hour(base).plus(i) for i in range(HOURS)]
     check_tiling(plans, not_outliers(sent, to_millis(base), to_millis(base + ONE_HOUR * HOURS), 120 * 60_000))
     for plan in plans.values():  # the task split covers the slice exactly
         for ps in plan.partitions:
@@ -124,15 +124,15 @@ def test_records_after_freeze_go_to_the_next_hour(make_topic, send, kafka, store
     h0 = floor_hour(utcnow()) - ONE_HOUR * 4
     send([(topic, 0, to_millis(h0 + timedelta(minutes=m)), None, b"x") for m in (1, 2, 3)])
     with kafka.log_view() as log:
-        plan0, frozen = freeze_slice(store, log, cfg, h0, utcnow())
+        plan0, frozen = freeze_slice(store, log, cfg, Hour(h0), utcnow())
         assert frozen and (plan0.partitions[0].start, plan0.partitions[0].end) == (0, 3)
         assert plan0.partitions[0].end_from == "log_end"  # idle: nothing later yet
         # A late record for h0 and one for h0+1 arrive after h0 was frozen.
         send([(topic, 0, to_millis(h0 + timedelta(minutes=30)), None, b"late"),
               (topic, 0, to_millis(h0 + ONE_HOUR + timedelta(minutes=5)), None, b"y")])
-        again, frozen_again = freeze_slice(store, log, cfg, h0, utcnow())
+        again, frozen_again = freeze_slice(store, log, cfg, Hour(h0), utcnow())
         assert again == plan0 and not frozen_again
-        plan1, _ = freeze_slice(store, log, cfg, h0 + ONE_HOUR, utcnow())
+        plan1, _ = freeze_slice(store, log, cfg, Hour(h0 + ONE_HOUR), utcnow())
     assert (plan1.partitions[0].start, plan1.partitions[0].end) == (3, 5)
     assert plan1.partitions[0].start_from == "chained"
 
@@ -142,16 +142,16 @@ def test_open_hour_is_refused(kafka, make_topic, store):
     cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=10)
     current = floor_hour(utcnow())
     with kafka.log_view() as log, pytest.raises(HourNotClosedError, match="still open"):
-        freeze_slice(store, log, cfg, current, utcnow())
+        freeze_slice(store, log, cfg, Hour(current), utcnow())
     # The previous hour is open too until its grace period has passed.
     with kafka.log_view() as log, pytest.raises(HourNotClosedError, match="grace"):
-        freeze_slice(store, log, cfg, current - ONE_HOUR, current + timedelta(minutes=5))
+        freeze_slice(store, log, cfg, Hour(current - ONE_HOUR), current + timedelta(minutes=5))
 
 
 def test_unknown_topic_is_a_clear_error(kafka, store):
     cfg = TopicConfig(topic="no_such_topic_here", dataset="d", table="t", grace_minutes=0)
     with kafka.log_view() as log, pytest.raises(UnknownTopicError, match="no_such_topic_here"):
-        freeze_slice(store, log, cfg, floor_hour(utcnow()) - ONE_HOUR * 2, utcnow())
+        freeze_slice(store, log, cfg, Hour(floor_hour(utcnow()) - ONE_HOUR * 2), utcnow())
 
 
 def test_offsets_deleted_by_retention_are_a_clear_error(make_topic, send, kafka, admin, store):
@@ -160,15 +160,15 @@ def test_offsets_deleted_by_retention_are_a_clear_error(make_topic, send, kafka,
     h0 = floor_hour(utcnow()) - ONE_HOUR * 5
     send([(topic, 0, to_millis(h0 + ONE_HOUR * h + timedelta(minutes=m)), None, b"x") for h in range(3) for m in range(10)])
     with kafka.log_view() as log:
-        freeze_slice(store, log, cfg, h0, utcnow())  # offsets [0, 10)
+        freeze_slice(store, log, cfg, Hour(h0), utcnow())  # offsets [0, 10)
     # Retention deletes everything before offset 15, the middle of the next hour.
     admin.delete_records([TopicPartition(topic, 0, 15)])[TopicPartition(topic, 0, 15)].result(timeout=30)
     with kafka.log_view() as log:
         with pytest.raises(RetentionGapError, match=rf"{topic}.*partition 0: offsets \[10, 15\)"):
-            freeze_slice(store, log, cfg, h0 + ONE_HOUR, utcnow())
-        assert load_frozen(store, topic).keys() == {h0}, "a failed plan froze nothing"
+            freeze_slice(store, log, cfg, Hour(h0 + ONE_HOUR), utcnow())
+        assert load_frozen(store, topic).keys() == {Hour(h0)}, "a failed plan froze nothing"
         # Skipping is an explicit, recorded choice.
-        plan, _ = freeze_slice(store, log, cfg, h0 + ONE_HOUR, utcnow(), skip_retention_gaps=True)
+        plan, _ = freeze_slice(store, log, cfg, Hour(h0 + ONE_HOUR), utcnow(), skip_retention_gaps=True)
     assert (plan.partitions[0].start, plan.partitions[0].end) == (15, 20)
     assert plan.skipped == ({"partition": 0, "start": 10, "end": 15, "reason": "deleted by retention"},)
 
@@ -188,7 +188,7 @@ def test_a_far_future_record_fails_the_hour_naming_it(make_topic, send, kafka, s
     topic = _outlier_topic(make_topic, send, h0)
     cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0)
     with kafka.log_view() as log, pytest.raises(FutureTimestampError) as failed:
-        freeze_slice(store, log, cfg, h0, utcnow())
+        freeze_slice(store, log, cfg, Hour(h0), utcnow())
     message = str(failed.value)
     for part in (topic, "partition 0", "offset 1", "2030-01-01T00:00:00", "on_future_timestamp: land",
                  "log.message.timestamp.after.max.ms"):
@@ -201,7 +201,7 @@ def test_a_far_future_record_lands_where_it_sits_by_policy(make_topic, send, kaf
     topic = _outlier_topic(make_topic, send, h0)
     cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0, on_future_timestamp="land")
     with kafka.log_view() as log:
-        plans = [freeze_slice(store, log, cfg, h0 + ONE_HOUR * i, utcnow())[0] for i in range(3)]
+        plans = [freeze_slice(store, log, cfg, Hour(h0 + ONE_HOUR * i), utcnow())[0] for i in range(3)]
     # Without the policy's care, hours 1 and 2 would be empty until 2030.
     assert [(p.partitions[0].start, p.partitions[0].end) for p in plans] == [(0, 3), (3, 4), (4, 5)]
     assert plans[0].future_records[0]["offset"] == 1
@@ -214,13 +214,13 @@ def test_partitions_added_later_land_their_early_records(make_topic, send, kafka
     h0 = floor_hour(utcnow()) - ONE_HOUR * 5
     send([(topic, 0, to_millis(h0 + ONE_HOUR * h + timedelta(minutes=5)), None, b"x") for h in range(4)])
     with kafka.log_view() as log:
-        freeze_slice(store, log, cfg, h0, utcnow())
+        freeze_slice(store, log, cfg, Hour(h0), utcnow())
     admin.create_partitions([NewPartitions(topic, 3)])[topic].result(timeout=30)
     # Old-stamped records in the new partitions: before h0, inside h0, and in h1.
     send([(topic, p, to_millis(h0 + timedelta(minutes=m)), None, b"new") for p in (1, 2) for m in (-300, 30, 70)])
     with kafka.log_view() as log:
-        plan1, _ = freeze_slice(store, log, cfg, h0 + ONE_HOUR, utcnow())
-        plan2, _ = freeze_slice(store, log, cfg, h0 + 2 * ONE_HOUR, utcnow())
+        plan1, _ = freeze_slice(store, log, cfg, Hour(h0 + ONE_HOUR), utcnow())
+        plan2, _ = freeze_slice(store, log, cfg, Hour(h0 + 2 * ONE_HOUR), utcnow())
     for p in (1, 2):
         s = plan1.partition(p)
         assert (s.start, s.end, s.start_from) == (0, 3, "added_later"), s
@@ -235,7 +235,7 @@ def test_a_re_created_topic_fails_clearly(make_topic, send, kafka, admin, store)
     send([(topic, 0, to_millis(h0 + timedelta(minutes=m)), None, b"x") for m in range(0, 60, 6)]
          + [(topic, 0, to_millis(h0 + ONE_HOUR + timedelta(minutes=5)), None, b"x")])
     with kafka.log_view() as log:
-        freeze_slice(store, log, cfg, h0, utcnow())  # offsets [0, 10)
+        freeze_slice(store, log, cfg, Hour(h0), utcnow())  # offsets [0, 10)
     admin.delete_topics([topic])[topic].result(timeout=30)
     for _ in range(60):  # deletion is asynchronous
         try:
@@ -246,9 +246,9 @@ def test_a_re_created_topic_fails_clearly(make_topic, send, kafka, admin, store)
     # More records than the frozen hour reached: the offsets alone would chain on at 10 and lose [0, 10).
     send([(topic, 0, to_millis(h0 + ONE_HOUR + timedelta(minutes=m)), None, b"y") for m in range(10, 55, 3)])
     with kafka.log_view() as log, pytest.raises(LogRewoundError) as failed:
-        freeze_slice(store, log, cfg, h0 + ONE_HOUR, utcnow())
+        freeze_slice(store, log, cfg, Hour(h0 + ONE_HOUR), utcnow())
     assert f"topic {topic!r} was deleted and re-created: its topic id is now" in str(failed.value)
-    assert not store.exists(slice_manifest_path(topic, h0 + ONE_HOUR))
+    assert not store.exists(slice_manifest_path(topic, Hour(h0).plus(1)))
     # Landing the hour frozen from the old topic fails too, before anything is read.
     with kafka.log_view() as log, pytest.raises(LandingError, match="was deleted and re-created"):
-        check_still_in_kafka(log, frozen_slice(store, topic, h0))
+        check_still_in_kafka(log, frozen_slice(store, topic, Hour(h0)))

@@ -16,7 +16,6 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 import fastavro
@@ -345,7 +344,7 @@ def test_first_frozen_hour_is_the_earliest_slice_by_hour(store):
     for rel in ["slices/t/.plan.lock", "slices/t/.hour=2026-01-01T00.json.tmp", "slices/t/hour=2026-11-20T13.json",
                 "slices/t/hour=2026-11-20T09.json", "slices/t/hour=2026-12-01T00.json", "slices/t2/hour=2025-01-01T00.json"]:
         store.write_atomic(rel, b"{}")
-    assert first_frozen_hour(store, "t") == datetime(2026, 11, 20, 9, tzinfo=timezone.utc)
+    assert first_frozen_hour(store, "t") == "2026-11-20T09"
     assert first_frozen_hour(store, "none") is None
 
 
@@ -561,9 +560,9 @@ def test_a_planner_stalled_past_its_lease_freezes_nothing(gcs_store_factory):
     its plan afterwards (it could leave a gap or an overlap with what the other froze)."""
     from kafka_landing.config import TopicConfig
     from kafka_landing.kafka_slices.freeze import freeze_slice
-    from kafka_landing.naming import ONE_HOUR, slice_dir, slice_manifest_path
+    from kafka_landing.naming import slice_dir, slice_manifest_path
     from kafka_landing.store.gcs import LockLost
-    from kafka_landing_tests.mem_log import BASE, DATA, NOW, MemLog, at
+    from kafka_landing_tests.mem_log import DATA, HOUR0, NOW, MemLog, at
 
     planner = gcs_store_factory(lease_seconds=1.0, renew_seconds=0.25)
     other = gcs_store_factory(**LEASE, wait_timeout_seconds=20)
@@ -589,8 +588,8 @@ def test_a_planner_stalled_past_its_lease_freezes_nothing(gcs_store_factory):
     log = StalledLog({0: [(at(h, 5), DATA) for h in range(4)]})
     try:
         with pytest.raises(LockLost):
-            freeze_slice(planner, log, cfg, BASE + ONE_HOUR, NOW)
-        assert not planner.exists(slice_manifest_path(cfg.topic, BASE + ONE_HOUR))
+            freeze_slice(planner, log, cfg, HOUR0.plus(1), NOW)
+        assert not planner.exists(slice_manifest_path(cfg.topic, HOUR0.plus(1)))
     finally:
         finish.set()
 

@@ -20,7 +20,7 @@ from kafka_landing.avro_landing.checks import every_offset_check
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing_tools.demo.generate import encode, register
-from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, to_millis
+from kafka_landing.naming import ONE_HOUR, Hour, floor_hour, hour_key, to_millis
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.helpers import table_rows
 
@@ -131,7 +131,7 @@ def test_a_live_transactional_producer_lands_only_committed_records(make_topic, 
     assert floor_hour(utcnow()) == hour, "produced across an hour boundary"
     cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0)
     with kafka.log_view() as log:
-        plan, _ = freeze_slice(store, log, cfg, hour, utcnow() + timedelta(hours=3))
+        plan, _ = freeze_slice(store, log, cfg, Hour(hour), utcnow() + timedelta(hours=3))
     result = land_hour(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, plan, "live",
                        likely_ids=(sid,))  # the direct way, as the landing asset takes it
     tags = sorted(r["tag"] for f in result.done["t"].files for r in fastavro.reader(open(Path(store.location(f.path)), "rb")))
@@ -155,7 +155,6 @@ def test_a_landing_task_kafka_gives_no_record_for_read_stall_seconds_fails_trans
     from kafka_landing.config import TopicConfig
     from kafka_landing.errors import is_transient
     from kafka_landing.kafka_slices.plan import HourTask
-    from kafka_landing.naming import hour_tag
 
     topic = make_topic(partitions=1)
     sid = register(registry.client(), f"{topic}-value", SCHEMA)
@@ -172,7 +171,7 @@ def test_a_landing_task_kafka_gives_no_record_for_read_stall_seconds_fails_trans
     started = time.monotonic()
     try:
         with pytest.raises(Exception) as err:  # noqa: PT011 - Spark's failure of the job, as the engine raises it
-            land_directly(spark, kafka.spark_options(), cfg, [HourTask(hour_tag(floor_hour(utcnow())), 0, 0, 5)], sid,
+            land_directly(spark, kafka.spark_options(), cfg, [HourTask(Hour(utcnow()), 0, 0, 5)], sid,
                           SCHEMA, Vouch(), str(tmp_path / "out"))
     finally:
         open_txn.abort_transaction(30)

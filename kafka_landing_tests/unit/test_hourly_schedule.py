@@ -18,7 +18,7 @@ from kafka_landing.hourly_schedule import (
     tick_minute,
 )
 from kafka_landing.kafka_slices.plan import HourNotClosedError, check_closed
-from kafka_landing.naming import ONE_HOUR, floor_hour
+from kafka_landing.naming import ONE_HOUR, Hour
 
 DAY = datetime(2026, 3, 28, tzinfo=timezone.utc)  # the day before the EU clocks change: UTC ignores it
 
@@ -28,10 +28,10 @@ def ticks(grace: int, hours: int = 26):
     return [first + ONE_HOUR * i for i in range(hours)]
 
 
-def assert_latest_closed(hour: datetime, tick: datetime, grace: int) -> None:
+def assert_latest_closed(hour: Hour, tick: datetime, grace: int) -> None:
     check_closed(hour, tick, grace)
     with pytest.raises(HourNotClosedError):
-        check_closed(hour + ONE_HOUR, tick, grace)
+        check_closed(hour.plus(1), tick, grace)
 
 
 @pytest.mark.parametrize("grace", range(0, 181))
@@ -40,9 +40,9 @@ def test_every_grace_lands_the_latest_closed_hour_one_hour_per_tick(grace):
     for tick in ticks(grace):
         hour = hour_to_land(tick, grace)
         assert_latest_closed(hour, tick, grace)
-        assert tick - (hour + ONE_HOUR + timedelta(minutes=grace)) == timedelta(minutes=MARGIN_MINUTES)
+        assert tick - hour.closes(grace) == timedelta(minutes=MARGIN_MINUTES)
         landed.append(hour)
-    assert landed == [landed[0] + ONE_HOUR * i for i in range(len(landed))]
+    assert landed == [landed[0].plus(i) for i in range(len(landed))]
 
 
 @given(grace=st.integers(0, 180), late=st.integers(0, 59 * 60))
@@ -50,7 +50,7 @@ def test_a_late_run_still_lands_the_hour_of_its_scheduled_time(grace, late):
     """A tick run late (a busy daemon) still lands the hour of its scheduled time, which is closed."""
     for tick in ticks(grace, hours=3):
         hour = hour_to_land(tick, grace)
-        assert hour == floor_hour(hour) and hour.tzinfo is not None
+        assert isinstance(hour, Hour)
         assert_latest_closed(hour, tick, grace)
         check_closed(hour, tick + timedelta(seconds=late), grace)
 

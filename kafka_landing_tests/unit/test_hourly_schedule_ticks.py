@@ -19,7 +19,7 @@ from kafka_landing.definitions import (
     hourly_job_name,
 )
 from kafka_landing.kafka_slices.plan import HourNotClosedError, check_closed
-from kafka_landing.naming import ONE_HOUR, hour_from_key
+from kafka_landing.naming import Hour
 
 START = datetime(2026, 3, 28, 22, 17, tzinfo=timezone.utc)
 
@@ -37,13 +37,13 @@ def test_each_tick_lands_the_topics_latest_closed_hour(grace):
     for tick in islice(cron_string_iterator(START.timestamp(), schedule.cron_schedule, "UTC"), 30):
         with build_schedule_context(scheduled_execution_time=tick) as ctx:
             request = schedule(ctx)
-        hour = hour_from_key(request.partition_key)
+        hour = Hour.from_key(request.partition_key)
         check_closed(hour, tick, grace)  # raises HourNotClosedError if the run would find it open
         with pytest.raises(HourNotClosedError):
-            check_closed(hour + ONE_HOUR, tick, grace)
+            check_closed(hour.plus(1), tick, grace)
         assert request.run_key == request.partition_key
         landed.append(hour)
-    assert landed == [landed[0] + ONE_HOUR * i for i in range(len(landed))], "one hour per tick, none skipped"
+    assert landed == [landed[0].plus(i) for i in range(len(landed))], "one hour per tick, none skipped"
 
 
 def test_no_tick_lands_an_hour_before_the_topics_first_hour():
@@ -54,6 +54,6 @@ def test_no_tick_lands_an_hour_before_the_topics_first_hour():
         with build_schedule_context(scheduled_execution_time=tick) as ctx:
             answers.append(schedule(ctx))
     skipped = [a for a in answers if isinstance(a, SkipReason)]
-    landed = [hour_from_key(a.partition_key) for a in answers if not isinstance(a, SkipReason)]
+    landed = [Hour.from_key(a.partition_key) for a in answers if not isinstance(a, SkipReason)]
     assert skipped and "before the topics' first hour 2026-03-29-01:00" in skipped[0].skip_message
-    assert landed and landed[0] == first and all(h >= first for h in landed)
+    assert landed and landed[0] == Hour(first) and all(h >= Hour(first) for h in landed)

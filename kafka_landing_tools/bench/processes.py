@@ -15,11 +15,11 @@ from kafka_landing_tools.bench.measure import BenchError
 def plans(landing_root: str, topic: str, hours: list[str]):
     """The frozen slice of each hour, all of them there."""
     from kafka_landing.kafka_slices.freeze import frozen_slice
-    from kafka_landing.naming import hour_from_key
+    from kafka_landing.naming import Hour
     from kafka_landing.store import open_store
 
     store = open_store(landing_root)
-    found = [frozen_slice(store, topic, hour_from_key(h)) for h in hours]
+    found = [frozen_slice(store, topic, Hour.from_key(h)) for h in hours]
     missing = [h for h, p in zip(hours, found) if p is None]
     if missing:
         raise BenchError(f"{topic}: no frozen slice under {landing_root} for hours {missing}")

@@ -11,12 +11,12 @@ import pytest
 
 from kafka_landing.avro_landing.registry import likely_schema_ids
 from kafka_landing.config import TopicConfig
-from kafka_landing.naming import hour_from_tag
+from kafka_landing.naming import Hour
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.helpers import write_hour
 
 CFG = TopicConfig("orders", "shop", table="orders")
-BEFORE, FIRST = "2026-11-20T13", hour_from_tag("2026-11-20T14")
+BEFORE, FIRST = "2026-11-20T13", Hour("2026-11-20T14")
 SCHEMA = {"type": "record", "name": "r", "fields": [{"name": "a", "type": "int"}]}
 
 

@@ -3,6 +3,7 @@ errors instead of a failed plan, frozen/landed/loaded flags, and nothing written
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -16,16 +17,18 @@ from kafka_landing.kafka_slices.dry_run import (
     FROZEN,
     OPEN,
     PLANNED,
+    TopicHistory,
     dry_run,
     format_table,
     hours_between,
 )
-from kafka_landing.kafka_slices.plan import PlanningError, UnknownTopicError, plan_slice
-from kafka_landing.naming import ONE_HOUR, done_file_path, hour_tag
+from kafka_landing.kafka_slices.plan import PlanningError, PlanRules, UnknownTopicError, plan_slice
+from kafka_landing.naming import done_file_path
 from kafka_landing.store.local import LocalStore
-from kafka_landing_tests.mem_log import BASE, DATA, NOW, MemLog, at
+from kafka_landing_tests.mem_log import DATA, HOUR0, NOW, MemLog, at
 
 CFG = TopicConfig(topic="t", dataset="ds", table="tbl", grace_minutes=0, rows_per_task=10)
+NOTHING = TopicHistory(LocalStore("/nonexistent"), {})  # no slice frozen, no hour landed
 
 
 def files(root) -> list:
@@ -37,7 +40,7 @@ def freeze_in_order(log, hours, frozen=None, errors=None):
     frozen = dict(frozen or {})
     for h in hours:
         try:
-            frozen[h] = plan_slice("t", h, NOW, log, frozen, grace_minutes=0, rows_per_task=10)
+            frozen[h] = plan_slice("t", h, NOW, log, frozen, PlanRules.of(CFG))
         except PlanningError as exc:
             if errors is None:
                 raise
@@ -54,15 +57,15 @@ def test_dry_run_equals_freezing_in_order(recs, a, b, already):
     for p, h, m in recs:
         parts[p].append((at(h, m), DATA))
     log = MemLog(parts)
-    frozen = freeze_in_order(log, [BASE + ONE_HOUR * h for h in sorted(already)], errors={})
+    frozen = freeze_in_order(log, [HOUR0.plus(h) for h in sorted(already)], errors={})
     before = dict(frozen)
-    rows = dry_run(CFG, BASE + ONE_HOUR * first, BASE + ONE_HOUR * last, NOW, log,
-                   LocalStore("/nonexistent-dry-run-root"), frozen)
+    rows = dry_run(CFG, HOUR0.plus(first), HOUR0.plus(last), NOW, log,
+                   TopicHistory(LocalStore("/nonexistent-dry-run-root"), frozen))
     assert frozen == before  # the caller's mapping is not extended
-    hours = [BASE + ONE_HOUR * h for h in range(first, last + 1)]
+    hours = [HOUR0.plus(h) for h in range(first, last + 1)]
     errors = {}
     expected = freeze_in_order(log, [h for h in hours if h not in before], before, errors)
-    assert [r.hour for r in rows] == [hour_tag(h) for h in hours]
+    assert [r.hour for r in rows] == hours
     for r, h in zip(rows, hours):
         if h in errors:
             assert (r.state, r.plan, r.error) == (ERROR, None, errors[h])
@@ -73,16 +76,16 @@ def test_dry_run_equals_freezing_in_order(recs, a, b, already):
 
 def test_retention_gap_is_an_hour_error_and_later_hours_still_plan(tmp_path):
     log = MemLog({0: [(at(0, 5), DATA), (at(0, 6), DATA), (at(1, 5), DATA), (at(1, 6), DATA), (at(2, 5), DATA)]})
-    frozen = freeze_in_order(log, [BASE])  # hour 0 is [0, 2)
+    frozen = freeze_in_order(log, [HOUR0])  # hour 0 is [0, 2)
     log.log_start = {0: 3}  # retention then deleted offset 2 of hour 1
     store = LocalStore(tmp_path / "l")
-    rows = dry_run(CFG, BASE, BASE + ONE_HOUR * 2, NOW, log, store, frozen)
+    rows = dry_run(CFG, HOUR0, HOUR0.plus(2), NOW, log, TopicHistory(store, frozen))
     assert [r.state for r in rows] == [FROZEN, ERROR, PLANNED]
     assert "retention" in rows[1].error and "partition 0" in rows[1].error and "[2, 3)" in rows[1].error
     assert (rows[2].plan.partitions[0].start, rows[2].plan.partitions[0].end) == (4, 5)
     text = format_table(rows)
     assert "deleted by retention" in text and "1 with errors" in text
-    skipped = dry_run(CFG, BASE + ONE_HOUR, BASE + ONE_HOUR, NOW, log, store, frozen, skip_retention_gaps=True)
+    skipped = dry_run(CFG, HOUR0.plus(1), HOUR0.plus(1), NOW, log, TopicHistory(store, frozen), skip_retention_gaps=True)
     assert skipped[0].state == PLANNED and "retention gap [2, 3) skipped" in format_table(skipped)
     assert files(tmp_path / "l") == []
 
@@ -90,33 +93,33 @@ def test_retention_gap_is_an_hour_error_and_later_hours_still_plan(tmp_path):
 def test_outlier_timestamp_is_an_hour_error():
     far = at(0, 10) + 10 * 3600_000
     log = MemLog({0: [(at(0, 5), DATA), (far, DATA), (at(0, 20), DATA), (at(1, 5), DATA)]})
-    rows = dry_run(CFG, BASE, BASE + ONE_HOUR, NOW, log, LocalStore("/nonexistent"), {})
+    rows = dry_run(CFG, HOUR0, HOUR0.plus(1), NOW, log, NOTHING)
     assert rows[0].state == ERROR and "offset 1" in rows[0].error and "on_future_timestamp" in rows[0].error
 
 
 def test_open_hours_are_shown_not_planned():
     log = MemLog({0: [(at(0, 5), DATA)]})
-    now = BASE + ONE_HOUR + timedelta(minutes=30)
-    rows = dry_run(CFG, BASE, BASE + ONE_HOUR * 2, now, log, LocalStore("/nonexistent"), {})
+    now = HOUR0.plus(1).start + timedelta(minutes=30)
+    rows = dry_run(CFG, HOUR0, HOUR0.plus(2), now, log, NOTHING)
     assert [r.state for r in rows] == [PLANNED, OPEN, OPEN]
     assert rows[1].plan is None and "still open" in rows[1].error
 
 
 def test_hours_before_the_topics_first_hour_are_planned_and_flagged():
     log = MemLog({0: [(at(0, 5), DATA), (at(1, 5), DATA)]})
-    rows = dry_run(CFG, BASE, BASE + ONE_HOUR, NOW, log, LocalStore("/nonexistent"), {}, first_hour=BASE + ONE_HOUR)
+    rows = dry_run(CFG, HOUR0, HOUR0.plus(1), NOW, log, replace(NOTHING, first_hour=HOUR0.plus(1)))
     assert [(r.state, r.before_first_hour) for r in rows] == [(PLANNED, True), (PLANNED, False)]
     lines = format_table(rows).splitlines()
-    assert "move first_hour earlier to land it" in next(line for line in lines if line.startswith(hour_tag(BASE)))
-    assert "first_hour" not in next(line for line in lines if line.startswith(hour_tag(BASE + ONE_HOUR)))
+    assert "move first_hour earlier to land it" in next(line for line in lines if line.startswith(HOUR0))
+    assert "first_hour" not in next(line for line in lines if line.startswith(HOUR0.plus(1)))
     assert "; 1 before the topic's first hour (no partitions: move first_hour earlier to land them)" in lines[-1]
-    unflagged = dry_run(CFG, BASE, BASE + ONE_HOUR, NOW, log, LocalStore("/nonexistent"), {}, first_hour=BASE)
+    unflagged = dry_run(CFG, HOUR0, HOUR0.plus(1), NOW, log, replace(NOTHING, first_hour=HOUR0))
     assert not any(r.before_first_hour for r in unflagged) and "first hour" not in format_table(unflagged)
 
 
 def test_unknown_topic_fails_the_plan():
     with pytest.raises(UnknownTopicError):
-        dry_run(CFG, BASE, BASE, NOW, MemLog({}), LocalStore("/nonexistent"), {})
+        dry_run(CFG, HOUR0, HOUR0, NOW, MemLog({}), NOTHING)
 
 
 def test_landed_and_loaded_need_every_table_and_the_loaded_content(tmp_path):
@@ -125,23 +128,24 @@ def test_landed_and_loaded_need_every_table_and_the_loaded_content(tmp_path):
     cfg = TopicConfig(topic="t", dataset="ds", route=Route("type", {"a": "ta"}, "tb"), grace_minutes=0)
     store = LocalStore(tmp_path / "l")
     log = MemLog({0: [(at(0, 5), DATA)]})
-    store.write_atomic(done_file_path("ds", "ta", BASE), b'{"x": 1}')
+    store.write_atomic(done_file_path("ds", "ta", HOUR0), b'{"x": 1}')
     ledger = {}
     loaded = lambda ds, t, h: ledger.get((ds, t, h))  # noqa: E731
-    row = lambda: dry_run(cfg, BASE, BASE, NOW, log, store, {}, loaded)[0]  # noqa: E731
+    row = lambda: dry_run(cfg, HOUR0, HOUR0, NOW, log, TopicHistory(store, {}, loaded))[0]  # noqa: E731
     assert (row().landed, row().loaded) == (False, False)  # tb has no done file yet
-    store.write_atomic(done_file_path("ds", "tb", BASE), b'{"y": 2}')
+    store.write_atomic(done_file_path("ds", "tb", HOUR0), b'{"y": 2}')
     assert (row().landed, row().loaded) == (True, False)
-    ledger[("ds", "ta", hour_tag(BASE))] = {"sha256": content_sha(b'{"x": 1}')}
-    ledger[("ds", "tb", hour_tag(BASE))] = {"sha256": content_sha(b"older content")}
+    ledger[("ds", "ta", HOUR0)] = {"sha256": content_sha(b'{"x": 1}')}
+    ledger[("ds", "tb", HOUR0)] = {"sha256": content_sha(b"older content")}
     assert row().loaded is False  # tb's load was of another content: a re-land is not loaded yet
-    ledger[("ds", "tb", hour_tag(BASE))] = {"sha256": content_sha(b'{"y": 2}')}
+    ledger[("ds", "tb", HOUR0)] = {"sha256": content_sha(b'{"y": 2}')}
     assert row().loaded is True
 
 
 def test_range_errors():
     with pytest.raises(ValueError, match="swap"):
-        hours_between(BASE + ONE_HOUR, BASE)
-    with pytest.raises(ValueError, match="starts of hours"):
-        hours_between(BASE + timedelta(minutes=1), BASE + ONE_HOUR)
-    assert hours_between(BASE, BASE) == [BASE]
+        hours_between(HOUR0.plus(1), HOUR0)
+    with pytest.raises(ValueError, match="plan at most"):
+        hours_between(HOUR0, HOUR0.plus(24 * 366))
+    assert hours_between(HOUR0, HOUR0) == [HOUR0]
+    assert hours_between(HOUR0, HOUR0.plus(2)) == ["2026-03-01T00", "2026-03-01T01", "2026-03-01T02"]

@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafka_landing.config import TopicConfig
 from kafka_landing.kafka_slices.freeze import freeze_slice, load_frozen
-from kafka_landing.kafka_slices.plan import PlanningError, frozen_for_planning, plan_slice
-from kafka_landing.naming import ONE_HOUR, slice_manifest_path
+from kafka_landing.kafka_slices.plan import PlanningError, PlanRules, frozen_for_planning, plan_slice
+from kafka_landing.naming import slice_manifest_path
 from kafka_landing.store.local import LocalStore
-from kafka_landing_tests.mem_log import BASE, DATA, MemLog, at
+from kafka_landing_tests.mem_log import DATA, HOUR0, MemLog, at
 
 FROZEN_HOURS = 200
-NOW = BASE + ONE_HOUR * (FROZEN_HOURS + 10)
+NOW = HOUR0.plus(FROZEN_HOURS + 10).start
+RULES = PlanRules(grace_minutes=0, rows_per_task=10)
 
 
 class CountingStore(LocalStore):
@@ -40,8 +42,8 @@ def _history(tmp_path, frozen_hours, log):
     store = CountingStore(tmp_path)
     frozen = {}
     for h in frozen_hours:
-        hour = BASE + ONE_HOUR * h
-        frozen[hour] = plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=10)
+        hour = HOUR0.plus(h)
+        frozen[hour] = plan_slice("t", hour, NOW, log, frozen, RULES)
         store.write_atomic(slice_manifest_path("t", hour), json.dumps(frozen[hour].to_dict()).encode())
     store.manifest_reads.clear()
     return store
@@ -53,7 +55,7 @@ CFG = TopicConfig(topic="t", dataset="d", table="x", grace_minutes=0, rows_per_t
 def test_freezing_the_next_hour_reads_at_most_two_manifests(tmp_path):
     log = MemLog({p: [(at(h, 5 + p), DATA) for h in range(FROZEN_HOURS + 5)] for p in range(3)})
     store = _history(tmp_path, range(FROZEN_HOURS), log)
-    plan, froze = freeze_slice(store, log, CFG, BASE + ONE_HOUR * FROZEN_HOURS, NOW)
+    plan, froze = freeze_slice(store, log, CFG, HOUR0.plus(FROZEN_HOURS), NOW)
     assert froze and plan.partition(0).start_from == "chained"
     assert len(store.manifest_reads) <= 2, f"read {len(store.manifest_reads)} manifests"
 
@@ -61,9 +63,9 @@ def test_freezing_the_next_hour_reads_at_most_two_manifests(tmp_path):
 def test_freezing_an_hour_in_a_gap_reads_at_most_two_manifests(tmp_path):
     log = MemLog({p: [(at(h, 5 + p), DATA) for h in range(FROZEN_HOURS + 5)] for p in range(3)})
     store = _history(tmp_path, [h for h in range(FROZEN_HOURS) if h != 100], log)
-    plan, froze = freeze_slice(store, log, CFG, BASE + ONE_HOUR * 100, NOW)
+    plan, froze = freeze_slice(store, log, CFG, HOUR0.plus(100), NOW)
     assert froze and (plan.partition(1).start_from, plan.partition(1).end_from) == ("chained", "chained")
-    assert sorted(store.manifest_reads) == [slice_manifest_path("t", BASE + ONE_HOUR * h) for h in (99, 101)]
+    assert sorted(store.manifest_reads) == [slice_manifest_path("t", HOUR0.plus(h)) for h in (99, 101)]
 
 
 HOURS = 8
@@ -93,13 +95,13 @@ def test_planning_against_what_freeze_reads_equals_planning_against_everything(o
             p = len(log.parts)
             log.parts[p] = sorted((at(x, rnd.randrange(60)), DATA) for x in range(HOURS) for _ in range(rnd.randrange(3)))
         log.topic_id = (lambda topic: None) if i < no_id_until else real_id
-        hour = BASE + ONE_HOUR * h
+        hour = HOUR0.plus(h)
         if h == probe or rnd.random() < 0.3:  # plan the probe (and some others) both ways first
             _same_both_ways(log, frozen, hour)
-        frozen[hour] = plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=3)
+        frozen[hour] = plan_slice("t", hour, NOW, log, frozen, replace(RULES, rows_per_task=3))
     # and every hour again, as if unfrozen, against all the others
     for h in range(HOURS):
-        hour = BASE + ONE_HOUR * h
+        hour = HOUR0.plus(h)
         _same_both_ways(log, {k: v for k, v in frozen.items() if k != hour}, hour)
 
 
@@ -114,11 +116,11 @@ def _same_both_ways(log, frozen, hour):
     subset = frozen_for_planning(sorted(frozen), hour, partitions, log.topic_id("t"), read)
     assert set(subset) <= set(frozen) and len(reads) == len(set(reads))
     try:
-        full = plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=3)
+        full = plan_slice("t", hour, NOW, log, frozen, replace(RULES, rows_per_task=3))
     except PlanningError as exc:
         full = type(exc)
     try:
-        part = plan_slice("t", hour, NOW, log, subset, grace_minutes=0, rows_per_task=3)
+        part = plan_slice("t", hour, NOW, log, subset, replace(RULES, rows_per_task=3))
     except PlanningError as exc:
         part = type(exc)
     assert part == full
@@ -131,12 +133,12 @@ def test_a_re_created_topic_is_caught_past_neighbours_frozen_without_an_id(tmp_p
     for h in range(10):
         if h >= 3:
             log.topic_id = lambda topic: None
-        hour = BASE + ONE_HOUR * h
-        frozen[hour] = plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=10)
+        hour = HOUR0.plus(h)
+        frozen[hour] = plan_slice("t", hour, NOW, log, frozen, RULES)
     del log.topic_id
     log.topic_ids = 2  # re-created: the new id differs from hours 0-2's
-    frozen.pop(BASE + ONE_HOUR * 6)
-    subset = frozen_for_planning(sorted(frozen), BASE + ONE_HOUR * 6, [0], log.topic_id("t"), frozen.__getitem__)
+    frozen.pop(HOUR0.plus(6))
+    subset = frozen_for_planning(sorted(frozen), HOUR0.plus(6), [0], log.topic_id("t"), frozen.__getitem__)
     assert any(p.topic_id is not None for p in subset.values())
 
 

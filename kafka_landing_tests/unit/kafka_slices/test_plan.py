@@ -6,6 +6,7 @@ move a record out of its hour, and a far-future record is caught or landed where
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -15,20 +16,22 @@ from hypothesis import strategies as st
 from kafka_landing.kafka_slices.plan import (
     FutureTimestampError,
     LogRewoundError,
+    PlanRules,
     RetentionGapError,
     plan_slice,
 )
-from kafka_landing.naming import ONE_HOUR, to_millis
-from kafka_landing_tests.mem_log import ABORTED, BASE, DATA, MARKER, NOW, MemLog, at  # noqa: F401
+from kafka_landing.naming import to_millis
+from kafka_landing_tests.mem_log import ABORTED, DATA, HOUR0, MARKER, NOW, MemLog, at  # noqa: F401
 
 HOURS = 6
+RULES = PlanRules(grace_minutes=0, rows_per_task=10)
 
 
 def plan_all(log: MemLog, order: list[int], **kw) -> dict:
     frozen = {}
     for h in order:
-        hour = BASE + ONE_HOUR * h
-        frozen[hour] = plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=10, **kw)
+        hour = HOUR0.plus(h)
+        frozen[hour] = plan_slice("t", hour, NOW, log, frozen, replace(RULES, **kw))
     return frozen
 
 
@@ -36,7 +39,7 @@ def hour_of(frozen: dict, p: int, offset: int) -> int | None:
     for hour, plan in frozen.items():
         s = plan.partition(p)
         if s and s.start <= offset < s.end:
-            return int((hour - BASE) / ONE_HOUR)
+            return hour.number - HOUR0.number
     return None
 
 
@@ -125,8 +128,8 @@ def test_land_policy_lands_the_outlier_where_it_sits_and_records_it():
                       (at(1, 5), DATA), (at(2, 5), DATA)]})
     frozen = plan_all(log, [0, 1, 2], on_future_timestamp="land")
     assert [hour_of(frozen, 0, o) for o in range(5)] == [0, 0, 0, 1, 2]
-    assert frozen[BASE].future_records[0]["offset"] == 1
-    assert frozen[BASE].future_records[0]["action"] == "landed where it sits"
+    assert frozen[HOUR0].future_records[0]["offset"] == 1
+    assert frozen[HOUR0].future_records[0]["action"] == "landed where it sits"
 
 
 def test_an_idle_partition_waking_up_is_not_an_outlier():
@@ -147,8 +150,8 @@ def test_a_partition_added_later_starts_at_its_log_start():
     log = MemLog({0: [(at(0, 10), DATA), (at(1, 10), DATA), (at(2, 10), DATA)]})
     frozen = plan_all(log, [0])
     log.parts[1] = [(at(0, 5), DATA), (at(-3, 0), DATA), (at(1, 20), DATA), (at(2, 20), DATA)]  # old stamps first
-    hour = BASE + ONE_HOUR
-    frozen[hour] = plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=10)
+    hour = HOUR0.plus(1)
+    frozen[hour] = plan_slice("t", hour, NOW, log, frozen, RULES)
     s = frozen[hour].partition(1)
     assert (s.start, s.end, s.start_from) == (0, 3, "added_later")
 
@@ -160,10 +163,10 @@ def test_a_partition_added_later_whose_head_retention_deleted_is_a_retention_gap
     frozen = plan_all(log, [0])
     log.parts[1] = [(at(0, 50), DATA), (at(0, 55), DATA), (at(1, 5), DATA), (at(1, 20), DATA)]
     log.log_start[1] = 2
-    hour = BASE + ONE_HOUR
+    hour = HOUR0.plus(1)
     with pytest.raises(RetentionGapError, match=r"partition 1: offsets \[0, 2\) of hour 2026-03-01T01"):
-        plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=10)
-    plan = plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=10, skip_retention_gaps=True)
+        plan_slice("t", hour, NOW, log, frozen, RULES)
+    plan = plan_slice("t", hour, NOW, log, frozen, replace(RULES, skip_retention_gaps=True))
     assert plan.skipped == ({"partition": 1, "start": 0, "end": 2, "reason": "deleted by retention"},)
     assert (plan.partition(1).start, plan.partition(1).end) == (2, 4)
 
@@ -175,7 +178,7 @@ def test_a_log_that_ends_below_the_frozen_boundary_is_a_clear_error():
     log.topic_id = lambda topic: None
     log.parts[0] = [(at(2, 1), DATA)]  # deleted and re-created: the log ends below the frozen boundary
     with pytest.raises(LogRewoundError, match=r"topic 't' partition 0: frozen hours of this topic reach offset 10"):
-        plan_slice("t", BASE + ONE_HOUR * 2, NOW, log, frozen, grace_minutes=0, rows_per_task=10)
+        plan_slice("t", HOUR0.plus(2), NOW, log, frozen, RULES)
 
 
 def test_a_re_created_topic_that_passed_the_frozen_boundary_is_a_clear_error():
@@ -186,7 +189,7 @@ def test_a_re_created_topic_that_passed_the_frozen_boundary_is_a_clear_error():
     assert {p.topic_id for p in frozen.values()} == {"topic-id-1"}
     log.parts[0] = [(at(2, m), DATA) for m in range(25)]
     with pytest.raises(LogRewoundError, match=r"topic 't' was deleted and re-created: its topic id is now topic-id-2"):
-        plan_slice("t", BASE + ONE_HOUR * 2, NOW, log, frozen, grace_minutes=0, rows_per_task=100)
+        plan_slice("t", HOUR0.plus(2), NOW, log, frozen, PlanRules(grace_minutes=0, rows_per_task=100))
 
 
 def test_plain_hours_read_no_record():
@@ -214,11 +217,11 @@ def test_hours_frozen_while_records_arrive_tile_the_log(steps, seed):
     frozen: dict = {}
 
     def freeze(h):
-        hour = BASE + ONE_HOUR * h
+        hour = HOUR0.plus(h)
         if hour not in frozen:
             # Jitter here reaches 99 minutes; the far values are 5 hours and more.
-            frozen[hour] = plan_slice("t", hour, NOW, log, frozen, grace_minutes=0, rows_per_task=7,
-                                      on_future_timestamp="land", max_future_minutes=120)
+            frozen[hour] = plan_slice("t", hour, NOW, log, frozen, PlanRules(
+                grace_minutes=0, rows_per_task=7, on_future_timestamp="land", max_future_minutes=120))
 
     for s in steps:
         if s[0] == "produce":
@@ -232,7 +235,7 @@ def test_hours_frozen_while_records_arrive_tile_the_log(steps, seed):
         freeze(h)
     for p in range(3):
         assert_tiles(frozen, p)
-        first = frozen[BASE].partition(p).start
+        first = frozen[HOUR0].partition(p).start
         data = [(o, ts) for o, (ts, kind) in enumerate(log.parts[p]) if kind == DATA]
         for (o, ts), after in zip(data, data[1:] + [None]):
             # An outlier by the documented rule (stamped far past the record after it) lands where it

@@ -18,10 +18,10 @@ from kafka_landing.config import TopicConfig
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.kafka_slices.plan import PartitionSlice, SlicePlan
 from kafka_landing.handoff.manifests import DeadLetters, LandedFile
-from kafka_landing.naming import ONE_HOUR, dead_letter_dir, done_file_path, hour_from_tag, table_hour_dir
+from kafka_landing.naming import dead_letter_dir, done_file_path, hour_from_tag, table_hour_dir
 from kafka_landing.store.base import HeldLock, LockLost
 from kafka_landing.store.local import LocalStore
-from kafka_landing_tests.mem_log import BASE, DATA, NOW, MemLog, at
+from kafka_landing_tests.mem_log import DATA, HOUR0, NOW, MemLog, at
 
 HOUR = "2026-11-20T13"
 PLAN = SlicePlan("web", HOUR, "x", 0, 10, (PartitionSlice(0, 5, 7, 0, 7, "timestamp", "timestamp"),), ())
@@ -140,13 +140,13 @@ def test_freezing_a_slice_is_fenced(tmp_path):
     store = Recording(tmp_path)
     cfg = TopicConfig("t", "w", table="events", grace_minutes=0, rows_per_task=10)
     log = MemLog({0: [(at(h, 5), DATA) for h in range(4)]})
-    plan, froze = freeze_slice(store, log, cfg, BASE + ONE_HOUR, NOW)
+    plan, froze = freeze_slice(store, log, cfg, HOUR0.plus(1), NOW)
     assert froze and [e for e in store.events if e[0] == "commit"]
     assert not unfenced(store.events, "slices/t/"), store.events
     store.lose_after_fences = 0
     with pytest.raises(LockLost):
-        freeze_slice(store, log, cfg, BASE + ONE_HOUR * 2, NOW)
-    assert store.list("slices/t") == [f"slices/t/hour={(BASE + ONE_HOUR).strftime('%Y-%m-%dT%H')}.json"]
+        freeze_slice(store, log, cfg, HOUR0.plus(2), NOW)
+    assert store.list("slices/t") == [f"slices/t/hour={HOUR0.plus(1)}.json"]
 
 
 # --- the load queue and the BigQuery ledger ----------------------------------------------------
