@@ -42,6 +42,8 @@ def _hours(store: LandingStore, dataset: str, table: str) -> list[Hour]:
 # never checked leave.
 
 RECONCILE_AGAIN_AFTER = 24 * 3600  # seconds
+RECONCILE_PER_TICK = 10_000  # done files a sensor tick reads at most
+RECONCILE_SECONDS = 15  # seconds from the start of a sensor tick the reconciliation may take
 
 
 def _runs(numbers: Iterable[int]) -> tuple[tuple[int, int], ...]:
