@@ -36,8 +36,9 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from google.api_core import exceptions as api_exceptions
 from google.cloud import bigquery
@@ -193,18 +194,50 @@ def quota_warnings(ref: str, target: Target, table: bigquery.Table | None, jobs:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class JobLimits:
+    """How long a load waits for one job, and how many job ids of one content it may take
+    (`_r1`, `_r2`, ...: one per job that failed or was overtaken)."""
+
+    timeout_seconds: float = 3600.0
+    max_attempts: int = 20
+
+
+@dataclass(frozen=True)
+class TargetLoad:
+    """One content's load of one target, under the target's lock (`held`): every job it starts is
+    fenced by that lock and recorded in the ledger as running over `recorded`, the target's record
+    as the load read it."""
+
+    held: HeldLock
+    target: Target
+    sha: str
+    recorded: dict | None
+
+
+@dataclass(frozen=True)
+class JobStart:
+    """A job to start under the content id `id`: `what` it is (for messages), how to `insert` it,
+    the quota it counts against (`kind`), and the scratch table it writes, if any."""
+
+    id: str
+    what: str
+    insert: Callable[[], Any]
+    kind: str = "load"
+    scratch: str | None = None
+
+
 class Jobs:
     """The jobs of one warehouse: its client's calls answered as errors, load jobs started under
     content ids and awaited, and counted in the ledger."""
 
     def __init__(self, client: bigquery.Client, ledger: Ledger, project: str, location: str | None,
-                 timeout_seconds: float, max_attempts: int):
+                 limits: JobLimits):
         self.client = client
         self.ledger = ledger
         self.project = project
         self.location = location
-        self.timeout_seconds = timeout_seconds
-        self.max_attempts = max_attempts
+        self.limits = limits
 
     @contextlib.contextmanager
     def answers(self, what: str) -> Iterator[None]:
@@ -239,10 +272,11 @@ class Jobs:
     def wait(self, job: bigquery.LoadJob, where: str, then: str | None = None) -> dict | None:
         """The job's errorResult once it is DONE (None if it succeeded); `then`: what to do if it is not."""
         again = then or "run the load again to wait for it (same job id)"
+        timeout = self.limits.timeout_seconds
         try:
-            job.result(timeout=self.timeout_seconds)
+            job.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
-            raise LoadError(f"{where}: load job {job.job_id} is still running after {self.timeout_seconds:.0f}s; "
+            raise LoadError(f"{where}: load job {job.job_id} is still running after {timeout:.0f}s; "
                             + (then or f"it finishes on its own: {again}"), transient=True) from None
         except (api_exceptions.GoogleAPIError, OSError) as exc:
             if job.state != "DONE":  # not the job's failure: asking about it failed; only a denial is for good
@@ -338,13 +372,14 @@ class Jobs:
         where = target.where
         earlier: list[dict] = []
         recorded = self.ledger.read(target.ledger)
-        for attempt in range(self.max_attempts):
+        load = TargetLoad(held, target, sha, recorded)
+        for attempt in range(self.limits.max_attempts):
             jid = _job_id(target.dataset, target.table, target.pid, sha, attempt)
             counted: list[int] = []
-            job, fresh = self.start(held, target, recorded, jid, sha, f"load job {jid} into {target.location}",
-                                    lambda: self.client.load_table_from_uri(
-                                        uris, target.location, job_id=jid, project=self.project,
-                                        location=self.location, job_config=config),
+            job, fresh = self.start(load, JobStart(jid, f"load job {jid} into {target.location}",
+                                                   lambda: self.client.load_table_from_uri(
+                                                       uris, target.location, job_id=jid, project=self.project,
+                                                       location=self.location, job_config=config)),
                                     count=counted)
             jobs_24h = counted[0]
             finished_before = not fresh and job.state == "DONE"
@@ -361,24 +396,24 @@ class Jobs:
                 continue
             return job, earlier, jobs_24h
         self.ledger.clear_running(held, target.ledger)
-        raise LoadError(f"{where}: {self.max_attempts} job ids of this content are used up "
+        raise LoadError(f"{where}: {self.limits.max_attempts} job ids of this content are used up "
                         f"({', '.join(e['job_id'] for e in earlier[-3:])} ...): look at these jobs in BigQuery")
 
-    def start(self, held: HeldLock, target: Target, recorded: dict | None, jid: str, sha: str, what: str,
-              insert, count: list[int] | None = None, scratch: str | None = None, kind: str = "load"):
-        """(the job `insert` starts under id `jid`, True) or, when that id exists already (this content is
-        loaded, or is loading, under it), (that job, False). The job is recorded as running first
-        (with the scratch table it writes, if any: `scratch`); `count`: counted against the table's jobs of
-        `kind` of the last 24 hours (refused when BigQuery would refuse it), that count appended to it."""
+    def start(self, load: TargetLoad, new: JobStart, count: list[int] | None = None):
+        """(the job `new.insert` starts under id `new.id`, True) or, when that id exists already (this
+        content is loaded, or is loading, under it), (that job, False). The job is recorded as running
+        first (with the scratch table it writes, if any); `count`: counted against the table's jobs of
+        its kind of the last 24 hours (refused when BigQuery would refuse it), that count appended to it."""
+        held, target, jid, what = load.held, load.target, new.id, new.what
         if count is not None:  # before the job is recorded: a job the quota refuses is not started
-            count.append(self._count(held, target, jid, what, kind))
-        mine = self.ledger.mark_running(held, target.ledger, recorded, jid, sha, scratch)
+            count.append(self._count(held, target, jid, what, new.kind))
+        mine = self.ledger.mark_running(held, target.ledger, load.recorded, jid, load.sha, new.scratch)
         fresh = True
         held.fence()  # the job replaces the partition (or the scratch table swapped into it): a commit too
         try:
             with self.answers(f"starting {what}"):
                 try:
-                    job = insert()
+                    job = new.insert()
                 except api_exceptions.Conflict:
                     fresh = False
                     job = self.client.get_job(jid, project=self.project, location=self.location)
@@ -481,4 +516,5 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-__all__ = ["Jobs", "job_config", "job_failure", "job_id", "quota_warnings", "source_uris"]
+__all__ = ["JobLimits", "JobStart", "Jobs", "TargetLoad", "job_config", "job_failure", "job_id", "quota_warnings",
+           "source_uris"]

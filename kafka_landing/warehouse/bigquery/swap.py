@@ -47,7 +47,7 @@ from google.cloud import bigquery
 
 from kafka_landing.handoff.manifests import Manifest
 from kafka_landing.store.base import HeldLock, LandingStore
-from kafka_landing.warehouse.bigquery.jobs import JOB_PREFIX, Jobs, job_config, job_failure
+from kafka_landing.warehouse.bigquery.jobs import JOB_PREFIX, Jobs, JobStart, TargetLoad, job_config, job_failure
 from kafka_landing.warehouse.bigquery.layout import UNPARTITIONED, Target, table_id
 from kafka_landing.warehouse.bigquery.ledger import RUNNING
 from kafka_landing.warehouse.bigquery.schema import (
@@ -100,6 +100,20 @@ def steps(store: LandingStore, dones: list[Manifest], groups: list[list[FileSche
         if uris:
             out.append(Step(i, tuple(uris), rows))
     return out
+
+
+@dataclass(frozen=True)
+class StepSequence:
+    """What a load in steps loads, whatever its attempt: its `steps` and their reader `groups`, the
+    types the whole sequence needs of fields new to the table (`widest`), the `rows` the manifests
+    list, and its `id`, the hash of the content and the steps that names its jobs and scratch tables."""
+
+    store: LandingStore
+    steps: tuple[Step, ...]
+    groups: list[list[FileSchema]]
+    id: str
+    rows: int
+    widest: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -161,42 +175,43 @@ class Swap:
                     widened = True
             if widened:
                 before = self.existing_table(dataset, table, target.layout)
-        todo = steps(store, dones, groups)
-        sequence = hashlib.sha256(json.dumps([sha, [list(s.uris) for s in todo]]).encode()).hexdigest()[:16]
+        todo = tuple(steps(store, dones, groups))
+        digest = hashlib.sha256(json.dumps([sha, [list(s.uris) for s in todo]]).encode()).hexdigest()[:16]
+        sequence = StepSequence(store, todo, groups, digest, rows, widest)
+        load = TargetLoad(held, target, sha, recorded)
         earlier: list[dict] = []
-        for attempt in range(self.jobs.max_attempts):
+        max_attempts = self.jobs.limits.max_attempts
+        for attempt in range(max_attempts):
             if attempt and not whole:  # the table as it is now: a new attempt's scratch table starts from it
                 before = self.existing_table(dataset, table, target.layout)
-            run = _Attempt(self, held, store, target, todo, groups, sha, sequence, attempt, before, rows, recorded,
-                           earlier, widest)
+            run = _Attempt(self, load, sequence, attempt, before, earlier)
             try:
                 return run.go(), earlier
             except _Again as again:
                 earlier.append(again.entry)
                 run.drop()  # every job of the attempt is done: its scratch table is of no use
         self.jobs.ledger.clear_running(held, target.ledger)
-        raise LoadError(f"{where}: {self.jobs.max_attempts} attempts of this content's load in steps are used up "
+        raise LoadError(f"{where}: {max_attempts} attempts of this content's load in steps are used up "
                         f"({', '.join(e['job_id'] for e in earlier[-3:])} ...): look at these jobs in BigQuery")
 
 
 class _Attempt:
-    """One attempt of a load in steps: its job ids and scratch table."""
+    """One attempt (`attempt`: 0, 1, ...) of a load in steps: its job ids and scratch table. `before`:
+    the table as the attempt starts (None: it does not exist yet); `earlier`: the attempts before it."""
 
-    def __init__(self, swap: Swap, held: HeldLock, store: LandingStore, target: Target, todo: list[Step],
-                 groups: list[list[FileSchema]], sha: str, sequence: str, attempt: int,
-                 before: bigquery.Table | None, rows: int, recorded: dict, earlier: list[dict],
-                 widest: dict[str, str] | None = None):
+    def __init__(self, swap: Swap, load: TargetLoad, sequence: StepSequence, attempt: int,
+                 before: bigquery.Table | None, earlier: list[dict]):
         self.swap, self.jobs, self.client = swap, swap.jobs, swap.client
-        self.widest = widest  # the types the whole sequence needs of fields new to the table
-        self.held, self.store, self.target, self.todo, self.groups = held, store, target, todo, groups
-        self.sha, self.rows, self.recorded, self.earlier = sha, rows, recorded, earlier
+        self.load, self.sequence, self.earlier = load, sequence, earlier
+        self.held, self.target = load.held, load.target
+        target = load.target
         self.whole = target.layout == UNPARTITIONED
         self.before = None if self.whole else before  # the scratch table starts as it (None: the first step makes it)
         suffix = f"_r{attempt}" if attempt else ""
-        base = f"{JOB_PREFIX}_{target.dataset}_{target.table}_{target.pid}_{sha[:32]}_x{sequence}"
-        self.step_ids = [f"{base}_{k + 1}of{len(todo)}{suffix}" for k in range(len(todo))]
+        base = f"{JOB_PREFIX}_{target.dataset}_{target.table}_{target.pid}_{load.sha[:32]}_x{sequence.id}"
+        self.step_ids = [f"{base}_{k + 1}of{len(sequence.steps)}{suffix}" for k in range(len(sequence.steps))]
         self.copy_id = f"{base}_swap{suffix}"
-        self.scratch = f"{target.table}__kl_scratch_{target.pid}_{sequence}{suffix}"
+        self.scratch = f"{target.table}__kl_scratch_{target.pid}_{sequence.id}{suffix}"
         self.scratch_id = f"{swap.project}.{target.dataset}.{self.scratch}"
         self.scratch_location = self.scratch_id if self.whole else f"{self.scratch_id}${target.pid}"
         self.table_id = table_id(swap.project, target.dataset, target.table)
@@ -208,7 +223,8 @@ class _Attempt:
             error = self.jobs.wait(done, where)
             if error is not None:
                 raise _Again(self.copy_id, f"failed: {error.get('message')}")
-            last = (self.recorded.get(RUNNING) or {}).get("job_id") or self.recorded.get("job_id")
+            recorded = self.load.recorded or {}
+            last = (recorded.get(RUNNING) or {}).get("job_id") or recorded.get("job_id")
             if last != self.copy_id:  # the ledger names a job started after it: the partition may hold other content
                 raise _Again(self.copy_id, f"succeeded before a later load of the partition ({last or 'an empty one'})")
             self.drop()
@@ -228,25 +244,25 @@ class _Attempt:
         fresh_before = met = False
         written = 0
         reference = create = None
-        for k, step in enumerate(self.todo):
+        todo = self.sequence.steps
+        for k, step in enumerate(todo):
             create = None
-            if k == 0 or self.todo[k - 1].group != step.group:  # each group through its reader, against the scratch
+            if k == 0 or todo[k - 1].group != step.group:  # each group through its reader, against the scratch
                 now = self._scratch_table()
-                plan = plan_load(api_columns(now.schema if now is not None else None), self.groups[step.group], where,
-                                 self.widest)
+                plan = plan_load(api_columns(now.schema if now is not None else None), self.sequence.groups[step.group],
+                                 where, self.sequence.widest)
                 if plan.widenings:  # a column the steps before added, narrower than this group's
                     self.jobs.widen(plan, self.scratch_id, where)
-                reference = reader_schema_uri(self.store, target.dataset, target.table, plan)
+                reference = reader_schema_uri(self.sequence.store, target.dataset, target.table, plan)
                 create = None if now is not None else target.layout
             config = job_config(reference, create, self.swap.partition_field, whole_table=self.whole, append=k > 0)
             jid = self.step_ids[k]
-            job, fresh = self.jobs.start(self.held, target, self.recorded, jid, self.sha,
-                                         f"load job {jid} into scratch table {self.scratch_location}",
-                                         lambda: self.client.load_table_from_uri(
-                                             list(step.uris), self.scratch_location, job_id=jid,
-                                             project=self.swap.project, location=self.swap.location,
-                                             job_config=config),
-                                         scratch=self.scratch)
+            job, fresh = self.jobs.start(self.load, JobStart(
+                jid, f"load job {jid} into scratch table {self.scratch_location}",
+                lambda: self.client.load_table_from_uri(list(step.uris), self.scratch_location, job_id=jid,
+                                                        project=self.swap.project, location=self.swap.location,
+                                                        job_config=config),
+                scratch=self.scratch))
             error = self.jobs.wait(job, where)
             if not fresh and fresh_before:
                 raise _Again(jid, "ran before a step of its attempt ran again")
@@ -260,16 +276,16 @@ class _Attempt:
             if fresh and create is not None:  # made by this step: give it its expiration
                 self._expire()
         scratch = self._scratch_table()
-        held = (scratch.num_rows or 0) if scratch is not None else 0
-        if held == self.rows:
+        held, rows = (scratch.num_rows or 0) if scratch is not None else 0, self.sequence.rows
+        if held == rows:
             return
         if not met:  # every step ran now: the files hold other rows than the manifests say
             self._failed()
             raise LoadError(f"{where}: the load jobs into scratch table {self.scratch_id} wrote {written} rows, the "
-                            f"manifests list {self.rows}. {target.location} is unchanged: check the files (were they "
+                            f"manifests list {rows}. {target.location} is unchanged: check the files (were they "
                             "rewritten after landing?) and load again")
         raise _Again(self.step_ids[-1], f"scratch table {self.scratch_id} holds {held} rows, the manifests list "
-                                        f"{self.rows}")
+                                        f"{rows}")
 
     # --- the swap -------------------------------------------------------------------------------
 
@@ -309,12 +325,11 @@ class _Attempt:
             write_disposition=bigquery.WriteDisposition.WRITE_TRUNCATE,
             create_disposition=bigquery.CreateDisposition.CREATE_IF_NEEDED if self.whole else
             bigquery.CreateDisposition.CREATE_NEVER)
-        job, fresh = self.jobs.start(self.held, target, self.recorded, self.copy_id, self.sha,
-                                     f"copy job {self.copy_id} of {self.scratch_location} into {target.location}",
-                                     lambda: self.client.copy_table(self.scratch_location, target.location,
-                                                                    job_id=self.copy_id, project=self.swap.project,
-                                                                    location=self.swap.location, job_config=config),
-                                     count=[], kind="copy", scratch=self.scratch)
+        job, fresh = self.jobs.start(self.load, JobStart(
+            self.copy_id, f"copy job {self.copy_id} of {self.scratch_location} into {target.location}",
+            lambda: self.client.copy_table(self.scratch_location, target.location, job_id=self.copy_id,
+                                           project=self.swap.project, location=self.swap.location, job_config=config),
+            kind="copy", scratch=self.scratch), count=[])
         error = self.jobs.wait(job, where)
         if error is not None:
             if not fresh:
@@ -364,5 +379,5 @@ class _Attempt:
         self.drop()
 
 
-__all__ = ["MAX_LOAD_BYTES", "MAX_SOURCE_URIS", "SCRATCH_EXPIRATION", "Step", "Swap", "Swapped", "fits_one_job",
-           "steps"]
+__all__ = ["MAX_LOAD_BYTES", "MAX_SOURCE_URIS", "SCRATCH_EXPIRATION", "Step", "StepSequence", "Swap", "Swapped",
+           "fits_one_job", "steps"]

@@ -35,7 +35,7 @@ from google.cloud import bigquery
 from kafka_landing.handoff.manifests import Manifest, content_sha
 from kafka_landing.naming import check_identifier, load_ledger_dir
 from kafka_landing.store.base import HeldLock, LandingStore
-from kafka_landing.warehouse.bigquery.jobs import Jobs, job_config, quota_warnings, source_uris
+from kafka_landing.warehouse.bigquery.jobs import JobLimits, Jobs, job_config, quota_warnings, source_uris
 from kafka_landing.warehouse.bigquery.layout import (
     DAY,
     UNPARTITIONED,
@@ -64,11 +64,12 @@ class BigQueryWarehouse(Warehouse):
     kind = "bigquery"
 
     def __init__(self, client: bigquery.Client, ledger: LandingStore, project: str, location: str | None = None, *,
-                 datasets: Iterable[str] = (), job_timeout_seconds: float = 3600.0, max_job_attempts: int = 20,
+                 datasets: Iterable[str] = (), limits: JobLimits = JobLimits(),
                  tables: LandingTables | EventTables | None = None):
         """`client`: e.g. from dagster-gcp's `BigQueryResource.get_client()`; `ledger`: where loads are
         recorded (the landing store); `project`: where the datasets live and jobs run; `location`: the
         datasets' location (None: BigQuery's default, US); `datasets`: those `check_writable` checks;
+        `limits`: how long a load waits for a job, and how many job ids of a content it may take;
         `tables`: the kind of tables it loads (landing-hour tables unless said)."""
         if not isinstance(project, str) or not _PROJECT.match(project):
             raise ValueError(f"BigQuery project {project!r} is not a Google Cloud project id (like my-project-123)")
@@ -77,15 +78,14 @@ class BigQueryWarehouse(Warehouse):
         self.project = project  # checked: it is quoted into the INFORMATION_SCHEMA query
         self.location = location
         self.datasets = tuple(check_identifier(d, "dataset") for d in datasets)
-        self.jobs = Jobs(client, self.ledger, project, location, job_timeout_seconds, max_job_attempts)
+        self.jobs = Jobs(client, self.ledger, project, location, limits)
         self.tables = tables or LandingTables()
         self.swap = Swap(self.jobs, self.tables.field, self._existing_table)
         self._layouts: dict[tuple[str, str], str] = {}  # (dataset, table) -> HOUR or DAY, once it exists
 
     def by_event(self, granularity: str, field: str | None) -> BigQueryWarehouse:
         return BigQueryWarehouse(self.client, self.ledger.store, self.project, self.location, datasets=self.datasets,
-                                 job_timeout_seconds=self.jobs.timeout_seconds, max_job_attempts=self.jobs.max_attempts,
-                                 tables=EventTables(granularity, field))
+                                 limits=self.jobs.limits, tables=EventTables(granularity, field))
 
     def table_id(self, dataset: str, table: str) -> str:
         return table_id(self.project, dataset, table)

@@ -42,6 +42,8 @@ def _hours(store: LandingStore, dataset: str, table: str) -> list[Hour]:
 # never checked leave.
 
 RECONCILE_AGAIN_AFTER = 24 * 3600  # seconds
+RECONCILE_PER_TICK = 10_000  # done files a sensor tick reads at most
+RECONCILE_SECONDS = 15  # seconds from the start of a sensor tick the reconciliation may take
 
 
 def _runs(numbers: Iterable[int]) -> tuple[tuple[int, int], ...]:
@@ -93,6 +95,33 @@ class ScanPosition:
             return cls()
 
 
+class _Reads:
+    """The done files one call reads: at most `budget` of them, until `clock()` passes `deadline`;
+    each marked pending if its content is not loaded, not pending and not given up on."""
+
+    def __init__(self, store: LandingStore, loaded_sha: Callable[[str, str, str], str | None], budget: int,
+                 deadline: float | None, clock: Callable[[], float]):
+        self.store, self.loaded_sha = store, loaded_sha
+        self.budget, self.deadline, self.clock = budget, deadline, clock
+        self.marked: list[TableHour] = []
+        self.scanned = 0
+
+    def spent(self) -> bool:
+        return self.scanned >= self.budget or (self.deadline is not None and self.clock() >= self.deadline)
+
+    def read(self, th: TableHour) -> bool:
+        """Read the done file of `th`, and mark it if it is to load; False if there is none (yet)."""
+        self.scanned += 1
+        found = _reconcile_one(self.store, th, self.loaded_sha)
+        if found:
+            self.marked.append(th)
+        return found is not None
+
+    def outcome(self, position: ScanPosition) -> tuple[ScanPosition, list[TableHour], int]:
+        """What `reconcile` returns, stopped at `position`."""
+        return position, self.marked, self.scanned
+
+
 def _reconcile_one(store: LandingStore, th: TableHour, loaded_sha: Callable[[str, str, str], str | None]
                    ) -> bool | None:
     """Mark the done file of `th` pending if its content is not loaded, not pending and not
@@ -118,13 +147,12 @@ def reconcile(
     budget: int,
     deadline: float | None = None,
     clock: Callable[[], float] = time.time,
-    again_after: float = RECONCILE_AGAIN_AFTER,
 ) -> tuple[ScanPosition, list[TableHour], int]:
     """Read the done files of the configured `tables` that `position` says were never
-    checked, then those due to be read again, at most `budget` of them and until `clock()`
-    passes `deadline`; mark every one whose content is not the content loaded
-    (`loaded_sha(dataset, table, hour)`) and that has no marker (pending, or given up on for
-    that content). Returns (the new position, hours marked, done files read)."""
+    checked, then those due to be read again (`RECONCILE_AGAIN_AFTER`), at most `budget` of
+    them and until `clock()` passes `deadline`; mark every one whose content is not the
+    content loaded (`loaded_sha(dataset, table, hour)`) and that has no marker (pending, or
+    given up on for that content). Returns (the new position, hours marked, done files read)."""
     tables = sorted(tables)
     names = [f"{d}.{t}" for d, t in tables]
     if not names:
@@ -132,53 +160,56 @@ def reconcile(
     start = names.index(position.table) if position.table in names else 0
     now = clock()
     scans = {k: v for k, v in position.tables.items() if k in names}
-    listed: dict[str, dict[int, str]] = {}
-    marked, scanned = [], 0
-
-    def out_of_budget() -> bool:
-        return scanned >= budget or (deadline is not None and clock() >= deadline)
-
-    def read(th: TableHour) -> bool:
-        nonlocal scanned
-        scanned += 1
-        found = _reconcile_one(store, th, loaded_sha)
-        if found:
-            marked.append(th)
-        return found is not None
+    reads = _Reads(store, loaded_sha, budget, deadline, clock)
+    listed: dict[str, dict[int, Hour]] = {}
 
     # Hours never checked, each table in turn from where the last call ran out.
     for i in [*range(start, len(names)), *range(start)]:
         name, (dataset, table) = names[i], tables[i]
-        if out_of_budget():
-            return ScanPosition(name, scans), marked, scanned
-        scan = scans.get(name) or TableScan(now)
+        if reads.spent():
+            return reads.outcome(ScanPosition(name, scans))
         listed[name] = {h.number: h for h in _hours(store, dataset, table)}
-        checked = scan.checked() & listed[name].keys()  # a folder gone and back is new again
-        stopped = False
-        for n in sorted(listed[name].keys() - checked):
-            if stopped := out_of_budget():
-                break
-            if read(TableHour(listed[name][n], dataset, table)):
-                checked.add(n)  # a folder without its done file (yet) is looked at again
-        scans[name] = TableScan(scan.since, _runs(checked), scan.again)
+        scans[name], stopped = _read_unchecked(reads, scans.get(name) or TableScan(now), listed[name], (dataset, table))
         if stopped:
-            return ScanPosition(name, scans), marked, scanned
+            return reads.outcome(ScanPosition(name, scans))
 
     # Everything checked: a table whose hours were all read long enough ago has them read again.
     for name, (dataset, table) in zip(names, tables):
         scan = scans[name]
-        if scan.again is None and now - scan.since < again_after:
+        if scan.again is None and now - scan.since < RECONCILE_AGAIN_AFTER:
             continue
-        began, last = scan.again or (now, -1)
-        checked = scan.checked()
-        for n in sorted(k for k in listed[name] if k > last and k in checked):
-            if out_of_budget():
-                scans[name] = TableScan(scan.since, scan.hours, (began, last))
-                return ScanPosition(None, scans), marked, scanned
-            read(TableHour(listed[name][n], dataset, table))
-            last = n
-        scans[name] = TableScan(began, scan.hours)
-    return ScanPosition(None, scans), marked, scanned
+        scans[name], stopped = _read_again(reads, scan, listed[name], (dataset, table), now)
+        if stopped:
+            return reads.outcome(ScanPosition(None, scans))
+    return reads.outcome(ScanPosition(None, scans))
+
+
+def _read_unchecked(reads: _Reads, scan: TableScan, hours: dict[int, Hour], key: tuple[str, str]
+                    ) -> tuple[TableScan, bool]:
+    """Read the table's `hours` never checked, oldest first, within the budget. Returns its scan
+    then, and whether the budget stopped it."""
+    checked = scan.checked() & hours.keys()  # a folder gone and back is new again
+    stopped = False
+    for n in sorted(hours.keys() - checked):
+        if stopped := reads.spent():
+            break
+        if reads.read(TableHour(hours[n], *key)):
+            checked.add(n)  # a folder without its done file (yet) is looked at again
+    return TableScan(scan.since, _runs(checked), scan.again), stopped
+
+
+def _read_again(reads: _Reads, scan: TableScan, hours: dict[int, Hour], key: tuple[str, str], now: float
+                ) -> tuple[TableScan, bool]:
+    """Read the table's checked `hours` again, oldest first, from where a reading again under way
+    stopped, within the budget. Returns its scan then, and whether the budget stopped it."""
+    began, last = scan.again or (now, -1)
+    checked = scan.checked()
+    for n in sorted(k for k in hours if k > last and k in checked):
+        if reads.spent():
+            return TableScan(scan.since, scan.hours, (began, last)), True
+        reads.read(TableHour(hours[n], *key))
+        last = n
+    return TableScan(began, scan.hours), False
 
 
 # --- hours behind ----------------------------------------------------------------

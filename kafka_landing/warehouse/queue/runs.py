@@ -197,6 +197,22 @@ def covering_runs(loads: Iterable[PendingLoad], runs: Iterable[SeenRun], max_att
     return {ld: tuple(sorted(rs.values(), key=lambda r: (r.attempt, r.run_id))) for ld, rs in found.items()}
 
 
+RUN_QUERY_VALUES = 300  # tag values in one query of the instance's runs
+
+
+def run_queries(loads: Sequence[PendingLoad]) -> list[tuple[str, list[str]]]:
+    """The (tag, values) queries of the instance that find the runs that covered any of `loads`, few
+    and indexed: by run key for runs of earlier versions, by member tag (one query per tag key among
+    them), at most `RUN_QUERY_VALUES` values each."""
+    by_tag: dict[str, list[str]] = {}
+    for ld in loads:
+        for k, v in ld.found_by:
+            by_tag.setdefault(k, []).append(v)
+    queries = [(RUN_KEY_TAG, [k for ld in loads for k in ld.attempt_keys()]), *sorted(by_tag.items())]
+    return [(tag, values[i:i + RUN_QUERY_VALUES]) for tag, values in queries
+            for i in range(0, len(values), RUN_QUERY_VALUES)]
+
+
 def _decision(ld: PendingLoad, runs: Sequence[SeenRun], max_attempts: int) -> Decision:
     """`decide` for one member, its runs placed under the attempt keys by the attempt they made.
     A run of the same unit for other content (an event partition's earlier markers) only makes it
@@ -357,3 +373,10 @@ def plan_loads(loads: Iterable[PendingLoad], runs: Mapping[PendingLoad, Sequence
         groups.append(LoadGroup(tuple(current), attempt))
     groups.sort(key=lambda g: (g.loads[0].unit.partition, g.name, g.attempt))
     return LoadPlan(tuple(groups), tuple(waiting), tuple(given_up))
+
+
+def retire_config(*units: LoadUnit) -> dict[str, list[str]]:
+    """The config of a run that empties `units` (the retire job's): done files, and event partitions
+    by name."""
+    return {"done_files": [u.done_file for u in units if u.kind == HOUR],
+            "event_partitions": [f"{u.name}/{u.partition}" for u in units if u.kind != HOUR]}

@@ -22,7 +22,8 @@ where this one stopped (`Cursor`):
 4. Move aside what step 2 and 3 gave up on, within the same deadline.
 
 The result (`TickPlan`) is plain data; a sensor only turns it into run requests and log
-lines. Pure: no Dagster, no Spark.
+lines. No Dagster, no Spark: its only I/O is the landing store's (listings, done files, and
+the markers steps 2 and 4 clear or move aside).
 """
 
 from __future__ import annotations
@@ -38,7 +39,15 @@ from kafka_landing.handoff.manifests import DoneFileError, read_done_file
 from kafka_landing.handoff.markers import Marks, Refusal
 from kafka_landing.handoff.units import EVENT, HOUR, LoadUnit
 from kafka_landing.store.base import LandingStore
-from kafka_landing.warehouse.queue.runs import MAX_ATTEMPTS, LoadGroup, PendingLoad, SeenRun, covering_runs, plan_loads
+from kafka_landing.warehouse.queue.runs import (
+    MAX_ATTEMPTS,
+    LoadGroup,
+    LoadPlan,
+    PendingLoad,
+    SeenRun,
+    covering_runs,
+    plan_loads,
+)
 
 # Seconds from the start of a tick until which each step may go on (Dagster gives a tick 60 s).
 EXAMINE_SECONDS = 35
@@ -263,18 +272,40 @@ def _taking_turns(units: list[LoadUnit], after: str | None) -> list[LoadUnit]:
     return order if at is None else order[at + 1:] + order[:at + 1]
 
 
+@dataclass(frozen=True)
+class _Times:
+    """The tick's time: seconds on `clock` from `started` (its start, listings included), for the
+    deadlines of its steps; and `now`, what refusals are read against."""
+
+    started: float
+    clock: Callable[[], float]
+    now: datetime
+
+    def past(self, seconds: float) -> bool:
+        return self.clock() >= self.started + seconds
+
+
 def tick(store: LandingStore, kind: Kind, runs_of: Callable[[Sequence[PendingLoad]], Iterable[SeenRun]],
          cursor: Cursor = Cursor(), *, started: float | None = None, clock: Callable[[], float] = time.time,
-         now: datetime | None = None, max_attempts: int = MAX_ATTEMPTS) -> TickPlan:
-    """One tick of the queue for `kind` (see the module docstring). `runs_of(loads)` answers the runs
-    that covered any of `loads` (the sensor asks the Dagster instance)."""
-    started = clock() if started is None else started
-    now = now or datetime.now(timezone.utc)
+         now: datetime | None = None) -> TickPlan:
+    """One tick of the queue for `kind`: the four steps of the module docstring, in turn, against one
+    clock. `runs_of(loads)` answers the runs that covered any of `loads` (the sensor asks the Dagster
+    instance)."""
+    times = _Times(clock() if started is None else started, clock, now or datetime.now(timezone.utc))
     plan = TickPlan(cursor=cursor)
+    candidates = _list(store, kind, plan)
+    loads, aside = _examine(store, kind, candidates, plan, times)
+    planned = _plan_runs(loads, runs_of, plan)
+    _move_aside(store, kind, [*aside, *_attempts_used_up(loads, planned)], plan, times)
+    _name_why_given_up(store, plan)
+    plan.groups = list(planned.groups[:MAX_REQUESTS_PER_TICK])
+    plan.more_ready = max(0, len(planned.groups) - MAX_REQUESTS_PER_TICK)
+    return plan
 
-    def out_of_time(seconds: float) -> bool:
-        return clock() >= started + seconds
 
+def _list(store: LandingStore, kind: Kind, plan: TickPlan) -> list[LoadUnit]:
+    """Step 1: the marked units of the kind (listings only), each given up on or not taken noted in
+    `plan`; returns the others, the candidates to examine."""
     tables = kind.listed_tables()
     listed = markers.list_units(store, kind.kind, tables, keep=kind.takes_table)  # no listing of another's tables
     given_up = {u for u in markers.list_units(store, kind.kind, tables, given_up=True, keep=kind.takes_table)}
@@ -293,17 +324,23 @@ def tick(store: LandingStore, kind: Kind, runs_of: Callable[[Sequence[PendingLoa
         if kind.takes_table(u.dataset, u.table):
             plan.given_up.setdefault(u.name, []).append(u)
     plan.candidates = len(candidates)
+    return candidates
 
+
+def _examine(store: LandingStore, kind: Kind, candidates: list[LoadUnit], plan: TickPlan, times: _Times
+             ) -> tuple[list[Load], list[tuple[LoadUnit, Aside]]]:
+    """Step 2: examine the candidates, tables taking turns from the cursor, until the deadline; clear
+    the markers of what is loaded or gone. Returns the loads to make and what to move aside."""
     loads: list[Load] = []
     aside: list[tuple[LoadUnit, Aside]] = []
-    last = cursor.after
-    for u in _taking_turns(candidates, cursor.after):
-        if plan.examined >= MAX_EXAMINED_PER_TICK or out_of_time(EXAMINE_SECONDS):
+    last = plan.cursor.after
+    for u in _taking_turns(candidates, plan.cursor.after):
+        if plan.examined >= MAX_EXAMINED_PER_TICK or times.past(EXAMINE_SECONDS):
             plan.stopped_early = True
             break
         plan.examined += 1
         last = _order_key(u)
-        got = kind.examine(store, u, now)
+        got = kind.examine(store, u, times.now)
         if isinstance(got, Load):
             loads.append(got)
         elif isinstance(got, Clear):
@@ -315,29 +352,47 @@ def tick(store: LandingStore, kind: Kind, runs_of: Callable[[Sequence[PendingLoa
         elif got.refused:
             plan.refused.append((u, got.why))
     plan.cursor = Cursor(last if plan.stopped_early else None)
+    return loads, aside
 
-    planned = plan_loads([ld.load for ld in loads], covering_runs([ld.load for ld in loads],
-                                                                     runs_of([ld.load for ld in loads]), max_attempts),
-                         max_attempts=max_attempts)
-    seen_of = {ld.load: ld.seen for ld in loads}
+
+def _plan_runs(loads: list[Load], runs_of: Callable[[Sequence[PendingLoad]], Iterable[SeenRun]], plan: TickPlan
+               ) -> LoadPlan:
+    """Step 3: the runs that covered the loads, and what that makes of each (`runs.plan_loads`)."""
+    pending = [ld.load for ld in loads]
+    planned = plan_loads(pending, covering_runs(pending, runs_of(pending), MAX_ATTEMPTS), max_attempts=MAX_ATTEMPTS)
     plan.waiting = len(planned.waiting)
+    return planned
+
+
+def _attempts_used_up(loads: list[Load], planned: LoadPlan) -> list[tuple[LoadUnit, Aside]]:
+    """The loads step 3 gave up on, to move aside with the runs that tried them."""
+    seen_of = {ld.load: ld.seen for ld in loads}
+    aside = []
     for ld, seen_runs in planned.given_up:
         ids = [r.run_id for r in seen_runs]
-        aside.append((ld.unit, Aside(f"finished {max_attempts} times without loading it (runs {ids})", "attempts",
+        aside.append((ld.unit, Aside(f"finished {MAX_ATTEMPTS} times without loading it (runs {ids})", "attempts",
                                      seen_of[ld], ld.sha, tuple(ids))))
+    return aside
+
+
+def _move_aside(store: LandingStore, kind: Kind, aside: list[tuple[LoadUnit, Aside]], plan: TickPlan,
+                times: _Times) -> None:
+    """Step 4: move aside what steps 2 and 3 gave up on, until the tick's deadline (the rest on the
+    next tick); a kind that keeps refused units' markers only notes them."""
     for u, a in aside:
         if a.reason == "refused" and not kind.moves_aside_refused:
             plan.refused.append((u, a.why))
             continue
-        if out_of_time(TICK_SECONDS):
+        if times.past(TICK_SECONDS):
             plan.left_to_move += 1
             continue
         if markers.give_up(store, u, a.seen, a.sha, a.why, a.runs):
             plan.moved.append((u, a.reason, a.why))
             plan.given_up.setdefault(u.name, []).append(u)
+
+
+def _name_why_given_up(store: LandingStore, plan: TickPlan) -> None:
+    """One example per table given up on, and why, for its warning: read only if none moved now."""
     moved = {u.name: (u, why) for u, _, why in reversed(plan.moved)}
-    for name, units in plan.given_up.items():  # one example per table, for its warning: read only if none moved now
+    for name, units in plan.given_up.items():
         plan.given_up_why[name] = moved.get(name) or (units[0], markers.given_up_why(markers.given_up(store, units[0])))
-    plan.groups = list(planned.groups[:MAX_REQUESTS_PER_TICK])
-    plan.more_ready = max(0, len(planned.groups) - MAX_REQUESTS_PER_TICK)
-    return plan

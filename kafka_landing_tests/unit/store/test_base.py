@@ -290,10 +290,11 @@ def bq(tmp_path):
 
 def _recording_warehouse(store, fake):
     """The warehouse, its BigQuery side effects (a load job started, a partition deleted) recorded as commits."""
+    from kafka_landing.warehouse.bigquery.jobs import JobLimits
     from kafka_landing_tests.bigquery_support import bigquery_warehouse
     from kafka_landing_tests.unit.warehouse.bigquery.test_ledger import PROJECT
 
-    wh = bigquery_warehouse(fake, store, PROJECT, job_timeout_seconds=30)
+    wh = bigquery_warehouse(fake, store, PROJECT, limits=JobLimits(timeout_seconds=30))
     client = wh.client
     load, delete = client.load_table_from_uri, client.delete_table
 

@@ -9,6 +9,7 @@ import pytest
 
 from kafka_landing.errors import is_transient
 from kafka_landing.warehouse.bigquery import DAY, BigQueryWarehouse, day_sha, job_id, partition_id
+from kafka_landing.warehouse.bigquery.jobs import JobLimits
 from kafka_landing.handoff.manifests import content_sha
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
@@ -22,7 +23,7 @@ FOREVER = 10**6  # jobs.get polls a job answers RUNNING: longer than any wait he
 
 
 def warehouse(fake, store, timeout: float = 30.0) -> BigQueryWarehouse:
-    return bigquery_warehouse(fake, store, PROJECT, job_timeout_seconds=timeout)
+    return bigquery_warehouse(fake, store, PROJECT, limits=JobLimits(timeout_seconds=timeout))
 
 
 def land(store, partition: int, ids: list[str]) -> str:

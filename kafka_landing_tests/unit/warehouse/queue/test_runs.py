@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafka_landing.handoff.markers import TableHour, content_sha
+from kafka_landing.handoff.units import event_unit
 from kafka_landing.naming import ONE_HOUR, hour_from_tag, hour_tag
 from kafka_landing.warehouse.queue.runs import (
     FINISHED,
@@ -21,14 +22,17 @@ from kafka_landing.warehouse.queue.runs import (
     MAX_HOURS_PER_RUN,
     MEMBER_TAG_PREFIX,
     RUN_KEY_TAG,
+    RUN_QUERY_VALUES,
     PendingLoad,
     SeenRun,
     TABLE_SLOTS,
     covering_runs,
     member_tag,
     plan_loads,
+    retire_config,
     run_key,
     run_key_of,
+    run_queries,
     table_slot,
     tables_together,
     tags_of,
@@ -114,6 +118,24 @@ def test_covering_runs_are_found_by_member_tag_and_by_an_earlier_versions_run_ke
     assert [r.run_id for r in found[a]] == ["r-group", "r-legacy"]
     assert [r.run_id for r in found[b]] == ["r-group"]
     assert found[other_table] == () and found[relanded] == ()
+
+
+def test_the_runs_of_any_number_of_loads_are_found_by_a_few_bounded_queries_that_find_every_covering_run():
+    loads = [load(i, table) for table in ("orders", "refunds") for i in range(400)]
+    queries = run_queries(loads)
+    assert queries and all(len(values) <= RUN_QUERY_VALUES for _, values in queries)
+    asked = {(tag, v) for tag, values in queries for v in values}
+    assert sum(len(values) for _, values in queries) == len(asked), "no value asked twice"
+    assert {v for tag, v in asked if tag == RUN_KEY_TAG} == {k for ld in loads for k in ld.attempt_keys()}, \
+        "runs of earlier versions, by run key"
+    assert {tv for ld in loads for tv in ld.found_by} == {(tag, v) for tag, v in asked if tag != RUN_KEY_TAG}
+    assert run_queries([]) == []
+
+
+def test_a_retire_run_names_landing_hours_by_done_file_and_event_partitions_by_name():
+    hour, event = load(0).unit, event_unit("shop", "orders", "2026-11-16")
+    assert retire_config(hour, event) == {"done_files": [hour.done_file],
+                                          "event_partitions": ["shop.orders__by_event/2026-11-16"]}
 
 
 def test_a_failed_group_is_retried_as_a_group_then_its_last_attempt_alone_then_given_up():
