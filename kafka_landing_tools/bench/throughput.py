@@ -5,7 +5,9 @@ offsets for all, each in a fresh process.
   kafka_landing_cold  the same on a classic Spark session its run starts: what every run paid before the warm engine
   spark_by_hand       the same reads, decoding and Avro writes as a plain Spark job
   python_valve        one Python process: confluent-kafka + fastavro, row by row
-  librdkafka_raw      reading the same offsets without decoding: the physical limit
+  librdkafka_raw      reading the same offsets without decoding, in Python
+  java_consumer_raw   the same with Kafka's own Java consumer (its consumer performance tool):
+                      the physical limit for a JVM reader, which the warm engine is
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from kafka_landing_tools.bench.measure import Job
 from kafka_landing_tools.bench.processes import contender_kafka_landing, plans
-from kafka_landing_tools.bench.world import TOPICS_DATA, Bench, Case
+from kafka_landing_tools.bench.world import ROOT, TOPICS_DATA, Bench, Case
 
 # Set to 1 (the test that proves a wrong count fails the benchmark), librdkafka_raw
 # reads one record less than its slices hold.
@@ -141,12 +143,30 @@ def contender_librdkafka_raw(args) -> int:
     return total
 
 
+def contender_java_consumer_raw(args) -> int:
+    """Kafka's Java consumer reading the same offsets, nothing decoded or written: a throughput topic
+    holds only its hours' records, so its earliest offsets on are the slices' offsets."""
+    import subprocess
+
+    total = sum(p.records for plan in plans(args.landing_root, args.topic, args.hour_keys) for p in plan.partitions)
+    if not total:
+        return 0
+    done = subprocess.run(
+        ["java", "-Xmx1g", "-cp", str(ROOT / ".jvm" / "kafka" / "*"), "org.apache.kafka.tools.ConsumerPerformance",
+         "--bootstrap-server", args.bootstrap, "--topic", args.topic, "--messages", str(total),
+         "--group", f"bench-{uuid.uuid4().hex}", "--timeout", "60000", "--hide-header"],
+        capture_output=True, text=True, check=True)
+    # One CSV line: start, end, MB, MB/s, messages, messages/s, rebalance ms, fetch ms, fetch MB/s, fetch msg/s.
+    return int(done.stdout.strip().splitlines()[-1].split(",")[4])
+
+
 CONTENDERS = {
     "kafka_landing": contender_kafka_landing,
     "kafka_landing_cold": contender_kafka_landing_cold,
     "spark_by_hand": contender_spark_by_hand,
     "python_valve": contender_python_valve,
     "librdkafka_raw": contender_librdkafka_raw,
+    "java_consumer_raw": contender_java_consumer_raw,
 }
 
 
