@@ -8,9 +8,8 @@ variables through `dagster.EnvVar` in definitions.py, and are never logged.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from dagster import ConfigurableResource, InitResourceContext
 from pydantic import Field, PrivateAttr
 
@@ -18,6 +17,9 @@ from kafka_landing.config import LandingConfig, load_config
 from kafka_landing.spark_setup import open_session
 from kafka_landing.store import open_store
 from kafka_landing.store.base import LandingStore
+
+if TYPE_CHECKING:  # the client (and the HTTP and auth stack under it, 0.13 s) loads when a run asks for it
+    from confluent_kafka.schema_registry import SchemaRegistryClient
 
 
 class SchemaRegistryResource(ConfigurableResource):
@@ -28,6 +30,8 @@ class SchemaRegistryResource(ConfigurableResource):
     timeout_seconds: float = 30.0  # per request; without one, a registry that hangs hangs the run
 
     def client(self) -> SchemaRegistryClient:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
         conf = {"url": self.url, "timeout": self.timeout_seconds}
         if self.basic_auth_user_info:
             conf["basic.auth.user.info"] = self.basic_auth_user_info
