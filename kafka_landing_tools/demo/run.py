@@ -113,7 +113,7 @@ def load_event_partitions(defs, instance) -> int:
 def event_summary(instance, defs) -> str:
     """Each event-time table's partitions as their last load left them: version, rows, the landing
     hours they hold, what the last version changed and whether they are settled."""
-    from kafka_landing.warehouse.event_load import event_conservation
+    from kafka_landing.warehouse.by_event.measures import event_conservation
 
     resources = build_resources()
     store = resources["landing"].store()
@@ -132,7 +132,7 @@ def event_summary(instance, defs) -> str:
             md = {k: v.value for k, v in latest[partition].asset_materialization.metadata.items()}
             hours = ", ".join(f"{h[5:]} ({n})" for h, n in md["landing_hours"].items())
             changed = ", ".join(md["changed_hours"])
-            note = (f"amended by {changed}" if md["version"] > 1 else f"created by {changed}") + \
+            note = (f"amended by {changed}" if md["amended"] else f"created by {changed}") + \
                    ("; settled" if md["settled"] else f"; settles {md['settles_at'][:16]} unless amended")
             # Conservation as it stands now: a run that loaded one day before another it shares a landing
             # hour with warned that the other waited; both are loaded now.
