@@ -132,7 +132,7 @@ def event_summary(instance, defs) -> str:
             md = {k: v.value for k, v in latest[partition].asset_materialization.metadata.items()}
             hours = ", ".join(f"{h[5:]} ({n})" for h, n in md["landing_hours"].items())
             changed = ", ".join(md["changed_hours"])
-            note = (f"amended by {changed}" if md["amended"] else f"created by {changed}") + \
+            note = (f"amended by {changed}" if md["version"] > 1 else f"created by {changed}") + \
                    ("; settled" if md["settled"] else f"; settles {md['settles_at'][:16]} unless amended")
             # Conservation as it stands now: a run that loaded one day before another it shares a landing
             # hour with warned that the other waited; both are loaded now.
