@@ -29,11 +29,12 @@ def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: 
     besides it (a BigQuery day load holds the whole day), given-up ones included; for an event
     partition, the markers its versioning saw, answering those left (`by_event/load`). So a unit's
     markers are read twice: here, before the load, for what a refusal names; and after it, by the
-    compare-and-delete under their lock. A terminal failure refuses the marks
-    it saw (until `heals_after` where the cause heals with time), so the queue does not ask again
-    until they change; a failure about another unit (`elsewhere`: another hour of the day, a source
-    file replaced meanwhile) refuses nothing. `cfg`: the topic of an event partition; `staged`: the
-    run `stage_done_files` made for a landing hour's run."""
+    compare-and-delete under their lock (which must read them there: a marker rewritten meanwhile
+    names newer content and stays). A terminal failure refuses the marks it saw (until `heals_after`
+    where the cause heals with time), so the queue does not ask again until they change; a failure
+    about another unit (`elsewhere`: another hour of the day, a source file replaced meanwhile)
+    refuses nothing. `cfg`: the topic of an event partition; `staged`: the run `stage_done_files`
+    made for a landing hour's run."""
     seen = markers.marks_of(store, unit)
     sha = None  # the content a landing hour's load tried: what a refusal names
     try:
