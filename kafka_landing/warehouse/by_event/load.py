@@ -106,6 +106,9 @@ def load_event_partition(warehouse: Warehouse, store: LandingStore, cfg: TopicCo
     with store.lock(event_lock_path(dataset, table, partition)) as held:
         manifest, new, seen = next_manifest(store, held, unit, granularity, now)
         result = _load_version(backend, store, manifest, spark)
+        # The markers are read here again, under their lock, and not taken from what load_unit read before
+        # the load: the compare-and-delete must see a marker a publish rewrote meanwhile (newer content), or
+        # it would delete a change no load has seen. What it leaves is what still waits.
         cleared, left = markers.clear_and_read(store, unit, seen)
         stale, waiting = _clear_stale(store, cfg.topic, unit, seen, left)
     return EventLoad(manifest, new, result, cleared + stale,
