@@ -77,13 +77,14 @@ def load_event_partition_as_before(backend, store, partition: str, cfg: TopicCon
     """A load of an event partition as releases before made it (no hand-over): version it, load it into
     `backend` (the event-time backend; `spark`, for one that needs it), clear the markers it saw. Under
     `events_cut_as_before`."""
-    from kafka_landing.event_partitions import next_manifest
+    from kafka_landing.warehouse.by_event.versions import next_manifest
     from kafka_landing.handoff import markers
     from kafka_landing.handoff.units import event_unit
     from kafka_landing.naming import event_lock_path
 
     with store.lock(event_lock_path(cfg.dataset, cfg.table, partition)) as held:
-        m, _, seen = next_manifest(store, held, cfg.dataset, cfg.table, partition, cfg.event_granularity)
+        unit = event_unit(cfg.dataset, cfg.table, partition)
+        m, _, seen = next_manifest(store, held, unit, cfg.event_granularity)
     backend.load_partition(store, m, spark, done_file=m.path, done_sha256=m.sha256)
-    markers.clear(store, event_unit(cfg.dataset, cfg.table, partition), seen)
+    markers.clear(store, unit, seen)
     return m

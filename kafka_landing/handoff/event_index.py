@@ -3,16 +3,17 @@
 A topic with `event_time_field` lands files that each hold one event hour (`LandedFile.event_hour`;
 None for records with no event time), so an event partition P (a day or an hour of event time, or
 `__unknown__<landing day>` for the records a landing day brought with no usable event time:
-`naming.event_partition`) is the set of files the done files list for it. Before a done file
-replaces the old one, publish (`mark_event_partitions`) writes, for every P the new or the old done
-file lists:
+`naming.event_partition`) is the set of files the done files list for it: nothing is re-read
+from Kafka. Before a done file replaces the old one, publish (`mark_event_partitions`) writes, for
+every P the new or the old done file lists:
 
     event_partitions/<ds>/<t>/<P>/from/hour=<H>.json   landing hour H's done file may list files of P
                                                        (the index, never removed: P is one listing away)
     pending_event_loads/<ds>/<t>/<P>/hour=<H>.json     the marker (`markers.mark`): load P again
 
 so no crash leaves a changed P unmarked; a marker for a done file that never came is cleared by
-P's next load (`warehouse/event_load`). Pure: no Dagster, no Spark.
+P's next load (`warehouse/by_event/load`), which versions P from these (`by_event/versions`).
+Pure: no Dagster, no Spark.
 """
 
 from __future__ import annotations
@@ -69,12 +70,16 @@ def index_event_partitions(store: LandingStore, dataset: str, table: str, hour: 
 
 def index_hours(store: LandingStore, dataset: str, table: str, partition: str, hours: dict[str, str]) -> None:
     """Index `partition` as fed by each of `hours` ({landing hour: its done file's hash}), under one
-    lock (a hand-over of many hours: `event_load.hand_over`); the caller marks it."""
+    lock, and mark it for the newest (a hand-over of many hours: `by_event.load.hand_over`)."""
+    if not hours:
+        return
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with store.lock(event_lock_path(dataset, table)) as held:
         for hour, sha in sorted(hours.items()):
             held.write_atomic(event_source_path(dataset, table, partition, hour),
                               json.dumps({"sha256": sha, "marked_at": stamp}).encode())
+    last = max(hours)
+    markers.mark(store, [event_unit(dataset, table, partition)], done_file_path(dataset, table, last), hours[last])
 
 
 def sources(store: LandingStore, dataset: str, table: str, partition: str) -> list[str]:

@@ -21,7 +21,8 @@ that changed it since its last load. Where they are (`naming`):
 - `mark`: overwrite the hour's marker with the new content's hash; it also drops the unit's
   refusal and given-up record (new content: what failed may pass now).
 - `clear`: compare-and-delete, under the lock `mark` takes: only markers still naming the
-  content the load saw go, so a re-land during a load stays pending.
+  content the load saw go, so a re-land during a load stays pending (`clear_and_read`: and
+  the markers left, read under that lock).
 - `refuse` / `refusal`: a load that failed for good (or until a time, e.g. a spent quota) is
   recorded for the marks it saw; the queue does not ask again until the marks change.
 - `give_up`: the queue's attempts are used up; the unit no longer takes a place among those it
@@ -41,6 +42,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 from kafka_landing.handoff.manifests import content_sha
 from kafka_landing.handoff.units import EVENT, HOUR, LoadUnit, event_unit, hour_unit
@@ -62,7 +64,7 @@ from kafka_landing.naming import (
 )
 from kafka_landing.store.base import LandingStore
 
-__all__ = ["Marks", "Refusal", "clear", "content_sha", "give_up", "given_up", "list_units", "mark", "marker_path",
+__all__ = ["Cleared", "Marks", "Refusal", "clear", "clear_and_read", "content_sha", "give_up", "given_up", "list_units", "mark", "marker_path",
            "given_up_path", "identity", "marks_of", "parse_done_path", "refusal", "refuse", "TableHour"]
 
 TableHour = LoadUnit  # the landing-hour unit's name before there were other units
@@ -241,19 +243,31 @@ def clear(store: LandingStore, unit: LoadUnit, seen: Marks | Mapping[str, str | 
     """Remove the unit's markers that still name what a load saw (`seen`: {landing hour: hash},
     None for a marker that was unreadable); a marker naming newer content stays. The unit now
     holds what it was asked to, so its refusal and given-up record go too. Returns markers removed."""
+    return clear_and_read(store, unit, seen).removed
+
+
+class Cleared(NamedTuple):
+    removed: int  # markers removed
+    left: Marks  # the unit's markers left: what still waits, as read under the lock `clear` took
+
+
+def clear_and_read(store: LandingStore, unit: LoadUnit, seen: Marks | Mapping[str, str | None]) -> Cleared:
+    """`clear`, answering the markers it left too: the compare-and-delete reads them under its lock
+    anyway, so a load that needs them next (an event partition's) reads them no more."""
     seen = seen.by_hour if isinstance(seen, Marks) else seen
-    removed = 0
+    removed, left = 0, {}
     with store.lock(_lock(unit)) as held:
-        now = marks_of(store, unit).by_hour
-        for hour, sha in now.items():
+        for hour, sha in marks_of(store, unit).by_hour.items():
             if hour in seen and seen[hour] == sha:
                 # Under a lock that stays ours: a marker a later holder rewrote (new content) is not deleted.
                 held.delete(marker_path(unit, hour))
                 removed += 1
+            else:
+                left[hour] = sha
         for stale in (given_up_path(unit), refusal_path(unit.kind, unit.dataset, unit.table, unit.partition)):
             if store.exists(stale):
                 held.delete(stale)
-    return removed
+    return Cleared(removed, Marks(left))
 
 
 def clear_pending(store: LandingStore, done_file: str, sha: str | None) -> bool:

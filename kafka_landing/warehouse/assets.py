@@ -48,7 +48,8 @@ from kafka_landing.warehouse.load import (
     load_unit,
     stage_done_files,
 )
-from kafka_landing.warehouse.event_load import settling, unknown_counts
+from kafka_landing.warehouse.by_event.load import EventLoad
+from kafka_landing.warehouse.by_event.measures import Settling, settling, unknown_counts
 from kafka_landing.warehouse.resources import WarehouseResource
 
 GROUP = "warehouse"
@@ -159,7 +160,7 @@ def _writable(backend, name: str) -> None:
 def build_event_asset(cfg: TopicConfig, table: str, kind: str = "iceberg"):
     """The event-time table beside `table`: one partition per event day (or hour) and one per landing
     day for records with no usable event time (`__unknown__<landing day>`), each replaced whole from
-    its newest manifest version (`warehouse/event_load`)."""
+    its newest manifest version (`warehouse/by_event`)."""
     key = event_key(cfg.dataset, table)
     granularity = cfg.event_granularity
     name = f"{cfg.dataset}.{event_table(table)}"
@@ -189,42 +190,56 @@ def build_event_asset(cfg: TopicConfig, table: str, kind: str = "iceberg"):
                            cfg)
         except KafkaLandingError as exc:
             raise failure(exc) from None
-        m = ev.manifest
-        settle = settling(store, cfg.dataset, table, partition, cfg.settle_hours, manifest=m)
-        for warning in ev.warnings:
-            context.log.warning(warning)
-        unknown = unknown_counts(m)
-        if unknown.get("sentinel_time_rows"):
-            context.log.warning(f"{name} {partition}: {unknown['sentinel_time_rows']} record(s) with a sentinel event "
-                                f"time (outside {EVENT_TIME_FROM[:10]}..{EVENT_TIME_UNTIL[:10]}: "
-                                f"{', '.join(unknown['sentinel_event_hours'])}) are here, with the records that have "
-                                "no event time")
-        if ev.result is not None:
-            for warning in ev.result.warnings:
-                context.log.warning(warning)
-            if ev.result.added_columns:
-                context.log.warning(f"{name}: added nullable column(s) {list(ev.result.added_columns)}")
-        context.log.info(f"{name} {partition}: version {m.version} ({'new' if ev.amended else 'unchanged'}), "
-                         f"{m.rows} rows from {len(m.hours)} landing hour(s); "
-                         f"{'loaded' if ev.result else 'already loaded'} at {ev.location}")
-        return MaterializeResult(metadata={
-            "dagster/row_count": m.rows,
-            "version": m.version,
-            "amended": ev.amended,
-            "amended_at": m.amended_at,
-            "created_at": m.created_at or m.amended_at,
-            "changed_hours": MetadataValue.json(list(m.changed_hours)),
-            "landing_hours": MetadataValue.json({h: part["rows"] for h, part in m.hours.items()}),
-            "settled": settle.settled,
-            "settles_at": settle.settles_at or "",
-            "manifest": MetadataValue.path(store.location(m.path)),
-            "manifest_sha256": m.sha256,
-            "location": MetadataValue.path(ev.location),
-            **{k: MetadataValue.json(v) if isinstance(v, dict) else v for k, v in unknown.items()},
-            **({"job_id": ev.result.job_id} if ev.result and ev.result.job_id else {}),
-        })
+        settle = settling(store, ev.manifest, ev.waiting, cfg.settle_hours)
+        _log_event_load(context, f"{name} {partition}", ev)
+        return MaterializeResult(metadata=_event_metadata(ev, settle, store.location(ev.manifest.path)))
 
     return _by_event
+
+
+def _log_event_load(context: AssetExecutionContext, name: str, ev: EventLoad) -> None:
+    """What a person should know of an event partition's load, and what it did."""
+    m = ev.manifest
+    for warning in ev.warnings:
+        context.log.warning(warning)
+    unknown = unknown_counts(m)
+    if unknown.get("sentinel_time_rows"):
+        context.log.warning(f"{name}: {unknown['sentinel_time_rows']} record(s) with a sentinel event time (outside "
+                            f"{EVENT_TIME_FROM[:10]}..{EVENT_TIME_UNTIL[:10]}: "
+                            f"{', '.join(unknown['sentinel_event_hours'])}) are here, with the records that have no "
+                            "event time")
+    if ev.result is not None:
+        for warning in ev.result.warnings:
+            context.log.warning(warning)
+        if ev.result.added_columns:
+            context.log.warning(f"{name}: added nullable column(s) {list(ev.result.added_columns)}")
+    change = ("unchanged" if not ev.new_version else f"new, amends version {m.version - 1}" if m.amended
+              else "new, its first")
+    context.log.info(f"{name}: version {m.version} ({change}), {m.rows} rows from {len(m.hours)} landing hour(s); "
+                     f"{'loaded' if ev.result else 'already loaded'} at {ev.location}")
+
+
+def _event_metadata(ev: EventLoad, settle: Settling, manifest_location: str) -> dict:
+    """An event partition's load, as its materialisation shows it: `new_version`, this load wrote a
+    version; `amended`, the partition changed after its first version."""
+    m = ev.manifest
+    return {
+        "dagster/row_count": m.rows,
+        "version": m.version,
+        "new_version": ev.new_version,
+        "amended": m.amended,
+        "amended_at": m.amended_at,
+        "created_at": m.created_at or m.amended_at,
+        "changed_hours": MetadataValue.json(list(m.changed_hours)),
+        "landing_hours": MetadataValue.json({h: part["rows"] for h, part in m.hours.items()}),
+        "settled": settle.settled,
+        "settles_at": settle.settles_at or "",
+        "manifest": MetadataValue.path(manifest_location),
+        "manifest_sha256": m.sha256,
+        "location": MetadataValue.path(ev.location),
+        **{k: MetadataValue.json(v) if isinstance(v, dict) else v for k, v in unknown_counts(m).items()},
+        **({"job_id": ev.result.job_id} if ev.result and ev.result.job_id else {}),
+    }
 
 
 def build_warehouse_assets(config: LandingConfig, kind: str = "iceberg") -> list:

@@ -107,7 +107,7 @@ class Warehouse(ABC):
     def by_event(self, granularity: str, field: str) -> Warehouse:
         """The backend of the event-time tables (`<table>__by_event`, partitioned by event "day" or
         "hour" of column `field`): the same interface, whose partitions are event partitions, each
-        loaded from a version of it (`event_partitions.EventManifest`)."""
+        loaded from a version of it (`by_event.versions.EventManifest`)."""
 
     def stage(self, store: LandingStore, loads: list[tuple[Manifest, str | None, str | None]],
               spark: SparkFactory) -> StagedRun:

@@ -51,12 +51,13 @@ from kafka_landing.avro_files import AvroFileError
 from kafka_landing.config import TopicConfig
 from kafka_landing.hours import CONSERVATION, hour_check_events, topic_hours
 from kafka_landing.handoff.manifests import DoneFileError, read_done_file
+from kafka_landing.handoff.units import event_unit
 from kafka_landing.naming import Hour, done_file_path, event_table
 from kafka_landing.resources import LandingResource
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.assets import event_key, event_partitions, warehouse_key
-from kafka_landing.warehouse.event_load import Conservation, event_conservation, settling
 from kafka_landing.warehouse.backend import Warehouse
+from kafka_landing.warehouse.by_event.measures import Conservation, current_settling, event_conservation
 from kafka_landing.warehouse.queue.reconcile import table_behind
 from kafka_landing.warehouse.resources import WarehouseResource
 
@@ -193,7 +194,7 @@ def build_event_checks(cfg: TopicConfig, table: str) -> list:
                              "Fails only when a partition that had settled is amended after all.")
     def _settled(context: AssetCheckExecutionContext, landing: LandingResource):
         store = landing.store()
-        s = settling(store, cfg.dataset, table, context.partition_key, cfg.settle_hours)
+        s = current_settling(store, event_unit(cfg.dataset, table, context.partition_key), cfg.settle_hours)
         return AssetCheckResult(passed=s.ok, severity=AssetCheckSeverity.WARN, description=s.why,
                                 metadata={"settled": s.settled, "settles_at": s.settles_at or "",
                                           "settle_hours": cfg.settle_hours,

@@ -26,7 +26,7 @@ from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.handoff.units import LoadUnit, event_unit
 from kafka_landing.naming import EVENT_TABLE_SUFFIX
 from kafka_landing.warehouse.assets import event_key, warehouse_key
-from kafka_landing.warehouse.event_load import retired_source
+from kafka_landing.warehouse.by_event.load import retired_source
 from kafka_landing.warehouse.load import LoadError, load_done_file, load_unit
 from kafka_landing.warehouse.resources import WarehouseResource
 

@@ -16,7 +16,7 @@ from kafka_landing.handoff.units import EVENT, HOUR, LoadUnit, hour_unit
 from kafka_landing.naming import done_file_glob
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, StagedRun, Warehouse, verify_files
-from kafka_landing.warehouse.event_load import EventLoad, EventSource, load_event_partition
+from kafka_landing.warehouse.by_event.load import EventLoad, EventSource, load_event_partition
 from kafka_landing.warehouse.schema_evolution import IncompatibleSchemaError
 
 
@@ -27,11 +27,14 @@ def load_unit(warehouse: Warehouse, store: LandingStore, unit: LoadUnit, spark: 
     Reads the unit's markers first (a marker written after the read is newer content), loads, then
     clears what the load satisfied: for a landing hour, its marker and every hour the load recorded
     besides it (a BigQuery day load holds the whole day), given-up ones included; for an event
-    partition, the markers its versioning saw (`event_load`). A terminal failure refuses the marks
-    it saw (until `heals_after` where the cause heals with time), so the queue does not ask again
-    until they change; a failure about another unit (`elsewhere`: another hour of the day, a source
-    file replaced meanwhile) refuses nothing. `cfg`: the topic of an event partition; `staged`: the
-    run `stage_done_files` made for a landing hour's run."""
+    partition, the markers its versioning saw, answering those left (`by_event/load`). So a unit's
+    markers are read twice: here, before the load, for what a refusal names; and after it, by the
+    compare-and-delete under their lock (which must read them there: a marker rewritten meanwhile
+    names newer content and stays). A terminal failure refuses the marks it saw (until `heals_after`
+    where the cause heals with time), so the queue does not ask again until they change; a failure
+    about another unit (`elsewhere`: another hour of the day, a source file replaced meanwhile)
+    refuses nothing. `cfg`: the topic of an event partition; `staged`: the run `stage_done_files`
+    made for a landing hour's run."""
     seen = markers.marks_of(store, unit)
     sha = None  # the content a landing hour's load tried: what a refusal names
     try:

@@ -17,10 +17,10 @@ from dagster._core.event_api import PartitionKeyFilter
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.config import load_config
 from kafka_landing.definitions import build_definitions, build_resources
-from kafka_landing.event_partitions import latest_manifest, versions
+from kafka_landing.warehouse.by_event.versions import latest_manifest, versions
 from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_millis, unknown_partition
 from kafka_landing.store.local import LocalStore
-from kafka_landing.warehouse.event_load import event_conservation
+from kafka_landing.warehouse.by_event.measures import event_conservation
 from kafka_landing.warehouse.iceberg import IcebergWarehouse
 from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME
 from kafka_landing_tests.conftest import utcnow
@@ -121,6 +121,7 @@ def test_late_records_amend_their_event_day_and_relands_re_version_what_they_tou
     first = load_events(defs, instance, landing)
     assert set(first) == {d, unknown}
     assert (first[d]["version"], first[d]["dagster/row_count"], first[d]["settled"]) == (1, 10, False)
+    assert (first[d]["new_version"], first[d]["amended"]) == (True, False)  # a new version, not an amendment
     assert first[d]["landing_hours"] == {hour_tag(h0): 6, hour_tag(h1): 4}
     assert keys(table(tmp_path / "warehouse", d)) == sorted(by_id[i] for i in range(10))
     assert keys(table(tmp_path / "warehouse", unknown)) == [by_id[10]]
@@ -133,6 +134,7 @@ def test_late_records_amend_their_event_day_and_relands_re_version_what_they_tou
     assert set(second) == {d, late_day, late_unknown}
     assert (second[d]["version"], second[d]["changed_hours"], second[d]["dagster/row_count"]) == \
         (2, [hour_tag(late)], 11)
+    assert (second[d]["new_version"], second[d]["amended"]) == (True, True)
     got = keys(table(tmp_path / "warehouse", d))
     assert got == sorted([*(by_id[i] for i in range(10)), by_id[11]])  # each offset once
     assert keys(table(tmp_path / "warehouse", late_day)) == [by_id[12]]
@@ -145,8 +147,8 @@ def test_late_records_amend_their_event_day_and_relands_re_version_what_they_tou
     # Re-landing the late hour as it was changes no event partition's files: no new version.
     land(defs, instance, late)
     again = load_events(defs, instance, landing)
-    assert {p: (m["version"], m["amended"]) for p, m in again.items()} == {
-        d: (2, False), late_day: (1, False), late_unknown: (1, False)}
+    assert {p: (m["version"], m["new_version"], m["amended"]) for p, m in again.items()} == {
+        d: (2, False, True), late_day: (1, False, False), late_unknown: (1, False, False)}
 
     # The event time changes (another field): re-landing h1 moves its records from day d to the next
     # day. Day d and the next day get new versions; h1's day's unknown partition (h1's record with
@@ -159,7 +161,7 @@ def test_late_records_amend_their_event_day_and_relands_re_version_what_they_tou
     third = load_events(defs, instance, landing)
     assert set(third) == {d, next_day, unknown}
     assert (third[d]["version"], third[d]["dagster/row_count"]) == (3, 7)
-    assert (third[next_day]["version"], third[unknown]["version"], third[unknown]["amended"]) == (1, 1, False)
+    assert (third[next_day]["version"], third[unknown]["version"], third[unknown]["new_version"]) == (1, 1, False)
     assert keys(table(tmp_path / "warehouse", next_day)) == sorted(by_id[i] for i in range(6, 10))
     assert keys(table(tmp_path / "warehouse", d)) == sorted([*(by_id[i] for i in range(6)), by_id[11]])
     assert versions(landing, DS, "orders", late_day) == [1]

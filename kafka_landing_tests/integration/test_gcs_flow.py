@@ -162,7 +162,8 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
         # into a table partitioned on created_at; every landed order exactly once.
         from kafka_landing.config import load_config
         from kafka_landing.store import open_store
-        from kafka_landing.warehouse.event_load import event_conservation, load_event_partition
+        from kafka_landing.warehouse.by_event.load import load_event_partition
+        from kafka_landing.warehouse.by_event.measures import event_conservation
 
         store = open_store(f"gs://{gcs_bucket}/landing")
         cfg = load_config().topic(topics[ORDERS])

@@ -117,7 +117,8 @@ def test_a_widening_iceberg_cannot_hold_in_metadata_rewrites_the_tables_files_in
 
 
 def test_an_event_day_and_its_amendment_by_a_late_hour_load_into_the_bucket(on_gcs, spark):
-    from kafka_landing.warehouse.event_load import event_conservation, load_event_partition
+    from kafka_landing.warehouse.by_event.load import load_event_partition
+    from kafka_landing.warehouse.by_event.measures import event_conservation
     from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
     from kafka_landing_tests.landed_hours import land_event_orders
 
@@ -131,7 +132,7 @@ def test_an_event_day_and_its_amendment_by_a_late_hour_load_into_the_bucket(on_g
 
     amended = load_event_partition(wh, store, CFG, "orders", day, lambda: spark)
 
-    assert amended.amended
+    assert amended.new_version and amended.manifest.amended
     rows = etable.table("shop", "orders__by_event").scan().to_arrow().to_pylist()
     assert sorted((r["event_day"], r[HOUR_COLUMN], r["order_id"]) for r in rows) == [
         (day, f"{day}T10", "a"), (day, f"{day}T10", "b"), (day, f"{day}T20", "late")]

@@ -260,7 +260,8 @@ def _event_rows(wh: IcebergWarehouse, partition: str, snapshot_id: int | None = 
 
 def test_an_event_day_amended_by_a_late_hour_commits_only_that_hours_files(iceberg, spark):
     from kafka_landing.naming import unknown_partition
-    from kafka_landing.warehouse.event_load import event_conservation, load_event_partition
+    from kafka_landing.warehouse.by_event.load import load_event_partition
+    from kafka_landing.warehouse.by_event.measures import event_conservation
     from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
     from kafka_landing_tests.landed_hours import land_event_orders
 
@@ -279,7 +280,7 @@ def test_an_event_day_amended_by_a_late_hour_commits_only_that_hours_files(icebe
     land_event_orders(store, f"{DAY}T20", {f"{DAY}T10": ["late"]}, first=3000)  # a late record
     amended = load_event_partition(wh, store, CFG, "orders", DAY, lambda: spark)
 
-    assert amended.amended and amended.manifest.version == 2
+    assert amended.new_version and amended.manifest.amended and amended.manifest.version == 2
     assert _event_rows(etable, DAY) == {f"{DAY}T10": ["a", "b"], f"{DAY}T11": ["c", "e"], f"{DAY}T20": ["late"]}
     after = {f.file_path for f in etable.partition_files("shop", "orders__by_event", DAY)}
     assert after >= before and len(after - before) == 1  # the late hour's file; the day's others untouched
@@ -303,7 +304,7 @@ def test_a_load_record_that_lags_the_table_is_not_trusted_the_tables_snapshot_is
     """A load killed after its commit, before its record: the record names the version before. The
     next version equals that one, so by the record nothing changed, but the table holds the killed
     load's landing hour: the table's own snapshot says so, and that hour is removed."""
-    from kafka_landing.warehouse.event_load import load_event_partition
+    from kafka_landing.warehouse.by_event.load import load_event_partition
     from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
     from kafka_landing_tests.landed_hours import land_event_orders
 
@@ -325,7 +326,7 @@ def test_a_load_record_that_lags_the_table_is_not_trusted_the_tables_snapshot_is
 
 
 def test_an_event_partition_known_neither_by_snapshot_nor_by_record_is_replaced_whole_never_doubled(iceberg, spark):
-    from kafka_landing.warehouse.event_load import load_event_partition
+    from kafka_landing.warehouse.by_event.load import load_event_partition
     from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
     from kafka_landing_tests.landed_hours import land_event_orders
 
@@ -357,7 +358,7 @@ def test_the_unknown_partition_of_before_is_dropped_when_it_is_handed_over(icebe
     from kafka_landing.handoff import markers
     from kafka_landing.handoff.units import EVENT
     from kafka_landing.naming import UNKNOWN_EVENT, event_handover_path
-    from kafka_landing.warehouse.event_load import hand_over
+    from kafka_landing.warehouse.by_event.load import hand_over
     from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
     from kafka_landing_tests.landed_hours import events_cut_as_before, land_event_orders, load_event_partition_as_before
 
@@ -557,7 +558,7 @@ def test_a_reader_filtering_on_the_event_time_itself_reads_only_that_days_files(
     (every file holds one event day of one landing hour)."""
     from pyiceberg.expressions import GreaterThanOrEqual, LessThan
 
-    from kafka_landing.warehouse.event_load import load_event_partition
+    from kafka_landing.warehouse.by_event.load import load_event_partition
     from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG
     from kafka_landing_tests.landed_hours import land_event_orders
 

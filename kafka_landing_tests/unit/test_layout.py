@@ -43,9 +43,11 @@ def test_a_dagster_role_is_a_file_of_a_layer_not_of_a_package_inside_it():
 
 # The hand-off's markers have one owner on each side: publish (and the event index) write them, the
 # queue's tick and reconciliation read them, the load step (`warehouse/load.py`, with the event
-# versioning it calls) clears or refuses them. Dagster files and warehouse backends only call those.
+# partition's load it calls, `by_event/load.py`) clears or refuses them, and the event checks' measures
+# read (never write) what waits. Dagster files and warehouse backends only call those.
 MARKER_OWNERS = {"handoff/markers.py", "handoff/event_index.py", "avro_landing/publish.py", "warehouse/queue/tick.py",
-                 "warehouse/queue/reconcile.py", "warehouse/load.py", "warehouse/event_load.py"}
+                 "warehouse/queue/reconcile.py", "warehouse/load.py", "warehouse/by_event/load.py",
+                 "warehouse/by_event/measures.py"}
 
 
 def test_the_markers_are_touched_only_by_their_owners():
@@ -72,8 +74,7 @@ def test_spark_only_where_the_heavy_work_runs():
 # the layers share: above the shared modules, below every layer; a layer's own resources are in
 # its resources.py. Every module falls under exactly one of these rule sets (`rule_sets`).
 SHARED = {"__init__.py", "config.py", "naming.py", "errors.py", "avro_files.py", "avro_types.py", "crash_points.py",
-          "hours.py", "hourly_schedule.py", "defaults.py", "spark_setup.py", "run_worker.py", "run_launcher.py",
-          "event_partitions.py"}
+          "hours.py", "hourly_schedule.py", "defaults.py", "spark_setup.py", "run_worker.py", "run_launcher.py"}
 SHARED_PACKAGES = ("handoff", "store")
 SHARED_RESOURCES = {"resources.py"}
 OUTSIDE = ("kafka_landing_tools", "kafka_landing_tests")  # packages beside the product that use it
@@ -137,16 +138,17 @@ def backwards_imports(rel: str, imported: set[str]) -> list[str]:
 
 def test_every_module_falls_under_exactly_one_rule_set():
     modules = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py"))
-    assert len(modules) > 40 and {"event_partitions.py", "resources.py", "__init__.py"} <= set(modules)
+    assert len(modules) > 40 and {"warehouse/by_event/versions.py", "resources.py", "__init__.py"} <= set(modules)
     assert {rel: rule_sets(rel) for rel in modules if len(rule_sets(rel)) != 1} == {}
 
 
 def test_a_module_under_no_rule_set_or_two_is_found(monkeypatch):
     assert rule_sets("new_module.py") == [] and rule_sets("new_package/steps.py") == []
-    assert rule_sets("event_partitions.py") == ["shared"] and rule_sets("store/gcs.py") == ["shared"]
+    assert rule_sets("naming.py") == ["shared"] and rule_sets("store/gcs.py") == ["shared"]
     assert rule_sets("resources.py") == ["shared resources"]
     assert rule_sets("kafka_slices/resources.py") == ["layer kafka_slices"]
     assert rule_sets("warehouse/queue/tick.py") == ["layer warehouse"]
+    assert rule_sets("warehouse/by_event/versions.py") == ["layer warehouse"]
     monkeypatch.setitem(globals(), "SHARED", SHARED | {"resources.py"})
     assert rule_sets("resources.py") == ["shared", "shared resources"]
 
@@ -169,8 +171,8 @@ def test_a_backwards_import_fails_the_flow_rule():
     assert backwards_imports("config.py", {"kafka_landing.kafka_slices.plan"}) != []
     assert backwards_imports("spark_setup.py", {"kafka_landing_tools.devstack"}) != []
     assert backwards_imports("warehouse/checks.py", {"kafka_landing.avro_landing.conservation"}) != []
-    assert backwards_imports("event_partitions.py", {"kafka_landing.warehouse.load"}) != []
-    assert backwards_imports("event_partitions.py", {"kafka_landing.resources"}) != []
+    assert backwards_imports("handoff/event_index.py", {"kafka_landing.warehouse.by_event.versions"}) != []
+    assert backwards_imports("warehouse/by_event/load.py", {"kafka_landing.avro_landing.publish"}) != []
     assert backwards_imports("resources.py", {"kafka_landing.kafka_slices.kafka_log"}) != []
     assert backwards_imports("resources.py", {"kafka_landing.definitions"}) != []
     assert backwards_imports("store/gcs.py", {"kafka_landing.warehouse.bigquery"}) != []
@@ -184,7 +186,8 @@ def test_a_backwards_import_fails_the_flow_rule():
     assert backwards_imports("kafka_slices/resources.py", {"kafka_landing.kafka_slices.kafka_log"}) == []
     assert backwards_imports("avro_landing/assets.py", {"kafka_landing.kafka_slices.resources",
                                                         "kafka_landing.resources"}) == []
-    assert backwards_imports("event_partitions.py", {"kafka_landing.handoff.event_index", "kafka_landing.naming"}) == []
+    assert backwards_imports("warehouse/by_event/versions.py", {"kafka_landing.handoff.event_index",
+                                                                "kafka_landing.naming"}) == []
     assert backwards_imports("avro_landing/publish.py", {"kafka_landing.handoff.markers",
                                                          "kafka_landing.handoff.event_index"}) == []
     assert backwards_imports("warehouse/queue/tick.py", {"kafka_landing.handoff.markers",
@@ -202,7 +205,8 @@ def test_every_layer_holds_its_steps():
     for layer, steps in {
         "kafka_slices": ["plan.py", "freeze.py", "kafka_log.py", "resources.py", "assets.py"],
         "avro_landing": ["read.py", "decode.py", "route.py", "write.py", "publish.py", "job.py", "assets.py"],
-        "warehouse": ["load.py", "iceberg/warehouse.py", "bigquery/warehouse.py", "assets.py", "checks.py", "sensors.py"],
+        "warehouse": ["load.py", "iceberg/warehouse.py", "bigquery/warehouse.py", "by_event/versions.py",
+                      "by_event/load.py", "by_event/measures.py", "assets.py", "checks.py", "sensors.py"],
         "store": ["base.py", "local.py", "gcs.py"],
     }.items():
         assert [s for s in steps if not (PACKAGE / layer / s).exists()] == [], layer

@@ -94,13 +94,13 @@ def contender_event_amendment(args) -> dict:
 
 def _amended_rows(store, cfg, first: list[str], amended: list[str], topic: str) -> tuple[int, int]:
     """The rows of the amended partitions' latest versions, and of the landing hours that changed them."""
-    from kafka_landing.event_partitions import latest_manifest
+    from kafka_landing.warehouse.by_event.versions import latest_manifest
 
     rows = written = 0
     for name in amended:
         table, partition = name.split(" ")
         m = latest_manifest(store, cfg.dataset, table[:-len("__by_event")], partition)
-        if m.version < 2 and partition in {p.split(" ")[1] for p in first}:
+        if not m.amended and partition in {p.split(" ")[1] for p in first}:
             raise BenchError(f"{topic}: {name} was not amended (version {m.version})")
         rows += m.rows
         written += sum(m.hours[h]["rows"] for h in m.changed_hours if h in m.hours)

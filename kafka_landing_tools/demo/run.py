@@ -113,7 +113,7 @@ def load_event_partitions(defs, instance) -> int:
 def event_summary(instance, defs) -> str:
     """Each event-time table's partitions as their last load left them: version, rows, the landing
     hours they hold, what the last version changed and whether they are settled."""
-    from kafka_landing.warehouse.event_load import event_conservation
+    from kafka_landing.warehouse.by_event.measures import event_conservation
 
     resources = build_resources()
     store = resources["landing"].store()

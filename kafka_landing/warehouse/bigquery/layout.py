@@ -40,7 +40,7 @@ way. Loads are recorded per partition:
     <ledger>/warehouse_loads/bigquery/<dataset>/<table>__by_event/partition=__unknown__2026-01-31.json
 
 The single `__unknown__` of before was `<table>__by_event_unknown` unpartitioned: its
-target stays the whole table, so that its hand-over (`event_load.hand_over`, before
+target stays the whole table, so that its hand-over (`by_event.load.hand_over`, before
 any unknown day is loaded) drops it; the first unknown day creates it again by day.
 
 Pure: no client, no Dagster, no Spark.
@@ -163,7 +163,7 @@ class EventTables:
     """Event-time tables, partitioned by `granularity` ("day" or "hour") on column `field` (None: the
     column the table is partitioned on now, a retired table's, whose topic's config is gone; such a
     table is never created). The unknown partitions go to `<table>_unknown`, partitioned by DAY on
-    ingestion time whatever `granularity` and `field` (`event_load.event_backend` gives them a backend
+    ingestion time whatever `granularity` and `field` (`by_event.load.event_backend` gives them a backend
     whose `field` is None, which the load job reads when it creates the table)."""
 
     record_glob = "partition=*.json"

@@ -232,3 +232,15 @@ def test_a_landing_days_unknown_partition_shows_its_sentinels_and_fails_on_a_los
     check = latest(instance, CONSERVATION_BY_EVENT)[unknown]
     assert (check.passed, check.severity) == (False, AssetCheckSeverity.ERROR)
     assert "holds 2 rows, version 1 lists 3" in check.description
+
+
+def test_a_partitions_materialisation_says_whether_its_load_wrote_a_version_and_whether_the_day_was_amended(world):
+    store, _, _ = world
+    land(store, "2026-01-31T13", {"2026-01-31T13": ["a"]}, first=1000)
+    loads = [run(world, DAY)]
+    land(store, "2026-02-03T09", {"2026-01-31T23": ["late"]}, first=2000)
+    loads += [run(world, DAY), run(world, DAY)]  # the late hour's version, then nothing new
+    shown = [{k: v.value for k, v in r.get_asset_materialization_events()[0].materialization.metadata.items()}
+             for r in loads]
+    assert [(md["version"], md["new_version"], md["amended"]) for md in shown] == [
+        (1, True, False), (2, True, True), (2, False, True)]

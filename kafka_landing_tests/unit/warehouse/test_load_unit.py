@@ -19,6 +19,7 @@ from kafka_landing.handoff.manifests import DoneFile, content_sha
 from kafka_landing.handoff.markers import Marks
 from kafka_landing.handoff.units import event_unit
 from kafka_landing.naming import done_file_path, hour_from_tag
+from kafka_landing.warehouse.by_event.measures import settling
 from kafka_landing.warehouse.load import LoadError, load_unit
 from kafka_landing.warehouse.queue import tick as queue
 from kafka_landing_tests.bigquery_support import bigquery_warehouse
@@ -122,7 +123,7 @@ def test_an_event_marker_of_a_re_land_that_died_before_its_done_file_is_cleared_
     assert markers.marks_of(store, unit)
     ev = load_unit(wh, store, unit, no_spark, CFG)
     assert not markers.marks_of(store, unit)  # the partition can settle
-    assert ev.manifest.version == 1 and not ev.amended
+    assert ev.manifest.version == 1 and not ev.new_version and ev.waiting == ()
 
 
 def test_an_event_marker_of_a_publish_that_completed_stays_until_loaded(env):
@@ -137,3 +138,19 @@ def test_an_event_marker_of_a_publish_that_completed_stays_until_loaded(env):
     assert markers.marks_of(store, unit).hours == [H14]
     ev = load_unit(wh, store, unit, no_spark, CFG)
     assert ev.manifest.rows == 2 and not markers.marks_of(store, unit)
+
+
+def test_an_event_load_reads_its_markers_before_and_under_their_lock_only(env, monkeypatch):
+    """Before the load (what a refusal would name) and by the compare-and-delete under their lock,
+    which answers those it left: the settling the asset shows reads them no more."""
+    store, fake, wh = env
+    when = datetime(2026, 1, 31, 13, tzinfo=timezone.utc)
+    write_event_hour(store, DS, "orders", H13, {H13: [{"order_id": "a", "created_at": when}]}, EVENT_SCHEMA,
+                     topic="orders")
+    unit = event_unit(DS, "orders", "2026-01-31")
+    reads, marks_of = [], markers.marks_of
+    monkeypatch.setattr(markers, "marks_of", lambda store, u: reads.append(u) or marks_of(store, u))
+    ev = load_unit(wh, store, unit, no_spark, CFG)
+    settle = settling(store, ev.manifest, ev.waiting, CFG.settle_hours)
+    assert reads == [unit, unit]
+    assert (ev.cleared, ev.waiting, settle.settled) == (1, (), False)

@@ -14,9 +14,10 @@ import pytest
 from google.cloud import bigquery
 
 from kafka_landing.handoff import markers
-from kafka_landing.handoff.units import EVENT
+from kafka_landing.handoff.units import EVENT, event_unit
 from kafka_landing.naming import UNKNOWN_EVENT, Hour, event_handover_path
-from kafka_landing.warehouse.event_load import event_conservation, load_event_partition, settling
+from kafka_landing.warehouse.by_event.load import load_event_partition
+from kafka_landing.warehouse.by_event.measures import current_settling, event_conservation
 from kafka_landing.warehouse.load import LoadError
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
 from kafka_landing_tests.helpers import avro_file, write_event_hour
@@ -68,7 +69,7 @@ def test_an_event_day_is_one_decorator_load_and_a_late_hour_replaces_it_whole(fa
 
     # Loaded again with nothing changed: no job.
     again = load(fake, store, "2026-01-31")
-    assert (again.amended, again.result, len(fake.jobs)) == (False, None, 3)
+    assert (again.new_version, again.result, len(fake.jobs)) == (False, None, 3)
 
 
 def test_conservation_fails_when_the_partition_in_bigquery_is_changed_by_other_hands(fake_bigquery):
@@ -184,7 +185,7 @@ def test_the_unknown_partition_of_before_is_handed_over_to_its_landing_days_befo
         c = event_conservation(store, warehouse(fake, store), CFG, T, p)
         assert c.ok, c.why
     for p in ("1900-01-01", UNKNOWN_EVENT):  # emptied by the hand-over a month after they had settled: no alert
-        s = settling(store, DS, T, p, CFG.settle_hours, now=later)
+        s = current_settling(store, event_unit(DS, T, p), CFG.settle_hours, now=later)
         assert s.ok and "handed over" in s.why, s.why
     assert pending(store) == []
     # Handed over once: later loads read the record and nothing else of it.

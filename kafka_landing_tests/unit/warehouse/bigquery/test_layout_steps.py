@@ -18,7 +18,7 @@ from kafka_landing.handoff.manifests import content_sha
 from kafka_landing.warehouse.bigquery import day_sha, partition_id, swap
 from kafka_landing.warehouse.bigquery.jobs import Jobs
 from kafka_landing.warehouse.bigquery.ledger import Ledger
-from kafka_landing.warehouse.event_load import load_event_partition
+from kafka_landing.warehouse.by_event.load import load_event_partition
 from kafka_landing.warehouse.load import LoadError, load_done_file
 from kafka_landing_tests.bigquery_fake import JobFailed
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse, serving_gs_folder

@@ -14,17 +14,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_landing.event_partitions import (
+from kafka_landing.handoff import markers
+from kafka_landing.handoff.units import EVENT, event_unit
+from kafka_landing.naming import UNKNOWN_EVENT, done_file_path, event_lock_path, event_pending_path
+from kafka_landing.store.local import LocalStore
+from kafka_landing.warehouse.by_event.versions import (
+    EVENT_MANIFEST_FORMAT,
+    EventManifest,
     EventPartitionError,
     latest_manifest,
     next_manifest,
     read_done,
     versions,
 )
-from kafka_landing.handoff import markers
-from kafka_landing.handoff.units import EVENT, event_unit
-from kafka_landing.naming import UNKNOWN_EVENT, done_file_path, event_lock_path, event_pending_path
-from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.helpers import write_event_hour
 
 DS, T = "shop", "orders"
@@ -53,7 +55,7 @@ def clear_event_pending(store, dataset: str, table: str, partition: str, seen: d
 
 def version(store, partition: str, granularity: str = "day", now: datetime = NOW):
     with store.lock(event_lock_path(DS, T, partition)) as held:
-        manifest, new, seen = next_manifest(store, held, DS, T, partition, granularity, now)
+        manifest, new, seen = next_manifest(store, held, event_unit(DS, T, partition), granularity, now)
     clear_event_pending(store, DS, T, partition, seen)
     return manifest, new
 
@@ -91,9 +93,20 @@ def test_a_late_landing_hour_amends_the_day_as_a_new_version(store):
     assert versions(store, DS, T, "2026-01-31") == [1, 2]
     assert latest_manifest(store, DS, T, "2026-01-31") == v2
 
-    # Versioned again with nothing changed: the same version.
+    # Versioned again with nothing changed: the same version, amended since its first all the same.
     again, new = version(store, "2026-01-31")
     assert not new and again == v2
+    assert (v1.amended, v2.amended, again.amended) == (False, True, True)
+
+
+def test_a_version_is_written_and_read_in_the_format_of_before(store):
+    write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": recs("a")}, SCHEMA)
+    v1, _ = version(store, "2026-01-31")
+    written = json.loads(store.read_bytes(v1.path))
+    assert written["format"] == EVENT_MANIFEST_FORMAT == 1 and written["version"] == 1
+    # One written before `format` and `previous_amended_at` were: read as it was.
+    older = {k: v for k, v in written.items() if k not in {"format", "previous_amended_at"}}
+    assert EventManifest.from_dict(older) == v1
 
 
 def test_a_version_is_read_by_a_backend_as_a_done_file_is(store):
@@ -215,7 +228,7 @@ def test_an_unreadable_done_file_stops_the_version_naming_it(store):
 def test_a_marker_naming_newer_content_stays(store):
     write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": recs("a")}, SCHEMA)
     with store.lock(event_lock_path(DS, T, "2026-01-31")) as held:
-        _, _, seen = next_manifest(store, held, DS, T, "2026-01-31", "day", NOW)
+        seen = next_manifest(store, held, event_unit(DS, T, "2026-01-31"), "day", NOW).seen
     # A re-land marks the partition again before the versioning clears what it saw.
     write_event_hour(store, DS, T, "2026-01-31T13", {"2026-01-31T13": recs("a", "b")}, SCHEMA)
     assert clear_event_pending(store, DS, T, "2026-01-31", seen) == 0

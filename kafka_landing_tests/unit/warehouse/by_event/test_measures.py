@@ -1,9 +1,8 @@
-"""The event-time checks' arithmetic (`warehouse/event_load.py`), through the real BigQueryWarehouse
-and the strict BigQuery fake (no Spark): `settling` tells when an event day is final and fails only
-when a day that had settled is amended after all; `event_conservation` tells a partition that waits
-for another one's next version from a loss, and names the partitions whose checks may wait for it.
-And the hand-over of the partitions releases before cut (`hand_over`), on BigQuery (on Iceberg:
-integration/test_iceberg_warehouse.py)."""
+"""The event-time checks' arithmetic (`warehouse/by_event/measures.py`), through the real
+BigQueryWarehouse and the strict BigQuery fake (no Spark): `settling` tells when an event day is final
+and fails only when a day that had settled is amended after all; `event_conservation` tells a
+partition that waits for another one's next version from a loss, and names the partitions whose
+checks may wait for it."""
 
 from __future__ import annotations
 
@@ -11,19 +10,18 @@ import json
 from datetime import datetime, timedelta, timezone
 from functools import partial
 
-import pytest
-
-from kafka_landing.event_partitions import EventPartitionError
-from kafka_landing.naming import (UNKNOWN_EVENT, done_file_path, event_handover_path, event_manifest_path,
-                                  event_pending_dir)
-from kafka_landing.warehouse.event_load import event_conservation, load_event_partition, settling
+from kafka_landing.handoff.units import event_unit
+from kafka_landing.naming import event_manifest_path, event_pending_dir
+from kafka_landing.warehouse.by_event.load import load_event_partition
+from kafka_landing.warehouse.by_event.measures import current_settling, event_conservation, settling
+from kafka_landing.warehouse.by_event.versions import latest_manifest
 from kafka_landing_tests.bigquery_support import NO_SPARK, bigquery_warehouse
 from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG, land_event_orders  # settle_hours 48
-from kafka_landing_tests.landed_hours import events_cut_as_before, load_event_partition_as_before
 
 PROJECT = "kl-event-load"
 DS, T = CFG.dataset, CFG.table
 DAY, LATE_DAY = "2026-01-31", "2026-02-03"
+UNIT = event_unit(DS, T, DAY)
 T0 = datetime(2026, 1, 31, 15, 0, tzinfo=timezone.utc)
 warehouse = partial(bigquery_warehouse, project=PROJECT)
 
@@ -54,7 +52,7 @@ def iso(t: datetime) -> str:
 
 def test_a_day_just_versioned_passes_and_says_until_when_late_records_may_amend_it(fake_bigquery):
     store = versioned_at_t0(fake_bigquery)
-    s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=1))
+    s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=1))
     assert (s.ok, s.settled, s.settles_at) == (True, False, iso(T0 + timedelta(hours=48)))
     assert f"may still amend it until {iso(T0 + timedelta(hours=48))}" in s.why
 
@@ -63,13 +61,13 @@ def test_an_amendment_before_the_day_settled_passes_and_moves_settles_at(fake_bi
     store = versioned_at_t0(fake_bigquery)
     land(store, "2026-02-01T09", {"2026-01-31T23": 1}, first=2000)  # 18 h later: the day had not settled
     load(fake_bigquery, DAY, T0 + timedelta(hours=18))
-    s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=19))
+    s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=19))
     assert (s.ok, s.settled, s.settles_at) == (True, False, iso(T0 + timedelta(hours=18 + 48)))
 
 
 def test_a_day_unchanged_for_settle_hours_is_final_and_says_since_when(fake_bigquery):
     store = versioned_at_t0(fake_bigquery)
-    s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=49))
+    s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=49))
     assert (s.ok, s.settled, s.settles_at) == (True, True, iso(T0 + timedelta(hours=48)))
     assert f"final since {iso(T0 + timedelta(hours=48))}" in s.why
 
@@ -77,7 +75,7 @@ def test_a_day_unchanged_for_settle_hours_is_final_and_says_since_when(fake_bigq
 def test_a_landing_hour_waiting_to_change_the_day_is_not_a_failure(fake_bigquery):
     store = versioned_at_t0(fake_bigquery)
     land(store, "2026-02-01T09", {"2026-01-31T23": 1}, first=2000)  # marked, not versioned yet
-    s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=19))
+    s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=19))
     assert (s.ok, s.settled, s.settles_at) == (True, False, None)
     assert "2026-02-01T09" in s.why and "versioned again by its next load" in s.why
 
@@ -86,14 +84,14 @@ def test_amending_a_day_after_it_had_settled_fails_and_only_that_version(fake_bi
     store = versioned_at_t0(fake_bigquery)
     land(store, "2026-02-03T09", {"2026-01-31T23": 1, "2026-02-03T09": 1}, first=2000)
     load(fake_bigquery, DAY, T0 + timedelta(hours=66))  # version 1 had settled at T0 + 48 h
-    s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=66))
+    s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=66))
     assert (s.ok, s.settled, s.settles_at) == (False, False, iso(T0 + timedelta(hours=66 + 48)))
     assert s.previous_settled_at == iso(T0 + timedelta(hours=48))
     assert f"had settled at {iso(T0 + timedelta(hours=48))}" in s.why and "2026-02-03T09" in s.why
     # A version made after the previous one had settled is the alert; one more within the window is not.
     land(store, "2026-02-03T10", {"2026-01-31T22": 1}, first=3000)
     load(fake_bigquery, DAY, T0 + timedelta(hours=70))
-    s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=70))
+    s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=70))
     assert (s.ok, s.settled, s.previous_settled_at) == (True, False, None)
 
 
@@ -104,13 +102,24 @@ def test_a_manifest_written_before_previous_amended_at_existed_reads_the_previou
     rel = event_manifest_path(DS, T, DAY, 2)
     old = {k: v for k, v in json.loads(store.read_bytes(rel)).items() if k != "previous_amended_at"}
     store.write_atomic(rel, json.dumps(old).encode())
-    s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0 + timedelta(hours=66))
+    s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=66))
     assert (s.ok, s.previous_settled_at) == (False, iso(T0 + timedelta(hours=48)))
+
+
+def test_settling_takes_the_waiting_hours_a_load_answers_as_a_reading_of_the_markers_gives_them(fake_bigquery):
+    store = versioned_at_t0(fake_bigquery)
+    land(store, "2026-02-01T09", {"2026-01-31T23": 1}, first=2000)  # marked, not versioned yet
+    later = T0 + timedelta(hours=19)
+    manifest = latest_manifest(store, DS, T, DAY)
+    assert settling(store, manifest, ["2026-02-01T09"], CFG.settle_hours, later) == \
+        current_settling(store, UNIT, CFG.settle_hours, later)
+    s = settling(store, manifest, [], CFG.settle_hours, later)  # nothing waits: final 48 h after version 1
+    assert (s.ok, s.settled, s.settles_at) == (True, False, iso(T0 + timedelta(hours=48)))
 
 
 def test_a_partition_not_versioned_yet_is_not_final_and_not_a_failure(fake_bigquery):
     store, _ = fake_bigquery
-    s = settling(store, DS, T, DAY, CFG.settle_hours, now=T0)
+    s = current_settling(store, UNIT, CFG.settle_hours, now=T0)
     assert (s.ok, s.settled, s.settles_at) == (True, False, None) and "not versioned yet" in s.why
 
 
@@ -139,39 +148,3 @@ def test_a_shortfall_waits_only_while_the_partition_that_lacks_the_rows_is_marke
         store.delete(rel)
     c = event_conservation(store, warehouse(fake, store), CFG, T, DAY)
     assert (c.ok, c.waiting) == (False, ()) and "landing hour 2026-02-03T09 landed 2 rows" in c.why
-
-
-# --- the hand-over of the partitions of before ----------------------------------------------------
-
-def land_before_the_split(store) -> None:
-    """Two landing hours as releases before landed them: their records with no event time in the single
-    __unknown__ (versioned), one with a sentinel day."""
-    with events_cut_as_before():
-        land_event_orders(store, "2026-01-31T13", {None: ["n1"], "2026-01-31T13": ["a"], "1900-01-01T00": ["s"]})
-        land_event_orders(store, "2026-02-01T09", {None: ["n2"]}, first=2000)
-
-
-def test_a_partition_of_before_that_cannot_be_handed_over_holds_back_only_the_unknown_partitions(fake_bigquery):
-    store, fake = fake_bigquery
-    land_before_the_split(store)
-    with events_cut_as_before():
-        load_event_partition_as_before(warehouse(fake, store).by_event("day", "created_at"), store, UNKNOWN_EVENT)
-    gone = store.read_bytes(done_file_path(DS, T, "2026-02-01T09"))
-    store.delete(done_file_path(DS, T, "2026-02-01T09"))
-    land(store, "2026-02-02T00", {None: 1, "2026-02-02T00": 1}, first=3000)
-
-    with pytest.raises(EventPartitionError, match=r"wait for the partitions they were in before.*__unknown__.*"
-                                                  r"landing hours \['2026-02-01T09'\]") as err:
-        load(fake_bigquery, "__unknown__2026-02-02", T0)
-    assert err.value.elsewhere and not err.value.transient  # the unknown day is not refused for it
-    day = load(fake_bigquery, "2026-02-02", T0)  # the event days go on, warned
-    assert day.manifest.rows == 1 and "could not be handed over" in day.warnings[0]
-    assert store.read_json(event_handover_path(DS, T))["failed"].keys() == {UNKNOWN_EVENT}
-
-    store.write_atomic(done_file_path(DS, T, "2026-02-01T09"), gone)  # the done file is back
-    assert load(fake_bigquery, "__unknown__2026-02-02", T0).manifest.rows == 1
-    assert store.read_json(event_handover_path(DS, T))["failed"] == {}
-    for p in ("__unknown__2026-01-31", "__unknown__2026-02-01", UNKNOWN_EVENT, "1900-01-01"):
-        load(fake_bigquery, p, T0)
-    assert fake.partition_counts("kl-event-load", DS, "orders__by_event_unknown") == {
-        "20260131": 2, "20260201": 1, "20260202": 1}

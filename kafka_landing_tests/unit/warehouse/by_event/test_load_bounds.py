@@ -6,12 +6,12 @@ what the partition holds, whatever the history."""
 
 from __future__ import annotations
 
-from kafka_landing.event_partitions import latest_manifest, versions
 from kafka_landing.handoff import markers
 from kafka_landing.handoff.units import EVENT
 from kafka_landing.naming import Hour, event_partition_dir
-from kafka_landing.warehouse.event_load import event_conservation, load_event_partition
 from kafka_landing.warehouse.backend import LoadResult, Warehouse
+from kafka_landing.warehouse.by_event.load import load_event_partition
+from kafka_landing.warehouse.by_event.measures import event_conservation
 from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG, land_event_orders
 from kafka_landing_tests.mem_store import MemStore
 

@@ -1,14 +1,7 @@
-"""Event partitions: a table's records by the time things happened, not by when they reached Kafka.
-
-A topic with `event_time_field` lands files that each hold one event hour (`LandedFile.event_hour`;
-None for records with no event time), so an event partition P (a day or an hour of event time, or
-`__unknown__<landing day>`: `naming.event_partition`) is a set of files listed by done files: nothing
-is re-read from Kafka. Records of P arrive with many landing hours, some days late, so P is never
+"""VERSIONS of an event partition P (what P is, and the index and markers landing leaves for it:
+`handoff/event_index`). Records of P arrive with many landing hours, some days late, so P is never
 appended to: it gets a new manifest version listing every file, its landing hour and rows, and the
-warehouse replaces P whole from it.
-
-In the landing root, per (dataset, table, P), beside the index and markers publish leaves
-(`handoff/event_index`):
+warehouse replaces P whole from it. In the landing root, per (dataset, table, P), beside the index:
 
     event_partitions/<ds>/<t>/<P>/v=000003.json        P's manifest versions, the newest last; only
                                                        the newest VERSIONS_KEPT are kept
@@ -20,7 +13,7 @@ and older versions are removed as newer ones are written.
 
 A versioning (`next_manifest`) reads P's index and each landing hour's current done file, so it
 sees P as the done files say it is now, whatever order things ran in; the load step then clears
-the markers it saw satisfied (`warehouse/event_load`).
+the markers it saw satisfied (`by_event/load`).
 
 A version's identity is its content hash: the (landing hour, file, rows, schema id) it lists. A
 re-land that gives P the same files makes no new version; one that moves records between event
@@ -32,21 +25,26 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
+from typing import NamedTuple
 
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff.event_index import partitions_of, sources
 from kafka_landing.handoff.manifests import DoneFile, DoneFileError, LandedFile, read_done_file_or_none
+from kafka_landing.handoff.units import LoadUnit
 from kafka_landing.naming import (
     done_file_path,
     event_manifest_path,
     event_partition_dir,
     event_table,
     placeable,
+    superseded,
 )
 from kafka_landing.store.base import HeldLock, LandingStore
 
-MANIFEST_VERSION = 1
+# The format of an event manifest (its `format` key); not the partition's version, which counts its
+# contents (`EventManifest.version`), nor the format of a slice plan (`kafka_slices/plan`).
+EVENT_MANIFEST_FORMAT = 1
 # The newest versions kept of a partition: the newest, and the one it replaced (what `settling` reads
 # of a manifest written before `previous_amended_at` existed). Nothing else reads an older one: a load
 # and the checks read the newest, and the warehouse's record names the content it loaded by its hash.
@@ -77,7 +75,7 @@ class EventManifest:
     previous_sha256: str | None = None
     created_at: str | None = None  # when version 1 was made
     previous_amended_at: str | None = None  # when the previous version was made (absent from older manifests)
-    format: int = MANIFEST_VERSION
+    format: int = EVENT_MANIFEST_FORMAT
 
     @property
     def path(self) -> str:
@@ -131,9 +129,18 @@ class EventManifest:
                 out[f["event_hour"]] = out.get(f["event_hour"], 0) + f["rows"]
         return dict(sorted(out.items()))
 
-    def settled(self, now: datetime, settle_hours: int) -> bool:
-        """No landing hour changed the partition for `settle_hours`."""
-        return now - datetime.fromisoformat(self.amended_at) >= timedelta(hours=settle_hours)
+    @property
+    def amended(self) -> bool:
+        """The partition changed after its first version: late records, or a re-land."""
+        return self.version > 1
+
+    def held_by(self, loaded: dict | None) -> bool:
+        """Whether the warehouse holds this version, as its load record `loaded` says (its hash names
+        the content it loaded). A superseded partition emptied that was never loaded holds nothing to
+        empty (BigQuery refused its days: they are outside its range)."""
+        if (loaded or {}).get("sha256") == self.sha256:
+            return True
+        return loaded is None and self.rows == 0 and superseded(self.partition)
 
 
 @dataclass(frozen=True)
@@ -171,21 +178,23 @@ def read_done(store: LandingStore, dataset: str, table: str, hour: str) -> tuple
                                   "file)", transient=exc.transient) from None
 
 
+def read_sources(store: LandingStore, dataset: str, table: str, partition: str
+                 ) -> dict[str, tuple[DoneFile, str] | None]:
+    """Each landing hour in the partition's index, with its done file and hash as they stand now
+    (None where it is gone)."""
+    return {hour: read_done(store, dataset, table, hour) for hour in sources(store, dataset, table, partition)}
+
+
 def read_content(store: LandingStore, dataset: str, table: str, partition: str, granularity: str
                  ) -> tuple[dict[str, Contribution], dict[str, str | None]]:
     """(what each landing hour gives the partition now, the done-file hash read per indexed hour,
     None where its done file is gone)."""
     parts, seen = {}, {}
-    for hour in sources(store, dataset, table, partition):
-        got = read_done(store, dataset, table, hour)
-        if got is None:
-            seen[hour] = None
-            continue
-        done, sha = got
-        seen[hour] = sha
-        mine = partitions_of(done, granularity).get(partition, [])
+    for hour, got in read_sources(store, dataset, table, partition).items():
+        seen[hour] = got[1] if got else None
+        mine = partitions_of(got[0], granularity).get(partition, []) if got else []
         if mine:
-            parts[hour] = Contribution(hour, sha, tuple(sorted(mine, key=lambda f: f.path)))
+            parts[hour] = Contribution(hour, got[1], tuple(sorted(mine, key=lambda f: f.path)))
     return parts, seen
 
 
@@ -220,15 +229,22 @@ def _prune(held: HeldLock, dataset: str, table: str, partition: str, have: list[
         held.delete(event_manifest_path(dataset, table, partition, v))
 
 
-def next_manifest(store: LandingStore, held: HeldLock, dataset: str, table: str, partition: str, granularity: str,
-                  now: datetime | None = None, content: tuple[dict[str, Contribution], dict[str, str | None]] | None
-                  = None) -> tuple[EventManifest, bool, dict[str, str | None]]:
-    """(the partition's version as the done files stand now, whether it is new, the done-file hash read
-    per landing hour). Call under `event_lock_path(dataset, table, partition)`; `content`: what
-    `read_content` answered under that lock already, if the caller read it. A new version is
-    written when the content differs from the newest one, and versions older than the newest
-    VERSIONS_KEPT are removed. A landing hour in the newest version whose done file is gone stops it:
-    the partition would lose its rows without a trace."""
+class Versioned(NamedTuple):
+    """What a versioning answers."""
+
+    manifest: EventManifest  # the partition's version as the done files stand now
+    new: bool  # this versioning wrote it: the content differed from the newest version
+    seen: dict[str, str | None]  # the done-file hash read per indexed landing hour, None where it is gone
+
+
+def next_manifest(store: LandingStore, held: HeldLock, unit: LoadUnit, granularity: str, now: datetime | None = None,
+                  content: tuple[dict[str, Contribution], dict[str, str | None]] | None = None) -> Versioned:
+    """The event partition `unit`'s version as the done files stand now. Call under
+    `event_lock_path(dataset, table, partition)`; `content`: what `read_content` answered under that
+    lock already, if the caller read it. A new version is written when the content differs from the
+    newest one, and versions older than the newest VERSIONS_KEPT are removed. A landing hour in the
+    newest version whose done file is gone stops it: the partition would lose its rows without a trace."""
+    dataset, table, partition = unit.dataset, unit.table, unit.partition
     latest, have = _latest(store, dataset, table, partition)
     parts, seen = content or read_content(store, dataset, table, partition, granularity)
     gone = sorted(h for h, part in (latest.hours if latest else {}).items() if part.get("rows") and seen.get(h) is None)
@@ -241,14 +257,22 @@ def next_manifest(store: LandingStore, held: HeldLock, dataset: str, table: str,
     sha = partition_sha(parts)
     if latest is not None and latest.sha256 == sha:
         _prune(held, dataset, table, partition, have)
-        return latest, False, seen
-    now = now or _now()
+        return Versioned(latest, False, seen)
+    manifest = _next_version(unit, granularity, latest, parts, sha, now or _now())
+    held.write_atomic(manifest.path, manifest.to_bytes())
+    _prune(held, dataset, table, partition, [*have, manifest.version])
+    return Versioned(manifest, True, seen)
+
+
+def _next_version(unit: LoadUnit, granularity: str, latest: EventManifest | None, parts: dict[str, Contribution],
+                  sha: str, now: datetime) -> EventManifest:
+    """The version after `latest` (None: the first) holding `parts`, whose hash is `sha`."""
     hours = {h: {"done_sha256": c.done_sha256, "rows": c.rows, "files": len(c.files)} for h, c in sorted(parts.items())}
     was = _keys_by_hour(latest.files if latest else ())
     now_keys = {h: c.key() for h, c in parts.items()}
     changed = sorted(h for h in {*was, *now_keys} if was.get(h) != now_keys.get(h))
-    manifest = EventManifest(
-        dataset=dataset, table=table, partition=partition, granularity=granularity,
+    return EventManifest(
+        dataset=unit.dataset, table=unit.table, partition=unit.partition, granularity=granularity,
         version=(latest.version if latest else 0) + 1, sha256=sha, rows=sum(c.rows for c in parts.values()),
         files=tuple({"hour": h, **asdict(f)} for h, c in sorted(parts.items()) for f in c.files),
         hours=hours, amended_at=now.isoformat(timespec="seconds"), changed_hours=tuple(changed),
@@ -256,9 +280,6 @@ def next_manifest(store: LandingStore, held: HeldLock, dataset: str, table: str,
         previous_amended_at=latest.amended_at if latest else None,
         created_at=latest.created_at if latest and latest.created_at else now.isoformat(timespec="seconds"),
     )
-    held.write_atomic(manifest.path, manifest.to_bytes())
-    _prune(held, dataset, table, partition, [*have, manifest.version])
-    return manifest, True, seen
 
 
 def _keys_by_hour(files) -> dict[str, list]:
@@ -272,5 +293,5 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-__all__ = ["Contribution", "EventManifest", "EventPartitionError", "latest_manifest", "next_manifest",
-           "partitions_of", "read_content", "read_done", "sources", "versions"]
+__all__ = ["EVENT_MANIFEST_FORMAT", "Contribution", "EventManifest", "EventPartitionError", "Versioned",
+           "latest_manifest", "next_manifest", "read_content", "read_done", "read_sources", "versions"]
