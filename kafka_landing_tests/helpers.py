@@ -46,10 +46,11 @@ def content_key(done: DoneFile) -> dict:
 def land_hour(spark_factory, store, fetch_schema, kafka_options: dict, cfg, plan, attempt: str,
               likely_ids: tuple[int, ...] = ()):
     """One hour: `job.land_hours` of one plan, its LandingError raised (the product lands runs)."""
-    from kafka_landing.avro_landing.job import land_hours
+    from kafka_landing.avro_landing.job import HoursToLand, Sources, land_hours
     from kafka_landing.errors import LandingError
 
-    result = land_hours(spark_factory, store, fetch_schema, kafka_options, cfg, [plan], attempt, likely_ids)[plan.hour]
+    result = land_hours(Sources(spark_factory, kafka_options, fetch_schema), store,
+                        HoursToLand(cfg, [plan], attempt, likely_ids))[plan.hour]
     if isinstance(result, LandingError):
         raise result
     return result

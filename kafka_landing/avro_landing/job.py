@@ -181,26 +181,42 @@ def _count_apart(framed: DataFrame, hours: list[str], into: _Pass) -> None:
             into.records_by_id[r["sid"]] = into.records_by_id.get(r["sid"], 0) + n
 
 
-def land_hours(
-    spark_factory: Callable[[], SparkSession], store: LandingStore, fetch_schema: Callable[[int], object],
-    kafka_options: dict, cfg: TopicConfig, plans: list[SlicePlan], attempt: str,
-    likely_ids: tuple[int, ...] = (), log: Callable[[str], None] = lambda _m: None, snapshot: bool = False,
-    direct: bool = True,
-) -> dict[str, LandingResult | LandingError]:
-    """Land frozen slices of consecutive (or any) hours of one topic; {hour tag: result or error}.
+@dataclass(frozen=True)
+class Sources:
+    """Where a run reads. `spark_factory()`: the Spark session, asked for only when some record is
+    to be read; it reads Kafka with `kafka_options`. `fetch_schema(id)`: the writer schema JSON, or
+    a `DeadSchema` (unknown id, another schema type) whose records become dead letters; a registry
+    that cannot answer raises, failing every hour before anything is published."""
 
-    `fetch_schema(id)` returns the writer schema JSON, or a `DeadSchema` (unknown id, another
-    schema type) whose records become dead letters; a registry that cannot answer raises,
-    failing every hour before anything is published. `likely_ids` are schema ids the records
-    probably carry (the registry's latest for the topic, the previous hour's): the first job
-    decodes them while it counts what the hours really hold, so a run whose guess is right
-    reads Kafka once per schema id and never just to look. `snapshot`: read Kafka once, before
-    anything else (a compacted topic, whose cleaner may remove records between two reads). `direct`:
-    the likely id's records land without rows where they can (see direct.py); False: always the
-    decoding way (the tests compare the two)."""
-    run = LandingRun(store, cfg, sorted(plans, key=lambda p: p.hour), attempt, fetch_schema, log, snapshot=snapshot,
-                     direct=direct)
-    return run.land(spark_factory, kafka_options, likely_ids)
+    spark_factory: Callable[[], SparkSession]
+    kafka_options: dict
+    fetch_schema: Callable[[int], object]
+
+
+@dataclass(frozen=True)
+class HoursToLand:
+    """What a run lands: frozen slices of consecutive (or any) hours of one topic, staged under
+    `attempt`. `likely_ids` are schema ids the records probably carry (the registry's latest for
+    the topic, the previous hour's): the first job decodes them while it counts what the hours
+    really hold, so a run whose guess is right reads Kafka once per schema id and never just to
+    look. `snapshot`: read Kafka once, before anything else (a compacted topic, whose cleaner may
+    remove records between two reads)."""
+
+    cfg: TopicConfig
+    plans: list[SlicePlan]
+    attempt: str
+    likely_ids: tuple[int, ...] = ()
+    snapshot: bool = False
+
+
+def land_hours(sources: Sources, store: LandingStore, hours: HoursToLand, log: Callable[[str], None] = lambda _m: None,
+               direct: bool = True) -> dict[str, LandingResult | LandingError]:
+    """Land a run of hours of one topic; {hour tag: result or error}. `direct`: the likely id's
+    records land without rows where they can (see direct.py); False: always the decoding way (the
+    tests compare the two)."""
+    run = LandingRun(store, hours.cfg, sorted(hours.plans, key=lambda p: p.hour), hours.attempt, sources.fetch_schema,
+                     log, snapshot=hours.snapshot, direct=direct)
+    return run.land(sources.spark_factory, sources.kafka_options, hours.likely_ids)
 
 
 @dataclass

@@ -127,7 +127,7 @@ def schema_fetcher(registry: SchemaRegistryResource):
 
 def likely_schema_ids(store, registry: SchemaRegistryResource, cfg: TopicConfig, first_hour) -> tuple[int, ...]:
     """The schema ids the hours' records most likely carry, best first: the registry's latest for
-    `<topic>-value`, then those of the hour before the run. Only a guess (see land_hours): any
+    `<topic>-value`, then those of the hour before the run. Only a guess (see job.HoursToLand): any
     answer that is not one is ignored, and so is a done file before that cannot be trusted (its
     own load says why)."""
     ids: list[int] = []
