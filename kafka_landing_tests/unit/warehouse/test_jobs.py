@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from dagster import Failure, build_op_context, build_sensor_context
 
-from kafka_landing.avro_landing.publish import publish
+from kafka_landing.avro_landing.publish import StagedHour, publish
 from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import TopicConfig
 from kafka_landing.handoff import markers
@@ -68,7 +68,7 @@ def land(store, cfg: TopicConfig, attempt: str) -> None:
     data = avro_file(SCHEMA, records)
     store.write_atomic(src, data)
     staged = Staged(src, rel, LandedFile(rel, 3, len(data), 0, 0, 2, 1, H), H, cfg.table)
-    publish(store, cfg, PLAN, [staged], [], DeadLetters(0, {}, ()), 3, attempt)
+    publish(store, cfg, StagedHour(PLAN, [staged], [], DeadLetters(0, {}, ()), 3, attempt))
 
 
 def rows(fake, table: str, pid: str) -> list[str]:
