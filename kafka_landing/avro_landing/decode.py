@@ -29,6 +29,7 @@ from kafka_landing.avro_landing.contract import (
 )
 from kafka_landing.avro_landing.read import kafka_millis
 from kafka_landing.avro_landing.route import EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000
+from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError, is_transient
 from kafka_landing.spark_setup import SparkUnavailable
 
@@ -100,6 +101,11 @@ class Vouch:
     event time field's (None: the topic has none)."""
     route_field: str | None = None
     event_field: str | None = None
+
+    @classmethod
+    def of(cls, cfg: TopicConfig) -> Vouch:
+        """What a topic's landing needs from a body it does not decode."""
+        return cls(cfg.route.field if cfg.route else None, cfg.event_time_field)
 
 
 def register_body_check(spark, config: str) -> str:

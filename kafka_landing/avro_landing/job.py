@@ -252,7 +252,7 @@ class LandingRun:
     def vouch(self) -> Vouch:
         """What the body check reads from the bodies it vouches for, which land undecoded: the
         splice writer writes their bytes (see decode.BODY_CHECK)."""
-        return Vouch(self.cfg.route.field if self.cfg.route else None, self.cfg.event_time_field)
+        return Vouch.of(self.cfg)
 
     @property
     def hours(self) -> list[str]:
@@ -371,7 +371,7 @@ class LandingRun:
         self.log(f"{self.cfg.topic}: landing the records of schema id {sid} straight from Kafka")
         self.step = str(sid)
         try:
-            got = land_directly(spark, kafka_options, self.cfg, tasks, sid, writer, self.vouch, self.store.location(out))
+            got = land_directly(spark, kafka_options, self.cfg, tasks, sid, writer, self.store.location(out))
         except Exception as exc:  # noqa: BLE001 - only an engine without the operator is let through
             if DIRECT_FORMAT not in str(exc) or "DATA_SOURCE_NOT_FOUND" not in str(exc):
                 raise
