@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import fastavro
 
 from kafka_landing.handoff.manifests import DeadLetters, DoneFile, LandedFile
-from kafka_landing.naming import done_file_path, hour_from_tag, landing_file_name, table_hour_dir
+from kafka_landing.naming import OffsetRange, done_file_path, hour_from_tag, landing_file_name, table_hour_dir
 from kafka_landing.store.local import LocalStore
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def write_hour(store, dataset: str, table: str, hour: str, parts: list[tuple[int
         first = 1000 * (n + 1)
         last = first + max(len(records) - 1, 0)
         rel = (f"{table_hour_dir(dataset, table, hour_from_tag(hour))}/"
-               f"{landing_file_name(topic, partition, dataset, table, schema_id, first, last)}")
+               f"{landing_file_name(OffsetRange(topic, partition, first, last), dataset, table, schema_id)}")
         data = avro_file(schema, records)
         store.write_atomic(rel, data)
         files.append(LandedFile(rel, len(records), len(data), partition, first, last, schema_id))
@@ -135,7 +135,7 @@ def write_event_hour(store, dataset: str, table: str, hour: str, by_event: dict,
         if not records:
             continue
         last = first + len(records) - 1
-        name = landing_file_name(topic, partition, dataset, table, 1, first, last,
+        name = landing_file_name(OffsetRange(topic, partition, first, last), dataset, table, 1,
                                  hour_from_tag(event_hour) if event_hour else None)
         rel = f"{table_hour_dir(dataset, table, hour_from_tag(hour))}/{name}"
         data = avro_file(schema, records)

@@ -16,6 +16,7 @@ from kafka_landing.naming import (
     done_file_path,
     hour_from_tag,
     landing_file_name,
+    OffsetRange,
     table_hour_dir,
 )
 from kafka_landing.store.local import LocalStore
@@ -33,7 +34,7 @@ def staged(store: LocalStore, dataset: str, table: str, attempt: str) -> Staged:
 
     import fastavro
 
-    name = landing_file_name("web", 0, dataset, table, 1, 0, 1)
+    name = landing_file_name(OffsetRange("web", 0, 0, 1), dataset, table, 1)
     src = f"staging/web/{attempt}/{name}"
     buf = io.BytesIO()
     fastavro.writer(buf, {"type": "record", "name": "r", "fields": [{"name": "a", "type": "int"}]}, [{"a": 1}, {"a": 2}])
