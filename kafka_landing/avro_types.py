@@ -33,8 +33,8 @@ def map_types(t, node: Callable[[dict], dict], collapse: bool = True):
 
 def strip_logical_types(t):
     """The same Avro type with every logicalType removed: the raw longs, ints and bytes,
-    which decode whatever their value. Tells a value out of range from a corrupt body, and
-    reads a file's offsets whatever its other fields hold (avro_files.offset_range_in)."""
+    which decode whatever their value: reads a file's offsets whatever its other fields hold
+    (avro_files.offset_range_in)."""
     return map_types(t, lambda node: {k: v for k, v in node.items() if k not in ("logicalType", "precision", "scale")})
 
 

@@ -231,15 +231,7 @@ def parse_config(data: Any, source: str = "<memory>") -> LandingConfig:
     unknown = set(data) - {"defaults", "topics"}
     if unknown:
         raise _err(source, None, sorted(unknown)[0], "unknown key; allowed: defaults, topics")
-    defaults = dict(_OPTION_DEFAULTS)
-    default_first_hour = None
-    for key, value in (data.get("defaults") or {}).items():
-        if key == "first_hour":
-            default_first_hour = _first_hour(source, None, value, "defaults.first_hour")
-            continue
-        if key not in _OPTION_DEFAULTS:
-            raise _err(source, None, f"defaults.{key}", f"unknown key; allowed: {sorted([*_OPTION_DEFAULTS, 'first_hour'])}")
-        defaults[key] = _option(source, None, key, value, shown=f"defaults.{key}")
+    defaults, default_first_hour = _defaults(source, data.get("defaults") or {})
     topics_raw = data.get("topics")
     if not isinstance(topics_raw, dict) or not topics_raw:
         raise _err(source, None, "topics", "must map at least one topic to its destination")
@@ -248,56 +240,94 @@ def parse_config(data: Any, source: str = "<memory>") -> LandingConfig:
     fed_by: dict[tuple[str, str], str] = {}
     named: dict[str, str] = {}
     for topic, spec in topics_raw.items():
-        try:
-            check_topic(topic)
-        except NameError_ as exc:
-            raise _err(source, str(topic), "topics", str(exc)) from None
-        other = named.setdefault(asset_safe(topic), topic)
-        if other != topic:
-            raise _err(source, topic, "topics", f"its asset and job names ({asset_safe(topic)}) are those of topic "
-                                                f"{other!r}; land one of them under another config")
-        if not isinstance(spec, dict):
-            raise _err(source, topic, "topics", "must be a mapping with 'dataset' and 'table' or 'route'")
-        unknown = set(spec) - _TOPIC_KEYS
-        if unknown:
-            raise _err(source, topic, sorted(unknown)[0], f"unknown key; allowed: {sorted(_TOPIC_KEYS)}")
-        if "dataset" not in spec:
-            raise _err(source, topic, "dataset", "is required")
-        dataset = _name(source, topic, "dataset", spec["dataset"], "dataset")
-        if ("table" in spec) == ("route" in spec):
-            raise _err(source, topic, "table", "give exactly one of 'table' or 'route'")
-        table = _name(source, topic, "table", spec["table"], "table") if "table" in spec else None
-        route = _route(source, topic, spec["route"]) if "route" in spec else None
-        etf = spec.get("event_time_field")
-        if etf is not None:
-            etf = _name(source, topic, "event_time_field", etf, "field")
-        options = {k: _option(source, topic, k, spec[k]) if k in spec else defaults[k] for k in _OPTION_DEFAULTS}
-        if etf is None and "event_time_partition" in spec:
-            raise _err(source, topic, "event_time_partition", "needs event_time_field: the field whose time "
-                                                              "partitions the event-time table")
-        first_hour = _first_hour(source, topic, spec["first_hour"], "first_hour") if "first_hour" in spec else None
-        shown = "first_hour" if first_hour else "defaults.first_hour" if default_first_hour else ""
-        first_hour = first_hour or default_first_hour
-        derived_by = None
-        if first_hour == DERIVED_BY_DEMO:
-            _only_demo_topics(source, topic, shown)
-            first_hour, derived_by = None, shown
-        cfg = TopicConfig(topic=topic, dataset=dataset, table=table, route=route, event_time_field=etf,
-                          first_hour=first_hour, first_hour_derived_by=derived_by,
-                          first_hour_source=("first_hour of the topic" if first_hour and shown == "first_hour"
-                                             else "defaults.first_hour" if first_hour else ""),
-                          **options)
-        for t in cfg.tables if cfg.event_granularity else ():
-            try:
-                check_identifier(event_table(t), "event-time table")
-            except NameError_ as exc:
-                raise _err(source, topic, "event_time_partition", f"{exc}; shorten table {t!r}") from None
-        for t in cfg.tables:
-            other = fed_by.setdefault((dataset, t), topic)
-            if other != topic:
-                raise _err(source, topic, "table", f"{dataset}.{t} is already fed by topic {other!r}; a table has one source topic")
+        _check_topic_name(source, topic, named)
+        cfg = _topic_config(source, topic, spec, defaults, default_first_hour)
+        _check_tables(source, cfg, fed_by)
         topics[topic] = cfg
     return LandingConfig(topics=topics, source=source)
+
+
+def _defaults(source: str, raw: dict) -> tuple[dict[str, Any], datetime | str | None]:
+    """(every option as `defaults:` sets it or its default, the first hour it sets or None)."""
+    defaults = dict(_OPTION_DEFAULTS)
+    first_hour = None
+    for key, value in raw.items():
+        if key == "first_hour":
+            first_hour = _first_hour(source, None, value, "defaults.first_hour")
+            continue
+        if key not in _OPTION_DEFAULTS:
+            raise _err(source, None, f"defaults.{key}", f"unknown key; allowed: {sorted([*_OPTION_DEFAULTS, 'first_hour'])}")
+        defaults[key] = _option(source, None, key, value, shown=f"defaults.{key}")
+    return defaults, first_hour
+
+
+def _check_topic_name(source: str, topic: Any, named: dict[str, str]) -> None:
+    """A Kafka topic name, whose asset and job names (`named`: of the topics before it) are its own."""
+    try:
+        check_topic(topic)
+    except NameError_ as exc:
+        raise _err(source, str(topic), "topics", str(exc)) from None
+    other = named.setdefault(asset_safe(topic), topic)
+    if other != topic:
+        raise _err(source, topic, "topics", f"its asset and job names ({asset_safe(topic)}) are those of topic "
+                                            f"{other!r}; land one of them under another config")
+
+
+def _topic_config(source: str, topic: str, spec: Any, defaults: dict[str, Any],
+                  default_first_hour: datetime | str | None) -> TopicConfig:
+    """One topic of the config, its fields checked in the order a reader meets them; `defaults`: the
+    options of `defaults:`, or their defaults."""
+    if not isinstance(spec, dict):
+        raise _err(source, topic, "topics", "must be a mapping with 'dataset' and 'table' or 'route'")
+    unknown = set(spec) - _TOPIC_KEYS
+    if unknown:
+        raise _err(source, topic, sorted(unknown)[0], f"unknown key; allowed: {sorted(_TOPIC_KEYS)}")
+    if "dataset" not in spec:
+        raise _err(source, topic, "dataset", "is required")
+    dataset = _name(source, topic, "dataset", spec["dataset"], "dataset")
+    if ("table" in spec) == ("route" in spec):
+        raise _err(source, topic, "table", "give exactly one of 'table' or 'route'")
+    table = _name(source, topic, "table", spec["table"], "table") if "table" in spec else None
+    route = _route(source, topic, spec["route"]) if "route" in spec else None
+    etf = spec.get("event_time_field")
+    if etf is not None:
+        etf = _name(source, topic, "event_time_field", etf, "field")
+    options = {k: _option(source, topic, k, spec[k]) if k in spec else defaults[k] for k in _OPTION_DEFAULTS}
+    if etf is None and "event_time_partition" in spec:
+        raise _err(source, topic, "event_time_partition", "needs event_time_field: the field whose time "
+                                                          "partitions the event-time table")
+    first_hour, derived_by, why = _topic_first_hour(source, topic, spec, default_first_hour)
+    return TopicConfig(topic=topic, dataset=dataset, table=table, route=route, event_time_field=etf,
+                       first_hour=first_hour, first_hour_derived_by=derived_by, first_hour_source=why, **options)
+
+
+def _topic_first_hour(source: str, topic: str, spec: dict,
+                      default_first_hour: datetime | str | None) -> tuple[datetime | None, str | None, str]:
+    """(the topic's first hour as configured, the key that says `demo` if it does, why it starts there)."""
+    first_hour = _first_hour(source, topic, spec["first_hour"], "first_hour") if "first_hour" in spec else None
+    shown = "first_hour" if first_hour else "defaults.first_hour" if default_first_hour else ""
+    first_hour = first_hour or default_first_hour
+    derived_by = None
+    if first_hour == DERIVED_BY_DEMO:
+        _only_demo_topics(source, topic, shown)
+        first_hour, derived_by = None, shown
+    why = "first_hour of the topic" if first_hour and shown == "first_hour" else "defaults.first_hour" if first_hour else ""
+    return first_hour, derived_by, why
+
+
+def _check_tables(source: str, cfg: TopicConfig, fed_by: dict[tuple[str, str], str]) -> None:
+    """Each table of the topic has a valid event-time table name, and no other topic (`fed_by`:
+    the tables of the topics before it) feeds it."""
+    for t in cfg.tables if cfg.event_granularity else ():
+        try:
+            check_identifier(event_table(t), "event-time table")
+        except NameError_ as exc:
+            raise _err(source, cfg.topic, "event_time_partition", f"{exc}; shorten table {t!r}") from None
+    for t in cfg.tables:
+        other = fed_by.setdefault((cfg.dataset, t), cfg.topic)
+        if other != cfg.topic:
+            raise _err(source, cfg.topic, "table", f"{cfg.dataset}.{t} is already fed by topic {other!r}; a table has "
+                                                   "one source topic")
 
 
 def _only_demo_topics(source: str, topic: str, shown: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
 
 from kafka_landing.errors import KafkaLandingError
 
@@ -480,21 +481,33 @@ def load_day_lock_path(dataset: str, table: str, hour: Hour) -> str:
     return f"locks/{load_ledger_dir(dataset, table)}/day={Hour(hour).day}.lock"
 
 
-def landing_file_name(
-    topic: str, partition: int, dataset: str, table: str, schema_id: int,
-    first_offset: int, last_offset: int, event_hour: Hour | None = None,
-) -> str:
+class OffsetRange(NamedTuple):
+    """The records a landing or dead-letter file holds: offsets `first_offset` to `last_offset`, both
+    included, of one partition of a topic."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+
+    def offsets(self) -> str:
+        """first+last, zero-padded so that files sort in log order."""
+        return f"{int(self.first_offset):020d}+{int(self.last_offset):020d}"
+
+
+def landing_file_name(records: OffsetRange, dataset: str, table: str, schema_id: int,
+                      event_hour: Hour | None = None) -> str:
     """topic+partition+dataset.table+schema+first+last[+event hour].avro.
 
     '+' cannot occur in a Kafka topic or an identifier, so the name parses back.
     Offsets are zero-padded so files sort in log order.
     """
-    check_topic(topic), check_identifier(dataset, "dataset"), check_identifier(table, "table")
-    name = f"{topic}+{int(partition)}+{dataset}.{table}+{int(schema_id)}+{int(first_offset):020d}+{int(last_offset):020d}"
+    check_topic(records.topic), check_identifier(dataset, "dataset"), check_identifier(table, "table")
+    name = f"{records.topic}+{int(records.partition)}+{dataset}.{table}+{int(schema_id)}+{records.offsets()}"
     if event_hour is not None:
         name += f"+{Hour(event_hour)}"
     return name + ".avro"
 
 
-def dead_letter_file_name(topic: str, partition: int, first_offset: int, last_offset: int) -> str:
-    return f"{check_topic(topic)}+{int(partition)}+dead_letters+{int(first_offset):020d}+{int(last_offset):020d}.avro"
+def dead_letter_file_name(records: OffsetRange) -> str:
+    return f"{check_topic(records.topic)}+{int(records.partition)}+dead_letters+{records.offsets()}.avro"

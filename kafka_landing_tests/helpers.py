@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import fastavro
 
 from kafka_landing.handoff.manifests import DeadLetters, DoneFile, LandedFile
-from kafka_landing.naming import done_file_path, hour_from_tag, landing_file_name, table_hour_dir
+from kafka_landing.naming import OffsetRange, done_file_path, hour_from_tag, landing_file_name, table_hour_dir
 from kafka_landing.store.local import LocalStore
 
 if TYPE_CHECKING:
@@ -46,10 +46,11 @@ def content_key(done: DoneFile) -> dict:
 def land_hour(spark_factory, store, fetch_schema, kafka_options: dict, cfg, plan, attempt: str,
               likely_ids: tuple[int, ...] = ()):
     """One hour: `job.land_hours` of one plan, its LandingError raised (the product lands runs)."""
-    from kafka_landing.avro_landing.job import land_hours
+    from kafka_landing.avro_landing.job import HoursToLand, Sources, land_hours
     from kafka_landing.errors import LandingError
 
-    result = land_hours(spark_factory, store, fetch_schema, kafka_options, cfg, [plan], attempt, likely_ids)[plan.hour]
+    result = land_hours(Sources(spark_factory, kafka_options, fetch_schema), store,
+                        HoursToLand(cfg, [plan], attempt, likely_ids))[plan.hour]
     if isinstance(result, LandingError):
         raise result
     return result
@@ -81,7 +82,7 @@ def write_hour(store, dataset: str, table: str, hour: str, parts: list[tuple[int
         first = 1000 * (n + 1)
         last = first + max(len(records) - 1, 0)
         rel = (f"{table_hour_dir(dataset, table, hour_from_tag(hour))}/"
-               f"{landing_file_name(topic, partition, dataset, table, schema_id, first, last)}")
+               f"{landing_file_name(OffsetRange(topic, partition, first, last), dataset, table, schema_id)}")
         data = avro_file(schema, records)
         store.write_atomic(rel, data)
         files.append(LandedFile(rel, len(records), len(data), partition, first, last, schema_id))
@@ -134,7 +135,7 @@ def write_event_hour(store, dataset: str, table: str, hour: str, by_event: dict,
         if not records:
             continue
         last = first + len(records) - 1
-        name = landing_file_name(topic, partition, dataset, table, 1, first, last,
+        name = landing_file_name(OffsetRange(topic, partition, first, last), dataset, table, 1,
                                  hour_from_tag(event_hour) if event_hour else None)
         rel = f"{table_hour_dir(dataset, table, hour_from_tag(hour))}/{name}"
         data = avro_file(schema, records)

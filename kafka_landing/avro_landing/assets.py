@@ -2,6 +2,8 @@
 dead letters beside them, and one done file per (table, hour) written last."""
 
 import uuid
+from dataclasses import dataclass, field
+from typing import Callable
 
 from dagster import (
     AssetExecutionContext,
@@ -13,7 +15,7 @@ from dagster import (
 )
 
 from kafka_landing.avro_landing.checks import landing_check_specs, landing_checks
-from kafka_landing.avro_landing.job import LandingResult, land_hours
+from kafka_landing.avro_landing.job import HoursToLand, LandingResult, Sources, land_hours
 from kafka_landing.avro_landing.registry import likely_schema_ids, preflight, schema_fetcher
 from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.errors import LandingError
@@ -38,6 +40,7 @@ from kafka_landing.resources import (
     SchemaRegistryResource,
     SparkResource,
 )
+from kafka_landing.store.base import LandingStore
 
 GROUP = "avro_landing"
 
@@ -80,6 +83,96 @@ def landing_metadata(result: LandingResult, store, cfg: TopicConfig, plan: Slice
     return meta
 
 
+@dataclass
+class LandingPass:
+    """The hours of one asset run (partition keys), landed in one pass in the order the data flows:
+    the services answer, each hour's frozen slice, what Kafka still holds of it, the landing, what
+    each hour reports. Called with the keys still to do: {key: (metadata, checks) or failure}."""
+
+    context: AssetExecutionContext
+    cfg: TopicConfig
+    store: LandingStore
+    kafka: KafkaResource
+    registry: SchemaRegistryResource
+    pyspark: SparkResource
+    skip_retention_gaps: bool
+    fetch: Callable[[int], object] = field(init=False)
+
+    def __post_init__(self):
+        self.fetch = schema_fetcher(self.registry)  # one registry cache for every hour of the run
+
+    def __call__(self, partition_keys: list[str]) -> dict:
+        # Fail fast, before Spark reads a single record: every service the hours need answers.
+        try:
+            preflight(self.store, self.registry)
+        except LandingError as exc:  # a registry briefly away is tried again (run_hours), a bad root never
+            return {k: failure(exc) for k in partition_keys}
+        out: dict = {}
+        plans = self.frozen(partition_keys, out)  # as frozen: what the checks count against
+        try:
+            to_land, compacted = self.still_in_kafka(plans, out)
+        except KafkaUnavailable as exc:
+            return {**out, **{k: failure(KafkaUnavailable(f"{exc} Nothing was read or published for hour {p.hour}.",
+                                                          transient=exc.transient))
+                              for k, p in plans.items()}}
+        if not plans:
+            return out
+        try:
+            landed = self.land(plans, to_land, compacted)
+        except LandingError as exc:  # it concerns every hour of the pass
+            return {**out, **{k: failure(exc) for k in plans}}
+        for k, plan in plans.items():
+            out[k] = self.reported(landed[plan.hour], plan, to_land[k])
+        return out
+
+    def frozen(self, partition_keys: list[str], out: dict) -> dict[str, SlicePlan]:
+        """{key: the hour's frozen slice}; an hour not frozen yet fails, in `out`."""
+        plans: dict[str, SlicePlan] = {}
+        for k in partition_keys:
+            plan = frozen_slice(self.store, self.cfg.topic, Hour.from_key(k))
+            if plan is None:
+                out[k] = failure(LandingError(f"the slice of {self.cfg.topic} for {k} is not frozen yet: materialise "
+                                              f"{slice_key(self.cfg.topic).to_user_string()} for that hour first"))
+            else:
+                plans[k] = plan
+        return plans
+
+    def still_in_kafka(self, plans: dict[str, SlicePlan], out: dict) -> tuple[dict[str, SlicePlan], bool]:
+        """({key: the slice to land}, whether the topic is compacted): each slice less what retention
+        deleted, when skipping it was asked for. An hour Kafka no longer holds fails, in `out`, and
+        leaves `plans`."""
+        to_land: dict[str, SlicePlan] = {}
+        with self.kafka.log_view() as log:  # one consumer for every hour of the run
+            compacted = log.compacted(self.cfg.topic)
+            marks: dict[int, tuple[int, int]] = {}
+            for k, plan in list(plans.items()):
+                try:
+                    to_land[k] = check_still_in_kafka(log, plan, marks, self.skip_retention_gaps)
+                except LandingError as exc:
+                    out[k] = failure(exc)
+                    del plans[k]
+        return to_land, compacted
+
+    def land(self, plans: dict[str, SlicePlan], to_land: dict[str, SlicePlan],
+             compacted: bool) -> dict[str, LandingResult | LandingError]:
+        attempt = f"{self.context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
+        first = min(p.hour for p in plans.values())
+        sources = Sources(lambda: self.pyspark.spark_session, self.kafka.spark_options(), self.fetch)
+        hours = HoursToLand(self.cfg, [to_land[k] for k in plans], attempt,
+                            likely_ids=likely_schema_ids(self.store, self.registry, self.cfg, first), snapshot=compacted)
+        return land_hours(sources, self.store, hours, log=self.context.log.info)
+
+    def reported(self, result: LandingResult | LandingError, plan: SlicePlan, landed: SlicePlan):
+        """The hour's metadata and checks (`plan` as frozen, `landed` less what was skipped), or its failure."""
+        if isinstance(result, LandingError):
+            return failure(result)
+        for w in result.warnings:
+            self.context.log.warning(w)
+        self.context.log.info(f"{self.cfg.topic} {plan.hour}: read {result.records_read}, landed {result.rows}, "
+                              f"dead letters {result.dead_letters.rows}")
+        return landing_metadata(result, self.store, self.cfg, landed), landing_checks(result, self.store, self.cfg, plan)
+
+
 def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = None):
     key = landing_key(cfg.topic)
 
@@ -108,62 +201,8 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
         pyspark: SparkResource,
         config: LandingRunConfig,
     ):
-        store = landing.store()
-        fetch = schema_fetcher(registry)  # one registry cache for every hour of the run
-
-        def all_hours(partition_keys: list[str]) -> dict:
-            # Fail fast, before Spark reads a single record: every service the hours need answers.
-            try:
-                preflight(store, registry)
-            except LandingError as exc:  # a registry briefly away is tried again (run_hours), a bad root never
-                return {k: failure(exc) for k in partition_keys}
-            out: dict = {}
-            plans: dict[str, SlicePlan] = {}  # as frozen: what the checks count against
-            to_land: dict[str, SlicePlan] = {}  # less what retention deleted, when skipping it was asked for
-            for k in partition_keys:
-                plan = frozen_slice(store, cfg.topic, Hour.from_key(k))
-                if plan is None:
-                    out[k] = failure(LandingError(f"the slice of {cfg.topic} for {k} is not frozen yet: materialise "
-                                                  f"{slice_key(cfg.topic).to_user_string()} for that hour first"))
-                else:
-                    plans[k] = plan
-            try:
-                with kafka.log_view() as log:  # one consumer for every hour of the run
-                    compacted = log.compacted(cfg.topic)
-                    marks: dict[int, tuple[int, int]] = {}
-                    for k, plan in list(plans.items()):
-                        try:
-                            to_land[k] = check_still_in_kafka(log, plan, marks, config.skip_retention_gaps)
-                        except LandingError as exc:
-                            out[k] = failure(exc)
-                            del plans[k]
-            except KafkaUnavailable as exc:
-                return {**out, **{k: failure(KafkaUnavailable(f"{exc} Nothing was read or published for hour {p.hour}.",
-                                                              transient=exc.transient))
-                                  for k, p in plans.items()}}
-            if not plans:
-                return out
-            attempt = f"{context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
-            first = min(p.hour for p in plans.values())
-            try:
-                landed = land_hours(lambda: pyspark.spark_session, store, fetch, kafka.spark_options(), cfg,
-                                    [to_land[k] for k in plans], attempt, likely_ids=likely_schema_ids(store, registry, cfg, first),
-                                    log=context.log.info, snapshot=compacted)
-            except LandingError as exc:  # it concerns every hour of the pass
-                return {**out, **{k: failure(exc) for k in plans}}
-            for k, plan in plans.items():
-                result = landed[plan.hour]
-                if isinstance(result, LandingError):
-                    out[k] = failure(result)
-                    continue
-                for w in result.warnings:
-                    context.log.warning(w)
-                context.log.info(f"{cfg.topic} {plan.hour}: read {result.records_read}, landed {result.rows}, "
-                                 f"dead letters {result.dead_letters.rows}")
-                out[k] = (landing_metadata(result, store, cfg, to_land[k]), landing_checks(result, store, cfg, plan))
-            return out
-
-        return run_hours(context, key, all_hours=all_hours)
+        hours = LandingPass(context, cfg, landing.store(), kafka, registry, pyspark, config.skip_retention_gaps)
+        return run_hours(context, key, all_hours=hours)
 
     return _landing
 

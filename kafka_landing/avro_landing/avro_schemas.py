@@ -8,7 +8,6 @@ import copy
 import json
 
 from kafka_landing.avro_landing.contract import STAGED_KEYS
-from kafka_landing.avro_types import map_types, strip_logical_types
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.spark_setup import spark_readable
 
@@ -180,67 +179,10 @@ def _check_type(t, path: str, seen: set[str], invalid: list[str] | None = None) 
         _check_type(kind, path, seen, invalid)
 
 
-def logical_types(t) -> list[str]:
-    """The logical types inside an Avro type, in order, e.g. ['timestamp-millis', 'decimal(4,2)']."""
-    if isinstance(t, list):
-        return [x for b in t for x in logical_types(b)]
-    if not isinstance(t, dict):
-        return []
-    found = []
-    if "logicalType" in t:
-        lt = t["logicalType"]
-        found.append(f"{lt}({t.get('precision')},{t.get('scale', 0)})" if lt == "decimal" else str(lt))
-    kind = t.get("type")
-    if kind in ("record", "error"):
-        found += [x for f in t.get("fields") or [] for x in logical_types(f.get("type"))]
-    elif kind == "array":
-        found += logical_types(t.get("items"))
-    elif kind == "map":
-        found += logical_types(t.get("values"))
-    elif isinstance(kind, (dict, list)):
-        found += logical_types(kind)
-    return found
-
-
-# Spark keeps a decimal of at most this many digits in a long, and builds it from the low 64 bits
-# of the unscaled value (AvroDeserializer.createDecimal): a wider value would wrap, silently.
-SPARK_MAX_LONG_DIGITS = 18
-
-
 def fixed_decimal_max_precision(size: int) -> int:
     """The most digits a decimal in a fixed of `size` bytes can declare (Avro's rule:
     floor(log10(2**(8*size - 1) - 1)))."""
     return len(str(2 ** (8 * size - 1) - 1)) - 1 if size > 0 else 0
-
-
-def _widened_precision(t: dict) -> int | None:
-    """The precision a valid decimal of precision <= 18 is read with so that no value wraps, or
-    None when it needs none (not such a decimal, or a fixed too small to hold a wider value).
-    Invalid decimals (Avro reads them as their raw type) are left alone."""
-    p, s = t.get("precision"), t.get("scale", 0)
-    if t.get("logicalType") != "decimal" or type(p) is not int or type(s) is not int:
-        return None
-    if not (1 <= p <= SPARK_MAX_LONG_DIGITS and 0 <= s <= p):
-        return None
-    if t.get("type") == "bytes":
-        return SPARK_MAX_DECIMAL_PRECISION
-    if t.get("type") == "fixed" and type(t.get("size")) is int and p <= fixed_decimal_max_precision(t["size"]):
-        widest = min(SPARK_MAX_DECIMAL_PRECISION, fixed_decimal_max_precision(t["size"]))
-        return widest if widest > SPARK_MAX_LONG_DIGITS else None
-    return None
-
-
-def widened_decimals(t):
-    """The same Avro type with every decimal of precision <= 18 declared as wide as its bytes allow
-    (bytes: 38 digits; fixed(n): what n bytes hold, at most 38), so that Spark keeps every bit of
-    the unscaled value instead of its low 64 (2**64 + 5 as decimal(18,2) would read as 0.05).
-    Avro schema resolution ignores logical types: the result reads bodies written with `t`.
-    Equal to `t` when no decimal inside can wrap."""
-    def widen(node: dict) -> dict:
-        wider = _widened_precision(node)
-        return node if wider is None else {**node, "precision": wider}
-
-    return map_types(t, widen, collapse=False)
 
 
 def named_types(t, namespace: str | None = None, out: dict | None = None) -> dict[str, dict]:
@@ -273,44 +215,9 @@ def named_types(t, namespace: str | None = None, out: dict | None = None) -> dic
     return out
 
 
-def field_logical_types(writer: dict, name: str) -> list[str]:
-    """The logical types inside a top-level field, in order and once each, those of the named types
-    it refers to by name included (a second field of an already defined fixed decimal)."""
-    named = named_types(writer)
-
-    def resolved(t, seen: frozenset):
-        if isinstance(t, str) and t in named and t not in seen:
-            return resolved(named[t], seen | {t})
-        if isinstance(t, list):
-            return [resolved(b, seen) for b in t]
-        if not isinstance(t, dict):
-            return t
-        out = dict(t)
-        if isinstance(t.get("name"), str):
-            seen = seen | {t["name"]}
-        kind = t.get("type")
-        if kind in ("record", "error"):
-            out["fields"] = [{**f, "type": resolved(f.get("type"), seen)} for f in t.get("fields") or []]
-        elif kind in ("array", "map"):
-            key = "items" if kind == "array" else "values"
-            out[key] = resolved(t.get(key), seen)
-        elif isinstance(kind, (dict, list)):
-            out["type"] = resolved(kind, seen)
-        return out
-
-    return list(dict.fromkeys(logical_types(resolved(field_type(writer, name), frozenset()))))
-
-
 def field_type(writer: dict, name: str):
     """The Avro type of a top-level field, or None."""
     return next((f["type"] for f in writer["fields"] if f["name"] == name), None)
-
-
-def with_field_stripped(writer: dict, name: str) -> dict:
-    """The writer schema with the logical types of one top-level field removed."""
-    out = copy.deepcopy(writer)
-    out["fields"] = [{**f, "type": strip_logical_types(f["type"])} if f["name"] == name else f for f in out["fields"]]
-    return out
 
 
 def landing_schema(writer: dict) -> dict:

@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import operator
 from dataclasses import dataclass
-from decimal import Decimal
-from functools import reduce
 from typing import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
-from pyspark.sql.types import ArrayType, DataType, DecimalType, MapType, StructType
 
 from kafka_landing.avro_landing import avro_schemas, body_rules, registry_answers
 from kafka_landing.avro_landing.contract import (
@@ -33,6 +29,7 @@ from kafka_landing.avro_landing.contract import (
 )
 from kafka_landing.avro_landing.read import kafka_millis
 from kafka_landing.avro_landing.route import EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000
+from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError, is_transient
 from kafka_landing.spark_setup import SparkUnavailable
 
@@ -105,6 +102,11 @@ class Vouch:
     route_field: str | None = None
     event_field: str | None = None
 
+    @classmethod
+    def of(cls, cfg: TopicConfig) -> Vouch:
+        """What a topic's landing needs from a body it does not decode."""
+        return cls(cfg.route.field if cfg.route else None, cfg.event_time_field)
+
 
 def register_body_check(spark, config: str) -> str:
     """The body check as a function of the session (again on each call: registering is idempotent),
@@ -143,117 +145,33 @@ def decoded_once(column: F.Column) -> F.Column:
     return F.when(F.spark_partition_id() >= 0, column)
 
 
-def _wider_than_declared(col: F.Column, wide: DataType, declared: DataType) -> F.Column | None:
-    """True (never null) when a decimal anywhere inside `col` (records, arrays, map values, union
-    members), read with the widened type `wide`, holds more digits than its declared type in
-    `declared` allows (|x| >= 10^(p-s)); None when no decimal inside was widened. In the JVM."""
-    no = F.lit(False)
-    if isinstance(wide, DecimalType):
-        if wide == declared:
-            return None
-        limit = F.lit(Decimal(10) ** (declared.precision - declared.scale)).cast(wide)
-        return F.coalesce(F.abs(col) >= limit, no)
-
-    def in_array(array: F.Column, wide_el: DataType, declared_el: DataType) -> F.Column | None:
-        if _wider_than_declared(F.lit(None), wide_el, declared_el) is None:  # nothing widened inside
-            return None
-        return F.coalesce(F.exists(array, lambda x: _wider_than_declared(x, wide_el, declared_el)), no)
-
-    if isinstance(wide, StructType):
-        parts = [_wider_than_declared(col.getField(w.name), w.dataType, d.dataType)
-                 for w, d in zip(wide.fields, declared.fields)]
-    elif isinstance(wide, ArrayType):
-        parts = [in_array(col, wide.elementType, declared.elementType)]
-    elif isinstance(wide, MapType):  # Avro map keys are strings
-        parts = [in_array(F.map_values(col), wide.valueType, declared.valueType)]
-    else:
-        parts = []
-    parts = [p for p in parts if p is not None]
-    return reduce(operator.or_, parts) if parts else None
-
-
-def _once(value: F.Column, f: Callable[[F.Column], F.Column]) -> F.Column:
-    """f(value), with `value` evaluated once however often f uses it: a lambda binds it. Spark
-    would otherwise decode once per use (no common subexpression inside CASE and AND branches),
-    and storing the value as a column of its own costs a copy of every record."""
-    return F.transform(F.array(value), f)[0]
-
-
 def decode(framed: DataFrame, schema_id: int, writer: dict, vouch: Vouch | None = None) -> DataFrame:
-    """Records of one schema id with the decoded struct `_rec` (null when it cannot be decoded)
-    and `_reason`, why not. A body that decodes once one field's logical types are dropped is
-    valid Avro holding a value Spark cannot represent (timestamp-millis past year 294247, a
-    decimal wider than its precision): its reason names that field instead of a corrupt body.
-
-    Spark builds a decimal of precision <= 18 from the low 64 bits of the unscaled value (2**64 + 5
-    as decimal(18,2) would be 0.05): such decimals are decoded wider (avro_schemas.widened_decimals),
-    checked against their declared precision and narrowed back, in the JVM. `_rec` has the
-    declared types; a value wider than its declaration is a dead letter naming the field.
+    """Records of one schema id with the decoded struct `_rec` (null when it is not decoded) and
+    `_reason`, why it cannot land.
 
     Every body goes through the body check first (see BODY_CHECK): one it refuses is never decoded
     (`_rec` null, `_reason` the walk's); with `vouch`, one it vouches for (status LANDS in
-    `_kl_check`) is not decoded either: its `_rec` is null and its `_reason` too."""
-    writer_json = json.dumps(writer)
+    `_kl_check`) is not decoded either: its `_rec` is null and its `_reason` too. The rest were
+    walked by every rule, so Spark represents each of their values: no date or time outside years
+    1-9999, no decimal with more digits than its precision (which Spark would build from the low 64
+    bits of its unscaled value). One that Spark's decode still cannot read is a corrupt body."""
     check_key = register_body_check(framed.sparkSession, body_check_config(writer, vouch))
-
-    def decoded_as(reader: dict) -> F.Column:
-        marked = json.dumps(avro_schemas.marked_reader_schema(reader))
-        return from_avro(F.col(BODY_COLUMN), writer_json, {"mode": "PERMISSIVE", "avroSchema": marked})
-
-    def decoded(rec: F.Column) -> F.Column:
-        return rec.getField(avro_schemas.OK_MARKER).isNotNull()
-
-    def out_of_range_in(name: str) -> F.Column:
-        kinds = avro_schemas.field_logical_types(writer, name)
-        return F.lit(f"field {name!r} ({', '.join(kinds)}) is out of range for schema id {schema_id}")
-
-    logical = [f["name"] for f in writer["fields"] if avro_schemas.field_logical_types(writer, f["name"])]
-    two_or_more = F.lit(f"values out of range in two or more of the fields {', '.join(repr(n) for n in logical)} "
-                        f"for schema id {schema_id}")
-    # Evaluated only for records that did not decode (a CASE branch), so good hours pay nothing.
-    out_of_range = []
-
     rows = framed.where(F.col("_reason").isNull() & (F.col("_schema_id") == F.lit(schema_id)))
     rows = rows.withColumn("_kl_check", decoded_once(F.call_udf(BODY_CHECK, F.col(BODY_COLUMN), F.lit(check_key))))
     status = F.col("_kl_check").getField("status")
     unsure = status == F.lit(UNSURE)
-    wide = avro_schemas.widened_decimals(writer)
-    if wide == writer:  # no decimal that could wrap
-        rows = rows.withColumn("_rec", decoded_once(F.when(unsure, decoded_as(writer))))
-        rows = rows.withColumn("_rec", F.when(decoded(F.col("_rec")), F.col("_rec")))
-    else:
-        declared = rows.select(decoded_as(writer).alias("r")).schema["r"].dataType  # analysis only
-        wide_type = rows.select(decoded_as(wide).alias("r")).schema["r"].dataType
-
-        def too_wide(rec: F.Column) -> list[tuple[str, F.Column]]:
-            """(field, whether a decimal inside it holds more digits than declared), for the fields
-            that hold a widened decimal."""
-            return [(w.name, c) for w, d in zip(wide_type.fields, declared.fields)
-                    if (c := _wider_than_declared(rec.getField(w.name), w.dataType, d.dataType)) is not None]
-
-        def narrowed(rec: F.Column) -> F.Column:
-            # The cast cannot overflow: only records whose values fit reach it.
-            fits = reduce(operator.and_, [decoded(rec), *[~c for _, c in too_wide(rec)]])
-            return F.when(fits, rec.cast(declared))
-
-        def why_too_wide(rec: F.Column) -> F.Column:
-            checks = too_wide(rec)
-            named = [F.when(c, out_of_range_in(name)) for name, c in checks]
-            if len(checks) > 1:
-                n = reduce(operator.add, [F.when(c, 1).otherwise(0) for _, c in checks])
-                named.insert(0, F.when(n > 1, two_or_more))
-            return F.coalesce(*named, F.lit(None).cast("string"))
-
-        rows = rows.withColumn("_rec", decoded_once(F.when(unsure, _once(decoded_as(wide), narrowed))))
-        out_of_range.append(_once(decoded_as(wide), why_too_wide))
-    for name in logical:
-        raw = decoded_as(avro_schemas.with_field_stripped(writer, name))
-        out_of_range.append(F.when(decoded(raw), out_of_range_in(name)))
-    if len(logical) > 1:
-        out_of_range.append(F.when(decoded(decoded_as(avro_schemas.strip_logical_types(writer))), two_or_more))
+    rows = rows.withColumn("_rec", decoded_once(F.when(unsure, _decoded(writer))))
+    rows = rows.withColumn("_rec", F.when(F.col("_rec").getField(avro_schemas.OK_MARKER).isNotNull(), F.col("_rec")))
     corrupt = F.lit(f"corrupt body for schema id {schema_id}")  # the walk read it, Spark's decode did not
     return rows.withColumn("_reason", F.when(status == F.lit(DEAD), dead_reason(F.col("_kl_check"), schema_id))
-                           .when(unsure & F.col("_rec").isNull(), F.coalesce(*out_of_range, corrupt)))
+                           .when(unsure & F.col("_rec").isNull(), corrupt))
+
+
+def _decoded(writer: dict) -> F.Column:
+    """The body decoded by Avro's reader in the JVM, with the marker field that is null when it
+    could not be (avro_schemas.marked_reader_schema)."""
+    marked = json.dumps(avro_schemas.marked_reader_schema(writer))
+    return from_avro(F.col(BODY_COLUMN), json.dumps(writer), {"mode": "PERMISSIVE", "avroSchema": marked})
 
 
 def _unlandable(where: str, schema_id: int, why: str) -> str:

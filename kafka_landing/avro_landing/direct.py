@@ -66,8 +66,9 @@ def _numbers(items) -> str:
 
 
 def land_directly(spark: SparkSession, kafka_options: dict, cfg: TopicConfig, tasks: list[HourTask],
-                  schema_id: int, writer: dict, vouch: Vouch, out: str) -> DirectPass:
-    """Run the operator over every frozen task of the run: files under `out` (a location)."""
+                  schema_id: int, writer: dict, out: str) -> DirectPass:
+    """Run the operator over every frozen task of the run: files under `out` (a location). The body
+    check vouches for what the topic's landing reads (`Vouch.of`), as on the decoding way."""
     hours = sorted({t.hour for t in tasks})
     ix = {h: i for i, h in enumerate(hours)}
     ranges = [(p, s, e) for seg in read_segments(tasks, default_parallelism(spark)) for p, (s, e) in sorted(seg.items())]
@@ -79,7 +80,7 @@ def land_directly(spark: SparkSession, kafka_options: dict, cfg: TopicConfig, ta
         contract.OPTION_TASKS: _numbers((ix[t.hour], t.partition, t.start, t.end) for t in tasks),
         contract.OPTION_HOURS: contract.LIST_SEP.join(hours),
         contract.OPTION_SCHEMA_ID: str(schema_id),
-        contract.OPTION_CHECK: body_check_config(writer, vouch),
+        contract.OPTION_CHECK: body_check_config(writer, Vouch.of(cfg)),
         contract.OPTION_LANDING_SCHEMA: json.dumps(avro_schemas.landing_schema(writer)),
         contract.OPTION_OUT: out,
         contract.OPTION_TIMEOUT_MS: str(cfg.read_stall_seconds * 1000),

@@ -44,7 +44,7 @@ from kafka_landing.avro_landing.decode import (
 from kafka_landing.avro_landing import engine_losses
 from kafka_landing.avro_landing.contract import DIRECT_FORMAT
 from kafka_landing.avro_landing.direct import land_directly
-from kafka_landing.avro_landing.publish import keep_rejected_dead_letters, publish
+from kafka_landing.avro_landing.publish import StagedHour, keep_rejected_dead_letters, publish
 from kafka_landing.avro_landing.read import read_hours
 from kafka_landing.avro_landing.registry_answers import RegistryError
 from kafka_landing.avro_landing.route import classify
@@ -181,26 +181,42 @@ def _count_apart(framed: DataFrame, hours: list[str], into: _Pass) -> None:
             into.records_by_id[r["sid"]] = into.records_by_id.get(r["sid"], 0) + n
 
 
-def land_hours(
-    spark_factory: Callable[[], SparkSession], store: LandingStore, fetch_schema: Callable[[int], object],
-    kafka_options: dict, cfg: TopicConfig, plans: list[SlicePlan], attempt: str,
-    likely_ids: tuple[int, ...] = (), log: Callable[[str], None] = lambda _m: None, snapshot: bool = False,
-    direct: bool = True,
-) -> dict[str, LandingResult | LandingError]:
-    """Land frozen slices of consecutive (or any) hours of one topic; {hour tag: result or error}.
+@dataclass(frozen=True)
+class Sources:
+    """Where a run reads. `spark_factory()`: the Spark session, asked for only when some record is
+    to be read; it reads Kafka with `kafka_options`. `fetch_schema(id)`: the writer schema JSON, or
+    a `DeadSchema` (unknown id, another schema type) whose records become dead letters; a registry
+    that cannot answer raises, failing every hour before anything is published."""
 
-    `fetch_schema(id)` returns the writer schema JSON, or a `DeadSchema` (unknown id, another
-    schema type) whose records become dead letters; a registry that cannot answer raises,
-    failing every hour before anything is published. `likely_ids` are schema ids the records
-    probably carry (the registry's latest for the topic, the previous hour's): the first job
-    decodes them while it counts what the hours really hold, so a run whose guess is right
-    reads Kafka once per schema id and never just to look. `snapshot`: read Kafka once, before
-    anything else (a compacted topic, whose cleaner may remove records between two reads). `direct`:
-    the likely id's records land without rows where they can (see direct.py); False: always the
-    decoding way (the tests compare the two)."""
-    run = LandingRun(store, cfg, sorted(plans, key=lambda p: p.hour), attempt, fetch_schema, log, snapshot=snapshot,
-                     direct=direct)
-    return run.land(spark_factory, kafka_options, likely_ids)
+    spark_factory: Callable[[], SparkSession]
+    kafka_options: dict
+    fetch_schema: Callable[[int], object]
+
+
+@dataclass(frozen=True)
+class HoursToLand:
+    """What a run lands: frozen slices of consecutive (or any) hours of one topic, staged under
+    `attempt`. `likely_ids` are schema ids the records probably carry (the registry's latest for
+    the topic, the previous hour's): the first job decodes them while it counts what the hours
+    really hold, so a run whose guess is right reads Kafka once per schema id and never just to
+    look. `snapshot`: read Kafka once, before anything else (a compacted topic, whose cleaner may
+    remove records between two reads)."""
+
+    cfg: TopicConfig
+    plans: list[SlicePlan]
+    attempt: str
+    likely_ids: tuple[int, ...] = ()
+    snapshot: bool = False
+
+
+def land_hours(sources: Sources, store: LandingStore, hours: HoursToLand, log: Callable[[str], None] = lambda _m: None,
+               direct: bool = True) -> dict[str, LandingResult | LandingError]:
+    """Land a run of hours of one topic; {hour tag: result or error}. `direct`: the likely id's
+    records land without rows where they can (see direct.py); False: always the decoding way (the
+    tests compare the two)."""
+    run = LandingRun(store, hours.cfg, sorted(hours.plans, key=lambda p: p.hour), hours.attempt, sources.fetch_schema,
+                     log, snapshot=hours.snapshot, direct=direct)
+    return run.land(sources.spark_factory, sources.kafka_options, hours.likely_ids)
 
 
 @dataclass
@@ -236,7 +252,7 @@ class LandingRun:
     def vouch(self) -> Vouch:
         """What the body check reads from the bodies it vouches for, which land undecoded: the
         splice writer writes their bytes (see decode.BODY_CHECK)."""
-        return Vouch(self.cfg.route.field if self.cfg.route else None, self.cfg.event_time_field)
+        return Vouch.of(self.cfg)
 
     @property
     def hours(self) -> list[str]:
@@ -355,7 +371,7 @@ class LandingRun:
         self.log(f"{self.cfg.topic}: landing the records of schema id {sid} straight from Kafka")
         self.step = str(sid)
         try:
-            got = land_directly(spark, kafka_options, self.cfg, tasks, sid, writer, self.vouch, self.store.location(out))
+            got = land_directly(spark, kafka_options, self.cfg, tasks, sid, writer, self.store.location(out))
         except Exception as exc:  # noqa: BLE001 - only an engine without the operator is let through
             if DIRECT_FORMAT not in str(exc) or "DATA_SOURCE_NOT_FOUND" not in str(exc):
                 raise
@@ -498,32 +514,30 @@ class LandingRun:
         h = plan.hour
         if h in self.failed:
             return self.failed[h]
-        mine = [s for s in self.good if s.hour == h]
-        mine_dead = [s for s in self.dead if s.hour == h]
-        read = self.seen.read_by_hour[h]
         try:
-            dl = self.counted(plan, mine, mine_dead, read)
+            staged = self.counted(plan)
         except LandingError as exc:
             return exc
         try:
-            done = publish(self.store, self.cfg, plan, mine, mine_dead, dl, read, self.attempt)
+            done = publish(self.store, self.cfg, staged)
         except Exception as exc:  # noqa: BLE001 - the hours published before this one stay published
             return LandingError(
                 f"{self.cfg.topic} {h}: publishing the hour failed ({type(exc).__name__}: {exc}). Its done files are "
                 "the previous complete hour's or this attempt's, never a mix; land the hour again.",
                 transient=is_transient(exc))
         engine_losses.forget(self.store, self.cfg.topic, h)
-        gaps = self.seen.gaps_by_hour
-        return LandingResult(done=done, dead_letters=dl, records_read=read, seconds=time.monotonic() - self.started,
-                             warnings=list(self.warnings), compacted=self.snapshot,
-                             offsets_without_record=plan.records - read,
+        gaps, read = self.seen.gaps_by_hour, staged.records_read
+        return LandingResult(done=done, dead_letters=staged.dead_letters, records_read=read,
+                             seconds=time.monotonic() - self.started, warnings=list(self.warnings),
+                             compacted=self.snapshot, offsets_without_record=plan.records - read,
                              gaps_seen=None if gaps is None else gaps.get(h, 0),
                              gaps_shown=tuple(self.seen.gaps_shown.get(h, ())))
 
-    def counted(self, plan: SlicePlan, mine: list[Staged], mine_dead: list[Staged], read: int) -> DeadLetters:
-        """The hour's dead letters, once every record read is a landed row or a dead letter and
-        the dead letters are within the topic's limit; else a LandingError naming the hour."""
-        h, reasons = plan.hour, self.by_reason.get(plan.hour, {})
+    def counted(self, plan: SlicePlan) -> StagedHour:
+        """The hour's staged files and dead letters, once every record read is a landed row or a dead
+        letter and the dead letters are within the topic's limit; else a LandingError naming the hour."""
+        h, reasons, read = plan.hour, self.by_reason.get(plan.hour, {}), self.seen.read_by_hour[plan.hour]
+        mine, mine_dead = [s for s in self.good if s.hour == h], [s for s in self.dead if s.hour == h]
         landed, dead_rows = sum(s.file.rows for s in mine), sum(reasons.values())
         if sum(s.file.rows for s in mine_dead) != dead_rows:
             raise LandingError(f"{self.cfg.topic} {h}: the dead-letter files hold {sum(s.file.rows for s in mine_dead)}"
@@ -536,8 +550,9 @@ class LandingRun:
                                f"letters {dead_rows}; nothing of the hour was published")
         dl = DeadLetters(rows=dead_rows, by_reason=dict(sorted(reasons.items())),
                          files=tuple(sorted((s.file for s in mine_dead), key=lambda f: f.path)))
+        staged = StagedHour(plan, mine, mine_dead, dl, read, self.attempt)
         if read and dead_rows / read > self.cfg.dead_letter_limit:
-            kept_under = keep_rejected_dead_letters(self.store, plan, mine_dead, dl, self.attempt)
+            kept_under = keep_rejected_dead_letters(self.store, staged)
             raise DeadLetterLimitExceeded(
                 f"{plan.topic} {plan.hour}: {dead_rows} of {read} records are dead letters "
                 f"({dead_rows / read:.1%} > limit {self.cfg.dead_letter_limit:.1%}): {dl.by_reason}. "
@@ -545,7 +560,7 @@ class LandingRun:
                 "done files, if any, are untouched. Fix the producer or the registry, or raise the topic's "
                 "dead_letter_limit, then re-land the hour."
             )
-        return dl
+        return staged
 
     def remove_staging(self) -> None:
         try:

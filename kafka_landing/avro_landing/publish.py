@@ -4,7 +4,7 @@ longer list. A crash at any point leaves the previous complete hour or the new o
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 
 from kafka_landing.avro_landing.write import Staged
@@ -41,35 +41,48 @@ def _remove_unlisted(store: LandingStore, rel_dir: str, listed: set[str], held: 
             held.delete(rel)
 
 
-def keep_rejected_dead_letters(store: LandingStore, plan: SlicePlan, dead: list[Staged], dl: DeadLetters,
-                               attempt: str) -> str:
+@dataclass(frozen=True)
+class StagedHour:
+    """An hour of a run, staged and accounted for: its frozen slice, its landing files and dead-letter
+    files in staging, what they hold, the records read and the attempt that staged them."""
+
+    plan: SlicePlan
+    good: list[Staged]
+    dead: list[Staged]
+    dead_letters: DeadLetters
+    records_read: int
+    attempt: str
+
+
+def keep_rejected_dead_letters(store: LandingStore, hour: StagedHour) -> str:
     """Dead letters of an attempt that failed its limit, kept beside (never over) the hour's
     published ones, so the previous complete hour stays intact. Returns their folder."""
-    rejected = rejected_dead_letter_dir(plan.topic, plan.hour, attempt)
+    plan, dl = hour.plan, hour.dead_letters
+    rejected = rejected_dead_letter_dir(plan.topic, plan.hour, hour.attempt)
     files = []
-    for s in dead:
+    for s in hour.dead:
         rel = f"{rejected}/{s.rel.rsplit('/', 1)[-1]}"
         store.move(s.src, rel)
         files.append(LandedFile(**{**asdict(s.file), "path": rel}))
     store.write_json_atomic(f"{rejected}/_MANIFEST.json", {
-        "topic": plan.topic, "hour": plan.hour, "attempt": attempt, "rows": dl.rows, "by_reason": dl.by_reason,
+        "topic": plan.topic, "hour": plan.hour, "attempt": hour.attempt, "rows": dl.rows, "by_reason": dl.by_reason,
         "files": [asdict(f) for f in files],
     })
     return rejected
 
 
-def publish(store: LandingStore, cfg: TopicConfig, plan: SlicePlan, good: list[Staged], dead: list[Staged],
-            dl: DeadLetters, records_read: int, attempt: str) -> dict[str, DoneFile]:
+def publish(store: LandingStore, cfg: TopicConfig, staged: StagedHour) -> dict[str, DoneFile]:
     """Make the hour visible: files in place first, then the manifests, then, only once the
     new done files are in place, remove what they no longer list. A crash at any point
     leaves either the previous complete hour or the new one readable through the done files."""
+    plan, dl, records_read, attempt = staged.plan, staged.dead_letters, staged.records_read, staged.attempt
     hour = plan.hour
-    tables = {t: sorted((s for s in good if s.table == t), key=lambda s: s.rel) for t in cfg.tables}
+    tables = {t: sorted((s for s in staged.good if s.table == t), key=lambda s: s.rel) for t in cfg.tables}
     feeds = [(cfg.dataset, t) for t in cfg.tables]
     with store.lock(publish_lock_path(plan.topic, plan.hour)) as held:
         # Every commit through `held`: a holder that lost the lock stops there, and never overwrites
         # or deletes what the holder after it wrote (N9).
-        for s in [*dead, *(s for mine in tables.values() for s in mine)]:
+        for s in [*staged.dead, *(s for mine in tables.values() for s in mine)]:
             held.move(s.src, s.rel)  # same name, same rows as a previous attempt's file
         crash_point("landing:files_moved")
         manifest_rel = dead_letter_manifest_path(plan.topic, hour)

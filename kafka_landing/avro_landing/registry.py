@@ -60,6 +60,19 @@ def schema_fetcher(registry: SchemaRegistryResource):
     schema references comes self-contained, each referenced (subject, version) asked once per run
     (soft-deleted versions too, as the registry's own clients do); one the registry says does not
     exist, or a cycle of them, makes the schema unlandable: a RegistryError that is not transient."""
+    client, cache, referenced = registry.client(), {}, {}
+
+    def fetch(schema_id: int):
+        if schema_id not in cache:
+            cache[schema_id] = _writer_schema(client, registry.url, schema_id, referenced)
+        return cache[schema_id]
+
+    return fetch
+
+
+def _writer_schema(client, url: str, schema_id: int, referenced: dict):
+    """The registry's answer for one schema id, as `schema_fetcher` returns it; `referenced`: the
+    run's referenced (subject, version) already asked for."""
     from confluent_kafka.schema_registry.common._httpx_compat import (
         httpx,  # the HTTP client it uses (httpx2 or httpx)
     )
@@ -68,66 +81,65 @@ def schema_fetcher(registry: SchemaRegistryResource):
     from kafka_landing.avro_landing import registry_answers as answers
     from kafka_landing.avro_landing import schema_references
 
-    client, cache, referenced = registry.client(), {}, {}
+    try:
+        schema = client.get_schema(schema_id)
+    except SchemaRegistryError as exc:
+        if not answers.is_schema_not_found(exc.http_status_code, exc.error_code):
+            raise answers.answer_error(url, schema_id, exc.http_status_code, exc.error_code,
+                                       exc.error_message) from None
+        return answers.DeadSchema(answers.UNKNOWN_SCHEMA_ID)
+    except httpx.TransportError as exc:  # refused, timed out, DNS, TLS
+        raise answers.unreachable_error(url, schema_id, exc) from None
+    except Exception as exc:  # noqa: BLE001 - e.g. a 200 that is not a registry's JSON
+        raise answers.answer_error(url, schema_id, None, None,
+                                   f"not a schema registry's answer ({type(exc).__name__}: {exc})") from None
+    kind = (schema.schema_type or "AVRO").upper()
+    if kind != "AVRO":
+        return answers.DeadSchema(answers.not_avro_reason(schema_id, kind))
+    try:
+        return schema_references.self_contained(schema.schema_str, schema.references,
+                                                _reference_fetcher(client, url, schema_id, referenced), schema_id)
+    except schema_references.SchemaReferenceError as exc:  # unlandable, as resolve_schemas says
+        raise answers.RegistryError(
+            f"{exc}. Nothing of the hour was published; re-landing it fails the same way while it "
+            f"holds records of schema id {schema_id}.", transient=False) from None
 
-    def reference_fetcher(schema_id: int):
-        def get(subject: str, version: int):
-            if (subject, version) not in referenced:
-                what = f"subject {subject!r} version {version}, a reference of its schema"
-                try:
-                    found = client.get_version(subject, version, deleted=True)
-                except SchemaRegistryError as exc:
-                    # 40401, 40402: the registry says the subject, or its version, does not exist
-                    if exc.http_status_code != 404 or exc.error_code not in (40401, 40402):
-                        raise answers.answer_error(registry.url, schema_id, exc.http_status_code, exc.error_code,
-                                                   f"{what}: {exc.error_message}") from None
-                    referenced[subject, version] = None
-                except httpx.TransportError as exc:  # refused, timed out, DNS, TLS
-                    raise answers.unreachable_error(registry.url, schema_id, exc) from None
-                except Exception as exc:  # noqa: BLE001 - e.g. a 200 that is not a registry's JSON
-                    raise answers.answer_error(registry.url, schema_id, None, None,
-                                               f"{what}: not a schema registry's answer ({type(exc).__name__}: {exc})"
-                                               ) from None
-                else:
-                    referenced[subject, version] = (found.schema.schema_str, found.schema.references or ())
-            return referenced[subject, version]
 
-        return get
+def _reference_fetcher(client, url: str, schema_id: int, referenced: dict):
+    """get(subject, version): a reference of schema id `schema_id`'s schema, as (schema text,
+    its own references), or None if the registry says it does not exist; asked once per run."""
+    from confluent_kafka.schema_registry.common._httpx_compat import httpx
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    def fetch(schema_id: int):
-        if schema_id not in cache:
+    from kafka_landing.avro_landing import registry_answers as answers
+
+    def get(subject: str, version: int):
+        if (subject, version) not in referenced:
+            what = f"subject {subject!r} version {version}, a reference of its schema"
             try:
-                schema = client.get_schema(schema_id)
+                found = client.get_version(subject, version, deleted=True)
             except SchemaRegistryError as exc:
-                if not answers.is_schema_not_found(exc.http_status_code, exc.error_code):
-                    raise answers.answer_error(registry.url, schema_id, exc.http_status_code, exc.error_code,
-                                               exc.error_message) from None
-                cache[schema_id] = answers.DeadSchema(answers.UNKNOWN_SCHEMA_ID)
+                # 40401, 40402: the registry says the subject, or its version, does not exist
+                if exc.http_status_code != 404 or exc.error_code not in (40401, 40402):
+                    raise answers.answer_error(url, schema_id, exc.http_status_code, exc.error_code,
+                                               f"{what}: {exc.error_message}") from None
+                referenced[subject, version] = None
             except httpx.TransportError as exc:  # refused, timed out, DNS, TLS
-                raise answers.unreachable_error(registry.url, schema_id, exc) from None
+                raise answers.unreachable_error(url, schema_id, exc) from None
             except Exception as exc:  # noqa: BLE001 - e.g. a 200 that is not a registry's JSON
-                raise answers.answer_error(registry.url, schema_id, None, None,
-                                           f"not a schema registry's answer ({type(exc).__name__}: {exc})") from None
+                raise answers.answer_error(url, schema_id, None, None,
+                                           f"{what}: not a schema registry's answer ({type(exc).__name__}: {exc})"
+                                           ) from None
             else:
-                kind = (schema.schema_type or "AVRO").upper()
-                if kind != "AVRO":
-                    cache[schema_id] = answers.DeadSchema(answers.not_avro_reason(schema_id, kind))
-                else:
-                    try:
-                        cache[schema_id] = schema_references.self_contained(
-                            schema.schema_str, schema.references, reference_fetcher(schema_id), schema_id)
-                    except schema_references.SchemaReferenceError as exc:  # unlandable, as resolve_schemas says
-                        raise answers.RegistryError(
-                            f"{exc}. Nothing of the hour was published; re-landing it fails the same way while it "
-                            f"holds records of schema id {schema_id}.", transient=False) from None
-        return cache[schema_id]
+                referenced[subject, version] = (found.schema.schema_str, found.schema.references or ())
+        return referenced[subject, version]
 
-    return fetch
+    return get
 
 
 def likely_schema_ids(store, registry: SchemaRegistryResource, cfg: TopicConfig, first_hour: Hour) -> tuple[int, ...]:
     """The schema ids the hours' records most likely carry, best first: the registry's latest for
-    `<topic>-value`, then those of the hour before the run. Only a guess (see land_hours): any
+    `<topic>-value`, then those of the hour before the run. Only a guess (see job.HoursToLand): any
     answer that is not one is ignored, and so is a done file before that cannot be trusted (its
     own load says why)."""
     ids: list[int] = []

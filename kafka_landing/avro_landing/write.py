@@ -54,6 +54,7 @@ from kafka_landing.naming import (
     dead_letter_file_name,
     Hour,
     landing_file_name,
+    OffsetRange,
     table_hour_dir,
 )
 from kafka_landing.store.base import LandingStore
@@ -209,7 +210,8 @@ def staged_files(store: LandingStore, cfg: TopicConfig, schema_id: int, groups: 
                                                       key=lambda kv: [(v is not None, v) for v in kv[0]]):
         rows, first, last = _written(store, src, f"the records of topic {cfg.topic!r} partition {part} from offset "
                                      f"{task} (hour {hour}, table {table})")
-        name = landing_file_name(cfg.topic, part, cfg.dataset, table, schema_id, first, last, Hour(eh) if eh else None)
+        name = landing_file_name(OffsetRange(cfg.topic, part, first, last), cfg.dataset, table, schema_id,
+                                 Hour(eh) if eh else None)
         rel = f"{table_hour_dir(cfg.dataset, table, Hour(hour))}/{name}"
         staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last, schema_id, eh,
                                                       crc32c=store.crc32c(src)),
@@ -246,7 +248,7 @@ def write_dead_letters(dead: DataFrame, topic: str, store: LandingStore,
     for (hour, _t, _table, part, _e), src in sorted(files.items()):
         rows, first, last = _written(store, src, f"the dead letters of topic {topic!r} partition {part} (hour {hour})",
                                      "offset")
-        rel = f"{dead_letter_dir(topic, Hour(hour))}/{dead_letter_file_name(topic, part, first, last)}"
+        rel = f"{dead_letter_dir(topic, Hour(hour))}/{dead_letter_file_name(OffsetRange(topic, part, first, last))}"
         staged.append(Staged(src, rel, LandedFile(rel, rows, store.size(src), part, first, last,
                                                       crc32c=store.crc32c(src)), hour))
     return staged, by_reason

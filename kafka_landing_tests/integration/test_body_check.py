@@ -26,6 +26,7 @@ from kafka_landing.avro_landing.decode import Vouch, decode_checked, frame_colum
 from kafka_landing.avro_landing.framing import frame
 from kafka_landing.avro_landing.route import classify
 from kafka_landing.avro_landing.write import write_good
+from kafka_landing.avro_types import strip_logical_types
 from kafka_landing.config import Route
 from kafka_landing.store.local import LocalStore
 from kafka_landing_tests.integration.test_decode import record_schema, topic_cfg
@@ -249,7 +250,7 @@ def test_every_rule_refuses_its_body_before_any_decode_and_the_rest_read_alike_e
             store = LocalStore(str(tmp_path / uuid.uuid4().hex[:8]))
             (staged,) = write_good(out, cfg, SID, schema, store, "staging")
             path = store.location(staged.src)
-            raw = avro_schemas.strip_logical_types(avro_schemas.landing_schema(schema))  # as avro-tools prints them
+            raw = strip_logical_types(avro_schemas.landing_schema(schema))  # as avro-tools prints them
             with open(path, "rb") as fh, mock.patch.dict(fastavro.read.LOGICAL_READERS, clear=True):
                 by_fastavro = [{k: v for k, v in r.items() if not k.startswith("_")} for r in fastavro.reader(fh)]
             by_java = [{k: v for k, v in json.loads(line).items() if not k.startswith("_")}

@@ -58,7 +58,7 @@ from hypothesis import strategies as st
 
 from kafka_landing.avro_landing import avro_schemas
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing.avro_landing.job import land_hours
+from kafka_landing.avro_landing.job import HoursToLand, Sources, land_hours
 from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.kafka_slices.freeze import freeze_slice
 from kafka_landing.naming import Hour, to_millis
@@ -850,8 +850,8 @@ def _landed(spark, kafka, registry, tmp_path, cfg, sid: int, direct: bool):
     with kafka.log_view() as log:
         plan, _ = freeze_slice(store, log, cfg, Hour(HOUR), utcnow())
     try:
-        out = land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan], "a",
-                         likely_ids=(sid,), direct=direct)[plan.hour]
+        out = land_hours(Sources(lambda: spark, kafka.spark_options(), schema_fetcher(registry)), store,
+                         HoursToLand(cfg, [plan], "a", likely_ids=(sid,)), direct=direct)[plan.hour]
     except Exception as exc:  # noqa: BLE001 - a landing that raises is reported, with the bodies it had
         out = exc
     return out, store, plan

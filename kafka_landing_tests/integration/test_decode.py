@@ -574,8 +574,9 @@ def _land_mixed_hour(make_topic, send, sr, registry, kafka, spark, store, likely
         plan, _ = freeze_slice(store, log, cfg, Hour(HOUR), utcnow())
     # The decoding way, whose jobs count: the direct way lands this hour whole (its corrupt body a
     # dead letter by the strict walk) and never runs them.
-    result = job.land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan],
-                            uuid.uuid4().hex[:8], (sid,) if likely else (), lines.append, direct=False)[plan.hour]
+    result = job.land_hours(job.Sources(lambda: spark, kafka.spark_options(), schema_fetcher(registry)), store,
+                            job.HoursToLand(cfg, [plan], uuid.uuid4().hex[:8], (sid,) if likely else ()),
+                            lines.append, direct=False)[plan.hour]
     assert not isinstance(result, LandingError), result
     landed, dead = assert_conserved(store, plan, result)
     assert sorted(landed) == [0, 1, 3, 5] and sorted(dead) == [2, 4]
@@ -652,8 +653,9 @@ def test_a_compacted_topic_is_read_once_so_records_removed_mid_run_change_no_cou
 
     monkeypatch.setattr(job.LandingRun, "count_while_writing_likely", then_the_cleaner)
     try:
-        result = job.land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(),
-                                topic_cfg(topic), [plan], uuid.uuid4().hex[:8], (sid,), snapshot=snapshot,
+        result = job.land_hours(job.Sources(lambda: spark, kafka.spark_options(), schema_fetcher(registry)), store,
+                                job.HoursToLand(topic_cfg(topic), [plan], uuid.uuid4().hex[:8], (sid,),
+                                                snapshot=snapshot),
                                 direct=False)[plan.hour]  # a read per job: the decoding way's jobs
     except Exception as exc:  # noqa: BLE001 - the engine's own data-loss error, raised out of the run
         result = exc

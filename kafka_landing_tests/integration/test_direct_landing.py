@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from kafka_landing.avro_landing import body_rules, direct, job
 from kafka_landing.avro_landing.framing import frame
-from kafka_landing.avro_landing.job import land_hours
+from kafka_landing.avro_landing.job import HoursToLand, Sources, land_hours
 from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.config import Route
 from kafka_landing.kafka_slices.freeze import freeze_slice
@@ -55,8 +55,8 @@ def landed_both_ways(spark, kafka, registry, tmp_path, cfg, sid: int) -> dict[bo
         with kafka.log_view() as log:
             plan, _ = freeze_slice(store, log, cfg, Hour(HOUR), utcnow())
         said: list[str] = []
-        result = land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, [plan],
-                            "a", likely_ids=(sid,), log=said.append, direct=way)[plan.hour]
+        result = land_hours(Sources(lambda: spark, kafka.spark_options(), schema_fetcher(registry)), store,
+                            HoursToLand(cfg, [plan], "a", likely_ids=(sid,)), log=said.append, direct=way)[plan.hour]
         assert not isinstance(result, Exception), f"landing {'directly' if way else 'the decoding way'}: {result}"
         out[way] = (result, store, said)
     return out

@@ -10,7 +10,7 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from kafka_landing.avro_landing.job import land_hours
+from kafka_landing.avro_landing.job import HoursToLand, Sources, land_hours
 from kafka_landing.avro_landing.registry import schema_fetcher
 from kafka_landing.config import Route, TopicConfig
 from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hours, generate
@@ -52,8 +52,8 @@ def landed(bootstrap, registry_url, kafka, registry, spark, tmp_path_factory):
             plans[cfg.topic] = [freeze_slice(one_by_one, log, cfg, Hour(h), utcnow())[0] for h in hours]
         for plan in plans[cfg.topic]:
             land_hour(lambda: spark, one_by_one, fetch, kafka.spark_options(), cfg, plan, uuid.uuid4().hex[:8])
-        got = land_hours(lambda: spark, ranged, fetch, kafka.spark_options(), cfg, plans[cfg.topic],
-                         uuid.uuid4().hex[:8])
+        got = land_hours(Sources(lambda: spark, kafka.spark_options(), fetch), ranged,
+                         HoursToLand(cfg, plans[cfg.topic], uuid.uuid4().hex[:8]))
         assert not [r for r in got.values() if isinstance(r, LandingError)]
     return {"cfgs": cfgs, "plans": plans, "by_hour": one_by_one, "range": ranged}
 
@@ -139,8 +139,8 @@ def test_an_hour_that_cannot_land_fails_alone_and_the_others_publish(make_topic,
     cfg = TopicConfig(topic=topic, dataset="d", table="t", grace_minutes=0, rows_per_task=2)
     with kafka.log_view() as log:
         plans = [freeze_slice(store, log, cfg, Hour(h), utcnow())[0] for h in hours]
-    got = land_hours(lambda: spark, store, schema_fetcher(registry), kafka.spark_options(), cfg, plans, "a1",
-                     likely_ids=(ok_id,))
+    got = land_hours(Sources(lambda: spark, kafka.spark_options(), schema_fetcher(registry)), store,
+                     HoursToLand(cfg, plans, "a1", likely_ids=(ok_id,)))
     tags = [p.hour for p in plans]
     assert isinstance(got[tags[1]], LandingError)
     assert f"{topic} {tags[1]}" in str(got[tags[1]]) and f"schema id {bad_id}" in str(got[tags[1]])

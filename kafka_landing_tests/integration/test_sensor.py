@@ -28,6 +28,7 @@ from kafka_landing.naming import (
     hour_key,
     hour_tag,
     landing_file_name,
+    OffsetRange,
 )
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.jobs import RETIRE_JOB
@@ -85,7 +86,7 @@ def hours_ago(n: int) -> datetime:
 
 def avro_file(landing: Path, hour: datetime, first: int, rows: int, write: bool = True) -> dict:
     """One landing file of the table's hour, as landing writes them, and its done-file entry."""
-    name = landing_file_name(TOPIC, 0, DATASET, TABLE, 1, first, first + rows - 1)
+    name = landing_file_name(OffsetRange(TOPIC, 0, first, first + rows - 1), DATASET, TABLE, 1)
     rel = f"tables/{DATASET}/{TABLE}/hour={hour_tag(hour)}/{name}"
     if write:
         write_avro(landing / rel, first, rows)

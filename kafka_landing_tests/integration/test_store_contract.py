@@ -709,7 +709,7 @@ def test_a_publisher_stalled_before_its_done_file_leaves_the_next_landing_of_the
     """N9 end to end: attempt a1 publishes an hour, moves its files and stalls right before writing
     the done file; its lease lapses, attempt a2 re-lands the hour (taking the publish lock over) and
     publishes all of it. a1's done file must not replace a2's: a2's done file, marker and files stay."""
-    from kafka_landing.avro_landing.publish import publish
+    from kafka_landing.avro_landing.publish import StagedHour, publish
     from kafka_landing.config import TopicConfig
     from kafka_landing.handoff.manifests import content_sha
     from kafka_landing.handoff.markers import TableHour, marker_path
@@ -722,9 +722,9 @@ def test_a_publisher_stalled_before_its_done_file_leaves_the_next_landing_of_the
     done = done_file_path("w", "events", hour_from_tag(HOUR))
     mine, theirs = [staged(stale, "events", "p0.avro", "a1")], [staged(other, "events", "p0.avro", "a2")]
     meanwhile = taken_over(stale, publish_lock_path("web", hour_from_tag(HOUR)),
-                           lambda: publish(other, cfg, PLAN, theirs, [], NO_DEAD, 2, "a2"))
+                           lambda: publish(other, cfg, StagedHour(PLAN, theirs, [], NO_DEAD, 2, "a2")))
     with stalled_at("upload", f"landing/{done}", meanwhile) as ran, pytest.raises(Exception) as err:
-        publish(stale, cfg, PLAN, mine, [], NO_DEAD, 2, "a1")
+        publish(stale, cfg, StagedHour(PLAN, mine, [], NO_DEAD, 2, "a1"))
     assert ran, "the publish never stalled: the test tests nothing"
     assert stale.read_json(done)["attempt"] == "a2"
     assert stale.read_json(marker_path(TableHour(HOUR, "w", "events")))["sha256"] == content_sha(stale.read_bytes(done))

@@ -33,6 +33,12 @@ TAG = "2026-01-31T13"
     (n.pending_lock_path("shop", "orders"), "locks/pending_loads/shop/orders.lock"),
     (n.load_ledger_path("shop", "orders", H), "warehouse_loads/bigquery/shop/orders/hour=2026-01-31T13.json"),
     (n.load_lock_path("shop", "orders", H), "locks/warehouse_loads/bigquery/shop/orders/hour=2026-01-31T13.lock"),
+    (n.landing_file_name(n.OffsetRange("orders.v1", 3, 7, 1200), "shop", "orders", 12),
+     "orders.v1+3+shop.orders+12+00000000000000000007+00000000000000001200.avro"),
+    (n.landing_file_name(n.OffsetRange("orders.v1", 3, 7, 1200), "shop", "orders", 12, n.Hour(H)),
+     "orders.v1+3+shop.orders+12+00000000000000000007+00000000000000001200+2026-01-31T13.avro"),
+    (n.dead_letter_file_name(n.OffsetRange("orders.v1", 3, 7, 1200)),
+     "orders.v1+3+dead_letters+00000000000000000007+00000000000000001200.avro"),
 ])
 def test_each_path_is_the_one_a_landing_root_already_holds(path, expected):
     assert path == expected

@@ -27,11 +27,12 @@ def _land_hour(store, hour, schema: dict, records: list[dict], schema_id: int) -
     import fastavro
 
     from kafka_landing.handoff.manifests import DeadLetters, DoneFile, LandedFile
-    from kafka_landing.naming import done_file_path, hour_tag, landing_file_name, table_hour_dir
+    from kafka_landing.naming import OffsetRange, done_file_path, hour_tag, landing_file_name, table_hour_dir
 
     buf = io.BytesIO()
     fastavro.writer(buf, fastavro.parse_schema(schema), records)
-    rel = f"{table_hour_dir('bench', 'year', hour)}/{landing_file_name('year', 0, 'bench', 'year', schema_id, 0, len(records) - 1)}"
+    name = landing_file_name(OffsetRange('year', 0, 0, len(records) - 1), 'bench', 'year', schema_id)
+    rel = f"{table_hour_dir('bench', 'year', hour)}/{name}"
     store.write_atomic(rel, buf.getvalue())
     files = (LandedFile(rel, len(records), len(buf.getvalue()), 0, 0, len(records) - 1, schema_id),)
     done = DoneFile(topic="year", dataset="bench", table="year", hour=hour_tag(hour), rows=len(records),

@@ -1,9 +1,7 @@
-"""Which writer schemas can land, and the schema rewrites that tell a value out of range
-from a corrupt body. Pure JSON in, JSON out."""
+"""Which writer schemas can land, and the schemas Spark decodes with. Pure JSON in, JSON out."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from pathlib import Path
@@ -15,6 +13,7 @@ from hypothesis import strategies as st
 
 from kafka_landing.avro_landing import avro_schemas
 from kafka_landing.avro_landing.avro_schemas import SchemaError, check_landable, parse
+from kafka_landing.avro_types import strip_logical_types
 from kafka_landing.spark_setup import spark_readable
 from kafka_landing_tools.demo import generate
 
@@ -99,70 +98,35 @@ def _no_logical(t) -> bool:
     return "logicalType" not in json.dumps(t)
 
 
+def logical_types(t) -> list[str]:
+    """The logical types inside an Avro type, in order, e.g. ['timestamp-millis', 'decimal(4,2)']."""
+    if isinstance(t, list):
+        return [x for b in t for x in logical_types(b)]
+    if not isinstance(t, dict):
+        return []
+    found = []
+    if "logicalType" in t:
+        lt = t["logicalType"]
+        found.append(f"{lt}({t.get('precision')},{t.get('scale', 0)})" if lt == "decimal" else str(lt))
+    kind = t.get("type")
+    if kind in ("record", "error"):
+        found += [x for f in t.get("fields") or [] for x in logical_types(f.get("type"))]
+    elif kind == "array":
+        found += logical_types(t.get("items"))
+    elif kind == "map":
+        found += logical_types(t.get("values"))
+    elif isinstance(kind, (dict, list)):
+        found += logical_types(kind)
+    return found
+
+
 @given(schemas())
 def test_stripping_logical_types_keeps_the_wire_format(schema):
-    stripped = avro_schemas.strip_logical_types(schema)
+    stripped = strip_logical_types(schema)
     assert _no_logical(stripped)
-    assert avro_schemas.strip_logical_types(stripped) == stripped
-    assert len(avro_schemas.logical_types(schema)) == json.dumps(schema).count("logicalType")
+    assert strip_logical_types(stripped) == stripped
+    assert len(logical_types(schema)) == json.dumps(schema).count("logicalType")
     fastavro.parse_schema(stripped)  # still a valid schema
-    one = avro_schemas.with_field_stripped(schema, "f0")
-    assert _no_logical(one["fields"][0]["type"]) and one["fields"][1:] == schema["fields"][1:]
-
-
-def test_a_value_out_of_range_decodes_with_the_field_stripped():
-    schema = rec([{"name": "t", "type": {"type": "long", "logicalType": "timestamp-millis"}}, {"name": "d", "type": dec(4)}])
-    raw = rec([{"name": "t", "type": "long"}, {"name": "d", "type": "bytes"}])
-    buf = io.BytesIO()
-    fastavro.schemaless_writer(buf, fastavro.parse_schema(raw), {"t": 2**62, "d": (10**9).to_bytes(5, "big")})
-    stripped = avro_schemas.strip_logical_types(schema)
-    assert stripped == raw
-    assert fastavro.schemaless_reader(io.BytesIO(buf.getvalue()), fastavro.parse_schema(stripped))["t"] == 2**62
-    with pytest.raises(OverflowError):  # as a timestamp the same bytes cannot be read
-        fastavro.schemaless_reader(io.BytesIO(buf.getvalue()), fastavro.parse_schema(schema))
-    assert avro_schemas.logical_types(schema) == ["timestamp-millis", "decimal(4,2)"]
-
-
-def fixed_dec(name, size, precision, scale=2):
-    return {"type": "fixed", "name": name, "size": size, "logicalType": "decimal", "precision": precision, "scale": scale}
-
-
-def test_decimals_that_spark_would_wrap_are_read_wider():
-    """Spark keeps a decimal of precision <= 18 in the low 64 bits of its unscaled value: such decimals
-    are read as wide as their bytes allow, wherever they are; nothing else changes."""
-    schema = rec([
-        {"name": "a", "type": dec(18)}, {"name": "tiny", "type": dec(1, 0)}, {"name": "wide", "type": dec(30)},
-        {"name": "f12", "type": fixed_dec("F12", 12, 10)}, {"name": "f8", "type": fixed_dec("F8", 8, 18)},
-        {"name": "f9", "type": fixed_dec("F9", 9, 5)}, {"name": "f20", "type": fixed_dec("F20", 20, 18)},
-        {"name": "again", "type": "F12"},  # a reference: widened where the fixed is defined
-        {"name": "bad_scale", "type": dec(2, 5)},  # not a valid decimal: Avro reads plain bytes, left so
-        {"name": "bad_fixed", "type": fixed_dec("F4", 4, 18)},  # 4 bytes cannot declare 18 digits: left so
-        {"name": "in", "type": rec([{"name": "d", "type": dec(9)}], name="In")},
-        {"name": "arr", "type": {"type": "array", "items": dec(12)}},
-        {"name": "map", "type": {"type": "map", "values": fixed_dec("F16", 16, 18, 6)}},
-        {"name": "u", "type": ["null", "string", dec(7)]},
-        {"name": "t", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    ])
-    wide = avro_schemas.widened_decimals(schema)
-    types = {f["name"]: f["type"] for f in wide["fields"]}
-    assert types["a"] == dec(38) and types["tiny"] == dec(38, 0) and types["wide"] == dec(30)
-    assert types["f12"] == fixed_dec("F12", 12, 28) and types["f8"] == fixed_dec("F8", 8, 18)
-    assert types["f9"] == fixed_dec("F9", 9, 21) and types["f20"] == fixed_dec("F20", 20, 38)
-    assert types["again"] == "F12" and types["bad_scale"] == dec(2, 5) and types["bad_fixed"] == fixed_dec("F4", 4, 18)
-    assert types["in"]["fields"][0]["type"] == dec(38) and types["arr"]["items"] == dec(38)
-    assert types["map"]["values"] == fixed_dec("F16", 16, 38, 6) and types["u"] == ["null", "string", dec(38, 2)]
-    assert types["t"] == schema["fields"][-1]["type"]
-    assert avro_schemas.strip_logical_types(wide) == avro_schemas.strip_logical_types(schema), "the same wire format"
-    assert avro_schemas.widened_decimals(wide) == wide
-    assert schema["fields"][0]["type"] == dec(18), "the writer schema is not changed"
-    plain = rec([{"name": "n", "type": "long"}, {"name": "f8", "type": fixed_dec("F8", 8, 18)}, {"name": "w", "type": dec(20)}])
-    assert avro_schemas.widened_decimals(plain) == plain, "nothing can wrap: decoded as declared"
-    # A dead letter names a field's logical types, those of the named types it refers to included.
-    assert avro_schemas.field_logical_types(schema, "again") == ["decimal(10,2)"]
-    assert avro_schemas.field_logical_types(schema, "u") == ["decimal(7,2)"]
-    node = rec([{"name": "v", "type": dec(4)}, {"name": "next", "type": ["null", "Node"]}], name="Node")
-    assert avro_schemas.field_logical_types(rec([{"name": "n", "type": node}, {"name": "m", "type": "Node"}]), "m") == [
-        "decimal(4,2)"]
 
 
 def test_the_digits_a_fixed_holds():
@@ -177,10 +141,10 @@ def test_what_spark_reads_is_the_same_wire_format_without_the_time_of_day_types(
     """Spark 4.2 reads time-micros as its TIME type and then refuses every query of it: Spark reads
     records with the time-of-day logical types removed (their numbers), every other one kept."""
     readable = spark_readable(schema)
-    assert not {"time-millis", "time-micros"} & set(avro_schemas.logical_types(readable))
-    assert [lt for lt in avro_schemas.logical_types(schema) if lt not in ("time-millis", "time-micros")] \
-        == avro_schemas.logical_types(readable)
-    assert avro_schemas.strip_logical_types(readable) == avro_schemas.strip_logical_types(schema)
+    assert not {"time-millis", "time-micros"} & set(logical_types(readable))
+    assert [lt for lt in logical_types(schema) if lt not in ("time-millis", "time-micros")] \
+        == logical_types(readable)
+    assert strip_logical_types(readable) == strip_logical_types(schema)
     fastavro.parse_schema(readable)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_landing.avro_landing import engine_losses, job
-from kafka_landing.avro_landing.job import LandingResult, land_hours
+from kafka_landing.avro_landing.job import HoursToLand, LandingResult, Sources, land_hours
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError, spark_server_gone
 from kafka_landing.kafka_slices.plan import PartitionSlice, SlicePlan, SliceTask
@@ -36,6 +36,10 @@ class Session:
     client = None
 
 
+def no_schema(sid: int) -> None:
+    return None
+
+
 def test_two_losses_on_one_schema_id_refuse_the_hour_for_good_and_a_landing_clears_them(tmp_path, monkeypatch):
     store = LocalStore(str(tmp_path))
     spark_asked: list[int] = []
@@ -53,13 +57,15 @@ def test_two_losses_on_one_schema_id_refuse_the_hour_for_good_and_a_landing_clea
     monkeypatch.setattr(job.LandingRun, "land_directly", dies_writing_schema_7)
     for attempt in ("a1", "a2"):
         with pytest.raises(ServerGone) as lost:
-            land_hours(factory, store, lambda sid: None, {}, CFG, [plan(POISONED, 3), plan(CLEAN, 0)], attempt)
+            land_hours(Sources(factory, {}, no_schema), store,
+                       HoursToLand(CFG, [plan(POISONED, 3), plan(CLEAN, 0)], attempt))
         assert spark_server_gone(lost.value)  # a server away, which the step retries (errors.is_transient)
     assert store.read_json(engine_losses_path("web", Hour(POISONED))) == {"7": 2}
     assert not store.exists(engine_losses_path("web", Hour(CLEAN))), "the other hour held no record of schema id 7"
 
     spark_asked.clear()
-    out = land_hours(factory, store, lambda sid: None, {}, CFG, [plan(POISONED, 3), plan(CLEAN, 0)], "a3")
+    out = land_hours(Sources(factory, {}, no_schema), store,
+                     HoursToLand(CFG, [plan(POISONED, 3), plan(CLEAN, 0)], "a3"))
     refused = out[POISONED]
     assert isinstance(refused, LandingError) and not refused.transient
     assert "web 2026-11-20T13: refused" in str(refused) and "schema id 7" in str(refused)
@@ -70,7 +76,7 @@ def test_two_losses_on_one_schema_id_refuse_the_hour_for_good_and_a_landing_clea
     # A person found the record and cleared the losses: the hour lands, and its losses are gone.
     store.delete(engine_losses_path("web", Hour(POISONED)))
     engine_losses.record(store, "web", [POISONED], "7")  # one loss is not a refusal
-    out = land_hours(factory, store, lambda sid: None, {}, CFG, [plan(POISONED, 0)], "a4")
+    out = land_hours(Sources(factory, {}, no_schema), store, HoursToLand(CFG, [plan(POISONED, 0)], "a4"))
     assert isinstance(out[POISONED], LandingResult)
     assert not store.exists(engine_losses_path("web", Hour(POISONED)))
 
@@ -85,5 +91,5 @@ def test_a_loss_outside_any_schema_ids_write_counts_for_nothing(tmp_path, monkey
     monkeypatch.setattr(job.LandingRun, "read", dies_reading)
     for attempt in ("a1", "a2", "a3"):
         with pytest.raises(ServerGone):
-            land_hours(Session, store, lambda sid: None, {}, CFG, [plan(POISONED, 3)], attempt)
+            land_hours(Sources(Session, {}, no_schema), store, HoursToLand(CFG, [plan(POISONED, 3)], attempt))
     assert not store.exists(engine_losses_path("web", Hour(POISONED)))

@@ -3,7 +3,7 @@ staging) concerns that hour, or nothing: hours already published stay published 
 
 from __future__ import annotations
 
-from kafka_landing.avro_landing.job import LandingResult, land_hours
+from kafka_landing.avro_landing.job import HoursToLand, LandingResult, Sources, land_hours
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError
 from kafka_landing.kafka_slices.plan import PartitionSlice, SlicePlan
@@ -12,6 +12,7 @@ from kafka_landing.store.local import LocalStore
 
 HOURS = ["2026-11-20T13", "2026-11-20T14", "2026-11-20T15"]
 CFG = TopicConfig("web", "w", table="events")
+NOWHERE = Sources(lambda: None, {}, lambda sid: None)  # the hours hold no offset: nothing is read
 
 
 def empty_plan(hour: str) -> SlicePlan:
@@ -40,8 +41,7 @@ class FlakyBucket(LocalStore):
 def test_a_storage_error_fails_only_its_hour_and_published_hours_stay_published(tmp_path):
     store = FlakyBucket(str(tmp_path), done_file_path("w", "events", hour_from_tag(HOURS[1])))
     logged: list[str] = []
-    out = land_hours(lambda: None, store, lambda sid: None, {}, CFG, [empty_plan(h) for h in HOURS], "att-1",
-                     log=logged.append)
+    out = land_hours(NOWHERE, store, HoursToLand(CFG, [empty_plan(h) for h in HOURS], "att-1"), log=logged.append)
     assert sorted(out) == HOURS
     assert isinstance(out[HOURS[0]], LandingResult) and isinstance(out[HOURS[2]], LandingResult)
     failed = out[HOURS[1]]
@@ -57,7 +57,7 @@ def test_a_check_that_cannot_read_the_files_fails_and_says_why(tmp_path):
 
     store = LocalStore(str(tmp_path))
     plan = empty_plan(HOURS[0])
-    result = land_hours(lambda: None, store, lambda sid: None, {}, CFG, [plan], "att-2")[HOURS[0]]
+    result = land_hours(NOWHERE, store, HoursToLand(CFG, [plan], "att-2"))[HOURS[0]]
     assert [c.passed for c in landing_checks(result, store, CFG, plan)] == [True, True, True]
 
     class Away(LocalStore):

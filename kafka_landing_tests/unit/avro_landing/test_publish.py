@@ -5,7 +5,7 @@ counts in two tables, and the landing conservation check sees a table that still
 from __future__ import annotations
 
 from kafka_landing.avro_landing.conservation import check_landed_hour
-from kafka_landing.avro_landing.publish import publish
+from kafka_landing.avro_landing.publish import StagedHour, publish
 from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import Route, TopicConfig
 from kafka_landing.handoff.markers import clear_pending, content_sha, marks_of, parse_done_path
@@ -16,6 +16,7 @@ from kafka_landing.naming import (
     done_file_path,
     hour_from_tag,
     landing_file_name,
+    OffsetRange,
     table_hour_dir,
 )
 from kafka_landing.store.local import LocalStore
@@ -33,7 +34,7 @@ def staged(store: LocalStore, dataset: str, table: str, attempt: str) -> Staged:
 
     import fastavro
 
-    name = landing_file_name("web", 0, dataset, table, 1, 0, 1)
+    name = landing_file_name(OffsetRange("web", 0, 0, 1), dataset, table, 1)
     src = f"staging/web/{attempt}/{name}"
     buf = io.BytesIO()
     fastavro.writer(buf, {"type": "record", "name": "r", "fields": [{"name": "a", "type": "int"}]}, [{"a": 1}, {"a": 2}])
@@ -43,7 +44,7 @@ def staged(store: LocalStore, dataset: str, table: str, attempt: str) -> Staged:
 
 
 def land(store, cfg: TopicConfig, table: str, attempt: str):
-    return publish(store, cfg, PLAN, [staged(store, cfg.dataset, table, attempt)], [], NO_DEAD, 2, attempt)
+    return publish(store, cfg, StagedHour(PLAN, [staged(store, cfg.dataset, table, attempt)], [], NO_DEAD, 2, attempt))
 
 
 def test_a_table_the_hour_no_longer_feeds_is_retired(tmp_path):

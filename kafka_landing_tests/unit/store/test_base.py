@@ -12,7 +12,7 @@ import contextlib
 
 import pytest
 
-from kafka_landing.avro_landing.publish import publish
+from kafka_landing.avro_landing.publish import StagedHour, publish
 from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import TopicConfig
 from kafka_landing.kafka_slices.freeze import freeze_slice
@@ -105,11 +105,12 @@ def staged(store, table: str, name: str, attempt: str = "att") -> Staged:
 def _land_then_reland(store: Recording) -> None:
     """A first landing fed table `old` (and left a file the re-land does not list in `events`);
     the re-land feeds `events` only: moves, manifest, done file, retiring `old`, removals."""
-    publish(store, TopicConfig("web", "w", table="old"), PLAN, [staged(store, "old", "p0.avro")], [], NO_DEAD, 2, "a1")
+    old = [staged(store, "old", "p0.avro")]
+    publish(store, TopicConfig("web", "w", table="old"), StagedHour(PLAN, old, [], NO_DEAD, 2, "a1"))
     store.write_atomic(f"{table_hour_dir('w', 'events', hour_from_tag(HOUR))}/stale.avro", b"x")
     good = [staged(store, "events", "p0.avro"), staged(store, "events", "p1.avro")]
     store.events.clear()
-    publish(store, TopicConfig("web", "w", table="events"), PLAN, good, [], NO_DEAD, 2, "a2")
+    publish(store, TopicConfig("web", "w", table="events"), StagedHour(PLAN, good, [], NO_DEAD, 2, "a2"))
 
 
 def test_every_commit_of_publish_is_fenced(tmp_path):
@@ -129,7 +130,7 @@ def test_a_publisher_that_lost_its_lock_stops_before_its_next_commit(tmp_path):
     good = [staged(store, "events", "p0.avro"), staged(store, "events", "p1.avro")]
     store.lose_after_fences = 1  # lost while moving: the second file and everything after stay unpublished
     with pytest.raises(LockLost):
-        publish(store, TopicConfig("web", "w", table="events"), PLAN, good, [], NO_DEAD, 2, "a1")
+        publish(store, TopicConfig("web", "w", table="events"), StagedHour(PLAN, good, [], NO_DEAD, 2, "a1"))
     hour_dir = table_hour_dir("w", "events", hour_from_tag(HOUR))
     assert store.list(hour_dir) == [f"{hour_dir}/p0.avro"]
     assert not store.exists(done_file_path("w", "events", hour_from_tag(HOUR)))

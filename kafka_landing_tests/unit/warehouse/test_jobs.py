@@ -17,14 +17,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from dagster import Failure, build_op_context, build_sensor_context
 
-from kafka_landing.avro_landing.publish import publish
+from kafka_landing.avro_landing.publish import StagedHour, publish
 from kafka_landing.avro_landing.write import Staged
 from kafka_landing.config import TopicConfig
 from kafka_landing.handoff import markers
 from kafka_landing.handoff.manifests import DeadLetters, LandedFile
 from kafka_landing.handoff.units import EVENT, event_unit, hour_unit
 from kafka_landing.kafka_slices.plan import PartitionSlice, SlicePlan, SliceTask
-from kafka_landing.naming import dead_letter_manifest_path, hour_from_tag, landing_file_name, table_hour_dir
+from kafka_landing.naming import OffsetRange, dead_letter_manifest_path, hour_from_tag, landing_file_name, table_hour_dir
 from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.warehouse.bigquery import BigQueryWarehouse
 from kafka_landing.store.local import LocalStore
@@ -63,12 +63,12 @@ def land(store, cfg: TopicConfig, attempt: str) -> None:
     """Hour H of topic `orders` as publish lands it: three records of event day DAY in `cfg.table`."""
     at = datetime(2026, 1, 31, 13, 7, tzinfo=timezone.utc)
     records = [{"order_id": i, "created_at": at + timedelta(minutes=n)} for n, i in enumerate("abc")]
-    name = landing_file_name("orders", 0, DS, cfg.table, 1, 0, 2, hour_from_tag(H))
+    name = landing_file_name(OffsetRange("orders", 0, 0, 2), DS, cfg.table, 1, hour_from_tag(H))
     src, rel = f"staging/orders/{attempt}/{name}", f"{table_hour_dir(DS, cfg.table, hour_from_tag(H))}/{name}"
     data = avro_file(SCHEMA, records)
     store.write_atomic(src, data)
     staged = Staged(src, rel, LandedFile(rel, 3, len(data), 0, 0, 2, 1, H), H, cfg.table)
-    publish(store, cfg, PLAN, [staged], [], DeadLetters(0, {}, ()), 3, attempt)
+    publish(store, cfg, StagedHour(PLAN, [staged], [], DeadLetters(0, {}, ()), 3, attempt))
 
 
 def rows(fake, table: str, pid: str) -> list[str]:
