@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kafka_landing_tools.bench import __main__ as cli
-from kafka_landing_tools.bench import cases, many_topics, options, processes
+from kafka_landing_tools.bench import cases, freshness, many_topics, options, processes
 from kafka_landing_tools.bench.goals import GOALS, evaluate_goals, memory_rows
 from kafka_landing_tools.bench.report import DOCS_PAGE, SECTIONS, markdown
 from kafka_landing_tools.bench.run import Options, run
@@ -23,7 +23,7 @@ SUPPORT = {"__init__", "__main__", "cases", "data", "goals", "measure", "options
 
 def test_every_case_module_is_a_case_of_the_run_named_after_it():
     modules = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in SUPPORT)
-    assert len(modules) == len(cases.CASES) == 9
+    assert len(modules) == len(cases.CASES) == 10
     assert sorted(c.name for c in cases.CASES) == modules
     for case in cases.CASES:
         assert isinstance(case, Case) and callable(case.jobs) and callable(case.report)
@@ -38,6 +38,7 @@ def _bench(tmp_path, monkeypatch) -> Bench:
     bench.throughput = {f"bench_small_{n}x_r1": {"case": f"small {n}x", "topic": f"bench_small_{n}x_r1",
                                                  "messages": 7 * n, "mb": float(n)} for n in (1, 4)}
     bench.kept["many_topics"] = many_topics.ManyTopics(many=["m0"], records=7, one_records=7)
+    bench.kept["freshness"] = freshness.Topics(one=["f0"], many=["f1", "f2"], records={"one": 7, "many": 14})
     return bench
 
 
@@ -45,7 +46,10 @@ def _measured(contender: str) -> dict:
     """What any process says, with every figure some case reads."""
     return {"contender": contender, "seconds": 2.0, "records": 7, "peak_rss_mb": 100, "written": 7,
             "stages": {"one": 1.0, "two": 1.0, "three": 1.0}, "server_peak_rss_mb": 700, "hours": 3,
-            "files_before": 2, "files_rewritten": 0, "files_added": 1, "load_seconds": 0.1}
+            "files_before": 2, "files_rewritten": 0, "files_added": 1, "load_seconds": 0.1,
+            "tables": 2, "freshness_states": {"warehouse/d/t": "PASS"},
+            "by_hour": [{"hour": "2026-01-01-04:00", "seconds": 9.0, "landing_started": 1.0, "landing_ended": 4.0,
+                         "first_load_asked": 5.0, "last_load_asked": 6.0, "load_runs": 2}]}
 
 
 def test_each_cases_jobs_run_its_own_processes_and_its_report_fits_the_report(tmp_path, monkeypatch):

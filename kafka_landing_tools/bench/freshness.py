@@ -154,7 +154,7 @@ def contender_freshness(args) -> dict:
             states = wait_for("every table's freshness state", lambda: _fresh_states(instance, hourly), 120, log, 0.5)
     finally:
         stop_daemon(daemon)
-    return {"records": _rows(hourly, args.hour_keys), "hours": hours, "tables": len(hourly) + len(by_event),
+    return {"records": _rows(hourly, args.hour_keys), "by_hour": hours, "tables": len(hourly) + len(by_event),
             "freshness_states": states}
 
 
@@ -229,7 +229,7 @@ def jobs(bench: Bench) -> list[Job]:
 
 def summary(m: dict) -> dict:
     """A variant's hours: the median and the worst, and the stages of the median hour."""
-    hours = m["hours"]
+    hours = m["by_hour"]
     median = statistics.median_low([h["seconds"] for h in hours])
     return {"median_s": median, "worst_s": max(h["seconds"] for h in hours), "tables": m["tables"],
             "freshness_states": m["freshness_states"],
