@@ -3,7 +3,7 @@ dead letters beside them, and one done file per (table, hour) written last."""
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from dagster import (
     AssetExecutionContext,
@@ -15,7 +15,6 @@ from dagster import (
 )
 
 from kafka_landing.avro_landing.checks import landing_check_specs, landing_checks
-from kafka_landing.avro_landing.job import HoursToLand, LandingResult, Sources, land_hours
 from kafka_landing.avro_landing.registry import likely_schema_ids, preflight, schema_fetcher
 from kafka_landing.config import LandingConfig, TopicConfig
 from kafka_landing.errors import LandingError
@@ -42,6 +41,9 @@ from kafka_landing.resources import (
 )
 from kafka_landing.store.base import LandingStore
 
+if TYPE_CHECKING:  # the landing job imports Spark: a run loads it when it lands (`LandingPass.land`), not the code location
+    from kafka_landing.avro_landing.job import LandingResult
+
 GROUP = "avro_landing"
 
 
@@ -56,7 +58,7 @@ class LandingRunConfig(Config):
     conservation check."""
 
 
-def landing_metadata(result: LandingResult, store, cfg: TopicConfig, plan: SlicePlan) -> dict:
+def landing_metadata(result: "LandingResult", store, cfg: TopicConfig, plan: SlicePlan) -> dict:
     hour = plan.hour
     schema_ids = sorted({s for d in result.done.values() for s in d.schema_ids})
     meta = {
@@ -154,7 +156,9 @@ class LandingPass:
         return to_land, compacted
 
     def land(self, plans: dict[str, SlicePlan], to_land: dict[str, SlicePlan],
-             compacted: bool) -> dict[str, LandingResult | LandingError]:
+             compacted: bool) -> "dict[str, LandingResult | LandingError]":
+        from kafka_landing.avro_landing.job import HoursToLand, Sources, land_hours
+
         attempt = f"{self.context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
         first = min(p.hour for p in plans.values())
         sources = Sources(lambda: self.pyspark.spark_session, self.kafka.spark_options(), self.fetch)
@@ -162,7 +166,7 @@ class LandingPass:
                             likely_ids=likely_schema_ids(self.store, self.registry, self.cfg, first), snapshot=compacted)
         return land_hours(sources, self.store, hours, log=self.context.log.info)
 
-    def reported(self, result: LandingResult | LandingError, plan: SlicePlan, landed: SlicePlan):
+    def reported(self, result: "LandingResult | LandingError", plan: SlicePlan, landed: SlicePlan):
         """The hour's metadata and checks (`plan` as frozen, `landed` less what was skipped), or its failure."""
         if isinstance(result, LandingError):
             return failure(result)

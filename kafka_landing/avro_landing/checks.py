@@ -11,6 +11,8 @@ hour is published (so they are never missing for an hour that landed):
   reports the ranges it saw), because on such a topic each one is a record lost.
 """
 
+from typing import TYPE_CHECKING
+
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -21,12 +23,14 @@ from dagster import (
 )
 
 from kafka_landing.avro_landing.conservation import check_landed_hour
-from kafka_landing.avro_landing.job import LandingResult
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import is_transient
 from kafka_landing.hours import CONSERVATION
 from kafka_landing.kafka_slices.plan import SlicePlan
 from kafka_landing.store.base import LandingStore
+
+if TYPE_CHECKING:  # the landing job imports Spark; these checks only read its result
+    from kafka_landing.avro_landing.job import LandingResult
 
 
 def landing_check_specs(key: AssetKey, hours: PartitionsDefinition) -> list[AssetCheckSpec]:
@@ -45,7 +49,7 @@ def landing_check_specs(key: AssetKey, hours: PartitionsDefinition) -> list[Asse
 EVERY_OFFSET = "every_offset_has_a_record"
 
 
-def every_offset_check(result: LandingResult, cfg: TopicConfig, plan: SlicePlan) -> AssetCheckResult:
+def every_offset_check(result: "LandingResult", cfg: TopicConfig, plan: SlicePlan) -> AssetCheckResult:
     """Offsets without a record are expected on a transactional or compacted topic, and are records
     lost on any other: the check names the first ranges the reader saw."""
     without = result.offsets_without_record
@@ -68,7 +72,7 @@ def every_offset_check(result: LandingResult, cfg: TopicConfig, plan: SlicePlan)
                     "`transactional: true` in its config; otherwise find the records, then land the hour again.")
 
 
-def landing_checks(result: LandingResult, store: LandingStore, cfg: TopicConfig, plan: SlicePlan
+def landing_checks(result: "LandingResult", store: LandingStore, cfg: TopicConfig, plan: SlicePlan
                    ) -> list[AssetCheckResult]:
     try:
         conserved = check_landed_hour(store, cfg, plan)
