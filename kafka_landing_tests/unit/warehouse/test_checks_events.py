@@ -1,8 +1,9 @@
 """The event-time table's checks as the UI shows them: each check's latest evaluation per partition,
 read from a real (ephemeral) Dagster instance after the runs the event sensor asks for, on the
 BigQuery backend (the strict fake, no Spark). After a late landing hour, a topic whose every event
-partition holds exactly its records shows no failing check; a loss still fails with ERROR, and a day
-amended after it had settled fails `settled`."""
+partition holds exactly its records shows no red check; a loss still fails with ERROR. `settled` is
+green only for a final day: yellow until then, saying until when; red only for a day amended after it
+was final."""
 
 from __future__ import annotations
 
@@ -64,15 +65,18 @@ def world(fake_bigquery, instance, tmp_path, monkeypatch):
     AFTER_WRITE.clear()
 
 
+def resources(world) -> dict:
+    return {"landing": GsLikeLanding(landing_root=world.root),
+            "warehouse": BigQueryWarehouseResource(project=PROJECT, location="US"),
+            "pyspark": SparkResource(remote="sc://127.0.0.1:1")}  # never opened
+
+
 def run(world, partition: str):
     """A run of the event partition with the table's checks, as the event sensor requests it."""
     store, _, instance = world
     instance.add_dynamic_partitions(f"{DS}__orders__by_event", [partition])
     assets = [build_event_asset(CFG, T, "bigquery"), *build_event_checks(CFG, T)]
-    result = materialize(assets, partition_key=partition, instance=instance, resources={
-                             "landing": GsLikeLanding(landing_root=world.root),
-                             "warehouse": BigQueryWarehouseResource(project=PROJECT, location="US"),
-                             "pyspark": SparkResource(remote="sc://127.0.0.1:1")})  # never opened
+    result = materialize(assets, partition_key=partition, instance=instance, resources=resources(world))
     assert result.success
     return result
 
@@ -111,11 +115,13 @@ def exact_after_a_late_hour(world) -> None:
 def test_after_a_late_hour_no_check_of_exact_data_stays_red(world):
     store, _, instance = world
     exact_after_a_late_hour(world)
-    for check in (CONSERVATION_BY_EVENT, SETTLED):
-        shown = latest(instance, check)
-        assert sorted(shown) == [DAY, LATE_DAY], check
-        assert {p: e.passed for p, e in shown.items()} == {DAY: True, LATE_DAY: True}, {
-            p: e.description for p, e in shown.items()}
+    shown = latest(instance, CONSERVATION_BY_EVENT)
+    assert {p: e.passed for p, e in shown.items()} == {DAY: True, LATE_DAY: True}, {
+        p: e.description for p, e in shown.items()}
+    # Just amended, neither day is final yet: yellow, never red.
+    shown = latest(instance, SETTLED)
+    assert {p: (e.passed, e.severity) for p, e in shown.items()} == {
+        DAY: (False, AssetCheckSeverity.WARN), LATE_DAY: (False, AssetCheckSeverity.WARN)}
     again = latest(instance, CONSERVATION_BY_EVENT)[DAY]
     assert again.metadata["evaluated_again_after"].value == LATE_DAY
     # The result shown is on Jan 31's latest materialisation: current, as the UI judges it.
@@ -124,7 +130,8 @@ def test_after_a_late_hour_no_check_of_exact_data_stays_red(world):
     assert sorted(infos) == [DAY, LATE_DAY] and infos[DAY].is_current and infos[LATE_DAY].is_current
     settled = latest(instance, SETTLED)[DAY]
     assert settled.metadata["settled"].value is False and settled.metadata["settles_at"].value
-    assert "may still amend it until" in settled.description
+    assert settled.metadata["amended_after_it_settled_at"].value == ""
+    assert "not final yet" in settled.description and "may still amend it until" in settled.description
 
 
 def test_rows_lost_in_the_warehouse_fail_conservation_with_error(world):
@@ -149,11 +156,11 @@ def test_a_late_hour_whose_other_day_was_never_marked_fails_with_error(world):
     assert (shown.passed, shown.severity) == (False, AssetCheckSeverity.ERROR), shown.description
 
 
-def test_a_day_amended_after_it_had_settled_fails_settled(world):
+def test_a_day_amended_after_it_was_final_is_red(world):
     store, _, instance = world
     land(store, "2026-01-31T13", {"2026-01-31T13": ["a", "b"]}, first=1000)
     run(world, DAY)
-    # Three days pass: version 1 of Jan 31 settled (it was made 72 h ago).
+    # Three days pass: version 1 of Jan 31 was final (it was made 72 h ago).
     rel = event_manifest_path(DS, T, DAY, 1)
     v1 = json.loads(store.read_bytes(rel))
     made = (datetime.fromisoformat(v1["amended_at"]) - timedelta(hours=72)).isoformat(timespec="seconds")
@@ -162,11 +169,11 @@ def test_a_day_amended_after_it_had_settled_fails_settled(world):
     run(world, DAY)
     run(world, LATE_DAY)
     shown = latest(instance, SETTLED)
-    assert sorted(shown) == [DAY, LATE_DAY]
-    assert (shown[DAY].passed, shown[DAY].severity) == (False, AssetCheckSeverity.WARN)
-    assert "amended it after it had settled at" in shown[DAY].description
+    assert (shown[DAY].passed, shown[DAY].severity) == (False, AssetCheckSeverity.ERROR)
+    assert "changed after it was final" in shown[DAY].description
+    assert "whoever read it as final should read it again" in shown[DAY].description
     assert shown[DAY].metadata["amended_after_it_settled_at"].value
-    assert shown[LATE_DAY].passed  # a new day: nothing had settled
+    assert (shown[LATE_DAY].passed, shown[LATE_DAY].severity) == (False, AssetCheckSeverity.WARN)  # a new day
     conservation = latest(instance, CONSERVATION_BY_EVENT)  # and the data are exact
     assert {p: e.passed for p, e in conservation.items()} == {DAY: True, LATE_DAY: True}
 
