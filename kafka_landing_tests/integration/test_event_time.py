@@ -22,7 +22,7 @@ from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_mi
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.by_event.measures import event_conservation
 from kafka_landing.warehouse.iceberg import IcebergWarehouse
-from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME
+from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME, SETTLED_SENSOR_NAME
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.helpers import table_rows
 from kafka_landing_tests.sensor_ticks import tick
@@ -131,6 +131,7 @@ def test_late_records_amend_their_event_day_and_relands_re_version_what_they_tou
     assert keys(table(tmp_path / "warehouse", unknown)) == [by_id[10]]
     assert (first[unknown]["no_event_time_rows"], first[unknown]["sentinel_time_rows"]) == (1, 0)
     assert tick(defs, instance, sensor=EVENT_SENSOR_NAME).run_requests == []  # nothing changed since: nothing asked
+    assert tick(defs, instance, sensor=SETTLED_SENSOR_NAME).run_requests == []  # and nothing is final yet
 
     # Three days later a landing hour brings one more record of day d: version 2 replaces it whole.
     land(defs, instance, late)
