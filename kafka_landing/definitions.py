@@ -59,7 +59,12 @@ from kafka_landing.warehouse.resources import (
     IcebergWarehouseResource,
     WarehouseResource,
 )
-from kafka_landing.warehouse.sensors import build_done_file_sensor, build_event_sensor, build_retired_hours_sensor
+from kafka_landing.warehouse.sensors import (
+    build_done_file_sensor,
+    build_event_sensor,
+    build_retired_hours_sensor,
+    build_settled_sensor,
+)
 
 LOCAL = defaults.LOCAL
 
@@ -274,6 +279,9 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
     tables = {(ds, t): warehouse_key(ds, t) for ds, t, _ in config.destinations()}
     hours = {(ds, t): topic_hours(config.topic(topic)) for ds, t, topic in config.destinations()}
     events = {(ds, t): event_key(ds, t) for ds, t, topic in config.destinations() if config.topic(topic).event_granularity}
+    settle_hours = {(ds, t): config.topic(topic).settle_hours for ds, t, topic in config.destinations()
+                    if (ds, t) in events}
+    event_parts = {k: event_partitions(*k) for k in events}
     jobs = {name: build_landing_job(cfg) for name, cfg in config.topics.items()}
     groups = hourly_groups(config)
     hourly = {name: build_hourly_job(name, cfgs) for name, cfgs in groups.items()}
@@ -284,7 +292,8 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
         schedules=[*(build_schedule(cfgs, hourly[name]) for name, cfgs in groups.items()),
                    *([iceberg_upkeep_daily] if kind == "iceberg" else [])],
         sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables, events),
-                 *([build_event_sensor(events, {k: event_partitions(*k) for k in events})] if events else [])],
+                 *([build_event_sensor(events, event_parts), build_settled_sensor(events, settle_hours, event_parts)]
+                   if events else [])],
         resources=resources,
         # A run's steps (freeze -> land -> checks, or load -> checks) follow one another: in the run's
         # own process they share one import of this code location and one Spark session, instead

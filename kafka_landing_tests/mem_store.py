@@ -2,7 +2,8 @@
 measure what each step costs in store calls (what a bucket bills and waits for), not in wall time.
 
 It keeps `LandingStore`'s contracts for one process: writes are whole, `create_exclusive` is first
-writer wins, a lock is held by one block at a time (a threading lock; nothing here dies)."""
+writer wins, a lock is held by one block at a time (a threading lock; nothing here dies). Each file
+keeps when it was written, on `clock` (a test sets it to write history at the times it wants)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import contextlib
 import fnmatch
 import io
 import threading
+import time
 from collections import Counter
 from typing import Iterator
 
@@ -30,6 +32,8 @@ class MemStore(LandingStore):
         self._dirs: dict[str, set[str]] = {}  # folder -> names of its subfolders
         self._locks: dict[str, threading.Lock] = {}
         self.calls: Counter = Counter()
+        self.written: dict[str, float] = {}  # file -> when it was written (epoch seconds, on `clock`)
+        self.clock = time.time
 
     # --- bookkeeping ---------------------------------------------------------------------
 
@@ -41,6 +45,7 @@ class MemStore(LandingStore):
         return sum(self.calls.values())
 
     def _add(self, rel: str) -> None:
+        self.written[rel] = self.clock()
         folder, _, name = rel.rpartition("/")
         self._names.setdefault(folder, set()).add(name)
         while folder:
@@ -51,6 +56,7 @@ class MemStore(LandingStore):
     def _remove(self, rel: str) -> None:
         folder, _, name = rel.rpartition("/")
         self.files.pop(rel, None)
+        self.written.pop(rel, None)
         self._names.get(folder, set()).discard(name)
 
     # --- read ----------------------------------------------------------------------------
@@ -109,6 +115,10 @@ class MemStore(LandingStore):
                     and not n.startswith(".")]
             todo += [f"{f}/{d}" if f else d for d in self._dirs.get(f, ())]
         return sorted(out)
+
+    def walk_stats(self, rel_dir: str, suffix: str = "") -> list[tuple[str, int, float]]:
+        found = self.walk(rel_dir, suffix)  # one listing, as a bucket's carries each object's size and time
+        return [(rel, len(self.files[rel]), self.written[rel]) for rel in found]
 
     # --- write ---------------------------------------------------------------------------
 

@@ -92,6 +92,21 @@ class HeldLock:
         self.store.delete(rel)
 
 
+def _fixed_folders(pattern: str) -> str:
+    """The folders of a glob pattern before its first wildcard: what `glob` walks."""
+    fixed = []
+    for part in pattern.split("/"):
+        if any(c in part for c in "*?["):
+            break
+        fixed.append(part)
+    return "/".join(fixed[:-1] if len(fixed) == len(pattern.split("/")) else fixed)
+
+
+def _globbed(rel: str, pattern: str) -> bool:
+    """Whether `rel` matches the glob `pattern`: at its depth (`*` stays within a folder)."""
+    return rel.count("/") == pattern.count("/") and fnmatch.fnmatchcase(rel, pattern)
+
+
 class LandingStore(ABC):
     #: how the root is shown to people (a plain path or a gs:// URI)
     root: str
@@ -177,14 +192,12 @@ class LandingStore(ABC):
 
     def glob(self, pattern: str) -> list[str]:
         """Files matching a pattern of the whole relative path (`*` stays within a folder)."""
-        fixed = []
-        for part in pattern.split("/"):
-            if any(c in part for c in "*?["):
-                break
-            fixed.append(part)
-        base = "/".join(fixed[:-1] if len(fixed) == len(pattern.split("/")) else fixed)
-        depth = pattern.count("/")
-        return sorted(r for r in self.walk(base) if r.count("/") == depth and fnmatch.fnmatchcase(r, pattern))
+        return sorted(r for r in self.walk(_fixed_folders(pattern)) if _globbed(r, pattern))
+
+    def glob_stats(self, pattern: str) -> list[tuple[str, int, float]]:
+        """`glob` with each file's size and when it was last written, as `walk_stats` gives them:
+        what a caller that decides by age reads in one listing (the settled sensor)."""
+        return sorted(s for s in self.walk_stats(_fixed_folders(pattern)) if _globbed(s[0], pattern))
 
     # --- write ---------------------------------------------------------------
 

@@ -337,19 +337,25 @@ class GcsStore(LandingStore):
         folder, as the fixed depth makes fnmatch's do; a pattern with `[`, `{` or a backslash, which
         GCS may read otherwise, gets the prefix only). What comes back is filtered here in any case,
         so the bucket's glob only saves listing (the emulator ignores it)."""
+        return sorted(rel for rel, _ in self._globbed(pattern))
+
+    def glob_stats(self, pattern: str) -> list[tuple[str, int, float]]:
+        """`glob`'s listing, with the size and `updated` (the server's clock) each object carries."""
+        return sorted((rel, int(blob.size or 0), blob.updated.timestamp()) for rel, blob in self._globbed(pattern))
+
+    def _globbed(self, pattern: str) -> Iterator[tuple[str, object]]:
+        """(rel, blob) of each object `glob` finds, as the listing gives them."""
         pattern = self.check_rel(pattern)
         literal = pattern[:min((i for i in map(pattern.find, "*?[") if i >= 0), default=len(pattern))]
         prefix = "/".join(p for p in (self.prefix, literal) if p) + ("/" if self.prefix and not literal else "")
         full = "/".join(p for p in (self.prefix, pattern) if p)
         depth = pattern.count("/")
         server_glob = None if any(c in full for c in "[]{}\\") else full
-        out = []
         for blob in self.client.list_blobs(self.bucket, prefix=prefix, match_glob=server_glob):
             rel = self._rel(blob.name)
             base = rel.rsplit("/", 1)[-1]
             if base and not base.startswith(".") and rel.count("/") == depth and fnmatch.fnmatchcase(rel, pattern):
-                out.append(rel)
-        return sorted(out)
+                yield rel, blob
 
     # --- write ---------------------------------------------------------------
 

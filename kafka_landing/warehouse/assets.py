@@ -174,7 +174,8 @@ def build_event_asset(cfg: TopicConfig, table: str, kind: str = "iceberg"):
         kinds={kind, "spark"} if kind in SPARK_WAREHOUSES else {kind},
         description=f"Table `{name}`: the records of `{cfg.dataset}.{table}` by event {granularity} "
                     f"(`{cfg.event_time_field}`), from every landing hour; a late record amends its partition "
-                    f"as a new version, replaced whole. Settled after {cfg.settle_hours} h without a change.",
+                    f"as a new version, replaced whole. Final after {cfg.settle_hours} h without a change "
+                    "(its `settled` check turns green).",
         op_tags={SPARK_TAG: "true"} if kind in SPARK_WAREHOUSES else {},
         metadata={"dataset": cfg.dataset, "table": event_table(table), "topic": cfg.topic,
                   "event_time_field": cfg.event_time_field, "event_time_partition": granularity},

@@ -23,11 +23,13 @@ And each event-time table's (per event partition), so that what the UI shows is 
   not simply pass while waiting: the warning is true (those rows are not in the event-time table
   yet), lasts only until the sensor's next load, and stays visible if that load never succeeds;
   re-evaluating costs a count per neighbour, bounded by Q's own landing hours, not by history.
-- `settled` (WARN): passes while the partition may still be amended, saying until when
-  (`settles_at`: `settle_hours` after its last change, unless a landing hour changes it
-  meanwhile; `settled` once it is final), and fails only when a version was made after the
-  previous one had settled: a day readers were told was final changed after all, the signal
-  worth an alert. A fact about the newest version, so the result does not go stale as time passes.
+- `settled`: whether the partition is final, the one signal readers act on. Green only when it
+  is final (`settle_hours` after its last change, none waiting to change it): "final since <time>".
+  Yellow (WARN) while it is not final yet, saying until when late records may amend it
+  (`settles_at`); the settled sensor evaluates it again at that time, so it turns green by itself
+  (a landing hour waiting to amend it has it versioned again first, and checked with that load).
+  Red (ERROR) only while a version made after the partition had been final is not final again
+  itself: whoever read the partition as final should read it again.
 """
 
 from datetime import datetime, timezone
@@ -57,7 +59,7 @@ from kafka_landing.resources import LandingResource
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.assets import event_key, event_partitions, warehouse_key
 from kafka_landing.warehouse.backend import Warehouse
-from kafka_landing.warehouse.by_event.measures import Conservation, current_settling, event_conservation
+from kafka_landing.warehouse.by_event.measures import Conservation, Settling, current_settling, event_conservation
 from kafka_landing.warehouse.queue.reconcile import table_behind
 from kafka_landing.warehouse.resources import WarehouseResource
 
@@ -189,18 +191,26 @@ def build_event_checks(cfg: TopicConfig, table: str) -> list:
             yield from hour_check_events(context.instance, key, again)
 
     @asset_check(asset=key, name=SETTLED, partitions_def=partitions,
-                 description=f"When the partition is final: {cfg.settle_hours} h (settle_hours) after its last "
-                             "change, unless a landing hour changes it meanwhile (metadata `settles_at`, `settled`). "
-                             "Fails only when a partition that had settled is amended after all.")
+                 description=f"Whether the partition is final: green once no landing hour changed it for "
+                             f"{cfg.settle_hours} h (settle_hours) and none waits to; yellow until then, saying "
+                             "until when it may change (it turns green by itself at that time); red when it changed "
+                             "after it had been final, until it is final again (read it again).")
     def _settled(context: AssetCheckExecutionContext, landing: LandingResource):
         store = landing.store()
-        s = current_settling(store, event_unit(cfg.dataset, table, context.partition_key), cfg.settle_hours)
-        return AssetCheckResult(passed=s.ok, severity=AssetCheckSeverity.WARN, description=s.why,
-                                metadata={"settled": s.settled, "settles_at": s.settles_at or "",
-                                          "settle_hours": cfg.settle_hours,
-                                          "amended_after_it_settled_at": s.previous_settled_at or ""})
+        return _settled_result(current_settling(store, event_unit(cfg.dataset, table, context.partition_key),
+                                               cfg.settle_hours), cfg.settle_hours)
 
     return [_conservation_by_event, _settled]
+
+
+def _settled_result(s: Settling, settle_hours: int) -> AssetCheckResult:
+    """Green only when final; red while a version made after the partition had been final is not
+    final itself; yellow otherwise (not final yet: it says until when)."""
+    return AssetCheckResult(check_name=SETTLED, passed=s.settled, description=s.why,
+                            severity=AssetCheckSeverity.ERROR if s.amended_after_final else AssetCheckSeverity.WARN,
+                            metadata={"settled": s.settled, "settles_at": s.settles_at or "",
+                                      "settle_hours": settle_hours,
+                                      "amended_after_it_settled_at": s.previous_settled_at or ""})
 
 
 def _conservation_result(c: Conservation, after: str | None = None) -> AssetCheckResult:

@@ -8,6 +8,9 @@
   they fed, emptied by `retire_hours`.
 - `event_partition_sensor`: event partitions, each versioned and loaded by its own run; it adds
   the partitions Dagster does not know yet.
+- `settled_sensor`: the event partitions that became final since its last tick
+  (`queue/settled`), each a check-only run of its `settled` check, which turns green then
+  (nothing else runs it at that time). Those runs need no Spark and carry no tag of it.
 
 Each only turns the tick's plan into run requests and log lines: what to examine, when to
 give up, how to group, the time budget, what the lines say (`queue/messages`) and the cursor
@@ -19,9 +22,12 @@ instance holds no newer upstream materialisation (done files written by another 
 
 import time
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
 
 from dagster import (
+    AssetCheckKey,
     AssetKey,
+    AssetSelection,
     DefaultSensorStatus,
     PartitionsDefinition,
     RunRequest,
@@ -36,6 +42,7 @@ from kafka_landing.handoff.manifests import landed_tables
 from kafka_landing.handoff.units import LoadUnit
 from kafka_landing.hours import REDO_DONE_HOURS_TAG, SPARK_TAG
 from kafka_landing.resources import LandingResource
+from kafka_landing.warehouse.checks import SETTLED
 from kafka_landing.warehouse.jobs import RETIRE_JOB, retire_hours
 from kafka_landing.warehouse.queue import cursors, messages
 from kafka_landing.warehouse.queue import tick as queue
@@ -50,12 +57,14 @@ from kafka_landing.warehouse.queue.runs import (
     tables_together,
     tags_of,
 )
+from kafka_landing.warehouse.queue.settled import find_settled
 from kafka_landing.warehouse.queue.tick import TickPlan
 from kafka_landing.warehouse.resources import WarehouseResource
 
 SENSOR_NAME = "done_file_sensor"
 EVENT_SENSOR_NAME = "event_partition_sensor"
 RETIRED_SENSOR_NAME = "retired_hours_sensor"
+SETTLED_SENSOR_NAME = "settled_sensor"
 _clock = time.time  # the clock the budgets are read on (a test's store answers on a fake one)
 # Dagster's tags for a single-run partition range (RunRequest has no partition range argument in 1.13).
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -64,6 +73,11 @@ RANGE_END_TAG = "dagster/asset_partition_range_end"
 # is its floor (Dagster's default of 30 s was, on average, 15 s of every hour's freshness). A
 # tick that finds nothing new lists the marker folders and reads nothing.
 LOAD_SENSOR_INTERVAL_SECONDS = 5
+# A check-only request's partition, as Dagster's tag: Dagster 1.13 cannot resolve the partition of a
+# request that selects no asset on a code location of several partitions definitions ("no
+# PartitionsDefinition shared by all the provided assets"), and takes one that carries it as resolved,
+# as the UI's "execute check" does (the sensor asks only for partitions the instance knows).
+PARTITION_TAG = "dagster/partition"
 
 
 def _runs_of(instance):
@@ -215,3 +229,35 @@ def _partitions_to_add(instance, plan: TickPlan, partitions: dict[tuple[str, str
         if new := [p for p in names if p not in known]:
             adds.append(partitions[key].build_add_request(new))
     return adds
+
+
+def build_settled_sensor(events: dict[tuple[str, str], AssetKey], settle_hours: dict[tuple[str, str], int],
+                         partitions: dict[tuple[str, str], object]):
+    """`events`: (dataset, landing-hour table) -> its event-time table's asset; `settle_hours`: its
+    topic's; `partitions`: its dynamic partitions definition. Requests a check-only run of the
+    `settled` check of every event partition that became final since the last tick (`queue/settled`),
+    one per partition and version."""
+    checks = {k: AssetCheckKey(key, SETTLED) for k, key in events.items()}
+
+    @sensor(
+        name=SETTLED_SENSOR_NAME,
+        asset_selection=AssetSelection.checks(*checks.values()),
+        minimum_interval_seconds=60,
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Evaluates an event partition's `settled` check again when the partition becomes final "
+                    "(settle_hours after its last change), so it turns green then.",
+    )
+    def settled_sensor(context: SensorEvaluationContext, landing: LandingResource):
+        plan = find_settled(landing.store(), settle_hours, cursors.settled_position(context.cursor),
+                            datetime.now(timezone.utc), clock=_clock)
+        known = {k: set(context.instance.get_dynamic_partitions(partitions[k].name))
+                 for k in sorted({(s.dataset, s.table) for s in plan.due})}
+        asked = [s for s in plan.due if s.partition in known[(s.dataset, s.table)]]
+        requests = [RunRequest(run_key=s.run_key, partition_key=s.partition, asset_selection=[],
+                               asset_check_keys=[checks[(s.dataset, s.table)]], tags={PARTITION_TAG: s.partition})
+                    for s in asked]
+        unknown = [f"{events[(s.dataset, s.table)].to_user_string()} {s.partition}" for s in plan.due if s not in asked]
+        return _result(messages.settled(plan, unknown), context.log, cursors.cursor_json(settled=plan.position),
+                       requests)
+
+    return settled_sensor

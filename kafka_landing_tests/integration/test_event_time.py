@@ -22,7 +22,7 @@ from kafka_landing.naming import ONE_HOUR, floor_hour, hour_key, hour_tag, to_mi
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.by_event.measures import event_conservation
 from kafka_landing.warehouse.iceberg import IcebergWarehouse
-from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME
+from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME, SETTLED_SENSOR_NAME
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.helpers import table_rows
 from kafka_landing_tests.sensor_ticks import tick
@@ -61,21 +61,25 @@ def load_events(defs, instance, landing) -> dict[str, dict]:
         checks = {ev.check_name: ev for ev in run.get_asset_check_evaluations() if ev.partition == req.partition_key}
         conservation = checks["conservation_by_event"]
         assert conservation.passed or conservation.severity == AssetCheckSeverity.WARN, conservation.description
-        settled = checks["settled"]  # just versioned: not final yet, which is no failure
-        assert settled.passed and settled.metadata["settled"].value is False, settled.description
+        settled = checks["settled"]  # just versioned: not final yet, yellow (it was never final: never red)
+        assert (settled.passed, settled.severity, settled.metadata["settled"].value) == (
+            False, AssetCheckSeverity.WARN, False), settled.description
     cfg = load_config().topics[next(iter(load_config().topics))]
     warehouse = build_resources()["warehouse"].backend(landing)
     for p in out:
         c = event_conservation(landing, warehouse, cfg, "orders", p)
         assert c.ok, c.why
-    # What the UI shows: each check's latest evaluation per partition, none red once the data are exact.
+    # What the UI shows: each check's latest evaluation per partition, none red once the data are exact:
+    # conservation green, and each day just versioned not final yet (yellow, saying until when).
     key = next(k for k in defs.resolve_asset_graph().get_all_asset_keys() if k.path[-1] == "orders__by_event")
     for name in ("conservation_by_event", "settled"):
         check_key = AssetCheckKey(key, name)
         for p in out:
-            rec = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-                [check_key], partition_filter=PartitionKeyFilter(key=p))[check_key]
-            assert rec.evaluation.passed, (name, p, rec.evaluation.description)
+            shown = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+                [check_key], partition_filter=PartitionKeyFilter(key=p))[check_key].evaluation
+            assert shown.passed if name == "conservation_by_event" else (
+                shown.severity == AssetCheckSeverity.WARN and "may still amend it until" in shown.description), (
+                name, p, shown.description)
     return out
 
 
@@ -127,6 +131,7 @@ def test_late_records_amend_their_event_day_and_relands_re_version_what_they_tou
     assert keys(table(tmp_path / "warehouse", unknown)) == [by_id[10]]
     assert (first[unknown]["no_event_time_rows"], first[unknown]["sentinel_time_rows"]) == (1, 0)
     assert tick(defs, instance, sensor=EVENT_SENSOR_NAME).run_requests == []  # nothing changed since: nothing asked
+    assert tick(defs, instance, sensor=SETTLED_SENSOR_NAME).run_requests == []  # and nothing is final yet
 
     # Three days later a landing hour brings one more record of day d: version 2 replaces it whole.
     land(defs, instance, late)

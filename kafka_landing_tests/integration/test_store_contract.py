@@ -298,6 +298,20 @@ def test_glob_is_the_base_definition_on_both_backends(store):
         store.glob("../*")
 
 
+def test_glob_stats_finds_what_glob_finds_with_each_files_size_and_write_time(store):
+    """What the settled sensor decides by: the files a pattern names and when each was written, from
+    the listing alone."""
+    start = time.time()
+    for rel in GLOB_TREE:
+        store.write_atomic(rel, b"xyz")
+    for pattern in GLOB_PATTERNS:
+        got = store.glob_stats(pattern)
+        assert [rel for rel, _, _ in got] == store.glob(pattern), pattern
+        assert {size for _, size, _ in got} <= {3} and all(start - 5 < t < time.time() + 5 for _, _, t in got)
+    with pytest.raises(ValueError, match="escapes the landing root"):
+        store.glob_stats("../*")
+
+
 def test_gcs_glob_lists_only_the_literal_prefix(gcs_store_factory):
     """N12: globbing a table's done files lists by the pattern's literal prefix (up to the first
     wildcard) and asks the bucket to match the glob itself (`matchGlob`; real GCS then returns only

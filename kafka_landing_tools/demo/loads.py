@@ -1,4 +1,5 @@
-"""Run the done-file sensor's load requests in this process, as the daemon would launch them:
+"""Run the sensors' requests in this process, as the daemon would launch them (the done-file
+sensor's loads, the event sensor's, the settled sensor's check-only runs):
 for the demo, the benchmark and the tests (the product's runs are launched by the daemon)."""
 
 from __future__ import annotations
@@ -43,4 +44,18 @@ def run_event_requests(defs, result, instance, resources: dict | None = None, ra
                         partition_key=req.partition_key, instance=instance, raise_on_error=raise_on_error,
                         resources=resources if resources is not None else build_resources(),
                         tags={**req.tags, RUN_KEY_TAG: req.run_key, "dagster/sensor_name": EVENT_SENSOR_NAME})
+            for req in result.run_requests or ()]
+
+
+def run_check_requests(defs, result, instance, resources: dict | None = None, raise_on_error: bool = True) -> list:
+    """Run a settled sensor tick's check-only requests in this process, as the daemon would launch
+    them: the asset job cut to the requested checks (no asset), on the request's partition, with its
+    tags, run key and sensor name. `resources`: over the code location's. Returns the runs' results,
+    in request order."""
+    from kafka_landing.warehouse.sensors import SETTLED_SENSOR_NAME
+
+    job = defs.resolve_implicit_global_asset_job_def()
+    return [job.get_subset(asset_selection=set(), asset_check_selection=set(req.asset_check_keys)).execute_in_process(
+                instance=instance, resources=resources, raise_on_error=raise_on_error,
+                tags={**req.tags, RUN_KEY_TAG: req.run_key, "dagster/sensor_name": SETTLED_SENSOR_NAME})
             for req in result.run_requests or ()]

@@ -112,7 +112,7 @@ def load_event_partitions(defs, instance) -> int:
 
 def event_summary(instance, defs) -> str:
     """Each event-time table's partitions as their last load left them: version, rows, the landing
-    hours they hold, what the last version changed and whether they are settled."""
+    hours they hold, what the last version changed and whether they were final."""
     from kafka_landing.warehouse.by_event.measures import event_conservation
 
     resources = build_resources()
@@ -133,7 +133,8 @@ def event_summary(instance, defs) -> str:
             hours = ", ".join(f"{h[5:]} ({n})" for h, n in md["landing_hours"].items())
             changed = ", ".join(md["changed_hours"])
             note = (f"amended by {changed}" if md["version"] > 1 else f"created by {changed}") + \
-                   ("; settled" if md["settled"] else f"; settles {md['settles_at'][:16]} unless amended")
+                   ("; final" if md["settled"] else "; not final yet" + (
+                       f": may change until {md['settles_at'][:16]}" if md["settles_at"] else ""))
             # Conservation as it stands now: a run that loaded one day before another it shares a landing
             # hour with warned that the other waited; both are loaded now.
             table = key.path[-1][:-len("__by_event")]

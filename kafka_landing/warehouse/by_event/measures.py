@@ -1,7 +1,8 @@
 """MEASURES of the event-time view: the arithmetic the event asset shows and its checks judge.
 
-- `settling`: when a partition is final (no landing hour changed it for `settle_hours`, none waits
-  to), and whether its newest version broke that promise.
+- `settling`: whether a partition is final (no landing hour changed it for `settle_hours`, none
+  waits to), until when it may change if not, and whether its newest version changed it after it
+  had been final.
 - `event_conservation`: conservation across the two views: each landing hour's rows, summed over
   the event partitions its done file feeds, equal its landed rows; and the warehouse holds the
   newest version.
@@ -38,20 +39,24 @@ from kafka_landing.warehouse.by_event.versions import EventManifest, latest_mani
 
 @dataclass(frozen=True)
 class Settling:
-    """When an event partition is final, and whether its newest version broke that promise.
+    """Whether an event partition is final now, and if not, until when it may change.
 
-    A partition is `settled` (final) once no landing hour changed it for `settle_hours` and none
-    waits to. Not being final yet is the normal state of every recent day, not a failure: the check
-    passes and says until when late records may amend it (`settles_at`). It fails (`ok` False) only
-    when the newest version was made after the previous one had settled: a day readers were told was
-    final changed after all, the one signal worth an alert. That is a fact about the version, true
-    for as long as it is the newest, so the result never goes stale as time passes."""
+    A partition is final (`settled`) once no landing hour changed it for `settle_hours` and none
+    waits to. Before that it is not final yet, the normal state of every recent day: `settles_at`
+    says until when late records may amend it (None while a landing hour waits to: it is versioned
+    again first). `amended_after_final`: its newest version changed it after the version it replaced
+    had been final (at `previous_settled_at`), and it is not final again yet: whoever read it as
+    final read rows that changed since. Each is true now, of the newest version and the markers: it
+    changes only when the partition does or its `settles_at` passes."""
 
     settled: bool  # final now: versioned, no landing hour waiting to change it, unchanged for settle_hours
     why: str
     settles_at: str | None  # when it is (was) final if nothing changes it; None: not versioned, or a landing hour waits
-    ok: bool = True  # False: the newest version amended the partition after it had settled
-    previous_settled_at: str | None = None  # when the version it replaced had settled (set when ok is False)
+    previous_settled_at: str | None = None  # until it is final again: when the version it replaced became final
+
+    @property
+    def amended_after_final(self) -> bool:
+        return self.previous_settled_at is not None
 
 
 def settling(store: LandingStore, manifest: EventManifest, waiting: Sequence[str], settle_hours: int,
@@ -64,29 +69,33 @@ def settling(store: LandingStore, manifest: EventManifest, waiting: Sequence[str
     name = _name(manifest.dataset, manifest.table, manifest.partition)
     window = timedelta(hours=settle_hours)
     made = datetime.fromisoformat(manifest.amended_at)
-    at = (made + window).isoformat(timespec="seconds")
+    at = _iso(made + window)
     if superseded(manifest.partition) and manifest.rows == 0:  # its records moved, not amended: no alert
-        return Settling(True, f"{name}: no file is cut into it any more: its records were handed over to the "
-                              f"unknown partitions of their landing days at {manifest.amended_at}", at)
+        return Settling(True, f"{name}: final: no file is cut into it any more: its records were handed over to "
+                              f"the unknown partitions of their landing days at {manifest.amended_at}", at)
     before = _previous_amended_at(store, manifest)
-    had_settled = before is not None and datetime.fromisoformat(before) + window <= made
-    previous_settled_at = ((datetime.fromisoformat(before) + window).isoformat(timespec="seconds") if had_settled
-                           else None)
-    alert = (f"version {manifest.version}, made at {manifest.amended_at} from landing hours "
-             f"{list(manifest.changed_hours)}, amended it after it had settled at {previous_settled_at} (version "
-             f"{manifest.version - 1} was made at {before}, {settle_hours} h earlier or more): whoever read it as "
-             "final read rows that changed since; " if had_settled else "")
+    was_final = _iso(datetime.fromisoformat(before) + window) if (
+        before is not None and datetime.fromisoformat(before) + window <= made) else None
+    amended = (f"version {manifest.version}, made at {manifest.amended_at} from landing hours "
+               f"{list(manifest.changed_hours)}, amended it after it had been final since {was_final} (version "
+               f"{manifest.version - 1} was made at {before})" if was_final else "")
+    if not waiting and now >= made + window:
+        return Settling(True, f"{name}: final since {at}: version {manifest.version}, unchanged since "
+                              f"{manifest.amended_at} ({settle_hours} h without a change)"
+                              + (f"; earlier, {amended}" if amended else ""), at)
+    head = (f"{name}: changed after it was final: {amended}: whoever read it as final should read it again; "
+            if amended else f"{name}: not final yet: ")
     if waiting:
-        return Settling(False, f"{name}: {alert}landing hours {sorted(map(str, waiting))} changed it since version "
-                               f"{manifest.version}; it is versioned again by its next load and final {settle_hours} h "
-                               "after its last change", None, not had_settled, previous_settled_at)
-    if now < made + window:
-        return Settling(False, f"{name}: {alert}version {manifest.version} was made at {manifest.amended_at}; late "
-                               f"records may still amend it until {at} ({settle_hours} h without a change), then it is "
-                               "final", at, not had_settled, previous_settled_at)
-    return Settling(True, f"{name}: {alert}final since {at}: version {manifest.version}, unchanged since "
-                          f"{manifest.amended_at} ({settle_hours} h without a change)", at, not had_settled,
-                    previous_settled_at)
+        return Settling(False, f"{head}landing hours {sorted(map(str, waiting))} changed it since version "
+                               f"{manifest.version}: it is versioned again by its next load, then final "
+                               f"{settle_hours} h after its last change", None, was_final)
+    return Settling(False, f"{head}version {manifest.version} was made at {manifest.amended_at}; late records may "
+                           f"still amend it until {at} ({settle_hours} h without a change), then it is final and "
+                           "this check turns green by itself", at, was_final)
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat(timespec="seconds")
 
 
 def current_settling(store: LandingStore, unit: LoadUnit, settle_hours: int, now: datetime | None = None) -> Settling:
@@ -94,8 +103,8 @@ def current_settling(store: LandingStore, unit: LoadUnit, settle_hours: int, now
     read once (the `settled` check's reads); not final before its first version."""
     manifest = latest_manifest(store, unit.dataset, unit.table, unit.partition)
     if manifest is None:
-        return Settling(False, f"{_name(unit.dataset, unit.table, unit.partition)}: not versioned yet: nothing of "
-                               "it is final until it is loaded", None)
+        return Settling(False, f"{_name(unit.dataset, unit.table, unit.partition)}: not final yet: not versioned "
+                               "yet: its first load versions it", None)
     return settling(store, manifest, markers.marks_of(store, unit).hours, settle_hours, now)
 
 

@@ -33,6 +33,7 @@ from kafka_landing.handoff.event_index import partitions_of, sources
 from kafka_landing.handoff.manifests import DoneFile, DoneFileError, LandedFile, read_done_file_or_none
 from kafka_landing.handoff.units import LoadUnit
 from kafka_landing.naming import (
+    EVENTS_DIR,
     done_file_path,
     event_manifest_path,
     event_partition_dir,
@@ -214,13 +215,41 @@ def _latest(store: LandingStore, dataset: str, table: str, partition: str
     have = versions(store, dataset, table, partition)
     if not have:
         return None, have
-    rel = event_manifest_path(dataset, table, partition, have[-1])
+    return read_version(store, dataset, table, partition, have[-1]), have
+
+
+def read_version(store: LandingStore, dataset: str, table: str, partition: str, version: int) -> EventManifest:
+    """One version of the partition (FileNotFoundError if it is gone: a newer one pruned it)."""
+    rel = event_manifest_path(dataset, table, partition, version)
     try:
-        return EventManifest.from_dict(json.loads(store.read_bytes(rel))), have
+        return EventManifest.from_dict(json.loads(store.read_bytes(rel)))
     except (ValueError, TypeError, KeyError) as exc:
         raise EventPartitionError(f"{dataset}.{table} event partition {partition}: its manifest {store.location(rel)} "
                                   f"cannot be read ({type(exc).__name__}: {exc}); remove it and the partition is "
                                   "versioned again from the done files") from None
+
+
+class VersionFile(NamedTuple):
+    """A partition's newest version as a listing shows it: no read."""
+
+    partition: str
+    version: int
+    written: float  # when its file was written (epoch seconds, the store's clock): no earlier than its `amended_at`
+
+
+def newest_versions(store: LandingStore, dataset: str, table: str) -> list[VersionFile]:
+    """Each event partition of the table with its newest version and when that was written, from one
+    listing of every partition's version files (a bucket matches the pattern itself and sends their
+    times with the names), so a table costs a listing, not a listing or a read per partition."""
+    newest: dict[str, VersionFile] = {}
+    for rel, _, written in store.glob_stats(f"{EVENTS_DIR}/{dataset}/{table}/*/v=*.json"):
+        partition, name = rel.rsplit("/", 2)[-2:]
+        if not name[2:-5].isdigit():
+            continue  # not a version written here
+        found = VersionFile(partition, int(name[2:-5]), written)
+        if partition not in newest or found.version > newest[partition].version:
+            newest[partition] = found
+    return sorted(newest.values())
 
 
 def _prune(held: HeldLock, dataset: str, table: str, partition: str, have: list[int]) -> None:
@@ -293,5 +322,6 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-__all__ = ["EVENT_MANIFEST_FORMAT", "Contribution", "EventManifest", "EventPartitionError", "Versioned",
-           "latest_manifest", "next_manifest", "read_content", "read_done", "read_sources", "versions"]
+__all__ = ["EVENT_MANIFEST_FORMAT", "Contribution", "EventManifest", "EventPartitionError", "VersionFile", "Versioned",
+           "latest_manifest", "newest_versions", "next_manifest", "read_content", "read_done", "read_sources",
+           "read_version", "versions"]

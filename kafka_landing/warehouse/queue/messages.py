@@ -1,5 +1,5 @@
 """What the sensors say of a tick: the warnings and infos they log, and why they request nothing,
-from the tick's plan alone: one function per sensor (`landing`, `retired`, `events`), and two for
+from the tick's plan alone: one function per sensor (`landing`, `retired`, `events`, `settled`), and two for
 what the done-file sensor finds before its tick (`not_configured`, `reconciled`).
 
 A unit nobody will ask for again is warned about once per table and tick, not once per unit,
@@ -12,8 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kafka_landing.handoff.units import HOUR, LoadUnit
-from kafka_landing.naming import pending_dir
+from kafka_landing.naming import event_table, pending_dir
 from kafka_landing.warehouse.queue.runs import MAX_ATTEMPTS, retire_config
+from kafka_landing.warehouse.queue.settled import SettledPlan
 from kafka_landing.warehouse.queue.tick import TickPlan
 
 
@@ -84,6 +85,28 @@ def events(plan: TickPlan) -> Messages:
     return Messages(warnings, _progress(plan), (
         f"no event partition to load: {plan.waiting} in flight, {len(plan.refused)} refused, "
         f"{sum(len(v) for v in plan.given_up.values())} given up after {MAX_ATTEMPTS} attempts"))
+
+
+def settled(plan: SettledPlan, unknown: Sequence[str] = ()) -> Messages:
+    """The settled sensor's; `unknown`: partitions Dagster does not know (no check to evaluate)."""
+    warnings = [f"a manifest version cannot be read, so when its partition is final is unknown: {why}"
+                for why in plan.unreadable]
+    by_table: dict[str, list] = {}
+    for s in plan.due:
+        by_table.setdefault(f"{s.dataset}.{event_table(s.table)}", []).append(s)
+    infos = [f"{name}: {len(due)} partition(s) final unless a landing hour waits to change them ({due[0].partition} "
+             f"since {due[0].settles_at}{', ...' if len(due) > 1 else ''}): their settled checks are evaluated again"
+             for name, due in sorted(by_table.items())]
+    if unknown:
+        infos.append(f"{len(unknown)} event partition(s) became final that this Dagster instance does not know "
+                     f"(no check of theirs to evaluate), e.g. {unknown[0]}")
+    if plan.stopped_early:
+        infos.append(f"the tick's budget ran out after {plan.read} manifest version(s) read: the rest on later "
+                     f"ticks, which look from {plan.since} again")
+    if plan.more_due:
+        infos.append(f"{plan.more_due} more partition(s) became final: their checks are asked for on later ticks")
+    return Messages(warnings, infos, (
+        f"no event partition became final since {plan.since}: {plan.listed} listed, {plan.read} version(s) read"))
 
 
 def _given_up(plan: TickPlan, what: str, remedy: str) -> list[str]:

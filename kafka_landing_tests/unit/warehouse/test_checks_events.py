@@ -1,26 +1,30 @@
 """The event-time table's checks as the UI shows them: each check's latest evaluation per partition,
 read from a real (ephemeral) Dagster instance after the runs the event sensor asks for, on the
 BigQuery backend (the strict fake, no Spark). After a late landing hour, a topic whose every event
-partition holds exactly its records shows no failing check; a loss still fails with ERROR, and a day
-amended after it had settled fails `settled`."""
+partition holds exactly its records shows no red check; a loss still fails with ERROR. `settled` is
+green only for a final day: yellow until then, saying until when, and the settled sensor's check-only
+run turns it green at that time; red only for a day amended after it was final, until it is final
+again."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
-from dagster import AssetCheckKey, AssetCheckSeverity, DagsterInstance, materialize
+from dagster import AssetCheckKey, AssetCheckSeverity, DagsterInstance, Definitions, build_sensor_context, materialize
 from dagster._core.event_api import PartitionKeyFilter
 
 from kafka_landing.naming import event_manifest_path, event_pending_dir
 from kafka_landing.resources import LandingResource, SparkResource
-from kafka_landing.warehouse.assets import build_event_asset, event_key
+from kafka_landing.warehouse.assets import build_event_asset, event_key, event_partitions
 from kafka_landing.warehouse.checks import CONSERVATION_BY_EVENT, SETTLED, build_event_checks
 from kafka_landing.warehouse.resources import BigQueryWarehouseResource
+from kafka_landing.warehouse.sensors import SETTLED_SENSOR_NAME, build_settled_sensor
 from kafka_landing_tests.helpers import GsLikeStore
 from kafka_landing_tests.landed_hours import ORDERS_BY_EVENT as CFG, land_event_orders as land  # settle_hours 48
+from kafka_landing_tools.demo.loads import run_check_requests
 
 PROJECT = "kl-event-checks"
 DS, T = CFG.dataset, CFG.table
@@ -64,15 +68,18 @@ def world(fake_bigquery, instance, tmp_path, monkeypatch):
     AFTER_WRITE.clear()
 
 
+def resources(world) -> dict:
+    return {"landing": GsLikeLanding(landing_root=world.root),
+            "warehouse": BigQueryWarehouseResource(project=PROJECT, location="US"),
+            "pyspark": SparkResource(remote="sc://127.0.0.1:1")}  # never opened
+
+
 def run(world, partition: str):
     """A run of the event partition with the table's checks, as the event sensor requests it."""
     store, _, instance = world
     instance.add_dynamic_partitions(f"{DS}__orders__by_event", [partition])
     assets = [build_event_asset(CFG, T, "bigquery"), *build_event_checks(CFG, T)]
-    result = materialize(assets, partition_key=partition, instance=instance, resources={
-                             "landing": GsLikeLanding(landing_root=world.root),
-                             "warehouse": BigQueryWarehouseResource(project=PROJECT, location="US"),
-                             "pyspark": SparkResource(remote="sc://127.0.0.1:1")})  # never opened
+    result = materialize(assets, partition_key=partition, instance=instance, resources=resources(world))
     assert result.success
     return result
 
@@ -111,11 +118,13 @@ def exact_after_a_late_hour(world) -> None:
 def test_after_a_late_hour_no_check_of_exact_data_stays_red(world):
     store, _, instance = world
     exact_after_a_late_hour(world)
-    for check in (CONSERVATION_BY_EVENT, SETTLED):
-        shown = latest(instance, check)
-        assert sorted(shown) == [DAY, LATE_DAY], check
-        assert {p: e.passed for p, e in shown.items()} == {DAY: True, LATE_DAY: True}, {
-            p: e.description for p, e in shown.items()}
+    shown = latest(instance, CONSERVATION_BY_EVENT)
+    assert {p: e.passed for p, e in shown.items()} == {DAY: True, LATE_DAY: True}, {
+        p: e.description for p, e in shown.items()}
+    # Just amended, neither day is final yet: yellow, never red.
+    shown = latest(instance, SETTLED)
+    assert {p: (e.passed, e.severity) for p, e in shown.items()} == {
+        DAY: (False, AssetCheckSeverity.WARN), LATE_DAY: (False, AssetCheckSeverity.WARN)}
     again = latest(instance, CONSERVATION_BY_EVENT)[DAY]
     assert again.metadata["evaluated_again_after"].value == LATE_DAY
     # The result shown is on Jan 31's latest materialisation: current, as the UI judges it.
@@ -124,7 +133,8 @@ def test_after_a_late_hour_no_check_of_exact_data_stays_red(world):
     assert sorted(infos) == [DAY, LATE_DAY] and infos[DAY].is_current and infos[LATE_DAY].is_current
     settled = latest(instance, SETTLED)[DAY]
     assert settled.metadata["settled"].value is False and settled.metadata["settles_at"].value
-    assert "may still amend it until" in settled.description
+    assert settled.metadata["amended_after_it_settled_at"].value == ""
+    assert "not final yet" in settled.description and "may still amend it until" in settled.description
 
 
 def test_rows_lost_in_the_warehouse_fail_conservation_with_error(world):
@@ -149,26 +159,72 @@ def test_a_late_hour_whose_other_day_was_never_marked_fails_with_error(world):
     assert (shown.passed, shown.severity) == (False, AssetCheckSeverity.ERROR), shown.description
 
 
-def test_a_day_amended_after_it_had_settled_fails_settled(world):
+def age(store, partition: str, version: int, hours: float, previous_hours: float | None = None) -> None:
+    """Make version `version` of the partition as if it had been made `hours` ago (its previous one
+    `previous_hours` ago): what the passing of time does to the `settled` verdict, without waiting."""
+    rel = event_manifest_path(DS, T, partition, version)
+    m = json.loads(store.read_bytes(rel))
+    now = datetime.now(timezone.utc)
+    m["amended_at"] = m["created_at"] = (now - timedelta(hours=hours)).isoformat(timespec="seconds")
+    if previous_hours is not None:
+        m["previous_amended_at"] = (now - timedelta(hours=previous_hours)).isoformat(timespec="seconds")
+    store.write_atomic(rel, json.dumps(m).encode())
+
+
+def settled_ticks(world, cursor: str | None = None):
+    """One tick of the settled sensor as the daemon evaluates it, with the table's asset and checks as
+    the code location defines them, and the check-only runs it asks for, in this process."""
+    defs = Definitions(assets=[build_event_asset(CFG, T, "bigquery")], asset_checks=build_event_checks(CFG, T),
+                       sensors=[build_settled_sensor({(DS, T): KEY}, {(DS, T): CFG.settle_hours},
+                                                     {(DS, T): event_partitions(DS, T)})],
+                       resources=resources(world))
+    with build_sensor_context(instance=world.instance, definitions=defs, cursor=cursor,
+                              resources={"landing": resources(world)["landing"]}) as ctx:
+        result = defs.resolve_sensor_def(SETTLED_SENSOR_NAME).evaluate_tick(ctx)
+    for run_ in run_check_requests(defs, result, world.instance):
+        assert run_.success
+    return result
+
+
+def test_a_day_turns_green_when_it_is_final_red_when_amended_after_and_green_when_final_again(world):
     store, _, instance = world
     land(store, "2026-01-31T13", {"2026-01-31T13": ["a", "b"]}, first=1000)
     run(world, DAY)
-    # Three days pass: version 1 of Jan 31 settled (it was made 72 h ago).
-    rel = event_manifest_path(DS, T, DAY, 1)
-    v1 = json.loads(store.read_bytes(rel))
-    made = (datetime.fromisoformat(v1["amended_at"]) - timedelta(hours=72)).isoformat(timespec="seconds")
-    store.write_atomic(rel, json.dumps({**v1, "amended_at": made, "created_at": made}).encode())
+    shown = latest(instance, SETTLED)[DAY]
+    assert (shown.passed, shown.severity, shown.metadata["settled"].value) == (False, AssetCheckSeverity.WARN, False)
+    assert "turns green by itself" in shown.description
+    # 60 hours pass: version 1 has been final for 12. Nothing but the settled sensor runs the check then.
+    age(store, DAY, 1, 60)
+    tick = settled_ticks(world)
+    (req,) = tick.run_requests
+    assert (req.partition_key, req.asset_selection, req.asset_check_keys) == (DAY, [], [AssetCheckKey(KEY, SETTLED)])
+    assert "kafka_landing/spark" not in req.tags and f"{DAY}@v1/" in req.run_key
+    shown = latest(instance, SETTLED)[DAY]
+    assert (shown.passed, shown.metadata["settled"].value) == (True, True), shown.description
+    assert shown.description.startswith(f"{DS}.orders__by_event {DAY}: final since ")
+    (info,) = instance.event_log_storage.get_asset_check_partition_info([AssetCheckKey(KEY, SETTLED)])
+    assert info.partition_key == DAY and info.is_current  # on the day's latest materialisation, as the UI judges
+    assert settled_ticks(world, tick.cursor).run_requests == []  # asked for once
+    # A late record amends the final day: red, saying since when it was final.
     land(store, "2026-02-03T09", {"2026-01-31T23": ["late"], "2026-02-03T09": ["e"]}, first=2000)
     run(world, DAY)
     run(world, LATE_DAY)
     shown = latest(instance, SETTLED)
-    assert sorted(shown) == [DAY, LATE_DAY]
-    assert (shown[DAY].passed, shown[DAY].severity) == (False, AssetCheckSeverity.WARN)
-    assert "amended it after it had settled at" in shown[DAY].description
+    assert (shown[DAY].passed, shown[DAY].severity) == (False, AssetCheckSeverity.ERROR)
+    assert "changed after it was final" in shown[DAY].description
+    assert "whoever read it as final should read it again" in shown[DAY].description
     assert shown[DAY].metadata["amended_after_it_settled_at"].value
-    assert shown[LATE_DAY].passed  # a new day: nothing had settled
+    assert (shown[LATE_DAY].passed, shown[LATE_DAY].severity) == (False, AssetCheckSeverity.WARN)  # a new day
     conservation = latest(instance, CONSERVATION_BY_EVENT)  # and the data are exact
     assert {p: e.passed for p, e in conservation.items()} == {DAY: True, LATE_DAY: True}
+    # Version 2 final in its turn (a daemon that looks back from now): green again, the amendment told.
+    age(store, DAY, 2, 49, previous_hours=200)
+    age(store, LATE_DAY, 1, 49)
+    assert sorted(r.partition_key for r in settled_ticks(world).run_requests) == [DAY, LATE_DAY]
+    shown = latest(instance, SETTLED)
+    assert {p: (e.passed, e.metadata["amended_after_it_settled_at"].value) for p, e in shown.items()} == {
+        DAY: (True, ""), LATE_DAY: (True, "")}
+    assert "earlier, version 2" in shown[DAY].description
 
 
 def test_a_count_made_while_the_late_day_was_being_loaded_does_not_stay_red(world, monkeypatch):

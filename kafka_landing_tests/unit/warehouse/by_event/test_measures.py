@@ -1,6 +1,6 @@
 """The event-time checks' arithmetic (`warehouse/by_event/measures.py`), through the real
-BigQueryWarehouse and the strict BigQuery fake (no Spark): `settling` tells when an event day is final
-and fails only when a day that had settled is amended after all; `event_conservation` tells a
+BigQueryWarehouse and the strict BigQuery fake (no Spark): `settling` tells whether an event day is
+final, until when it may change if not, and whether it changed after it had been final; `event_conservation` tells a
 partition that waits for another one's next version from a loss, and names the partitions whose
 checks may wait for it."""
 
@@ -48,51 +48,84 @@ def iso(t: datetime) -> str:
     return t.isoformat(timespec="seconds")
 
 
-# --- settling -------------------------------------------------------------------------------------
+# --- settling ---------------------------------------------------------------------------------------
 
-def test_a_day_just_versioned_passes_and_says_until_when_late_records_may_amend_it(fake_bigquery):
+def verdict(s) -> tuple:
+    """(final now, changed after it was final, settles_at): what the `settled` check shows (green,
+    red, or yellow until settles_at)."""
+    return s.settled, s.amended_after_final, s.settles_at
+
+
+def test_a_day_just_versioned_is_not_final_yet_and_says_until_when_late_records_may_amend_it(fake_bigquery):
     store = versioned_at_t0(fake_bigquery)
     s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=1))
-    assert (s.ok, s.settled, s.settles_at) == (True, False, iso(T0 + timedelta(hours=48)))
-    assert f"may still amend it until {iso(T0 + timedelta(hours=48))}" in s.why
+    assert verdict(s) == (False, False, iso(T0 + timedelta(hours=48)))
+    assert f"not final yet: version 1 was made at {iso(T0)}" in s.why
+    assert f"may still amend it until {iso(T0 + timedelta(hours=48))}" in s.why and "turns green by itself" in s.why
 
 
-def test_an_amendment_before_the_day_settled_passes_and_moves_settles_at(fake_bigquery):
+def test_an_amendment_before_the_day_was_final_moves_settles_at(fake_bigquery):
     store = versioned_at_t0(fake_bigquery)
-    land(store, "2026-02-01T09", {"2026-01-31T23": 1}, first=2000)  # 18 h later: the day had not settled
+    land(store, "2026-02-01T09", {"2026-01-31T23": 1}, first=2000)  # 18 h later: the day was not final
     load(fake_bigquery, DAY, T0 + timedelta(hours=18))
     s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=19))
-    assert (s.ok, s.settled, s.settles_at) == (True, False, iso(T0 + timedelta(hours=18 + 48)))
+    assert verdict(s) == (False, False, iso(T0 + timedelta(hours=18 + 48)))
 
 
 def test_a_day_unchanged_for_settle_hours_is_final_and_says_since_when(fake_bigquery):
     store = versioned_at_t0(fake_bigquery)
+    at_the_time = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=48))
     s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=49))
-    assert (s.ok, s.settled, s.settles_at) == (True, True, iso(T0 + timedelta(hours=48)))
-    assert f"final since {iso(T0 + timedelta(hours=48))}" in s.why
+    assert verdict(at_the_time) == verdict(s) == (True, False, iso(T0 + timedelta(hours=48)))
+    assert f"final since {iso(T0 + timedelta(hours=48))}: version 1" in s.why
 
 
-def test_a_landing_hour_waiting_to_change_the_day_is_not_a_failure(fake_bigquery):
+def test_a_landing_hour_waiting_to_change_the_day_keeps_it_not_final(fake_bigquery):
     store = versioned_at_t0(fake_bigquery)
     land(store, "2026-02-01T09", {"2026-01-31T23": 1}, first=2000)  # marked, not versioned yet
     s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=19))
-    assert (s.ok, s.settled, s.settles_at) == (True, False, None)
+    assert verdict(s) == (False, False, None)
     assert "2026-02-01T09" in s.why and "versioned again by its next load" in s.why
+    # Past the version's settle time all the same: not final while the hour waits, and no alarm yet.
+    s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=60))
+    assert verdict(s) == (False, False, None)
 
 
-def test_amending_a_day_after_it_had_settled_fails_and_only_that_version(fake_bigquery):
+def test_a_day_amended_after_it_was_final_is_red_until_it_is_final_again(fake_bigquery):
     store = versioned_at_t0(fake_bigquery)
     land(store, "2026-02-03T09", {"2026-01-31T23": 1, "2026-02-03T09": 1}, first=2000)
-    load(fake_bigquery, DAY, T0 + timedelta(hours=66))  # version 1 had settled at T0 + 48 h
+    load(fake_bigquery, DAY, T0 + timedelta(hours=66))  # version 1 had been final since T0 + 48 h
+    again_at = iso(T0 + timedelta(hours=66 + 48))
     s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=66))
-    assert (s.ok, s.settled, s.settles_at) == (False, False, iso(T0 + timedelta(hours=66 + 48)))
+    assert verdict(s) == (False, True, again_at)
     assert s.previous_settled_at == iso(T0 + timedelta(hours=48))
-    assert f"had settled at {iso(T0 + timedelta(hours=48))}" in s.why and "2026-02-03T09" in s.why
-    # A version made after the previous one had settled is the alert; one more within the window is not.
+    assert f"changed after it was final: version 2, made at {iso(T0 + timedelta(hours=66))}" in s.why
+    assert f"after it had been final since {iso(T0 + timedelta(hours=48))}" in s.why and "2026-02-03T09" in s.why
+    assert "whoever read it as final should read it again" in s.why and f"until {again_at}" in s.why
+    # Final again once unchanged for settle_hours: green, the amendment told as history.
+    s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=66 + 48))
+    assert verdict(s) == (True, False, again_at) and s.previous_settled_at is None
+    assert s.why.startswith(f"{DS}.{T}__by_event {DAY}: final since {again_at}: version 2")
+    assert f"earlier, version 2, made at {iso(T0 + timedelta(hours=66))}" in s.why
+
+
+def test_a_day_amended_after_it_was_final_stays_red_while_a_landing_hour_waits_to_change_it_again(fake_bigquery):
+    store = versioned_at_t0(fake_bigquery)
+    land(store, "2026-02-03T09", {"2026-01-31T23": 1}, first=2000)
+    load(fake_bigquery, DAY, T0 + timedelta(hours=66))
+    land(store, "2026-02-03T10", {"2026-01-31T22": 1}, first=3000)  # marked, not versioned yet
+    s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=67))
+    assert verdict(s) == (False, True, None) and "versioned again by its next load" in s.why
+
+
+def test_a_version_made_while_the_day_was_not_final_again_is_not_a_new_alarm(fake_bigquery):
+    store = versioned_at_t0(fake_bigquery)
+    land(store, "2026-02-03T09", {"2026-01-31T23": 1, "2026-02-03T09": 1}, first=2000)
+    load(fake_bigquery, DAY, T0 + timedelta(hours=66))  # red: amended after it was final
     land(store, "2026-02-03T10", {"2026-01-31T22": 1}, first=3000)
-    load(fake_bigquery, DAY, T0 + timedelta(hours=70))
+    load(fake_bigquery, DAY, T0 + timedelta(hours=70))  # version 2 was not final yet: yellow
     s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=70))
-    assert (s.ok, s.settled, s.previous_settled_at) == (True, False, None)
+    assert verdict(s) == (False, False, iso(T0 + timedelta(hours=70 + 48))) and s.previous_settled_at is None
 
 
 def test_a_manifest_written_before_previous_amended_at_existed_reads_the_previous_version(fake_bigquery):
@@ -103,7 +136,7 @@ def test_a_manifest_written_before_previous_amended_at_existed_reads_the_previou
     old = {k: v for k, v in json.loads(store.read_bytes(rel)).items() if k != "previous_amended_at"}
     store.write_atomic(rel, json.dumps(old).encode())
     s = current_settling(store, UNIT, CFG.settle_hours, now=T0 + timedelta(hours=66))
-    assert (s.ok, s.previous_settled_at) == (False, iso(T0 + timedelta(hours=48)))
+    assert (s.amended_after_final, s.previous_settled_at) == (True, iso(T0 + timedelta(hours=48)))
 
 
 def test_settling_takes_the_waiting_hours_a_load_answers_as_a_reading_of_the_markers_gives_them(fake_bigquery):
@@ -114,13 +147,13 @@ def test_settling_takes_the_waiting_hours_a_load_answers_as_a_reading_of_the_mar
     assert settling(store, manifest, ["2026-02-01T09"], CFG.settle_hours, later) == \
         current_settling(store, UNIT, CFG.settle_hours, later)
     s = settling(store, manifest, [], CFG.settle_hours, later)  # nothing waits: final 48 h after version 1
-    assert (s.ok, s.settled, s.settles_at) == (True, False, iso(T0 + timedelta(hours=48)))
+    assert verdict(s) == (False, False, iso(T0 + timedelta(hours=48)))
 
 
-def test_a_partition_not_versioned_yet_is_not_final_and_not_a_failure(fake_bigquery):
+def test_a_partition_not_versioned_yet_is_not_final_and_no_alarm(fake_bigquery):
     store, _ = fake_bigquery
     s = current_settling(store, UNIT, CFG.settle_hours, now=T0)
-    assert (s.ok, s.settled, s.settles_at) == (True, False, None) and "not versioned yet" in s.why
+    assert verdict(s) == (False, False, None) and "not versioned yet" in s.why
 
 
 # --- conservation ---------------------------------------------------------------------------------

@@ -22,7 +22,9 @@ from kafka_landing.warehouse.by_event.versions import (
     EVENT_MANIFEST_FORMAT,
     EventManifest,
     EventPartitionError,
+    VersionFile,
     latest_manifest,
+    newest_versions,
     next_manifest,
     read_done,
     versions,
@@ -199,6 +201,24 @@ def test_the_versions_a_partition_kept_before_are_removed_by_its_next_versioning
                                                                                   "version": v}).encode())
     again, new = version(store, "2026-01-31")
     assert (new, again.version, versions(store, DS, T, "2026-01-31")) == (False, 300, [299, 300])
+
+
+def test_each_partitions_newest_version_and_its_write_time_are_one_listing_of_the_table():
+    from kafka_landing_tests.mem_store import MemStore
+
+    mem = MemStore()
+    mem.clock = lambda: NOW.timestamp()
+    for n, (hour, day) in enumerate((("2026-01-31T13", "2026-01-31T09"), ("2026-02-01T13", "2026-02-01T09"),
+                                     ("2026-02-02T13", "2026-01-31T10"))):  # the last one late
+        write_event_hour(mem, DS, T, hour, {day: recs(hour)}, SCHEMA)
+        mem.clock = lambda n=n: NOW.timestamp() + n
+        version(mem, day[:10])
+    mem.write_atomic(f"event_partitions/{DS}/{T}/2026-02-01/v=notes.json", b"{}")  # not a version
+    mem.calls.clear()
+    assert newest_versions(mem, DS, T) == [VersionFile("2026-01-31", 2, NOW.timestamp() + 2),
+                                           VersionFile("2026-02-01", 1, NOW.timestamp() + 1)]
+    assert dict(mem.calls) == {"list": 1}  # the index entries beside them are not read either
+    assert newest_versions(mem, DS, "other") == []
 
 
 def test_hour_granularity(store):
