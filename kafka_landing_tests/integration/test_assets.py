@@ -161,9 +161,11 @@ def _offsets_in_kafka(bootstrap: str, topic: str, end: int) -> dict[int, bytes]:
                          "isolation.level": "read_committed"})
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
+        # Asked once: a watermark asked of the broker between two polls makes each poll wait its
+        # whole timeout (half a second a record).
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         out, deadline = {}, time.monotonic() + 30
         while time.monotonic() < deadline:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
             if consumer.position([TopicPartition(topic, 0)])[0].offset >= min(end, high) and out:
                 break
             msg = consumer.poll(0.5)
