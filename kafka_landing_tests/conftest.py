@@ -110,6 +110,16 @@ def code_location(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def one_attempt_in_step(monkeypatch):
+    """Steps of this process try their hours once, not the suite's twice: for the tests of a service
+    that is away, where each attempt waits for it. The bounded tries in the step have tests of their
+    own (unit/test_hours.py)."""
+    from kafka_landing import hours
+
+    monkeypatch.setattr(hours, "IN_STEP_ATTEMPTS", 1)
+
+
+@pytest.fixture
 def instance():
     """An ephemeral Dagster instance of the test's own."""
     with DagsterInstance.ephemeral() as inst:

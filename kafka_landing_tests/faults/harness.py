@@ -180,13 +180,15 @@ class Started:
 
 
 def start(dep: Deployment, select: list[str], hour: datetime, crash: str | None = None,
-          name: str = "run", **env_overrides: str | None) -> Started:
-    """Start `dagster asset materialize` for one hour as its own process group."""
+          name: str = "run", run_config: dict | None = None, **env_overrides: str | None) -> Started:
+    """Start `dagster asset materialize` for one hour as its own process group (`run_config`: the
+    run's config, as `--config-json` gives it)."""
     env = dep.env(**env_overrides)
     if crash:
         env[CRASH_ENV] = crash
     cmd = [str(DAGSTER), "asset", "materialize", "-m", "kafka_landing.definitions",
-           "--select", ",".join(select), "--partition", hour_key(hour)]
+           "--select", ",".join(select), "--partition", hour_key(hour),
+           *(["--config-json", json.dumps(run_config)] if run_config else [])]
     out_path = dep.root / f"{name}.{time.monotonic_ns()}.log"
     before = {r for r, _ in _run_records(dep)}
     with open(out_path, "wb") as out:

@@ -3,8 +3,10 @@ landing fail naming the bootstrap servers, nothing is frozen or published, and a
 later run with the right servers lands exactly.
 
 Two topics: one whose hour is planned with the broker down, one whose slice is
-frozen first and then landed with the broker down. Both failing runs go at once
-(they mostly wait for the Kafka client's timeouts), each in its own Dagster instance.
+frozen first and then landed with the broker down. The planning run goes while the other
+slice freezes, each run in its own Dagster instance. The failing runs wait out the Kafka
+client's timeouts: their runs shorten the resource's 30 s to a few seconds (run config),
+else each waits a minute for a refusal it gets at once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from kafka_landing_tests.faults.harness import (
 )
 
 
+# Each request to the brokers that are away waits this long (the Kafka resource's own is 30 s).
+DOWN_TIMEOUT_SECONDS = 3
+
+
 def _names_kafka(message: str, bootstrap: str) -> bool:
     return "kafka" in message.lower() and bootstrap in message
 
@@ -34,15 +40,16 @@ def test_broker_down_fails_clearly_publishes_nothing_then_lands(produce_web_hour
     dep = deployment(tmp_path, {plan.topic: web_topic("plan_down"), land.topic: web_topic("land_down")},
                      bootstrap, registry_url)
     down = f"localhost:{closed_port()}"
-    frozen = materialize(dep, dep.landing_assets(land.topic)[:1], hour, name="freeze")
-    assert frozen.returncode == 0, f"{frozen.failures}\n{frozen.tail()}"
-
     # One attempt each: every attempt waits for the Kafka client's timeouts, and the bounded
     # retries of a service away are tested on their own (unit/test_hours.py).
-    planning = start(dep, dep.landing_assets(plan.topic), hour, name="plan_down",
-                     KAFKA_BOOTSTRAP_SERVERS=down, KAFKA_LANDING_IN_STEP_ATTEMPTS="1")
-    landing = start(dep.with_own_instance("dagster_home_b"), dep.landing_assets(land.topic)[1:], hour,
-                    name="land_down", KAFKA_BOOTSTRAP_SERVERS=down, KAFKA_LANDING_IN_STEP_ATTEMPTS="1")
+    broker_down = {"KAFKA_BOOTSTRAP_SERVERS": down, "KAFKA_LANDING_IN_STEP_ATTEMPTS": "1",
+                   "run_config": {"resources": {"kafka": {"config": {"bootstrap_servers": down,
+                                                                     "timeout_seconds": DOWN_TIMEOUT_SECONDS}}}}}
+    planning = start(dep.with_own_instance("dagster_home_b"), dep.landing_assets(plan.topic), hour,
+                     name="plan_down", **broker_down)
+    frozen = materialize(dep, dep.landing_assets(land.topic)[:1], hour, name="freeze")
+    assert frozen.returncode == 0, f"{frozen.failures}\n{frozen.tail()}"
+    landing = start(dep, dep.landing_assets(land.topic)[1:], hour, name="land_down", **broker_down)
     planning, landing = finish(planning), finish(landing)
 
     # Planning with the broker down: no slice is frozen from a log it could not see.

@@ -2,38 +2,22 @@
 exactly or fails with a clear error, and a re-run lands it exactly.
 
 This test restarts the shared local broker (its data survives a restart) and
-always leaves it running, even when it fails. The hour is big (about 50 MB) so
-that the read is still going when the broker goes away; the moment is taken
-from the run's Spark engine opening a new connection to the broker: the stack's warm
-Spark Connect server (the default engine), or a JVM the run started (a classic session).
+always leaves it running, even when it fails. The hour is big (about 50 MB, the
+`big_hour` the Spark restart reads too) so that the read is still going when the broker
+goes away; the moment is taken from the run's Spark engine opening a new connection to the
+broker: the stack's warm Spark Connect server (the default engine), or a JVM the run started
+(a classic session).
 """
 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import time
-import uuid
-from datetime import timedelta
-
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from kafka_landing_tools import devstack
-from kafka_landing.avro_landing.framing import frame
-from kafka_landing_tools.demo.generate import (
-    demo_hours,
-    encode,
-    ensure_topics,
-    load_schema,
-    produce,
-    register,
-)
-from kafka_landing.naming import asset_safe, done_file_path, to_millis
-from kafka_landing_tests.conftest import utcnow
+from kafka_landing.naming import asset_safe, done_file_path
 from kafka_landing_tests.faults.harness import (
-    WebHour,
     check_landed_exactly,
     deployment,
     finish,
@@ -42,31 +26,6 @@ from kafka_landing_tests.faults.harness import (
     step_key,
     web_topic,
 )
-
-RECORDS, URL_BYTES, PARTITIONS = 12_000, 4_000, 4
-
-
-def produce_big_hour(bootstrap: str, registry_url: str) -> WebHour:
-    """Demo web events with a 4 KB url each, all stamped in the last closed hour."""
-    topic = f"fx_restart_{uuid.uuid4().hex[:8]}"
-    ensure_topics(bootstrap, {topic: PARTITIONS})
-    schema = load_schema("web_event_v1")
-    sid = register(SchemaRegistryClient({"url": registry_url}), f"{topic}-value", schema)
-    hour = demo_hours(utcnow(), 1)[0]
-    rng = random.Random(5)
-    items = []
-    for i in range(RECORDS):
-        ts = hour + timedelta(milliseconds=rng.randrange(3_600_000))
-        record = {
-            "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-            "type": rng.choice(["page_view", "click", "signup"]), "user_id": i,
-            "url": "https://shop.example/search?q=" + "".join(rng.choices("abcdefghij", k=URL_BYTES)),
-            "occurred_at": ts, "properties": {"n": str(i)}, "device": {"os": "linux", "version": None},
-        }
-        items.append((topic, i % PARTITIONS, to_millis(ts), str(i).encode(), frame(sid, encode(schema, record)),
-                      None, record, sid, None))
-    return WebHour(topic, hour, produce(bootstrap, items, flush_timeout=120))
-
 
 def _children() -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
@@ -128,10 +87,10 @@ def engine_broker_sockets(root_pid: int, port: int) -> set[str]:
     return {s for pid in _engine_jvms(root_pid) for s in _sockets(pid) & conns}
 
 
-def test_broker_restarted_mid_read(bootstrap, registry_url, tmp_path):
+def test_broker_restarted_mid_read(big_hour, bootstrap, registry_url, tmp_path):
     broker_pid = devstack.STACK_DIR / "kafka" / "pid"
     assert devstack._pid_alive(broker_pid), f"the broker on {bootstrap} was not started from {devstack.STACK_DIR}: not ours to restart"
-    data = produce_big_hour(bootstrap, registry_url)
+    data = big_hour
     dep = deployment(tmp_path, {data.topic: web_topic("restart")}, bootstrap, registry_url, rows_per_task=1_000_000)
     select = dep.landing_assets(data.topic)
     landing_step = step_key(f"avro_landing/{asset_safe(data.topic)}")
@@ -158,18 +117,15 @@ def test_broker_restarted_mid_read(bootstrap, registry_url, tmp_path):
         if not devstack._kafka_ready():
             devstack._start_kafka()
 
-    try:
-        if run.returncode == 0:
-            check_landed_exactly(dep, data.topic, data.hour, data.sent)
-        else:
-            message = run.failures.get(landing_step, "")
-            assert data.topic in message or bootstrap in message, (
-                f"the run failed through a broker restart without naming the topic or the broker:\n{message or run.tail()}")
-            for table in dep.tables(data.topic):
-                assert not (dep.landing / done_file_path("restart", table, data.hour)).exists()
-
-        again = materialize(dep, select, data.hour, name="rerun")
-        assert again.returncode == 0, f"{again.failures}\n{again.tail()}"
+    if run.returncode == 0:
         check_landed_exactly(dep, data.topic, data.hour, data.sent)
-    finally:
-        AdminClient({"bootstrap.servers": bootstrap}).delete_topics([data.topic])  # 50 MB the broker need not keep
+    else:
+        message = run.failures.get(landing_step, "")
+        assert data.topic in message or bootstrap in message, (
+            f"the run failed through a broker restart without naming the topic or the broker:\n{message or run.tail()}")
+        for table in dep.tables(data.topic):
+            assert not (dep.landing / done_file_path("restart", table, data.hour)).exists()
+
+    again = materialize(dep, select, data.hour, name="rerun")
+    assert again.returncode == 0, f"{again.failures}\n{again.tail()}"
+    check_landed_exactly(dep, data.topic, data.hour, data.sent)

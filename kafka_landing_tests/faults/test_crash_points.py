@@ -3,13 +3,14 @@
 Each crash point gets a topic of its own (same demo data, same hour) in one
 deployment, and a real `dagster asset materialize` process killed at that step
 (`KAFKA_LANDING_CRASH_AT`). Every run executes its steps in its own process
-(the in-process executor), so the whole run dies, as on a lost machine. Crash runs go two at a time;
-then one clean run re-runs what every crash interrupted (one Spark start
-instead of seven).
+(the in-process executor), so the whole run dies, as on a lost machine. Crash runs go two at a time,
+in two lanes (the loads', the landings'), each starting as the one before it in its lane ends;
+each lane ends with one clean run that re-runs what its crashes interrupted (one process start
+instead of one per crash), while the other lane goes on.
 
 The loads are killed on the Iceberg warehouse (Spark writes Parquet, one pyiceberg commit swaps the
 hour) at each of its steps, inside its commit too: the catalog's database has it, the load no answer
-yet. The load crash runs share a Dagster instance, which the clean run uses too. One more load is
+yet. The load crash runs share a Dagster instance, which their clean run uses too. One more load is
 killed after its commit and then re-landed before it is loaded again: a new done file whose load must
 replace the hour the table holds while its load record still lags.
 
@@ -79,21 +80,6 @@ POINTS = (*(Point(s) for s in STEPS), Point("warehouse:swapped", reland=True))
 LOADS = tuple(p for p in POINTS if p.loads)
 
 
-def batches(points) -> list[list[Point]]:
-    """Crash runs two at a time (each on its own topic), never two loads together: the
-    loads share one Dagster instance."""
-    loads = [p for p in points if p.loads]
-    # Landing steps first: a crash while planning starts no Spark and can go alone, last.
-    rest = sorted((p for p in points if not p.loads), key=lambda p: p.step.startswith("slices:"))
-    out = []
-    while loads or rest:
-        batch = [loads.pop(0)] if loads else []
-        while len(batch) < 2 and rest:
-            batch.append(rest.pop(0))
-        out.append(batch)
-    return out
-
-
 @dataclass
 class Crash:
     point: Point
@@ -109,70 +95,109 @@ class Crash:
 
 @dataclass
 class Crashes:
-    dep: Deployment  # the deployment of the loads and of the re-run (their instance)
+    dep: Deployment  # the deployment of every run (the loads and their re-run in its own instance)
     cases: dict[Point, Crash]
-    rerun: Run  # the clean re-run
-    rerun_blocked: set[str]  # pools the re-run found held by a killed run
+    reruns: dict[Point, Run]  # the clean re-run of the point's lane
+    rerun_blocked: set[str]  # pools a re-run found held by a killed run
 
 
 BLOCKED = re.compile(r"Step blocked by limit for pool (\S+)")
 
 
-def wait_freeing_dead_slots(started: dict[str, Started], dead_runs: list[str]) -> dict[str, set[str]]:
-    """Wait for the re-runs. Each time one blocks on a pool whose slot a killed run still holds,
-    free that one slot as an operator would (Deployment > Concurrency), so that it can go on.
-    Returns the pools each was blocked on."""
-    blocked: dict[str, set[str]] = {k: set() for k in started}
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while any(st.proc.poll() is None for st in started.values()) and time.monotonic() < deadline:
-        for k, st in started.items():
-            found = set(BLOCKED.findall(st.out_path.read_text(errors="replace"))) - blocked[k]
-            if found:
-                blocked[k] |= found
-                for pool, run_id, step in slots_held(st.dep):
-                    if pool in found and run_id in dead_runs:
-                        free_slot(st.dep, run_id, step)
-        time.sleep(0.5)
-    return blocked
+def lanes(points) -> list[list[Point]]:
+    """Crash runs in two lanes that go at once (each run on its own topic), never two loads
+    together: the loads share one Dagster instance, so they are one lane, with the crash while
+    planning (a short run: it starts no Spark) after them; the other landings are the other lane.
+    Their re-runs then land two topics and four, and load ten tables and eight."""
+    loads = [p for p in points if p.loads]
+    planning = [p for p in points if p.step.startswith("slices:")]
+    return [loads + planning, [p for p in points if p not in loads + planning]]
+
+
+def start_crash(dep: Deployment, point: Point, d: WebHour) -> Started:
+    """The run killed at the point's step: a load is killed in the deployment's own instance (the
+    re-run must meet what it leaves there); a landing run gets an instance of its own, so that it
+    can run beside a load."""
+    where = dep if point.loads else dep.with_own_instance(f"dagster_home_{point.slug}")
+    select = dep.landing_assets(d.topic) + (dep.warehouse_assets(d.topic) if point.loads else [])
+    return start(where, select, d.hour, crash=point.step, name=point.slug)
+
+
+def start_rerun(dep: Deployment, lane: list[Point], data: dict[Point, WebHour]) -> Started:
+    """One clean run re-runs, per topic of the lane, what its crash interrupted, then loads every
+    table: the loads' in the instance their killed runs left, the landings' in one of its own."""
+    select: list[str] = []
+    for point in lane:
+        topic = data[point].topic
+        select += dep.landing_assets(topic) if point.reland or not point.loads else []
+        select += dep.warehouse_assets(topic)
+    where = dep if any(p.loads for p in lane) else dep.with_own_instance("dagster_home_rerun")
+    return start(where, select, data[lane[0]].hour, name=f"rerun_{lane[0].slug}")
+
+
+def seen_after(dep: Deployment, point: Point, d: WebHour, run: Run) -> Crash:
+    """What the crash left, read as soon as its run ended (the other lane's run has a topic of its own)."""
+    after = read_hour(dep, d.topic, d.hour, d.sent)
+    loaded = {t: read_warehouse_hour(dep, d.topic, t, d.hour) for t in dep.tables(d.topic)}
+    wh_problems = [p for t, df in loaded.items() if df is not None
+                   for p in warehouse_problems(dep, d.topic, t, d.hour, after.rows.get(t, {}))]
+    slots = [x for x in slots_held(dep) if x[1] in run.run_ids]
+    files = sorted(str(p) for p in (dep.landing / "tables" / dep.topics[d.topic]["dataset"]).rglob("*.avro"))
+    return Crash(point, d, run, (dep.landing / slice_manifest_path(d.topic, d.hour)).exists(),
+                 after, loaded, wh_problems, slots, files)
+
+
+def free_dead_slots(rerun: Started, dead_runs: list[str], blocked: set[str]) -> None:
+    """When the re-run blocks on a pool whose slot a killed run still holds, free that one slot as an
+    operator would (Deployment > Concurrency), so that it can go on; `blocked` gathers those pools."""
+    found = set(BLOCKED.findall(rerun.out_path.read_text(errors="replace"))) - blocked
+    if found:
+        blocked |= found
+        for pool, run_id, step in slots_held(rerun.dep):
+            if pool in found and run_id in dead_runs:
+                free_slot(rerun.dep, run_id, step)
+
+
+def crash_and_rerun(dep: Deployment, data: dict[Point, WebHour]) -> Crashes:
+    """Each lane's crash runs one after another, each read as soon as it ends, then the lane's
+    re-run; a run that hangs past RUN_TIMEOUT is killed and reported."""
+    by_lane = lanes(list(data))
+    todo: list[list[Point | None]] = [[*lane, None] for lane in by_lane]  # None: the lane's re-run
+    running: dict[int, tuple[Point | None, Started, float]] = {}  # lane -> its run now, and its deadline
+    cases: dict[Point, Crash] = {}
+    reruns: dict[Point, Run] = {}
+    blocked: set[str] = set()
+    while any(todo) or running:
+        for i, lane in enumerate(todo):
+            if i not in running and lane:
+                point = lane.pop(0)
+                st = start_crash(dep, point, data[point]) if point else start_rerun(dep, by_lane[i], data)
+                running[i] = (point, st, time.monotonic() + RUN_TIMEOUT)
+        dead = [run_id for case in cases.values() for run_id in case.run.run_ids]
+        for point, st, _ in running.values():
+            if point is None:
+                free_dead_slots(st, dead, blocked)
+        ended = [i for i, (_, st, deadline) in running.items()
+                 if st.proc.poll() is not None or time.monotonic() > deadline]
+        for i in ended:
+            point, st, _ = running.pop(i)
+            run = finish(st, timeout=0)  # a run still going is past its deadline: killed, reported
+            if point is None:
+                reruns |= dict.fromkeys(by_lane[i], run)
+            else:
+                cases[point] = seen_after(dep, point, data[point], run)
+        if not ended:
+            time.sleep(0.2)
+    return Crashes(dep, cases, reruns, blocked)
 
 
 @pytest.fixture(scope="module")
 def crashes(produce_web_hour, bootstrap, registry_url, tmp_path_factory) -> Crashes:
     now = utcnow()
     data = {point: produce_web_hour(point.slug, now=now) for point in POINTS}
-    hour = data[POINTS[0]].hour
     dep = deployment(tmp_path_factory.mktemp("crash_points"),
                      {d.topic: web_topic(f"c_{point.slug}") for point, d in data.items()}, bootstrap, registry_url)
-    cases = {}
-    for batch in batches(POINTS):
-        started = {}
-        for point in batch:
-            d = data[point]
-            # Loads are killed in the deployment's own instance (the re-run must meet what they
-            # leave there); landing runs get an instance each, so that two can run at once.
-            where = dep if point.loads else dep.with_own_instance(f"dagster_home_{point.slug}")
-            select = dep.landing_assets(d.topic) + (dep.warehouse_assets(d.topic) if point.loads else [])
-            started[point] = start(where, select, hour, crash=point.step, name=point.slug)
-        for point, st in started.items():
-            d, run = data[point], finish(st)
-            after = read_hour(dep, d.topic, hour, d.sent)
-            loaded = {t: read_warehouse_hour(dep, d.topic, t, hour) for t in dep.tables(d.topic)}
-            wh_problems = [p for t, df in loaded.items() if df is not None
-                           for p in warehouse_problems(dep, d.topic, t, hour, after.rows.get(t, {}))]
-            slots = [x for x in slots_held(dep) if x[1] in run.run_ids]
-            files = sorted(str(p) for p in (dep.landing / "tables" / dep.topics[d.topic]["dataset"]).rglob("*.avro"))
-            cases[point] = Crash(point, d, run, (dep.landing / slice_manifest_path(d.topic, hour)).exists(),
-                                 after, loaded, wh_problems, slots, files)
-    # One clean run re-runs, per topic, what its crash interrupted, then loads every table.
-    select: list[str] = []
-    for point, d in data.items():
-        select += dep.landing_assets(d.topic) if point.reland or not point.loads else []
-        select += dep.warehouse_assets(d.topic)
-    dead = [run_id for case in cases.values() for run_id in case.run.run_ids]
-    started = {"rerun": start(dep, select, hour, name="rerun")}
-    blocked = wait_freeing_dead_slots(started, dead)
-    # It ended, or hung past RUN_TIMEOUT: then killed and reported.
-    return Crashes(dep, cases, finish(started["rerun"], timeout=10), blocked["rerun"])
+    return crash_and_rerun(dep, data)
 
 
 # What a consumer of done files may see right after the crash: whether the slice is
@@ -199,7 +224,7 @@ def test_every_crash_point_is_covered():
 def test_killed_at_step_then_rerun_lands_every_offset_once(crashes, point):
     case, dep, step = crashes.cases[point], crashes.dep, point.step
     topic, hour = case.data.topic, case.data.hour
-    rerun = crashes.rerun
+    rerun = crashes.reruns[point]
 
     # The run's process died by SIGKILL at that step.
     assert killed_by_sigkill(case.run), (

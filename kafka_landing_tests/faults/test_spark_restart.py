@@ -3,9 +3,9 @@ the run's session is gone, the failure is transient, the step opens a new sessio
 the hour again, and every offset lands exactly once (review 2026-11-26 R6).
 
 The test restarts a Connect server of its own (another port, another folder), never the
-stack's, which the rest of the test session shares. The hour is big (about 50 MB) so that the
-read is still going when the server goes away; the moment is taken from the server opening a
-connection to the broker for this run's read.
+stack's, which the rest of the test session shares. The hour is big (about 50 MB, the `big_hour`
+the broker restart reads too) so that the read is still going when the server goes away; the
+moment is taken from the server opening a connection to the broker for this run's read.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 
 from kafka_landing.naming import asset_safe
 from kafka_landing_tests.faults.harness import check_landed_exactly, deployment, finish, start, step_key, web_topic
-from kafka_landing_tests.faults.test_broker_restart import _connected_sockets, _sockets, produce_big_hour
+from kafka_landing_tests.faults.test_broker_restart import _connected_sockets, _sockets
 from kafka_landing_tools import devstack
 
 
@@ -27,12 +27,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_connect_server_restarted_mid_landing_costs_a_retry_not_the_hour(bootstrap, registry_url, tmp_path):
+def test_a_connect_server_restarted_mid_landing_costs_a_retry_not_the_hour(big_hour, bootstrap, registry_url,
+                                                                         tmp_path):
     port, sdir = _free_port(), tmp_path / "connect"
     url = devstack.start_spark_connect(port=port, sdir=sdir, memory="1g")
     pidfile = sdir / "pid"
     try:
-        data = produce_big_hour(bootstrap, registry_url)
+        data = big_hour
         dep = deployment(tmp_path / "deploy", {data.topic: web_topic("sparkrestart")}, bootstrap, registry_url,
                          rows_per_task=1_000_000)
         before = _sockets(devstack._pid_alive(pidfile)) & _connected_sockets(devstack.PORTS.kafka)

@@ -56,7 +56,7 @@ def test_unknown_topic_fails_with_a_clear_message(topic_config):
     assert "topic 'topic_that_does_not_exist' does not exist" in failure.event_specific_data.error.message
 
 
-def test_registry_down_fails_before_spark_starts_naming_it(topic_config, make_topic, send, monkeypatch):
+def test_registry_down_fails_before_spark_starts_naming_it(topic_config, make_topic, send, one_attempt_in_step):
     from dagster_pyspark import LazyPySparkResource
 
     from kafka_landing.resources import SchemaRegistryResource
@@ -79,7 +79,7 @@ def test_registry_down_fails_before_spark_starts_naming_it(topic_config, make_to
     assert spark._spark_session is None, "Spark was started before the registry was checked"  # noqa: SLF001
 
 
-def test_broker_down_fails_naming_the_bootstrap_servers(topic_config):
+def test_broker_down_fails_naming_the_bootstrap_servers(topic_config, one_attempt_in_step):
     from kafka_landing.kafka_slices.resources import KafkaResource
 
     topic_config({"any_topic": {"dataset": "d", "table": "t"}})
@@ -89,7 +89,7 @@ def test_broker_down_fails_naming_the_bootstrap_servers(topic_config):
     result = materialize(assets, partition_key=hour_key(floor_hour(utcnow()) - ONE_HOUR * 2),
                          instance=DagsterInstance.ephemeral(), raise_on_error=False,
                          resources={**build_resources(), "kafka": KafkaResource(bootstrap_servers="localhost:9",
-                                                                                timeout_seconds=5)})
+                                                                                timeout_seconds=2)})
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     message = failure.event_specific_data.error.message
     assert "Kafka brokers localhost:9" in message and "KAFKA_BOOTSTRAP_SERVERS" in message, message
@@ -161,9 +161,11 @@ def _offsets_in_kafka(bootstrap: str, topic: str, end: int) -> dict[int, bytes]:
                          "isolation.level": "read_committed"})
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
+        # Asked once: a watermark asked of the broker between two polls makes each poll wait its
+        # whole timeout (half a second a record).
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         out, deadline = {}, time.monotonic() + 30
         while time.monotonic() < deadline:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
             if consumer.position([TopicPartition(topic, 0)])[0].offset >= min(end, high) and out:
                 break
             msg = consumer.poll(0.5)

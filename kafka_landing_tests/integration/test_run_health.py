@@ -136,7 +136,7 @@ def _attempts(result) -> int:
     return 1 + sum(e.event_type == DagsterEventType.STEP_RESTARTED for e in result.all_events)
 
 
-def test_brokers_away_are_retried_a_bounded_number_of_times(tmp_path):
+def test_brokers_away_are_retried_a_bounded_number_of_times(tmp_path, one_attempt_in_step):
     result = _slice_run("any_topic", KafkaResource(bootstrap_servers="localhost:9", timeout_seconds=2), tmp_path)
     assert not result.success
     assert sum(e.event_type == DagsterEventType.STEP_UP_FOR_RETRY for e in result.all_events) == QUICK.max_retries
@@ -191,7 +191,7 @@ def _landing_run(topic: str, kafka: KafkaResource, registry_url: str, tmp_path):
                                   "pyspark": LazyPySparkResource(spark_config={})})
 
 
-def test_a_registry_away_is_retried_a_bounded_number_of_times(kafka, tmp_path):
+def test_a_registry_away_is_retried_a_bounded_number_of_times(kafka, tmp_path, one_attempt_in_step):
     result = _landing_run("any_topic", kafka, "http://localhost:9/apis/ccompat/v7", tmp_path)
     assert not result.success
     assert _attempts(result) == QUICK.max_retries + 1

@@ -48,6 +48,17 @@ def _start(sizes: Sizes, out: Path, on: stack.Stack, contenders: tuple[str, ...]
                  contenders=contenders, when=now.isoformat(timespec="seconds"))
 
 
+def _rounds(cases: tuple[Case, ...], workers: int) -> list[tuple[Case, ...]]:
+    """The cases whose jobs share the workers, round after round: each case alone in a full run (one
+    worker: each measurement has the machine to itself); with workers > 1 (the tests), every case whose
+    data is there in one round, then those that need what the first round lands."""
+    if workers == 1:
+        return [(c,) for c in cases]
+    landed = {n for c in cases for n in c.lands}
+    first = tuple(c for c in cases if not c.needs & landed)
+    return [r for r in (first, tuple(c for c in cases if c not in first)) if r]
+
+
 def _measure(bench: Bench, cases: tuple[Case, ...], workers: int) -> tuple[dict, float | None]:
     """Every case's measurements by label, and the seconds the slices took to freeze (None: none frozen)."""
     needs = {n for c in cases for n in c.needs}
@@ -61,10 +72,14 @@ def _measure(bench: Bench, cases: tuple[Case, ...], workers: int) -> tuple[dict,
         say(f"froze the slices in {frozen} s")
     if DAY_LANDED in needs - {n for c in cases for n in c.lands}:
         measure([bench.day_landed_job()], env, bench.work, on_done=said_done)
-    for case in cases:
-        if case.prepare:
-            case.prepare(bench)
-        m |= measure(case.jobs(bench), env, bench.work, 1 if case.alone else workers, said_done)
+    for cases_at_once in _rounds(cases, workers):
+        for case in cases_at_once:
+            if case.prepare:
+                case.prepare(bench)
+        shared = [job for c in cases_at_once if not c.alone for job in c.jobs(bench)]
+        m |= measure(shared, env, bench.work, workers, said_done)
+        for case in (c for c in cases_at_once if c.alone):
+            m |= measure(case.jobs(bench), env, bench.work, 1, said_done)
     return m, frozen
 
 
