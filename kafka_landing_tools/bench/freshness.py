@@ -159,10 +159,10 @@ def contender_freshness(args) -> dict:
 
 
 def _fresh_states(instance, hourly) -> dict[str, str] | None:
-    """Each landing-hour table's freshness state, once the daemon has evaluated every one since its load."""
+    """Each landing-hour table's freshness state, once the daemon has judged every one since it was
+    loaded (a state is recorded when it changes: UNKNOWN before a table's first load)."""
     records = instance.get_freshness_state_records(hourly)
-    loaded = {k: instance.get_latest_materialization_event(k).timestamp for k in hourly}
-    if any(k not in records or records[k].updated_at.timestamp() < loaded[k] for k in hourly):
+    if any(k not in records or records[k].freshness_state.value == "UNKNOWN" for k in hourly):
         return None
     return {k.to_user_string(): records[k].freshness_state.value for k in hourly}
 
