@@ -113,7 +113,14 @@ def land_and_load(topics: list[str], hour_keys: list[str], cwd: Path, timeout: f
             if bad := failed_runs():
                 raise DaemonRunError(f"runs failed: {', '.join(bad)}; see `dagster run list` on {cwd}")
             seconds = time.monotonic() - t0
-            backfills = [instance.get_backfill(i) for i in ids]
+
+            def backfills_marked() -> list | None:
+                """The backfills, once the backfill daemon has marked each done (on its own tick, which
+                may come after their loads)."""
+                found = [instance.get_backfill(i) for i in ids]
+                return found if all(b.status != BulkActionStatus.REQUESTED for b in found) else None
+
+            backfills = wait_for("the backfills to be marked done", backfills_marked, 120, log, 1)
             unfinished = [b.backfill_id for b in backfills if b.status != BulkActionStatus.COMPLETED_SUCCESS]
             if unfinished:
                 raise DaemonRunError(f"backfills {unfinished} did not succeed, yet their tables loaded")

@@ -150,7 +150,6 @@ def test_a_landing_task_kafka_gives_no_record_for_read_stall_seconds_fails_trans
     must read past it gets nothing. After the topic's read_stall_seconds the direct operator fails
     the job (its message unchanged), and the failure is transient, so the step tries the hour
     again, as it does for a broker away; a person no longer has to re-land it."""
-    from kafka_landing.avro_landing.decode import Vouch
     from kafka_landing.avro_landing.direct import land_directly
     from kafka_landing.config import TopicConfig
     from kafka_landing.errors import is_transient
@@ -172,7 +171,7 @@ def test_a_landing_task_kafka_gives_no_record_for_read_stall_seconds_fails_trans
     try:
         with pytest.raises(Exception) as err:  # noqa: PT011 - Spark's failure of the job, as the engine raises it
             land_directly(spark, kafka.spark_options(), cfg, [HourTask(Hour(utcnow()), 0, 0, 5)], sid,
-                          SCHEMA, Vouch(), str(tmp_path / "out"))
+                          SCHEMA, str(tmp_path / "out"))
     finally:
         open_txn.abort_transaction(30)
     assert "Kafka gave no record past offset 3 for 2 s" in str(err.value)

@@ -213,14 +213,9 @@ class Commits:
         """The table, made with its first loads' files ((files, snapshot properties) each) in one
         commit (`_send`); False if another load made it first. An error before the commit removes
         `discard`, the folders of those files."""
-        from pyiceberg.exceptions import NamespaceAlreadyExistsError
-
         ident = self.tables.identifier(*ident)
         try:
-            try:
-                self.tables.catalog.create_namespace(ident[0])
-            except NamespaceAlreadyExistsError:
-                pass
+            ensure_namespace(self.tables.catalog, ident[0])
             tx = self.tables.catalog.create_table_transaction(
                 ident, schema=arrow_schema(schema, self.tables.columns), location=self.tables.uri(*ident),
                 properties={SCHEMA_PROPERTY: json.dumps(schema), **TABLE_PROPERTIES})
@@ -348,3 +343,14 @@ def _iceberg_type(spark_type: str):
         return simple[spark_type]
     precision, scale = spark_type[len("decimal("):-1].split(",")
     return DecimalType(int(precision), int(scale))
+
+
+def ensure_namespace(catalog, namespace: str) -> None:
+    """The dataset's namespace, made if missing. The first loads of a dataset's tables (an hour's and
+    its event day's, run at once) may race to make it: the SQL catalog's loser gets its unique key's
+    error, not NamespaceAlreadyExistsError, and finds the namespace made."""
+    try:
+        catalog.create_namespace(namespace)
+    except Exception:  # noqa: BLE001 - whichever error the catalog gives, the namespace is what counts
+        if not catalog.namespace_exists(namespace):
+            raise

@@ -116,3 +116,30 @@ def test_each_changed_type_is_named_by_its_iceberg_path_and_a_new_field_is_no_ch
 
     assert type_changes(old, new) == [(("n",), "double"), (("m", "value"), "decimal(12,2)")]
     assert type_changes(STRUCT_A, STRUCT_A) == []
+
+
+def test_a_namespace_another_load_made_first_is_used_and_a_missing_one_still_fails(tmp_path):
+    """Two first loads of a dataset race: the SQL catalog's loser gets its unique key's error, not
+    NamespaceAlreadyExistsError."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from sqlalchemy.exc import IntegrityError
+
+    from kafka_landing.warehouse.iceberg.commits import ensure_namespace
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    real = catalog.create_namespace
+
+    def lost_the_race(namespace, properties=None):
+        real(namespace)  # the other load's, between this one's check and its insert
+        raise IntegrityError("INSERT INTO iceberg_namespace_properties", {}, Exception("UNIQUE constraint failed"))
+
+    catalog.create_namespace = lost_the_race
+    ensure_namespace(catalog, "shop")
+    assert catalog.namespace_exists("shop")
+
+    def refused(namespace, properties=None):
+        raise PermissionError("the catalog refuses")
+
+    catalog.create_namespace = refused
+    with pytest.raises(PermissionError):
+        ensure_namespace(catalog, "web")
