@@ -67,7 +67,7 @@ def land_and_load(topics: list[str], hour_keys: list[str], cwd: Path, timeout: f
     has ended: {"seconds" (from the first backfill), "rows" (the tables' dagster/row_count of those hours),
     "backfills", "tables"}. The instance (DAGSTER_HOME) and the code location's settings come
     from the environment; a failed backfill or load raises, naming it."""
-    from dagster import AssetKey, DagsterInstance, DagsterRunStatus
+    from dagster import DagsterInstance, DagsterRunStatus
     from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
     from dagster._core.utils import make_new_backfill_id
 
@@ -124,16 +124,21 @@ def land_and_load(topics: list[str], hour_keys: list[str], cwd: Path, timeout: f
             unfinished = [b.backfill_id for b in backfills if b.status != BulkActionStatus.COMPLETED_SUCCESS]
             if unfinished:
                 raise DaemonRunError(f"backfills {unfinished} did not succeed, yet their tables loaded")
-            rows = 0
-            for key in tables:
-                latest: dict[str, int] = {}
-                for record in instance.fetch_materializations(AssetKey(key.path), limit=10_000).records:  # newest first
-                    event = record.event_log_entry.dagster_event
-                    part = event.partition
-                    if part in hour_keys and part not in latest:
-                        latest[part] = int(event.step_materialization_data.materialization.metadata[
-                            "dagster/row_count"].value)
-                rows += sum(latest.values())
-            return {"seconds": round(seconds, 2), "rows": rows, "backfills": ids, "tables": tables}
+            return {"seconds": round(seconds, 2), "rows": loaded_rows(instance, tables, hour_keys), "backfills": ids,
+                    "tables": tables}
     finally:
         stop_daemon(daemon)
+
+
+def loaded_rows(instance, tables, hour_keys: list[str]) -> int:
+    """The rows the tables hold for the hours: each partition's newest `dagster/row_count`."""
+    rows = 0
+    for key in tables:
+        latest: dict[str, int] = {}
+        for record in instance.fetch_materializations(key, limit=10_000).records:  # newest first
+            event = record.event_log_entry.dagster_event
+            if event.partition in hour_keys and event.partition not in latest:
+                latest[event.partition] = int(
+                    event.step_materialization_data.materialization.metadata["dagster/row_count"].value)
+        rows += sum(latest.values())
+    return rows

@@ -127,7 +127,7 @@ def contender_freshness(args) -> dict:
     from kafka_landing.config import load_config
     from kafka_landing.definitions import build_definitions
     from kafka_landing.naming import Hour
-    from kafka_landing_tools.daemon import CODE_LOCATION, start_daemon, stop_daemon, wait_for
+    from kafka_landing_tools.daemon import CODE_LOCATION, loaded_rows, start_daemon, stop_daemon, wait_for
 
     defs, config = build_definitions(), load_config()
     topics = sorted(config.topics)
@@ -152,9 +152,10 @@ def contender_freshness(args) -> dict:
                 say(f"{len(topics)} topic(s), hour {key}: {hours[-1]['seconds']} s")
             # What the UI shows for each table: the daemon's freshness state, evaluated without a run.
             states = wait_for("every table's freshness state", lambda: _fresh_states(instance, hourly), 120, log, 0.5)
+            rows = loaded_rows(instance, hourly, args.hour_keys)
     finally:
         stop_daemon(daemon)
-    return {"records": _rows(hourly, args.hour_keys), "by_hour": hours, "tables": len(hourly) + len(by_event),
+    return {"records": rows, "by_hour": hours, "tables": len(hourly) + len(by_event),
             "freshness_states": states}
 
 
@@ -165,23 +166,6 @@ def _fresh_states(instance, hourly) -> dict[str, str] | None:
     if any(k not in records or records[k].freshness_state.value == "UNKNOWN" for k in hourly):
         return None
     return {k.to_user_string(): records[k].freshness_state.value for k in hourly}
-
-
-def _rows(hourly, keys: list[str]) -> int:
-    """The rows the landing-hour tables hold for the hours: each partition's newest row count."""
-    from dagster import DagsterInstance
-
-    rows = 0
-    with DagsterInstance.get() as instance:
-        for k in hourly:
-            latest: dict[str, int] = {}
-            for record in instance.fetch_materializations(k, limit=10_000).records:  # newest first
-                event = record.event_log_entry.dagster_event
-                if event.partition in keys and event.partition not in latest:
-                    latest[event.partition] = int(
-                        event.step_materialization_data.materialization.metadata["dagster/row_count"].value)
-            rows += sum(latest.values())
-    return rows
 
 
 def _config(bench: Bench, topics: list[str], dataset: str) -> Path:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from kafka_landing.handoff import markers
 from kafka_landing.handoff.units import EVENT, event_unit
-from kafka_landing.naming import UNKNOWN_EVENT, done_file_path, event_lock_path, event_pending_path
+from kafka_landing.naming import done_file_path, event_lock_path, event_pending_path
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.by_event.versions import (
     EVENT_MANIFEST_FORMAT,
