@@ -6,8 +6,9 @@
   same (the tables of topics landed together) share that run.
 - `retired_hours_sensor`: retired hours of tables in no topic's config, and the event partitions
   they fed, emptied by `retire_hours`.
-- `event_partition_sensor`: event partitions, each versioned and loaded by its own run; it adds
-  the partitions Dagster does not know yet.
+- `event_partition_sensor`: event partitions, versioned and loaded; the tables' partitions of the
+  same day (or hour) share a run, as the tables of the same hours do. It adds the partitions
+  Dagster does not know yet.
 - `settled_sensor`: the event partitions that became final since its last tick
   (`queue/settled`), each a check-only run of its `settled` check, which turns green then
   (nothing else runs it at that time). Those runs need no Spark and carry no tag of it.
@@ -116,6 +117,18 @@ def load_run_request(run: Sequence[LoadGroup], keys: list[AssetKey], spark: bool
                       tags={**tags, RANGE_START_TAG: first, RANGE_END_TAG: last})
 
 
+def event_run_request(run: Sequence[LoadGroup], keys: list[AssetKey], spark: bool) -> RunRequest:
+    """One run versioning and loading one event partition (a day, or an hour) of each group's table.
+    Each event table has partitions of its own (`event_partitions`), so a run of several names its
+    partition by Dagster's tag, which every step reads, not by a partitions definition they share.
+    Each table is a step of its own: one that fails fails alone."""
+    partition = run[0].loads[0].unit.partition
+    tags = {**tags_of(run), **({SPARK_TAG: "true"} if spark else {})}
+    if len(run) == 1:
+        return RunRequest(run_key=run_key_of(run), partition_key=partition, asset_selection=keys, tags=tags)
+    return RunRequest(run_key=run_key_of(run), asset_selection=keys, tags={**tags, PARTITION_TAG: partition})
+
+
 def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
                            hours: dict[tuple[str, str], PartitionsDefinition]):
     """`tables`: every destination table's asset; `hours`: its partitions (its topic's hours, an
@@ -211,9 +224,8 @@ def build_event_sensor(events: dict[tuple[str, str], AssetKey], partitions: dict
         store = landing.store()
         plan = queue.tick(store, queue.EventPartitions(events), _runs_of(context.instance),
                           cursors.queue_cursor(context.cursor), clock=_clock)
-        requests = [RunRequest(run_key=g.run_key, partition_key=g.loads[0].unit.partition,
-                               asset_selection=[events[(g.dataset, g.table)]],
-                               tags={**g.tags(), **_spark(warehouse)}) for g in plan.groups]
+        requests = [event_run_request(run, [events[(g.dataset, g.table)] for g in run], warehouse.needs_spark)
+                    for run in tables_together(plan.groups, lambda g: None)]
         return _result(messages.events(plan), context.log, cursors.cursor_json(queue=plan.cursor), requests,
                        _partitions_to_add(context.instance, plan, partitions))
 

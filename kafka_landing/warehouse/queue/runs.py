@@ -5,7 +5,8 @@ The queue (`tick`) asks the Dagster instance which runs covered each load it exa
 finished and the content still not loaded -> request again under a new run key, at most
 `MAX_ATTEMPTS` times, then give up. What is ready is grouped: one run per table covers a
 run of consecutive ready landing hours at the same attempt (at most `MAX_HOURS_PER_RUN`),
-so a backfill costs a few runs, not one per hour; an event partition is a run of its own.
+so a backfill costs a few runs, not one per hour; the tables of the same hours share a run, and
+so do the event partitions of the same day (`tables_together`).
 
 Pure: no Dagster, no Spark.
 """
@@ -93,6 +94,7 @@ def member_tag(hour: Hour) -> str:
 
 
 EVENT_TAG = "kafka_landing/event_partition"  # <dataset>.<event table>/<partition>, on every event load run
+EVENT_CONTENT_TAG = "kafka_landing/event_content"  # .sNN -> the marker set a run of several event tables loaded
 
 
 @dataclass(frozen=True, order=True)
@@ -139,25 +141,34 @@ class PendingLoad:
         return member_tag(self.unit.partition), f"{self.unit.partition}@{self.sha[:16]}{suffix}"
 
     @property
-    def slot_tag(self) -> tuple[str, str] | None:
-        """(key, value) naming this landing hour in a run of several tables (`tables_together`): its
-        hour of the week and its table's slot -> `<dataset>.<table>/<hour>@<sha16>`, so no two members
-        of such a run share a key, each member's runs are found by one indexed query per (hour of
-        the week, slot), and the run's tags say which table each member is."""
-        if self.unit.kind != HOUR:
-            return None
+    def slot_tags(self) -> tuple[tuple[str, str], ...]:
+        """The (key, value) pairs naming this member in a run of several tables (`tables_together`),
+        under its table's slot, so no two members of such a run share a key. A landing hour: its hour
+        of the week and slot -> `<dataset>.<table>/<hour>@<sha16>` (each member's runs are found by one
+        indexed query per hour of the week and slot). An event partition: `kafka_landing/event_partition.sNN`
+        -> `<dataset>.<event table>/<partition>` (found as by its own tag) and `kafka_landing/event_content.sNN`
+        -> `<sha16>[~<round>]`, the marker set the run loaded (`made_by`)."""
+        slot = f"s{table_slot(self.unit.dataset, self.unit.table):02d}"
         key, value = self.tag
-        return f"{key}.s{table_slot(self.unit.dataset, self.unit.table):02d}", f"{self.unit.name}/{value}"
+        if self.unit.kind == EVENT:
+            return (f"{key}.{slot}", value), (f"{EVENT_CONTENT_TAG}.{slot}", self.content)
+        return (f"{key}.{slot}", f"{self.unit.name}/{value}"),
+
+    @property
+    def content(self) -> str:
+        return self.sha[:16] + (f"~{self.round}" if self.round else "")
 
     @property
     def found_by(self) -> tuple[tuple[str, str], ...]:
         """The tags a run covering this member carries: its own, or its slot's in a run of tables."""
-        return (self.tag,) if self.slot_tag is None else (self.tag, self.slot_tag)
+        return self.tag, self.slot_tags[0]
 
     def made_by(self, run: SeenRun) -> bool:
         """Whether `run` was an attempt at this very content (not only a run of the same unit)."""
         if self.unit.kind == EVENT:
-            return run.tags.get(RUN_KEY_TAG) in self.attempt_keys(max(MAX_ATTEMPTS, run.attempt))
+            (named, value), (content, sha) = self.slot_tags
+            return (run.tags.get(RUN_KEY_TAG) in self.attempt_keys(max(MAX_ATTEMPTS, run.attempt))
+                    or (run.tags.get(named) == value and run.tags.get(content) == sha))
         return True
 
 
@@ -188,8 +199,7 @@ def covering_runs(loads: Iterable[PendingLoad], runs: Iterable[SeenRun], max_att
     by_key = {k: ld for ld in loads for k in ld.attempt_keys(max_attempts)}
     found: dict[PendingLoad, dict[str, SeenRun]] = {ld: {} for ld in loads}
     for run in runs:
-        hit = {by_tag[(k, v)] for k, v in run.tags.items()
-               if (k.startswith(MEMBER_TAG_PREFIX) or k == EVENT_TAG) and (k, v) in by_tag}
+        hit = {by_tag[(k, v)] for k, v in run.tags.items() if (k, v) in by_tag}
         if run.tags.get(RUN_KEY_TAG) in by_key:
             hit.add(by_key[run.tags[RUN_KEY_TAG]])
         for ld in hit:
@@ -281,18 +291,20 @@ def table_slot(dataset: str, table: str) -> int:
 
 def tables_together(groups: Sequence[LoadGroup], history: Callable[[LoadGroup], object]
                     ) -> list[tuple[LoadGroup, ...]]:
-    """The groups as runs: landing-hour groups of different tables that cover the same hours at the
-    same attempt, and whose tables have the same partitions (`history`: a key of them; one run covers
-    one partitions definition), load in one run, up to one table per slot; the others alone. A last
-    attempt stays alone, as in `plan_loads`. Order kept: a run comes where its first group was."""
+    """The groups as runs, up to one table per slot: landing-hour groups of different tables that
+    cover the same hours at the same attempt, and whose tables have the same partitions (`history`:
+    a key of them; one run covers one partitions definition), load in one run; so do event groups
+    of the same partition at the same attempt (the run names its partition by tag, so their tables'
+    partitions definitions may differ). A last attempt stays alone, as in `plan_loads`. Order kept:
+    a run comes where its first group was."""
     runs: list[list[LoadGroup]] = []
     open_runs: dict[tuple, list[list[LoadGroup]]] = {}
     for g in groups:
-        first = g.loads[0]
-        if first.unit.kind != HOUR or (1 < MAX_ATTEMPTS == g.attempt):
+        if 1 < MAX_ATTEMPTS == g.attempt:
             runs.append([g])
             continue
-        key = (tuple(g.hours), g.attempt, history(g))
+        kind = g.loads[0].unit.kind
+        key = (kind, tuple(g.hours), g.attempt, history(g) if kind == HOUR else None)
         slot = table_slot(g.dataset, g.table)
         run = next((r for r in open_runs.get(key, []) if slot not in {table_slot(x.dataset, x.table) for x in r}), None)
         if run is None:
@@ -304,21 +316,25 @@ def tables_together(groups: Sequence[LoadGroup], history: Callable[[LoadGroup], 
 
 
 def run_key_of(run: Sequence[LoadGroup]) -> str:
-    """A group's own run key alone; several tables':
-    `tables/<n>/hours=<first>..<last>@<hash of every member's key>[#attempt<n>]`."""
+    """A group's own run key alone; several tables' landing hours:
+    `tables/<n>/hours=<first>..<last>@<hash of every member's key>[#attempt<n>]`; several tables'
+    event partition: `events/<n>/partition=<partition>@<hash>[#attempt<n>]`."""
     if len(run) == 1:
         return run[0].run_key
     digest = hashlib.sha256("\n".join(ld.key for g in run for ld in g.loads).encode()).hexdigest()[:16]
-    base = f"tables/{len(run)}/hours={run[0].hours[0]}..{run[0].hours[-1]}@{digest}"
+    if run[0].loads[0].unit.kind == HOUR:
+        base = f"tables/{len(run)}/hours={run[0].hours[0]}..{run[0].hours[-1]}@{digest}"
+    else:
+        base = f"events/{len(run)}/partition={run[0].hours[0]}@{digest}"
     return base if run[0].attempt == 1 else f"{base}#attempt{run[0].attempt}"
 
 
 def tags_of(run: Sequence[LoadGroup]) -> dict[str, str]:
-    """A group's own tags alone; several tables': every member under its slot tag, and the tables."""
+    """A group's own tags alone; several tables': every member under its slot's tags, and the tables."""
     if len(run) == 1:
         return run[0].tags()
     return {TABLE_TAG: ",".join(g.name for g in run), ATTEMPT_TAG: str(run[0].attempt),
-            **dict(ld.slot_tag for g in run for ld in g.loads)}
+            **{k: v for g in run for ld in g.loads for k, v in ld.slot_tags}}
 
 
 @dataclass(frozen=True)

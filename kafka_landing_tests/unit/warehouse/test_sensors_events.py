@@ -125,3 +125,24 @@ def test_the_asset_refuses_for_good_what_cannot_be_versioned_and_says_why(tmp_pa
         failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
         assert "done file of landing hour 2026-01-31T13" in failure.event_specific_data.error.message
         assert tick(tmp_path, instance).run_requests == []
+
+
+def test_the_same_day_of_several_tables_is_one_run_naming_its_partition_by_tag(tmp_path):
+    """Each event table has partitions of its own, so the run of several names its day by Dagster's
+    partition tag; each table's partition is added as before."""
+    from kafka_landing.warehouse.sensors import PARTITION_TAG
+
+    tables = ("orders", "refunds")
+    for table in tables:
+        write_event_hour(LocalStore(tmp_path / "landing"), "d", table, "2026-01-31T13",
+                         {"2026-01-31T13": [{"order_id": "a"}]}, SCHEMA)
+    sensor = build_event_sensor({("d", t): event_key("d", t) for t in tables},
+                                {("d", t): event_partitions("d", t) for t in tables})
+    with DagsterInstance.ephemeral() as instance:
+        result = evaluate(sensor, instance, local_resources(tmp_path))
+        (req,) = result.run_requests
+        assert req.partition_key is None and req.tags[PARTITION_TAG] == DAY
+        assert sorted(req.asset_selection) == sorted(event_key("d", t) for t in tables)
+        assert req.run_key.startswith(f"events/2/partition={DAY}@")
+        assert sorted(a.partitions_def_name for a in result.dynamic_partitions_requests) == [
+            "d__orders__by_event", "d__refunds__by_event"]

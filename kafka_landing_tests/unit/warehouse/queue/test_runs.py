@@ -47,6 +47,12 @@ def load(i: int, table: str = "orders", dataset: str = "shop", content: str = "a
                        content_sha(f"{dataset}.{table}.{i}.{content}".encode()))
 
 
+def event_load(day: int, table: str = "orders", dataset: str = "shop", content: str = "a") -> PendingLoad:
+    """The load of event day BASE + `day` days of a table's event-time table, for marker set `content`."""
+    partition = (BASE + ONE_HOUR * 24 * day).strftime("%Y-%m-%d")
+    return PendingLoad(event_unit(dataset, table, partition), content_sha(f"{dataset}.{table}.{day}.{content}".encode()))
+
+
 def ran(run_id: str, status: str, tags: dict) -> SeenRun:
     return SeenRun(run_id, status, tags)
 
@@ -285,10 +291,12 @@ def simulate(loads: list[PendingLoad], behaviour: dict[PendingLoad, str], rnd: r
 @given(st.lists(st.tuples(st.integers(0, 40), st.sampled_from(["a", "b", "c"]),
                           st.sampled_from(["ok", "ok", "ok", "fails", "kills", "flaky"])),
                 unique_by=lambda t: (t[0], t[1]), max_size=40),
-       st.integers(1, 30), st.randoms(use_true_random=False), st.booleans())
+       st.integers(1, 30), st.randoms(use_true_random=False), st.booleans(), st.booleans())
 def test_against_dagster_every_good_hour_loads_once_and_every_bad_one_is_given_up_after_its_attempts(
-        hours, max_hours, rnd, together):
-    behaviour = {load(i, t): kind for i, t, kind in hours}
+        hours, max_hours, rnd, together, events):
+    """Landing hours, or event partitions (`events`: day i of each table, whose runs of several
+    tables name their members by slot and content)."""
+    behaviour = {(event_load if events else load)(i, t): kind for i, t, kind in hours}
     loads = sorted(behaviour)
     loaded_times, runs, loaded, last = simulate(loads, behaviour, rnd, max_hours, together)
     bad = {ld for ld, kind in behaviour.items() if kind in ("fails", "kills")}
@@ -336,6 +344,30 @@ def test_tables_of_the_same_hours_share_a_run_whose_tags_name_every_member_apart
     assert all(runs == (seen,) for runs in covered.values())
     again = plan_loads([ld for g in plan.groups for ld in g.loads], covered)
     assert {g.attempt for g in again.groups} == {2}, "the failed run was each member's first attempt"
+
+
+def test_event_partitions_of_the_same_day_share_a_run_whose_failure_is_each_members_attempt():
+    a, b, c = _tables_with_distinct_slots(3)
+    loads = [event_load(0, a), event_load(0, b), event_load(1, c)]
+    runs = tables_together(plan_loads(loads, {}).groups, lambda g: None)
+    assert sorted(sorted(g.table for g in r) for r in runs) == [sorted([a, b]), [c]], "one run per day"
+    run = next(r for r in runs if len(r) == 2)
+    tags, key = tags_of(run), run_key_of(run)
+    assert key.startswith("events/2/partition=2026-11-16@")
+    assert tags["kafka_landing/table"] == f"shop.{a}__by_event,shop.{b}__by_event"
+    named = {k: v for k, v in tags.items() if k.startswith("kafka_landing/event_")}
+    assert len(named) == 4, "each member's partition and marker set under its slot's keys"
+    failed = SeenRun("r1", "FAILURE", {**tags, RUN_KEY_TAG: key})
+    covered = covering_runs(loads[:2], [failed])
+    assert all(runs == (failed,) for runs in covered.values())
+    again = plan_loads(loads[:2], covered)
+    assert {g.attempt for g in again.groups} == {2}, "the failed run was each member's first attempt"
+    # A run that loaded an earlier marker set of the day makes a new one wait while in flight,
+    # and is no attempt at it once it ended.
+    newer = [event_load(0, a, content="b"), event_load(0, b, content="b")]
+    assert plan_loads(newer, covering_runs(newer, [SeenRun("r1", "STARTED", failed.tags)])).waiting == tuple(newer)
+    after = plan_loads(newer, covering_runs(newer, [failed]))
+    assert {g.attempt for g in after.groups} == {1}
 
 
 def test_only_the_same_hours_attempt_and_partitions_share_a_run_and_one_table_per_slot():
