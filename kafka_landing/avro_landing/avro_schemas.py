@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import json
 
-from kafka_landing.avro_landing.contract import STAGED_KEYS
+from kafka_landing.avro_landing.contract import EVENT_HOUR_KEY, STAGED_KEYS
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.spark_setup import spark_readable
 
@@ -50,9 +50,6 @@ DEAD_LETTER_SCHEMA = {
 }
 
 
-# The event hour's folder, after the staged keys, on a topic split by event hour (only Spark's
-# writes have one: the direct landing never splits).
-EVENT_HOUR_KEY = "_kl_ehour"
 # Columns landing adds beside the record's fields while it decodes and writes.
 INTERNAL_COLUMNS = (*STAGED_KEYS, EVENT_HOUR_KEY)
 SPARK_MAX_DECIMAL_PRECISION = 38

@@ -36,6 +36,7 @@ OPTION_ROUTES = "routes"  # value FIELD_SEP table, joined by ITEM_SEP
 OPTION_DEFAULT_TABLE = "defaultTable"
 OPTION_OUT = "out"  # the folder the files go under
 OPTION_TIMEOUT_MS = "timeoutMs"  # how long a task waits for Kafka to make progress
+OPTION_EVENT_HOURS = "eventHours"  # MAY_VOUCH: a file per event hour too (the check's event time)
 
 # The splice writer's options (the first is format("avro")'s too) and its body column.
 OPTION_AVRO_SCHEMA = "avroSchema"
@@ -72,6 +73,7 @@ class ResultRow(NamedTuple):
 
 RESULT_COLUMNS = ResultRow._fields
 KIND_UNSURE = "unsure"  # the task removed its files: land the decoding way
+KIND_SPREAD = "spread"  # the task removed its files: more event hours than MAX_EVENT_FILES
 KIND_FILE = "file"  # a file written: hour_ix, chunk, table, n rows, path, part
 KIND_HOUR = "hour"  # n records of the frozen tasks of hour_ix
 KIND_GAPS = "gaps"  # n offsets of hour_ix in part the consumer gave no record for
@@ -89,3 +91,8 @@ CHUNK_KEY = "_kl_chunk"
 TABLE_KEY = "_kl_table"
 PART_KEY = "_kl_part"
 STAGED_KEYS = (HOUR_KEY, CHUNK_KEY, TABLE_KEY, PART_KEY)
+# Then, in a topic split by event hour, the event hour's folder; a record with no event time, Spark's name for none.
+EVENT_HOUR_KEY = "_kl_ehour"
+NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"
+# The event hours one frozen task of one table keeps files open for; more, and it goes the decoding way.
+MAX_EVENT_FILES = 48

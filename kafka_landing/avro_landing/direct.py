@@ -5,9 +5,12 @@ body check as a UDF and the file format do with one Spark row per record, it doe
 only rows are what each task wrote and counted.
 
 It lands only what it is sure of, and the landing goes the decoding way (read -> decode -> route
--> write, one row per record) whenever it is not: a topic split by event hour or read into a
-snapshot, a body the check is not sure of (that task stops, removes its files and says so; every
-task's files are then removed), or a Spark engine whose jar has no such operator. Records of other
+-> write, one row per record) whenever it is not: a topic read into a snapshot, a body the check is
+not sure of (that task stops, removes its files and says so; every task's files are then removed),
+a frozen task whose records spread over more event hours than a task keeps files open for
+(`MAX_EVENT_FILES`; the decoding way writes them one after the other), or a Spark engine whose jar
+has no such operator. A topic split by event hour gets a file per event hour too, the hour of the
+event time the check read. Records of other
 schema ids, bad framing and bodies with lying block sizes are only counted here: they get the
 jobs they always had (each other id's write, the dead letters), which decode them."""
 
@@ -42,6 +45,7 @@ class DirectPass:
     records: int = 0  # of the schema id
     dead: int = 0  # of the schema id: bodies the strict walk refused
     unsure: bool = False
+    spread: bool = False  # a task's records held more event hours than it keeps files open for
     gaps_by_hour: dict[str, int] = field(default_factory=dict)  # offsets the consumer gave no record for
     gaps_shown: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)  # (partition, first offset, offsets)
 
@@ -85,6 +89,7 @@ def land_directly(spark: SparkSession, kafka_options: dict, cfg: TopicConfig, ta
         contract.OPTION_OUT: out,
         contract.OPTION_TIMEOUT_MS: str(cfg.read_stall_seconds * 1000),
         **routing_options(cfg, writer),
+        **({contract.OPTION_EVENT_HOURS: contract.MAY_VOUCH} if cfg.event_time_field else {}),
     }
     rows = spark.read.format(DIRECT_FORMAT).options(**options).load().collect()
     got = DirectPass(read_by_hour={h: 0 for h in hours})
@@ -92,8 +97,10 @@ def land_directly(spark: SparkSession, kafka_options: dict, cfg: TopicConfig, ta
         kind = r.kind
         if kind == contract.KIND_UNSURE:
             got.unsure = True
+        elif kind == contract.KIND_SPREAD:
+            got.spread = True
         elif kind == contract.KIND_FILE:
-            key = StagedKey(hours[r.hour_ix], r.chunk, r.table, r.part)
+            key = StagedKey(hours[r.hour_ix], r.chunk, r.table, r.part, StagedKey.of(r.path).event_hour)
             if key in got.files:
                 raise LandingError(f"{cfg.topic}: two files were reported for one frozen task and table {key} under {out}; "
                                    "nothing was published")

@@ -42,7 +42,7 @@ from kafka_landing.avro_landing.decode import (
     Vouch,
 )
 from kafka_landing.avro_landing import engine_losses
-from kafka_landing.avro_landing.contract import DIRECT_FORMAT
+from kafka_landing.avro_landing.contract import DIRECT_FORMAT, MAX_EVENT_FILES
 from kafka_landing.avro_landing.direct import land_directly
 from kafka_landing.avro_landing.publish import StagedHour, keep_rejected_dead_letters, publish
 from kafka_landing.avro_landing.read import read_hours
@@ -343,7 +343,7 @@ class LandingRun:
         """The first likely schema id that can land, landed straight from Kafka with every record
         counted on the way (direct.py): True. False, with nothing of it kept, where that way does
         not apply or is not sure; the decoding way then does what it always did."""
-        if not self.direct or self.snapshot or self.cfg.event_time_field:
+        if not self.direct or self.snapshot:
             return False
         label = _hours_label(self.cfg.topic, self.hours)
         # Built, not run: the routing warnings, and a LandingError if the id cannot land.
@@ -378,10 +378,11 @@ class LandingRun:
             self.log(f"{self.cfg.topic}: the Spark engine has no direct landing (an older {SPLICE_JAR}); landing "
                      "the decoding way")
             return False
-        if got.unsure:
+        if got.unsure or got.spread:
             self.store.delete(out)
-            self.log(f"{self.cfg.topic}: the body check is not sure of some record of schema id {sid}; landing the "
-                     "decoding way")
+            why = (f"some frozen task's records of schema id {sid} hold more than {MAX_EVENT_FILES} event hours"
+                   if got.spread else f"the body check is not sure of some record of schema id {sid}")
+            self.log(f"{self.cfg.topic}: {why}; landing the decoding way")
             return False
         self.seen.read_by_hour.update(got.read_by_hour)
         self.seen.unclaimed, self.seen.bad_framing, self.seen.ids_by_hour = got.unclaimed, got.bad_framing, got.ids_by_hour

@@ -38,6 +38,7 @@ from kafka_landing.avro_landing.contract import (
     BODY_COLUMN,
     CHUNK_KEY,
     HOUR_KEY,
+    NO_EVENT_HOUR,
     OPTION_AVRO_SCHEMA,
     OPTION_WRITER_SCHEMA,
     PART_KEY,
@@ -60,7 +61,6 @@ from kafka_landing.naming import (
 from kafka_landing.store.base import LandingStore
 
 SPLICE_JAR = "kafka-landing-splice-0.jar"
-NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__"  # the event hour folder of a record with none, as Spark names it
 
 # What a dead letter keeps of a record, whichever step turned it away.
 DEAD_LETTER_COLUMNS = [*avro_schemas.META_COLUMNS, "_value", "_schema_id", "_reason", HOUR_KEY]

@@ -9,6 +9,7 @@ left behind; where it is sure of every body it must be the way taken."""
 
 from __future__ import annotations
 
+import io
 import json
 import struct
 import uuid
@@ -84,7 +85,7 @@ def assert_same_landing(both: dict) -> int:
 def hours_of_records(draw):
     """A drawn case (schema, bodies, routing) with Kafka keys, headers and timestamps, mostly clean
     bodies, and perhaps bad framing and another schema id among them."""
-    schema, damaged, route, _event = draw(cases())
+    schema, damaged, route, event = draw(cases())
     clean = draw(st.booleans()) or draw(st.booleans())  # three in four: every body as produced
     bodies = [b for how, b in damaged if how == "as produced" or not clean]
     key = st.one_of(st.none(), st.binary(max_size=8))
@@ -93,14 +94,15 @@ def hours_of_records(draw):
                            st.integers(0, 3_599_999))
     columns = draw(st.lists(kafka_cols, min_size=len(bodies), max_size=len(bodies)))
     extras = draw(st.lists(st.sampled_from(["null value", "short", "bad magic", "other id"]), max_size=3))
-    return schema, bodies, route, columns, extras, clean
+    return schema, bodies, route, columns, extras, clean, event
 
 
 @settings(max_examples=8, **SETTINGS)
 @given(case=hours_of_records())
 def test_landing_directly_publishes_what_the_decoding_way_publishes(case, make_topic, bootstrap, sr, registry,
                                                                      kafka, spark, tmp_path):
-    schema, bodies, route, columns, extras, clean = case
+    """With the drawn event time field as the topic's, half of the time: files split by event hour."""
+    schema, bodies, route, columns, extras, clean, event = case
     topic = make_topic()
     sid, other = register(sr, topic, schema), register(sr, topic, OTHER)
     values = [frame(sid, b) for b in bodies]
@@ -109,14 +111,15 @@ def test_landing_directly_publishes_what_the_decoding_way_publishes(case, make_t
     columns = columns + [(None, None, 0)] * len(extras)
     base = to_millis(HOUR)
     produce(bootstrap, [(topic, 0, base + ts, k, v, h, None, None, None) for v, (k, h, ts) in zip(values, columns)])
-    cfg = topic_cfg(topic, **({"route": route} if route else {}))
+    cfg = topic_cfg(topic, **({"route": route} if route else {}), **({"event_time_field": event} if event else {}))
     both = landed_both_ways(spark, kafka, registry, tmp_path, cfg, sid)
     assert values, "a case of no record checks nothing"
     assert_same_landing(both)
     said = both[True][2]
     assert any(STRAIGHT in m for m in said), "the direct way was not tried"
-    # Sure of every body: when each is as produced and no type is one the check leaves to the decode.
-    if clean and "time-mi" not in json.dumps(schema):
+    # Sure of every body: when each is as produced and no type is one the check leaves to the decode
+    # (an event time of epoch milliseconds may be out of range, which the decode names).
+    if clean and "time-mi" not in json.dumps(schema) and event is None:
         assert not [m for m in said if DECODING in m], f"the direct way gave up on bodies it can be sure of: {said}"
 
 
@@ -158,6 +161,51 @@ def test_a_body_cut_short_is_not_read_past_its_end_into_what_follows_in_the_batc
     both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic), sid)
     assert assert_same_landing(both) == 4
     assert both[True][0].dead_letters.rows == 1
+
+
+EVENTS = record_schema("Event", [{"name": "id", "type": "long"}, {"name": "ts", "type": ["null", "long"]}])
+
+
+def _event_body(i: int, ts: int | None) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(EVENTS), {"id": i, "ts": ts})
+    return out.getvalue()
+
+
+def test_a_topic_split_by_event_hour_lands_directly_a_file_per_event_hour(
+        make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
+    """Event times (epoch milliseconds, or none) over three hours, interleaved, in two partitions:
+    the direct way lands them, a file per frozen task and event hour, as the decoding way does."""
+    topic = make_topic(partitions=2)
+    sid = register(sr, topic, EVENTS)
+    base = to_millis(HOUR)
+    times = [base - 7_200_000 + (i % 3) * 3_600_000 + i if i % 5 else None for i in range(40)]
+    produce(bootstrap, [(topic, i % 2, base + i, None, frame(sid, _event_body(i, ts)), None, None, None, None)
+                        for i, ts in enumerate(times)])
+    both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic, event_time_field="ts"), sid)
+    assert assert_same_landing(both) == 40
+    said = both[True][2]
+    assert [m for m in said if STRAIGHT in m] and not [m for m in said if DECODING in m], said
+    files = both[True][0].done["t"].files
+    assert sorted({f.event_hour for f in files}, key=str) == sorted(
+        {None, *(str(Hour(HOUR + timedelta(hours=k - 2))) for k in range(3))}, key=str)
+    assert len(files) == 2 * 4, "a file per partition and event hour (three hours, and none)"
+
+
+def test_records_over_more_event_hours_than_a_task_keeps_open_land_the_decoding_way(
+        make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
+    """A frozen task whose records name more event hours than MAX_EVENT_FILES (mis-stamped, a year
+    of backfill in one hour): the direct way removes what it wrote and says why; the decoding way
+    writes them one event hour after the other."""
+    topic = make_topic()
+    sid = register(sr, topic, EVENTS)
+    n = direct.contract.MAX_EVENT_FILES + 2
+    produce(bootstrap, [(topic, 0, to_millis(HOUR) + i, None, frame(sid, _event_body(i, to_millis(HOUR) - i * 3_600_000)),
+                         None, None, None, None) for i in range(n)])
+    both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic, event_time_field="ts"), sid)
+    assert assert_same_landing(both) == n
+    assert [m for m in both[True][2] if f"more than {n - 2} event hours" in m and DECODING in m]
+    assert len({f.event_hour for f in both[True][0].done["t"].files}) == n
 
 
 def test_a_body_it_is_not_sure_of_leaves_the_landing_to_the_decoding_way(

@@ -39,6 +39,7 @@ final class Contract {
   static final String OPTION_DEFAULT_TABLE = "defaultTable";
   static final String OPTION_OUT = "out";  // the folder the files go under
   static final String OPTION_TIMEOUT_MS = "timeoutMs";  // how long a task waits for Kafka to make progress
+  static final String OPTION_EVENT_HOURS = "eventHours";  // MAY_VOUCH: a file per event hour too (the check's event time)
 
   // The splice writer's options (the first is format("avro")'s too) and its body column.
   static final String OPTION_AVRO_SCHEMA = "avroSchema";
@@ -59,6 +60,7 @@ final class Contract {
   static final List<String> RESULT_COLUMNS =
       List.of("kind", "hour_ix", "chunk", "table", "schema_id", "n", "path", "part", "offset");
   static final String KIND_UNSURE = "unsure";  // the task removed its files: land the decoding way
+  static final String KIND_SPREAD = "spread";  // the task removed its files: more event hours than MAX_EVENT_FILES
   static final String KIND_FILE = "file";  // a file written: hour_ix, chunk, table, n rows, path, part
   static final String KIND_HOUR = "hour";  // n records of the frozen tasks of hour_ix
   static final String KIND_GAPS = "gaps";  // n offsets of hour_ix in part the consumer gave no record for
@@ -76,6 +78,11 @@ final class Contract {
   static final String TABLE_KEY = "_kl_table";
   static final String PART_KEY = "_kl_part";
   static final List<String> STAGED_KEYS = List.of(HOUR_KEY, CHUNK_KEY, TABLE_KEY, PART_KEY);
+  // Then, in a topic split by event hour, the event hour's folder; a record with no event time, Spark's name for none.
+  static final String EVENT_HOUR_KEY = "_kl_ehour";
+  static final String NO_EVENT_HOUR = "__HIVE_DEFAULT_PARTITION__";
+  // The event hours one frozen task of one table keeps files open for; more, and it goes the decoding way.
+  static final int MAX_EVENT_FILES = 48;
 
   /** The folders of a staged file: STAGED_KEYS with their values, in order. */
   static String stagedFolder(String hour, long chunk, String table, int part) {

@@ -33,6 +33,7 @@ final class LandingJob implements Serializable {
   final String defaultTable;
   final String out;
   final long timeoutMs;
+  final boolean eventHours;  // a file per event hour too
   String codec = "snappy";
   int deflateLevel = -1;
   SerializableConfiguration hadoop;
@@ -62,6 +63,7 @@ final class LandingJob implements Serializable {
     out = required(o, Contract.OPTION_OUT);
     String timeout = optional(o, Contract.OPTION_TIMEOUT_MS);
     timeoutMs = timeout == null ? 120_000 : Long.parseLong(timeout);
+    eventHours = Contract.MAY_VOUCH.equals(optional(o, Contract.OPTION_EVENT_HOURS));
     if (table == null && defaultTable == null && routes.isEmpty()) {
       throw new IllegalArgumentException(DIRECT_FORMAT + " needs the option " + Contract.OPTION_TABLE + ", or "
           + Contract.OPTION_ROUTES + " and " + Contract.OPTION_DEFAULT_TABLE);

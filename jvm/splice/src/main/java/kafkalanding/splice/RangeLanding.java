@@ -5,7 +5,10 @@ import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.time.LocalDateTime;
+import java.time.ZoneOffset;
 import java.util.List;
+import java.util.Locale;
 import java.util.Properties;
 
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -31,6 +34,9 @@ final class RangeLanding {
   private final ResultRows rows;
   private final byte[] topicBytes;
   private int task = -1;  // the frozen task of the last record
+  private boolean spread;  // more event hours than a task keeps files open for
+  private long lastEventHour = Long.MIN_VALUE;  // the hour number and tag of the last event time seen
+  private String lastEventTag;
   private long next;  // the offset after the last record the consumer gave, to find offsets without one
 
   RangeLanding(LandingJob job, OffsetRange range) {
@@ -66,7 +72,7 @@ final class RangeLanding {
         throw new UncheckedIOException("cannot remove the abandoned landing files of " + range.where(job.topic),
             also instanceof IOException ? (IOException) also : new IOException(also));
       }
-      return ResultRows.unsure();
+      return spread ? ResultRows.spread() : ResultRows.unsure();
     }
     return rows.rows(files.closed());
   }
@@ -141,7 +147,7 @@ final class RangeLanding {
     return new KafkaConsumer<>(p, new ByteBufferDeserializer(), new ByteBufferDeserializer());
   }
 
-  /** One record; false if the check is not sure of its body. */
+  /** One record; false if the check is not sure of its body, or it opens one event hour too many. */
   private boolean land(ConsumerRecord<ByteBuffer, ByteBuffer> r) throws IOException {
     int t = taskOf(r.offset());
     if (t < 0) {
@@ -172,7 +178,11 @@ final class RangeLanding {
     if (table == null) {
       return false;
     }
-    TaskFiles.OpenFile f = files.of(hourIx, job.tasks[t][2], table);
+    TaskFiles.OpenFile f = files.of(hourIx, job.tasks[t][2], table, job.eventHours ? eventTag(verdict.event) : null);
+    if (f == null) {
+      spread = true;
+      return false;
+    }
     ByteBuffer key = r.key();
     f.file.start(v, at + 5, verdict.end, topicBytes, r.partition(), r.offset(), r.timestamp(),
         key == null ? null : array(key), key == null ? 0 : arrayStart(key), key == null ? 0 : key.remaining())
@@ -213,6 +223,25 @@ final class RangeLanding {
 
   private static int arrayStart(ByteBuffer b) {
     return b.hasArray() ? b.arrayOffset() + b.position() : 0;
+  }
+
+  /**
+   * The event hour's tag (`yyyy-MM-ddTHH`, UTC, as the decoding way's `hour_of`) of an event time
+   * in epoch microseconds, which the check reads only within years 1-9999; Spark's folder name for
+   * none. Event times come in runs of the same hour: the tag is made once per run.
+   */
+  private String eventTag(Long micros) {
+    if (micros == null) {
+      return Contract.NO_EVENT_HOUR;
+    }
+    long hour = Math.floorDiv(micros, 3_600_000_000L);
+    if (hour != lastEventHour) {
+      LocalDateTime t = LocalDateTime.ofEpochSecond(hour * 3600, 0, ZoneOffset.UTC);
+      lastEventTag = String.format(Locale.ROOT, "%04d-%02d-%02dT%02d", t.getYear(), t.getMonthValue(),
+          t.getDayOfMonth(), t.getHour());
+      lastEventHour = hour;
+    }
+    return lastEventTag;
   }
 
   /** The frozen task holding `offset`, found forward from the last one (offsets only grow). */

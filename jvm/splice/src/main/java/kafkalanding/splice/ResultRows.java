@@ -134,6 +134,11 @@ final class ResultRows {
     return List.of(count(Contract.KIND_UNSURE, null, null, 1));
   }
 
+  /** The same, for records spread over more event hours than a task keeps files open for. */
+  static List<InternalRow> spread() {
+    return List.of(count(Contract.KIND_SPREAD, null, null, 1));
+  }
+
   private static InternalRow count(String kind, Integer hourIx, Long sid, long n) {
     return row(kind, hourIx, null, null, sid, n, null, null, null);
   }

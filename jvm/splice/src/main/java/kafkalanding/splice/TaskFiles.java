@@ -11,10 +11,10 @@ import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 
 /**
- * The landing files of one range's task: one per frozen task and table, open while that frozen
- * task's records stream by, closed (whole) when the next one starts. Each is named by the
- * frozen task it holds ({@link Contract#stagedFolder}) and the Spark task attempt that wrote it,
- * under the job's `out`.
+ * The landing files of one range's task: one per frozen task and table (and event hour, in a topic
+ * split by one), open while that frozen task's records stream by, closed (whole) when the next one
+ * starts. Each is named by the frozen task it holds ({@link Contract#stagedFolder}, then the event
+ * hour's folder) and the Spark task attempt that wrote it, under the job's `out`.
  */
 final class TaskFiles {
   /** One file of a frozen task and table, and the records appended to it. */
@@ -51,14 +51,27 @@ final class TaskFiles {
     landing = new Schema.Parser().parse(job.landingSchema);
   }
 
-  /** The open file of `table` for the frozen task from `chunk`, opened on its first record. */
-  OpenFile of(int hourIx, long chunk, String table) throws IOException {
-    OpenFile f = open.get(table);
-    return f != null ? f : open(hourIx, chunk, table);
+  /**
+   * The open file of `table` (and `eventHour`, null outside a topic split by one) for the frozen
+   * task from `chunk`, opened on its first record; null if that would keep more than {@link
+   * Contract#MAX_EVENT_FILES} open (records spread over many event hours: the decoding way writes
+   * them one event hour after the other).
+   */
+  OpenFile of(int hourIx, long chunk, String table, String eventHour) throws IOException {
+    String key = eventHour == null ? table : table + Contract.FIELD_SEP + eventHour;
+    OpenFile f = open.get(key);
+    if (f != null) {
+      return f;
+    }
+    return open.size() >= Contract.MAX_EVENT_FILES ? null : open(key, hourIx, chunk, table, eventHour);
   }
 
-  private OpenFile open(int hourIx, long chunk, String table) throws IOException {
-    String rel = Contract.stagedFolder(job.hours[hourIx], chunk, table, partition) + "/direct-" + attempt + ".avro";
+  private OpenFile open(String key, int hourIx, long chunk, String table, String eventHour) throws IOException {
+    String folder = Contract.stagedFolder(job.hours[hourIx], chunk, table, partition);
+    if (eventHour != null) {
+      folder += "/" + Contract.EVENT_HOUR_KEY + "=" + eventHour;
+    }
+    String rel = folder + "/direct-" + attempt + ".avro";
     Path p = new Path(job.out + "/" + rel);
     if (fs == null) {
       fs = p.getFileSystem(job.hadoop.value());
@@ -66,7 +79,7 @@ final class TaskFiles {
     written.add(rel);
     LandingFile file = new LandingFile(landing, LandingFile.codec(job.codec, job.deflateLevel), fs.create(p, false));
     OpenFile f = new OpenFile(rel, hourIx, chunk, table, file);
-    open.put(table, f);
+    open.put(key, f);
     return f;
   }
 
