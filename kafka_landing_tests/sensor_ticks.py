@@ -65,15 +65,18 @@ def tick(defs, instance, cursor: str | None = None, log: logging.Handler | None 
                     {"landing": res["landing"], "warehouse": res["warehouse"]}, cursor, log)
 
 
-def daemon_tick():
-    """One tick of the done-file sensor as the daemon evaluates it, on a fresh instance: its run requests
-    resolved against the definitions and resources the environment configures."""
+def daemon_tick(runs=()):
+    """One tick of the done-file sensor as the daemon evaluates it, on a fresh instance holding `runs`
+    (DagsterRuns): its run requests resolved against the definitions and resources the environment
+    configures."""
     from kafka_landing.definitions import build_definitions, build_resources
 
     defs, res = build_definitions(), build_resources()
     with DagsterInstance.ephemeral() as instance, build_sensor_context(
             instance=instance, definitions=defs, resources={"landing": res["landing"], "warehouse": res["warehouse"]}
     ) as ctx:
+        for run in runs:
+            instance.add_run(run)
         return defs.resolve_sensor_def(SENSOR_NAME).evaluate_tick(ctx)
 
 

@@ -13,6 +13,10 @@
   (`queue/settled`), each a check-only run of its `settled` check, which turns green then
   (nothing else runs it at that time). Those runs need no Spark and carry no tag of it.
 
+The done-file and event sensors hold their ready runs back while the last run they requested
+still waits in the run queue (`queue.runs.holds`, at most 30 s): asked for once it starts, they
+go together, so a backlog costs a few big runs, not one per tick.
+
 Each only turns the tick's plan into run requests and log lines: what to examine, when to
 give up, how to group, the time budget, what the lines say (`queue/messages`) and the cursor
 Dagster keeps (`queue/cursors`) are the queue's. Every run carries
@@ -29,6 +33,7 @@ from dagster import (
     AssetCheckKey,
     AssetKey,
     AssetSelection,
+    DagsterRunStatus,
     DefaultSensorStatus,
     PartitionsDefinition,
     RunRequest,
@@ -51,6 +56,7 @@ from kafka_landing.warehouse.queue.messages import Messages
 from kafka_landing.warehouse.queue.reconcile import RECONCILE_PER_TICK, RECONCILE_SECONDS, reconcile
 from kafka_landing.warehouse.queue.runs import (
     LoadGroup,
+    holds,
     SeenRun,
     retire_config,
     run_key_of,
@@ -79,6 +85,7 @@ LOAD_SENSOR_INTERVAL_SECONDS = 5
 # PartitionsDefinition shared by all the provided assets"), and takes one that carries it as resolved,
 # as the UI's "execute check" does (the sensor asks only for partitions the instance knows).
 PARTITION_TAG = "dagster/partition"
+SENSOR_NAME_TAG = "dagster/sensor_name"  # on every run a sensor requested
 
 
 def _runs_of(instance):
@@ -88,6 +95,22 @@ def _runs_of(instance):
                 for run in instance.get_runs(filters=RunsFilter(tags={tag: values}))}
         return list(runs.values())
     return runs_of
+
+
+def _queued_at(instance, sensor_name: str) -> float | None:
+    """When the last run the sensor requested that still waits in the queue was created; None: none waits."""
+    records = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.QUEUED],
+                                                  tags={SENSOR_NAME_TAG: sensor_name}), limit=1)
+    return records[0].create_timestamp.timestamp() if records else None
+
+
+def _held(context: SensorEvaluationContext, sensor_name: str, said: Messages, requests: list[RunRequest]
+          ) -> tuple[Messages, list[RunRequest]]:
+    """What the tick says and requests, or, if its ready runs are held back (`queue.runs.holds`),
+    no request and why."""
+    if not requests or not holds(queued_at := _queued_at(context.instance, sensor_name), now := _clock()):
+        return said, requests
+    return Messages(said.warnings, said.infos, messages.held(len(requests), now - queued_at)), []
 
 
 def _spark(warehouse: WarehouseResource) -> dict[str, str]:
@@ -167,8 +190,8 @@ def build_done_file_sensor(tables: dict[tuple[str, str], AssetKey],
         runs = tables_together(plan.groups, lambda g: id(hours[(g.dataset, g.table)]))
         requests = [load_run_request(run, [tables[(g.dataset, g.table)] for g in run], warehouse.needs_spark)
                     for run in runs]
-        return _result(messages.landing(plan, scanned, assets), log, cursors.cursor_json(position, queue=plan.cursor),
-                       requests)
+        said, requests = _held(context, SENSOR_NAME, messages.landing(plan, scanned, assets), requests)
+        return _result(said, log, cursors.cursor_json(position, queue=plan.cursor), requests)
 
     return done_file_sensor
 
@@ -226,7 +249,8 @@ def build_event_sensor(events: dict[tuple[str, str], AssetKey], partitions: dict
                           cursors.queue_cursor(context.cursor), clock=_clock)
         requests = [event_run_request(run, [events[(g.dataset, g.table)] for g in run], warehouse.needs_spark)
                     for run in tables_together(plan.groups, lambda g: None)]
-        return _result(messages.events(plan), context.log, cursors.cursor_json(queue=plan.cursor), requests,
+        said, requests = _held(context, EVENT_SENSOR_NAME, messages.events(plan), requests)
+        return _result(said, context.log, cursors.cursor_json(queue=plan.cursor), requests,
                        _partitions_to_add(context.instance, plan, partitions))
 
     return event_partition_sensor

@@ -109,6 +109,12 @@ def settled(plan: SettledPlan, unknown: Sequence[str] = ()) -> Messages:
         f"no event partition became final since {plan.since}: {plan.listed} listed, {plan.read} version(s) read"))
 
 
+def held(runs: int, queued_for: float) -> str:
+    """Why a sensor with ready runs requests none this tick (`runs.holds`)."""
+    return (f"{runs} load run(s) ready, held back while the last one requested waits in the run queue "
+            f"({queued_for:.0f} s so far): asked for once it starts, together")
+
+
 def _given_up(plan: TickPlan, what: str, remedy: str) -> list[str]:
     """One warning per table with loads moved aside, on every tick until they load or re-land."""
     out = []

@@ -281,7 +281,7 @@ class LoadGroup:
         return tags
 
 
-TABLE_SLOTS = 16  # at most this many tables per run: each holds a slot of its own (`table_slot`)
+TABLE_SLOTS = 64  # at most this many tables per run: each holds a slot of its own (`table_slot`)
 
 
 def table_slot(dataset: str, table: str) -> int:
@@ -313,6 +313,20 @@ def tables_together(groups: Sequence[LoadGroup], history: Callable[[LoadGroup], 
             open_runs.setdefault(key, []).append(run)
         run.append(g)
     return [tuple(r) for r in runs]
+
+
+# How long a sensor holds its ready runs back while a run it requested is still queued (`holds`).
+HOLD_SECONDS = 30
+
+
+def holds(queued_at: float | None, now: float) -> bool:
+    """Whether a sensor holds its ready runs back: while the last run it requested (created at
+    `queued_at`, None if none is queued) waits in Dagster's queue, for at most HOLD_SECONDS. A run
+    asked for now would start after that one anyway; asked for once it starts, it takes every table
+    that became ready meanwhile, so a backlog (the hour's landing of many topics publishing one
+    after another, most of the Spark slots busy) costs a few big runs, not a run per tick, each
+    paying its process start. Nothing is lost: what is held is examined again at the next tick."""
+    return queued_at is not None and now - queued_at < HOLD_SECONDS
 
 
 def run_key_of(run: Sequence[LoadGroup]) -> str:

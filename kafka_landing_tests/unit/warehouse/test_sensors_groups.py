@@ -77,3 +77,30 @@ def test_a_reland_between_the_sensors_reads_keeps_its_marker(one_table_landing, 
     (th,) = list_pending(one_table_landing)
     assert marks_of(one_table_landing, th).by_hour.get(th.hour) == content_sha(newer), \
         "the re-land's marker was removed"
+
+
+def test_ready_runs_are_held_back_while_the_sensors_last_run_waits_in_the_queue(one_table_landing, monkeypatch):
+    """Held back, not lost: asked for at the next tick once no run of the sensor is queued, or once
+    the queued one has waited HOLD_SECONDS (the queue may be stuck behind another table's load)."""
+    from dagster import DagsterRun, DagsterRunStatus
+    from dagster._core.remote_origin import GrpcServerCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+    from dagster._core.utils import make_new_run_id
+
+    from kafka_landing.warehouse import sensors
+    from kafka_landing.warehouse.queue.runs import HOLD_SECONDS
+
+    publish_hour(one_table_landing, floor_hour(datetime.now(timezone.utc)) - 3 * ONE_HOUR)
+
+    def run(status: DagsterRunStatus, sensor: str = sensors.SENSOR_NAME) -> DagsterRun:
+        origin = RemoteJobOrigin(RemoteRepositoryOrigin(GrpcServerCodeLocationOrigin("localhost", 1, location_name="l"),
+                                                        "__repository__"), "__ASSET_JOB")  # a queued run has one
+        return DagsterRun(job_name="__ASSET_JOB", run_id=make_new_run_id(), status=status,
+                          tags={"dagster/sensor_name": sensor}, remote_job_origin=origin)
+
+    held = daemon_tick([run(DagsterRunStatus.QUEUED)])
+    assert not held.run_requests and "held back while the last one requested waits in the run queue" in held.skip_message
+    assert len(daemon_tick([run(DagsterRunStatus.STARTED)]).run_requests) == 1, "it started: ask now"
+    assert len(daemon_tick([run(DagsterRunStatus.QUEUED, "another_sensor")]).run_requests) == 1
+    real = sensors._clock
+    monkeypatch.setattr(sensors, "_clock", lambda: real() + HOLD_SECONDS + 1)
+    assert len(daemon_tick([run(DagsterRunStatus.QUEUED)]).run_requests) == 1, "held at most HOLD_SECONDS"
