@@ -2,7 +2,7 @@
 Spark Connect server of its own (a fixed heap, `stack.SERVER_HEAP`), started for that topic and
 stopped after it, and the server's peak memory. The stack's long-lived server keeps what earlier
 cases took, so it cannot say what one needs. The report's memory table sets it beside every
-throughput contender's own peak, at 1x and 4x."""
+throughput contender's own peak, at 1x and 4x; the goals judge it at 4x and at the 10x case."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def jobs(bench: Bench) -> list[Job]:
 
 
 def report(bench: Bench, m: dict) -> dict:
-    return {"server_memory": [{"case": info["case"], **m[f"{info['case']} kafka_landing_server"]}
+    return {"server_memory": [{"case": info["case"], "tenfold": bool(info.get("tenfold")),
+                               **m[f"{info['case']} kafka_landing_server"]}
                               for info in _small(bench).values()]}
 
 

@@ -31,6 +31,9 @@ def parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--freshness-topics", type=int,
                     help=f"topics of the freshness case's many-topics variant (default {Sizes.freshness_topics}; "
                          f"the quick run: {QUICK.freshness_topics})")
+    ap.add_argument("--no-tenfold", dest="tenfold", action="store_const", const=False,
+                    help="leave out the 10x throughput cases (12M small and 3M ~1 KB records at the default size; "
+                         "the quick run leaves them out)")
     ap.add_argument("--no-docs", action="store_true",
                     help=f"leave {DOCS_PAGE.relative_to(ROOT)} as it is (a --quick run or a case alone always does)")
     return ap

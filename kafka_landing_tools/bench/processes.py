@@ -30,6 +30,12 @@ def slice_parts(landing_root: str, topic: str, hours: list[str]):
     return [p for plan in plans(landing_root, topic, hours) for p in plan.partitions]
 
 
+def sample_part(landing_root: str, topic: str, hours: list[str]):
+    """A sample of the hours, for a contender too slow to land a 10x case whole in the run's time:
+    the first hour's first partition holding records (a sixteenth of a 4-hour, 4-partition case)."""
+    return next(p for p in plans(landing_root, topic, hours[:1])[0].partitions if p.records)
+
+
 def only_topic(args):
     """Point the topic config at this contender's topic alone, so a job lands exactly the
     data being measured; returns that topic's config."""

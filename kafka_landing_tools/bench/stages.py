@@ -63,12 +63,12 @@ def jobs(bench: Bench) -> list[Job]:
     keys = bench.keys
     return [Job(f"{info['case']} spark_stages", "spark_stages", bench.argv(topic, keys), bench.records(topic, keys),
                 f"{topic} hours {keys[0]}..{keys[-1]}, stage by stage")
-            for topic, info in bench.throughput.items()]
+            for topic, info in bench.throughput.items() if not info.get("tenfold")]
 
 
 def report(bench: Bench, m: dict) -> dict:
     return {"stages": [{"case": info["case"], "records": m[f"{info['case']} spark_stages"]["records"],
-                        "seconds": m[f"{info['case']} spark_stages"]["stages"]} for info in bench.throughput.values()]}
+                        "seconds": m[f"{info['case']} spark_stages"]["stages"]} for info in bench.throughput.values() if not info.get("tenfold")]}
 
 
 CASE = Case("stages", jobs, report, {"spark_stages": contender_spark_stages}, needs=frozenset({TOPICS_DATA}))
