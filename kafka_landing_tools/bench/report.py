@@ -242,8 +242,8 @@ def _memory(report: dict) -> list[str]:
 
 
 def _goals(report: dict) -> list[str]:
-    return ["The goals of the warm engine (issues 21 and 36) and of the Iceberg warehouse (issues 35 and 47), "
-            "from this run's numbers.", "",
+    return ["The goals of the warm engine (issues 21 and 36), of the Iceberg warehouse (issues 35 and 47) and of "
+            "freshness and the 10x cases (issue 48), from this run's numbers.", "",
             *_table(["goal", "target", "measured", "verdict"],
                     [[g["goal"], g["target"], g["measured"], _verdict(g["met"])] for g in report["goals"]],
                     right_from=99)]
