@@ -35,13 +35,15 @@ GOALS = {
                            "hour's) at least 70% of java_consumer_raw's rate (issue 48)"),
     "pass_vs_java_large": "10x ~1 KB case (3M): the same (issue 48)",
     "memory_10x": ("Peak memory of the warm server at the 10x small-record case: at most 1.2x of 1x (issue 48)"),
+    "day_vs_plain": ("The day (24 hours, 3 tables, event-time tables) landed in one run: at most 1.5x the same "
+                     "records landed as one table without event time (issue 48)"),
 }
 TARGETS = {"vs_python_valve": ">= 2.5x", "vs_python_valve_large": ">= 2.2x", "vs_spark_by_hand": ">= 2x",
            "pass_vs_librdkafka_raw": ">= 80%", "warm_run": "<= 4 s; <= 1 s beyond start", "warehouse_load": "<= 3x",
            "range_vs_hours": "<= 1x", "iceberg_amendment": "<= 2x", "widening_year": "0 files",
            "memory_4x": "<= 1.2x", "many_topics": "< 300 s", "many_topics_vs_one": "<= 3x",
            "freshness_one": "<= 15 s", "freshness_many": "<= 60 s", "pass_vs_java_small": ">= 70%",
-           "pass_vs_java_large": ">= 70%", "memory_10x": "<= 1.2x"}
+           "pass_vs_java_large": ">= 70%", "memory_10x": "<= 1.2x", "day_vs_plain": "<= 1.5x"}
 
 
 def _goal(key: str, measured: str | None = None, met: bool | None = None) -> dict:
@@ -123,6 +125,14 @@ def _memory_10x(server: list[dict] | None) -> dict:
         return _goal("memory_10x")
     low, high = by[lo]["server_peak_rss_mb"], by[hi]["server_peak_rss_mb"]
     return _goal("memory_10x", f"{SERVER}: {hi} {high:,} MB, {lo} {low:,} MB: {high / low:.2f}x", high <= 1.2 * low)
+
+
+def _day_vs_plain(b: dict | None) -> dict:
+    if not (b or {}).get("plain"):
+        return _goal("day_vs_plain")
+    day, plain = b["one_run"]["seconds"], b["plain"]["seconds"]
+    return _goal("day_vs_plain", f"{b['hours']} hours, {b['one_run']['records']:,} records: routed into 3 tables "
+                 f"split by event hour {day} s, one table {plain} s: {day / plain:.2f}x", day <= 1.5 * plain)
 
 
 def _warm_run(f: dict | None) -> dict:
@@ -222,4 +232,5 @@ def evaluate_goals(report: dict) -> list[dict]:
             *_freshness(report.get("freshness")),
             _pass_vs_java(rows, report.get("fixed_cost"), "small", "pass_vs_java_small"),
             _pass_vs_java(rows, report.get("fixed_cost"), "large", "pass_vs_java_large"),
-            _memory_10x(report.get("server_memory"))]
+            _memory_10x(report.get("server_memory")),
+            _day_vs_plain(report.get("backfill"))]

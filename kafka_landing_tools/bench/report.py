@@ -160,6 +160,9 @@ def _backfill(report: dict) -> list[str]:
     if pr := b.get("processes"):
         rows += [_rate_row(f"{h} single-hour runs, a fresh process each (as the schedule launches them)", pr),
                  _ratio_row("hourly processes / one run", pr["seconds"], one["seconds"])]
+    if plain := b.get("plain"):
+        rows += [_rate_row(f"{h} hours in one run, as one table without event time", plain),
+                 _ratio_row("one run / as one table", one["seconds"], plain["seconds"])]
     return _table(["way (kafka_landing)", "records", "seconds", "msg/s", "peak RSS MB"], rows)
 
 
