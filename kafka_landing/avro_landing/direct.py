@@ -1,8 +1,9 @@
-"""READ + WRITE without rows: the likely schema id's records landed straight from Kafka into
-their landing files by one JVM operator per Spark task (jvm/splice DirectLanding), the body check
-as its validator and the splice writer's encoding as its writer. What Spark's Kafka source, the
-body check as a UDF and the file format do with one Spark row per record, it does with none: the
-only rows are what each task wrote and counted.
+"""READ + WRITE without rows: a schema id's records landed straight from Kafka into their
+landing files by one JVM operator per Spark task (jvm/splice DirectLanding), the body check as its
+validator and the splice writer's encoding as its writer; the likely id first, then each other id
+the hours hold (`job.py`), one pass over the offsets each. What Spark's Kafka source, the body
+check as a UDF and the file format do with one Spark row per record, it does with none: the only
+rows are what each task wrote and counted.
 
 It lands only what it is sure of, and the landing goes the decoding way (read -> decode -> route
 -> write, one row per record) whenever it is not: a topic read into a snapshot, a body the check is
@@ -10,9 +11,9 @@ not sure of (that task stops, removes its files and says so; every task's files 
 a frozen task whose records spread over more event hours than a task keeps files open for
 (`MAX_EVENT_FILES`; the decoding way writes them one after the other), or a Spark engine whose jar
 has no such operator. A topic split by event hour gets a file per event hour too, the hour of the
-event time the check read. Records of other
-schema ids, bad framing and bodies with lying block sizes are only counted here: they get the
-jobs they always had (each other id's write, the dead letters), which decode them."""
+event time the check read. In a pass, records of other schema ids, bad framing and bodies with
+lying block sizes are only counted: they get passes or jobs of their own (the dead letters'
+decodes them)."""
 
 from __future__ import annotations
 

@@ -98,6 +98,13 @@ def _hours_label(topic: str, hours) -> str:
     return f"{topic} hours {', '.join(hours[:5])}{more}"
 
 
+def _not_direct(got, sid: int) -> str:
+    """Why the direct pass of `sid` gave up (`DirectPass.unsure` or `.spread`)."""
+    if got.spread:
+        return f"some frozen task's records of schema id {sid} hold more than {MAX_EVENT_FILES} event hours"
+    return f"the body check is not sure of some record of schema id {sid}"
+
+
 def _registry_failed(exc: LandingError) -> bool:
     """The registry did not say what a schema id is: that concerns every hour of the run."""
     return isinstance(exc.__cause__, RegistryError)
@@ -117,6 +124,13 @@ class _Pass:
     # Offsets the reader saw no record for, per hour, and the first few ranges: the direct way sees them.
     gaps_by_hour: dict[str, int] | None = None
     gaps_shown: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+
+    def counted(self, got) -> None:
+        """What a direct pass (`DirectPass`) counted of every record of the run's offsets."""
+        self.read_by_hour.update(got.read_by_hour)
+        self.unclaimed, self.bad_framing, self.ids_by_hour = got.unclaimed, got.bad_framing, got.ids_by_hour
+        self.gaps_by_hour, self.gaps_shown = got.gaps_by_hour, got.gaps_shown
+        self.complete = True
 
 
 def _observed(framed: DataFrame, hours: list[str], likely_ids: tuple[int, ...] = ()) -> tuple[DataFrame, Observation]:
@@ -276,7 +290,8 @@ class LandingRun:
                 try:
                     framed = self.read(spark, kafka_options, tasks)
                     landed = self.land_directly(spark, kafka_options, tasks, framed, likely_ids)
-                    self.decode_and_write(framed, sorted({t.hour for t in tasks}), likely_ids, counted=landed)
+                    self.decode_and_write(framed, sorted({t.hour for t in tasks}), likely_ids, counted=landed,
+                                          direct=(spark, kafka_options, tasks) if landed else None)
                     self.write_dead_letters(framed)
                 except Exception as exc:
                     if spark_server_gone(exc) and self.step is not None:
@@ -319,10 +334,11 @@ class LandingRun:
         return self._decoded[key]
 
     def decode_and_write(self, framed: DataFrame, task_hours: list[str], likely_ids: tuple[int, ...],
-                         counted: bool = False) -> None:
-        """First count what every hour holds while the first job writes the likely schema id's
-        records (unless `land_directly` did both). Then each other id the records hold is settled
-        (decodable, or dead letters, or its hours fail) before any is written."""
+                         counted: bool = False, direct: tuple | None = None) -> None:
+        """Count what every hour holds while the first job writes the likely id (unless `land_directly`
+        did both); then settle each other id (decodable, dead letters, or its hours fail) and write
+        it: the direct way if it took the first (`direct`: its session, options, tasks), one more
+        read each, else (or if not sure of a body) the decoding way."""
         if not counted:
             self.count_while_writing_likely(framed, task_hours, likely_ids)
         if self.seen.unclaimed:
@@ -332,6 +348,8 @@ class LandingRun:
                    if (w := self.settle(framed, sid)) is not None}
         for sid, writer in settled.items():
             self.writers[sid] = writer
+            if direct is not None and self._land_directly(*direct, sid, writer, also=True):
+                continue
             try:
                 self.write(self.classified(framed, sid, writer, self.where(sid)), sid, writer)
             except NothingWritten:
@@ -364,9 +382,10 @@ class LandingRun:
                     raise  # every hour fails, before anything was written
         return None
 
-    def _land_directly(self, spark: SparkSession, kafka_options: dict, tasks, sid: int, writer: dict) -> bool:
-        # A folder of its own: a direct attempt still running after its job returned (speculation, a
-        # zombie executor) can only write here, never among the decoding way's files of the same id.
+    def _land_directly(self, spark: SparkSession, kafka_options: dict, tasks, sid: int, writer: dict,
+                       also: bool = False) -> bool:
+        """Into a folder of its own: an attempt still running after its job returned (speculation, a
+        zombie executor) writes there only. `also`: an id after the first: its own counts and files."""
         out = f"{self.staging}/direct_schema_id={sid}"
         self.log(f"{self.cfg.topic}: landing the records of schema id {sid} straight from Kafka")
         self.step = str(sid)
@@ -380,15 +399,11 @@ class LandingRun:
             return False
         if got.unsure or got.spread:
             self.store.delete(out)
-            why = (f"some frozen task's records of schema id {sid} hold more than {MAX_EVENT_FILES} event hours"
-                   if got.spread else f"the body check is not sure of some record of schema id {sid}")
-            self.log(f"{self.cfg.topic}: {why}; landing the decoding way")
+            self.log(f"{self.cfg.topic}: {_not_direct(got, sid)}; landing the decoding way")
             return False
-        self.seen.read_by_hour.update(got.read_by_hour)
-        self.seen.unclaimed, self.seen.bad_framing, self.seen.ids_by_hour = got.unclaimed, got.bad_framing, got.ids_by_hour
+        if not also:
+            self.seen.counted(got)
         self.seen.records_by_id[sid], self.seen.dead_by_id[sid] = got.records, got.dead
-        self.seen.gaps_by_hour, self.seen.gaps_shown = got.gaps_by_hour, got.gaps_shown
-        self.seen.complete = True
         self.writers[sid] = writer
         self.good += staged_files(self.store, self.cfg, sid, {k: f"{out}/{rel}" for k, rel in got.files.items()})
         return True

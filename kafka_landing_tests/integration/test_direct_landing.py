@@ -208,6 +208,33 @@ def test_records_over_more_event_hours_than_a_task_keeps_open_land_the_decoding_
     assert len({f.event_hour for f in both[True][0].done["t"].files}) == n
 
 
+def test_every_schema_id_of_the_hour_lands_directly_the_likely_one_first(
+        make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
+    """A producer that evolved its schema within the hour (a field added with a default): the
+    likely id, then the other id the hours hold, each landed the direct way (one more read of the
+    offsets, no Spark row per record), as the decoding way lands them."""
+    topic = make_topic(partitions=2)
+    v1 = register(sr, topic, EVENTS)
+    v2_schema = record_schema("Event", [*EVENTS["fields"], {"name": "note", "type": "string", "default": ""}])
+    v2 = register(sr, topic, v2_schema)
+    base = to_millis(HOUR)
+    values = []
+    for i in range(30):
+        if i % 3:
+            values.append(frame(v1, _event_body(i, base + i)))
+        else:
+            out = io.BytesIO()
+            fastavro.schemaless_writer(out, fastavro.parse_schema(v2_schema), {"id": i, "ts": base + i, "note": f"n{i}"})
+            values.append(frame(v2, out.getvalue()))
+    produce(bootstrap, [(topic, i % 2, base + i, None, v, None, None, None, None) for i, v in enumerate(values)])
+    both = landed_both_ways(spark, kafka, registry, tmp_path, topic_cfg(topic), v1)
+    assert assert_same_landing(both) == 30
+    said = both[True][2]
+    assert [m for m in said if f"schema id {v1} {STRAIGHT}" in m] and [m for m in said if f"schema id {v2} {STRAIGHT}" in m]
+    assert not [m for m in said if DECODING in m or "writing the records" in m], said
+    assert {f.schema_id for f in both[True][0].done["t"].files} == {v1, v2}
+
+
 def test_a_body_it_is_not_sure_of_leaves_the_landing_to_the_decoding_way(
         make_topic, bootstrap, sr, registry, kafka, spark, tmp_path):
     """A routing value of a type the strict walk does not cast as Spark does (a double) is left to

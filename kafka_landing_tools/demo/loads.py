@@ -40,11 +40,20 @@ def run_event_requests(defs, result, instance, resources: dict | None = None, ra
 
     for add in result.dynamic_partitions_requests or ():
         instance.add_dynamic_partitions(add.partitions_def_name, list(add.partition_keys))
-    return [materialize(load_run_defs(defs, req.asset_selection, (CONSERVATION_BY_EVENT, SETTLED)),
-                        partition_key=req.partition_key, instance=instance, raise_on_error=raise_on_error,
-                        resources=resources if resources is not None else build_resources(),
-                        tags={**req.tags, RUN_KEY_TAG: req.run_key, "dagster/sensor_name": EVENT_SENSOR_NAME})
-            for req in result.run_requests or ()]
+    job = defs.resolve_implicit_global_asset_job_def()
+    checks = defs.resolve_asset_graph().asset_check_keys
+    out = []
+    for req in result.run_requests or ():
+        # A request for several tables names its day by Dagster's partition tag (each event table has
+        # partitions of its own), which the steps read as the daemon's run does.
+        keys = set(req.asset_selection)
+        subset = job.get_subset(asset_selection=keys, asset_check_selection={
+            ck for ck in checks if ck.asset_key in keys and ck.name in (CONSERVATION_BY_EVENT, SETTLED)})
+        out.append(subset.execute_in_process(
+            instance=instance, raise_on_error=raise_on_error, partition_key=req.partition_key,
+            resources=resources if resources is not None else build_resources(),
+            tags={**req.tags, RUN_KEY_TAG: req.run_key, "dagster/sensor_name": EVENT_SENSOR_NAME}))
+    return out
 
 
 def run_check_requests(defs, result, instance, resources: dict | None = None, raise_on_error: bool = True) -> list:

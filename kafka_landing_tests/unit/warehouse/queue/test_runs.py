@@ -359,7 +359,7 @@ def test_event_partitions_of_the_same_day_share_a_run_whose_failure_is_each_memb
     assert len(named) == 4, "each member's partition and marker set under its slot's keys"
     failed = SeenRun("r1", "FAILURE", {**tags, RUN_KEY_TAG: key})
     covered = covering_runs(loads[:2], [failed])
-    assert all(runs == (failed,) for runs in covered.values())
+    assert covered == {ld: (failed,) for ld in loads[:2]}
     again = plan_loads(loads[:2], covered)
     assert {g.attempt for g in again.groups} == {2}, "the failed run was each member's first attempt"
     # A run that loaded an earlier marker set of the day makes a new one wait while in flight,
