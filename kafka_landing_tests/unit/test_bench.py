@@ -92,9 +92,9 @@ def _report(kl=7.9, valve=40, spark=25, raw=5, large_valve=30, kl_rss_1x=1000, k
 
 def _amendment(late=2.0, amend=3.0) -> dict:
     return {"late_records": 1_250, "hours": 24, "records": 151_250, "written": 1_250, "seconds": 20.0,
-            "stages": {"first versions of the day (6 event partitions, one run each)": 8.0,
+            "stages": {"first versions of the day (6 event partitions, 2 run(s))": 8.0,
                        "the late hour's landing-hour load (3 tables, one run)": late,
-                       "the amendment (3 event partitions, one run each)": amend}}
+                       "the amendment (3 event partitions, 1 run(s))": amend}}
 
 
 def _freshness(one_s: float, many_s: float, topics: int) -> dict:
@@ -307,7 +307,7 @@ def test_an_amendment_is_shown_beside_the_late_hours_landing_hour_load():
     lines = amendment_table(report)
     assert "| what | Iceberg seconds | Iceberg rows written |" in lines
     assert "| the late hour's landing-hour load (3 tables, one run) | 2.00 | 1,250 |" in lines
-    assert "| the amendment (3 event partitions, one run each) | 1.00 | 1,250 |" in lines
+    assert "| the amendment (3 event partitions, 1 run(s)) | 1.00 | 1,250 |" in lines
     assert "| amendment / landing-hour load | 0.50 | - |" in lines
     assert "### Amending an event day\n\nThe day's topic" in markdown({**report, "goals": evaluate_goals(report)})
 

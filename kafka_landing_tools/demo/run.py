@@ -37,7 +37,7 @@ from kafka_landing.definitions import (  # noqa: E402 - after the first hour abo
     landing_job_name,
 )
 from kafka_landing_tools.demo.loads import run_event_requests, run_load_request  # noqa: E402
-from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME, SENSOR_NAME  # noqa: E402
+from kafka_landing.warehouse.sensors import EVENT_SENSOR_NAME, PARTITION_TAG, SENSOR_NAME  # noqa: E402
 
 
 def _demo_data_present(bootstrap: str, registry_url: str) -> bool:
@@ -100,13 +100,14 @@ def load_through_sensor(defs, instance) -> int:
 
 
 def load_event_partitions(defs, instance) -> int:
-    """One tick of the event sensor, and its runs (one per event partition a landing hour changed)."""
+    """One tick of the event sensor, and its runs (one per event day a landing hour changed, for all
+    its tables)."""
     resources = build_resources()
     with build_sensor_context(instance=instance, resources={"landing": resources["landing"],
                                                             "warehouse": resources["warehouse"]}) as ctx:
         result = defs.resolve_sensor_def(EVENT_SENSOR_NAME)(ctx)
     for req, run in zip(result.run_requests or [], run_event_requests(defs, result, instance, resources=resources)):
-        _record_checks(run, req.partition_key)
+        _record_checks(run, req.partition_key or req.tags.get(PARTITION_TAG))  # the tag: a run of several tables
     return len(result.run_requests or [])
 
 
