@@ -37,9 +37,10 @@ jvm: .jvm/.fetched
 	@command -v mvn >/dev/null || { echo "Maven (mvn) is missing: apt-get install maven"; exit 1; }
 	@command -v java >/dev/null || { echo "Java is missing: apt-get install openjdk-17-jdk-headless"; exit 1; }
 	# An upgrade leaves no jar of the version before; Maven's unpack markers go too, or it would skip the unpack.
-	rm -rf $(CURDIR)/.jvm/kafka $(CURDIR)/.jvm/spark $(CURDIR)/.jvm/tools $(CURDIR)/.jvm/registry jvm/target/dependency-maven-plugin-markers
+	rm -rf $(CURDIR)/.jvm/kafka $(CURDIR)/.jvm/spark $(CURDIR)/.jvm/iceberg-rest $(CURDIR)/.jvm/tools $(CURDIR)/.jvm/registry jvm/target/dependency-maven-plugin-markers
 	cd jvm && mvn -q -B -Pkafka dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jvm/kafka
 	cd jvm && mvn -q -B -Pspark dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jvm/spark
+	cd jvm && mvn -q -B -Piceberg-rest dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jvm/iceberg-rest
 	cd jvm && mvn -q -B -Pregistry package -Djvm.dir=$(CURDIR)/.jvm
 	cd jvm && mvn -q -B -Ptools package -Djvm.dir=$(CURDIR)/.jvm
 	cd jvm/splice && mvn -q -B package -Djvm.dir=$(CURDIR)/.jvm

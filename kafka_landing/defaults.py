@@ -24,6 +24,7 @@ class StackPorts:
     gcs: int = int(os.environ.get("KAFKA_LANDING_STACK_GCS_PORT", "18082"))
     spark_connect: int = int(os.environ.get("KAFKA_LANDING_STACK_SPARK_CONNECT_PORT", "18015"))
     postgres: int = int(os.environ.get("KAFKA_LANDING_STACK_POSTGRES_PORT", "18432"))
+    iceberg_rest: int = int(os.environ.get("KAFKA_LANDING_STACK_ICEBERG_REST_PORT", "18181"))
 
 
 PORTS = StackPorts()
@@ -33,3 +34,5 @@ REGISTRY_URL = f"http://localhost:{PORTS.registry}/apis/ccompat/v7"
 GCS_EMULATOR_URL = f"http://127.0.0.1:{PORTS.gcs}"
 #: the warm Spark engine: the stack's Spark Connect server
 SPARK_CONNECT_URL = f"sc://localhost:{PORTS.spark_connect}"
+#: the stack's Iceberg REST catalog (KAFKA_LANDING_ICEBERG_CATALOG_URI for a REST catalog)
+ICEBERG_REST_URL = f"http://127.0.0.1:{PORTS.iceberg_rest}"

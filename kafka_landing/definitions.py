@@ -58,6 +58,7 @@ from kafka_landing.warehouse.resources import (
     BigQueryWarehouseResource,
     IcebergWarehouseResource,
     WarehouseResource,
+    parse_properties,
 )
 from kafka_landing.warehouse.sensors import (
     build_done_file_sensor,
@@ -123,8 +124,14 @@ def build_warehouse() -> WarehouseResource:
             raise ValueError(f"KAFKA_LANDING_WAREHOUSE_ROOT={root} is a bucket, which cannot hold the Iceberg "
                              "catalog's SQLite file: set KAFKA_LANDING_ICEBERG_CATALOG_URI to its database "
                              "(PostgreSQL in production, e.g. postgresql+psycopg2://user:password@host/db; or a local "
-                             "sqlite:////path/catalog.db)")
-        return IcebergWarehouseResource(root=root, catalog_uri=_secret("KAFKA_LANDING_ICEBERG_CATALOG_URI"))
+                             "sqlite:////path/catalog.db), or to a REST catalog's https:// URL")
+        return IcebergWarehouseResource(
+            root=root, catalog_uri=_secret("KAFKA_LANDING_ICEBERG_CATALOG_URI"),
+            catalog_warehouse=os.environ.get("KAFKA_LANDING_ICEBERG_WAREHOUSE") or None,
+            catalog_credential=_secret("KAFKA_LANDING_ICEBERG_CREDENTIAL"),
+            catalog_token=_secret("KAFKA_LANDING_ICEBERG_TOKEN"),
+            catalog_auth=os.environ.get("KAFKA_LANDING_ICEBERG_AUTH") or None,
+            catalog_properties=dict(parse_properties(os.environ.get("KAFKA_LANDING_ICEBERG_PROPERTIES"))))
     project = os.environ.get("KAFKA_LANDING_BIGQUERY_PROJECT")
     if not project:
         raise ValueError("KAFKA_LANDING_WAREHOUSE=bigquery needs KAFKA_LANDING_BIGQUERY_PROJECT, the project that "

@@ -119,6 +119,8 @@ def is_transient(exc: BaseException) -> bool:
         said = str(getattr(exc, "orig", None) or exc).lower()
         return type(exc).__name__ in _DATABASE_AWAY or (
             type(exc).__name__ in ("OperationalError", "InterfaceError") and any(w in said for w in _DATABASE_BUSY))
+    if module.startswith("pyiceberg"):  # an Iceberg REST catalog's answer: 5xx, 429, or a commit lost in flight
+        return type(exc).__name__ in _REST_CATALOG_AWAY
     if module.startswith("grpc") and callable(getattr(exc, "code", None)):  # a Spark Connect call's own answer
         return getattr(exc.code(), "name", None) in _TRANSIENT_GRPC
     return False
@@ -167,6 +169,11 @@ _DATABASE_BUSY = ("database is locked", "database is busy", "could not connect",
 
 
 # Client-library exceptions that mean the request got no answer (by name: no import of the clients here).
+# pyiceberg's REST errors for a server away or busy, and for a commit whose answer was lost (the
+# commit then looks for its own snapshot first: `commits.Commits._send`). 400, 401, 403 and 404
+# are refusals: terminal.
+_REST_CATALOG_AWAY = frozenset({"ServerError", "ServiceUnavailableError", "TooManyRequestsError",
+                                "CommitStateUnknownException"})
 _TRANSPORT_ERRORS = frozenset({
     "TransportError", "ConnectError", "ConnectTimeout", "ReadTimeout", "WriteTimeout", "PoolTimeout",
     "TimeoutException", "NetworkError", "ReadError", "WriteError", "RemoteProtocolError", "ProtocolError",

@@ -56,6 +56,12 @@ def registry_url(stack) -> str:
 
 
 @pytest.fixture(scope="session")
+def iceberg_rest_url(stack) -> str:
+    """The stack's Iceberg REST catalog: one for the session, each test in namespaces of its own."""
+    return stack["iceberg_rest"]["url"]
+
+
+@pytest.fixture(scope="session")
 def kafka(bootstrap) -> KafkaResource:
     return KafkaResource(bootstrap_servers=bootstrap)
 

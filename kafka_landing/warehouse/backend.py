@@ -47,6 +47,8 @@ class LoadResult:
     job_id: str | None = None  # the backend's job, where it has one
     warnings: tuple[str, ...] = ()  # what a person should know before it becomes a failure
     also_loaded: tuple[tuple[str, str], ...] = ()  # (hour, done-file hash) of other hours the load recorded (a day)
+    snapshot_id: int | None = None  # the table's version that holds the load, where the backend has versions
+    committed_at: str | None = None  # when that version was committed (UTC): readers see the load from then on
 
 
 PartitionKey = tuple[str, str, str]  # (dataset, table, partition)

@@ -4,6 +4,7 @@ is configuration and changes no asset."""
 
 from __future__ import annotations
 
+import json
 import os
 from typing import ClassVar
 
@@ -31,16 +32,26 @@ class WarehouseResource(ConfigurableResource):
 
 
 class IcebergWarehouseResource(WarehouseResource):
-    """The embedded default: Apache Iceberg tables in a SQL catalog, partitioned by landing hour.
-    Spark writes each hour's Parquet files, one Iceberg commit swaps them in. Read by Spark, Trino,
-    DuckDB, pandas, pyiceberg."""
+    """The embedded default: Apache Iceberg tables in a SQL or REST catalog, partitioned by landing
+    hour. Spark writes each hour's Parquet files, one Iceberg commit swaps them in. Read by Spark,
+    Trino, DuckDB, pandas, pyiceberg, and BigQuery through the BigLake metastore."""
 
     root: str = Field(description="Folder of the tables (<root>/<dataset>/<table>/), a local path or "
                                   "gs://bucket/prefix, and, by default, of the catalog: a SQLite file "
                                   "<root>/_catalog.db, nothing to start (a local root only).")
-    catalog_uri: str | None = Field(default=None, description="The catalog's database as a SQLAlchemy URL, e.g. "
+    catalog_uri: str | None = Field(default=None, description="The catalog: its database as a SQLAlchemy URL, e.g. "
                                     "postgresql+psycopg2://user:password@host/db, only through an EnvVar (it holds "
-                                    "a password); unset: SQLite under `root`, which a gs:// root cannot hold.")
+                                    "a password), or a REST catalog's http(s):// URL; unset: SQLite under `root`, "
+                                    "which a gs:// root cannot hold.")
+    catalog_warehouse: str | None = Field(default=None, description="A REST catalog's warehouse, as the server names "
+                                          "it (BigLake metastore: gs://bucket).")
+    catalog_credential: str | None = Field(default=None, description="A REST catalog's OAuth2 client credentials "
+                                           "(client_id:client_secret), only through an EnvVar.")
+    catalog_token: str | None = Field(default=None, description="A REST catalog's bearer token, only through an EnvVar.")
+    catalog_auth: str | None = Field(default=None, description="google: sign in to a REST catalog with Google's "
+                                     "Application Default Credentials (the BigLake metastore).")
+    catalog_properties: dict[str, str] = Field(default_factory=dict, description="Other pyiceberg catalog "
+                                               "properties of a REST catalog, e.g. header.x-goog-user-project.")
 
     backend_kind: ClassVar[str] = "iceberg"
     needs_spark: ClassVar[bool] = True
@@ -49,7 +60,13 @@ class IcebergWarehouseResource(WarehouseResource):
     def backend(self, store: LandingStore) -> Warehouse:
         from kafka_landing.warehouse.iceberg import IcebergWarehouse
 
-        return IcebergWarehouse(self.root, self.catalog_uri)
+        return IcebergWarehouse(self.root, self.catalog())
+
+    def catalog(self):
+        from kafka_landing.warehouse.iceberg.catalogs import CatalogConfig
+
+        return CatalogConfig(self.catalog_uri, self.catalog_warehouse, self.catalog_credential, self.catalog_token,
+                             self.catalog_auth, tuple(sorted(self.catalog_properties.items())))
 
 
 class BigQueryWarehouseResource(WarehouseResource):
@@ -85,3 +102,18 @@ class BigQueryWarehouseResource(WarehouseResource):
             with bigquery.get_client() as client:  # credentials are read when the client is made
                 pass
         return BigQueryWarehouse(client, ledger=store, project=client.project, location=self.location)
+
+
+def parse_properties(text: str | None) -> tuple[tuple[str, str], ...]:
+    """KAFKA_LANDING_ICEBERG_PROPERTIES: a JSON object of strings, as pyiceberg's catalog properties."""
+    if not text:
+        return ()
+    try:
+        props = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"KAFKA_LANDING_ICEBERG_PROPERTIES is not JSON ({exc}): give an object of strings, e.g. "
+                         '{"header.x-goog-user-project": "my-project"}') from None
+    if not isinstance(props, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
+        raise ValueError("KAFKA_LANDING_ICEBERG_PROPERTIES must be a JSON object of strings, e.g. "
+                         '{"header.x-goog-user-project": "my-project"}')
+    return tuple(sorted(props.items()))

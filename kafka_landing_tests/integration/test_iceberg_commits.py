@@ -13,19 +13,29 @@ import threading
 
 import pytest
 import sqlalchemy.exc
-from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitStateUnknownException
 
 from kafka_landing.errors import is_transient
 from kafka_landing.handoff.manifests import read_done_file
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.iceberg import IcebergWarehouse
-from kafka_landing_tests.helpers import write_hour
+from kafka_landing_tests.helpers import drop_dataset, write_hour
 from kafka_landing_tests.integration.test_iceberg_warehouse import V1, _hour, orders
 
 
-@pytest.fixture
-def iceberg(tmp_path):
-    return LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"))
+@pytest.fixture(params=["sql", "rest"])
+def iceberg(request, tmp_path):
+    """The SQL catalog (SQLite under the root) and the stack's REST catalog: the same promises."""
+    catalog = request.getfixturevalue("iceberg_rest_url") if request.param == "rest" else None
+    wh = IcebergWarehouse(str(tmp_path / "warehouse"), catalog)
+    if catalog:
+        drop_dataset(wh, "shop")  # the session's catalog holds the shop.orders of the tests before
+    return LocalStore(tmp_path / "landing"), wh
+
+
+def _again(wh: IcebergWarehouse) -> IcebergWarehouse:
+    """The same warehouse as another process opens it."""
+    return IcebergWarehouse(wh.root, wh.tables.config)
 
 
 def _landed(store, hour: str, records: list[dict], schema: dict = V1) -> dict:
@@ -35,39 +45,44 @@ def _landed(store, hour: str, records: list[dict], schema: dict = V1) -> dict:
     return {"manifest": manifest, "done_file": done, "done_sha256": sha}
 
 
-def _dropped_connection() -> sqlalchemy.exc.OperationalError:
+def _dropped_connection(wh: IcebergWarehouse) -> Exception:
+    """How each catalog says a commit's answer was lost: the SQL database's connection dropped after
+    its COMMIT; a REST server's 5xx for a commit it may have applied (the spec's CommitStateUnknown)."""
+    if wh.tables.config.rest:
+        return CommitStateUnknownException("ServiceFailureException: the connection to the backend closed")
     return sqlalchemy.exc.OperationalError("COMMIT", {}, Exception(
         "server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally"))
 
 
-def _answer_lost(monkeypatch, committed: bool = True, then_unreadable: bool = False) -> None:
-    """The catalog's next commit goes through in the database (or, `committed=False`, does not) and
-    its answer is lost. `then_unreadable`: the table cannot be read either, until `monkeypatch.undo()`."""
-    real = SqlCatalog.commit_table
+def _answer_lost(monkeypatch, wh: IcebergWarehouse, committed: bool = True, then_unreadable: bool = False) -> None:
+    """The catalog's next commit goes through (or, `committed=False`, does not) and its answer is
+    lost. `then_unreadable`: the table cannot be read either, until `monkeypatch.undo()`."""
+    catalog = type(wh.tables.catalog)
+    real = catalog.commit_table
 
     def commit_then_lose_the_answer(self, *args, **kwargs):
-        monkeypatch.setattr(SqlCatalog, "commit_table", real)
+        monkeypatch.setattr(catalog, "commit_table", real)
         if committed:
             real(self, *args, **kwargs)
         if then_unreadable:
             def unreadable(*_a, **_kw):
-                raise _dropped_connection()
+                raise _dropped_connection(wh)
 
-            monkeypatch.setattr(SqlCatalog, "load_table", unreadable)
-        raise _dropped_connection()
+            monkeypatch.setattr(catalog, "load_table", unreadable)
+        raise _dropped_connection(wh)
 
-    monkeypatch.setattr(SqlCatalog, "commit_table", commit_then_lose_the_answer)
+    monkeypatch.setattr(catalog, "commit_table", commit_then_lose_the_answer)
 
 
 def _missing_files(wh: IcebergWarehouse) -> list[str]:
     """The data files the table's current snapshot lists that are not on disk."""
-    t = IcebergWarehouse(wh.root).table("shop", "orders")
+    t = _again(wh).table("shop", "orders")
     return [task.file.file_path for task in t.scan().plan_files() if not os.path.exists(task.file.file_path)]
 
 
 def _order_ids(wh: IcebergWarehouse) -> list[str]:
     """A full read of the table (it fails if a file its snapshot lists is gone)."""
-    return sorted(r["order_id"] for r in IcebergWarehouse(wh.root).table("shop", "orders").scan().to_arrow()
+    return sorted(r["order_id"] for r in _again(wh).table("shop", "orders").scan().to_arrow()
                   .to_pylist())
 
 
@@ -77,14 +92,14 @@ def test_a_commit_that_went_through_but_whose_answer_was_lost_is_loaded_and_keep
     wh.load_partition(store, spark=lambda: spark, **_landed(store, _hour(0), orders(2)))
     snapshots = len(wh.table("shop", "orders").metadata.snapshots)
     hour1 = _landed(store, _hour(1), orders(3, 10))
-    _answer_lost(monkeypatch)
+    _answer_lost(monkeypatch, wh)
 
     result = wh.load_partition(store, spark=lambda: spark, **hour1)
 
     assert result.rows == 3
     assert _missing_files(wh) == []
     assert _order_ids(wh) == ["o0", "o1", "o10", "o11", "o12"]
-    assert IcebergWarehouse(wh.root).loaded_sha("shop", "orders", _hour(1)) == hour1["done_sha256"]
+    assert _again(wh).loaded_sha("shop", "orders", _hour(1)) == hour1["done_sha256"]
     assert len(wh.table("shop", "orders").metadata.snapshots) == snapshots + 1, "committed twice"
 
 
@@ -94,9 +109,9 @@ def test_a_commit_that_did_not_happen_and_whose_answer_was_lost_removes_its_file
     wh.load_partition(store, spark=lambda: spark, **_landed(store, _hour(0), orders(2)))
     before = wh.table("shop", "orders").current_snapshot().snapshot_id
     hour1 = _landed(store, _hour(1), orders(3, 10))
-    _answer_lost(monkeypatch, committed=False)
+    _answer_lost(monkeypatch, wh, committed=False)
 
-    with pytest.raises(sqlalchemy.exc.OperationalError) as err:
+    with pytest.raises(type(_dropped_connection(wh))) as err:
         wh.load_partition(store, spark=lambda: spark, **hour1)
 
     assert is_transient(err.value)
@@ -112,7 +127,7 @@ def test_a_commit_whose_outcome_cannot_be_looked_up_keeps_its_files_and_the_retr
     store, wh = iceberg
     wh.load_partition(store, spark=lambda: spark, **_landed(store, _hour(0), orders(2)))
     hour1 = _landed(store, _hour(1), orders(3, 10))
-    _answer_lost(monkeypatch, then_unreadable=True)
+    _answer_lost(monkeypatch, wh, then_unreadable=True)
 
     with pytest.raises(Exception) as err:
         wh.load_partition(store, spark=lambda: spark, **hour1)
@@ -121,9 +136,9 @@ def test_a_commit_whose_outcome_cannot_be_looked_up_keeps_its_files_and_the_retr
     assert _hour(1) in str(err.value) and "kept" in str(err.value), err.value
     monkeypatch.undo()
     assert _missing_files(wh) == []
-    again = IcebergWarehouse(wh.root).load_partition(store, spark=lambda: spark, **hour1)  # the step's retry
+    again = _again(wh).load_partition(store, spark=lambda: spark, **hour1)  # the step's retry
     assert again.rows == 3
-    assert IcebergWarehouse(wh.root).loaded_sha("shop", "orders", _hour(1)) == hour1["done_sha256"]
+    assert _again(wh).loaded_sha("shop", "orders", _hour(1)) == hour1["done_sha256"]
     assert _order_ids(wh) == ["o0", "o1", "o10", "o11", "o12"]
 
 
@@ -132,7 +147,7 @@ def test_hours_staged_together_whose_commit_answer_was_lost_are_loaded_and_keep_
     store, wh = iceberg
     wh.load_partition(store, spark=lambda: spark, **_landed(store, _hour(0), orders(2)))
     hours = [_landed(store, _hour(h), orders(2, 10 * h)) for h in (1, 2)]
-    _answer_lost(monkeypatch)
+    _answer_lost(monkeypatch, wh)
 
     staged = wh.stage(store, [(h["manifest"], h["done_file"], h["done_sha256"]) for h in hours], lambda: spark)
 
@@ -166,7 +181,7 @@ def test_a_load_that_rewrites_the_table_does_it_once_while_another_hours_load_wa
 
     def load_other():
         try:
-            IcebergWarehouse(wh.root).load_partition(store, spark=lambda: spark, **other)
+            _again(wh).load_partition(store, spark=lambda: spark, **other)
         except BaseException as exc:  # noqa: BLE001 - asserted below
             errors.append(exc)
         finally:
@@ -193,6 +208,35 @@ def test_a_load_that_rewrites_the_table_does_it_once_while_another_hours_load_wa
     assert len(rewrites) == 1, "the rewrite started over"
     assert _order_ids(wh) == ["o0", "o10", "o30", "o31", "w"]
     assert _missing_files(wh) == []
-    t = IcebergWarehouse(wh.root).table("shop", "orders")
+    t = _again(wh).table("shop", "orders")
     assert {pq.read_schema(task.file.file_path).field("amount").type for task in t.scan().plan_files()} \
         == {pa.float64()}
+
+
+def test_a_table_of_another_root_in_a_shared_catalog_is_refused_and_left_alone_by_upkeep(iceberg_rest_url, spark,
+                                                                                          tmp_path):
+    """Two deployments (two roots) on one REST catalog, the same dataset.table: the second's load is
+    refused before it writes into the first's table, and its upkeep leaves that table alone."""
+    from datetime import datetime, timedelta, timezone
+
+    from kafka_landing.warehouse.backend import LoadError
+    from kafka_landing.warehouse.iceberg import upkeep
+
+    first, second = (IcebergWarehouse(str(tmp_path / name / "warehouse"), iceberg_rest_url) for name in ("a", "b"))
+    drop_dataset(first, "shop")
+    store_a, store_b = LocalStore(tmp_path / "a" / "landing"), LocalStore(tmp_path / "b" / "landing")
+    first.load_partition(store_a, spark=lambda: spark, **_landed(store_a, _hour(0), orders(2)))
+    first.load_partition(store_a, spark=lambda: spark, **_landed(store_a, _hour(1), orders(2, 10)))
+    snapshots = [s.snapshot_id for s in first.table("shop", "orders").metadata.snapshots]
+
+    with pytest.raises(LoadError) as err:
+        second.load_partition(store_b, spark=lambda: spark, **_landed(store_b, _hour(0), orders(3, 20)))
+
+    assert not err.value.transient and not is_transient(err.value)
+    assert str(tmp_path / "a" / "warehouse" / "shop" / "orders") in str(err.value)
+    assert str(tmp_path / "b" / "warehouse" / "shop" / "orders") in str(err.value)
+    assert upkeep(second, timedelta(0), now=datetime.now(timezone.utc) + timedelta(days=2)) == []
+    assert [s.snapshot_id for s in first.table("shop", "orders").metadata.snapshots] == snapshots
+    assert _order_ids(first) == ["o0", "o1", "o10", "o11"]
+    assert [u.table for u in upkeep(first, timedelta(0), now=datetime.now(timezone.utc) + timedelta(days=2))] == [
+        "shop.orders"]

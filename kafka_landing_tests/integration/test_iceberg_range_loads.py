@@ -15,7 +15,7 @@ from kafka_landing.handoff.manifests import read_done_file
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.iceberg import HOUR_COLUMN, IcebergWarehouse
 from kafka_landing.warehouse.load import load_done_file, stage_done_files
-from kafka_landing_tests.helpers import write_hour
+from kafka_landing_tests.helpers import drop_dataset, write_hour
 from kafka_landing_tests.integration.test_iceberg_warehouse import V1, V2, V_PRECISION, _hour, orders
 
 
@@ -185,7 +185,11 @@ def test_any_sequence_of_runs_leaves_each_hour_exactly_as_its_last_done_file(spa
         assert _by_hour(run) == want
 
 
-def test_a_range_materialised_from_dagster_loads_together_and_reports_each_hour(tmp_path, pyspark_resource):
+@pytest.mark.parametrize("catalog", ["sql", "rest"])
+def test_a_range_materialised_from_dagster_loads_together_and_reports_each_hour(tmp_path, pyspark_resource, catalog,
+                                                                                request):
+    """Through the SQL and the REST catalog alike; each hour's materialisation names the snapshot
+    that made it visible and when (commit visibility)."""
     from dagster import DagsterInstance, materialize
 
     from kafka_landing.config import TopicConfig
@@ -197,7 +201,9 @@ def test_a_range_materialised_from_dagster_loads_together_and_reports_each_hour(
     store = LocalStore(tmp_path / "landing")
     for i in range(4):
         write_hour(store, "shop", "orders", _hour(i), [(0, 1, V1, orders(i + 1, 10 * i))], topic="orders")
-    resource = IcebergWarehouseResource(root=str(tmp_path / "warehouse"))
+    uri = request.getfixturevalue("iceberg_rest_url") if catalog == "rest" else None
+    resource = IcebergWarehouseResource(root=str(tmp_path / "warehouse"), catalog_uri=uri)
+    drop_dataset(resource.backend(store), "shop")  # the session's REST catalog holds the tests' before
     asset = build_warehouse_asset(cfg, "orders", resource.backend_kind)
     with DagsterInstance.ephemeral() as instance:
         result = materialize([asset], instance=instance, tags={
@@ -213,5 +219,10 @@ def test_a_range_materialised_from_dagster_loads_together_and_reports_each_hour(
     assert {m.metadata["files_loaded"].value for m in mats.values()} == {1}
     assert any("4 of 4 hours loaded together" in m for m in logs)
     wh = resource.backend(store)
-    assert len(wh.table("shop", "orders").metadata.snapshots) == 1
+    t = wh.table("shop", "orders")
+    assert len(t.metadata.snapshots) == 1
+    snap = t.current_snapshot()
+    assert {m.metadata["snapshot_id"].value for m in mats.values()} == {str(snap.snapshot_id)}
+    committed = {datetime.fromisoformat(m.metadata["committed_at"].value) for m in mats.values()}
+    assert committed == {datetime.fromtimestamp(snap.timestamp_ms / 1000, timezone.utc)}
     assert _by_hour(wh) == {_hour(i): _ids(i + 1, 10 * i) for i in range(4)}

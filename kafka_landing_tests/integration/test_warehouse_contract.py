@@ -1,5 +1,5 @@
 """What every warehouse backend promises, one test body run against each: the embedded Iceberg
-tables (a local landing root, real Spark), and BigQuery (a gs:// landing root on the GCS emulator,
+tables (a local landing root, real Spark) in the SQL catalog and in the stack's REST catalog, and BigQuery (a gs:// landing root on the GCS emulator,
 the strict BigQuery fake at the client's HTTP transport, no Spark). A new backend gets these tests
 by adding a parameter. What only one backend has (job ids, ledgers, Iceberg rewrites and
 snapshots) is tested in that backend's own file."""
@@ -52,12 +52,13 @@ class Backend:
         return sorted(r["order_id"] for r in self.rows(hour))
 
 
-@pytest.fixture(params=["iceberg", "bigquery"])
+@pytest.fixture(params=["iceberg", "iceberg_rest", "bigquery"])
 def backend(request, tmp_path) -> Backend:
     dataset = f"shop_{uuid.uuid4().hex[:8]}"
-    if request.param == "iceberg":
+    if request.param.startswith("iceberg"):
         spark = request.getfixturevalue("spark")
-        iceberg = IcebergWarehouse(str(tmp_path / "warehouse"))
+        catalog = request.getfixturevalue("iceberg_rest_url") if request.param == "iceberg_rest" else None
+        iceberg = IcebergWarehouse(str(tmp_path / "warehouse"), catalog)
 
         def iceberg_rows(hour: str) -> list[dict]:
             t = iceberg.table(dataset, TABLE)

@@ -3,6 +3,7 @@ boundary too, and a report that shows every section and goal; a full run writes 
 docs/benchmark.md as the latest run, and nothing else of that page."""
 
 import copy
+import os
 
 import pytest
 
@@ -403,3 +404,14 @@ def test_the_memory_case_alone_compares_its_servers():
               {"case": "small 4x", "records": 1_200_000, "server_peak_rss_mb": 770}]
     assert memory_rows([], server) == [{"contender": SERVER, "low_case": "small 1x", "high_case": "small 4x",
                                         "low_mb": 700, "high_mb": 770, "ratio": 1.1}]
+
+
+def test_the_pass_against_the_java_consumer_says_the_cpu_each_used_when_measured():
+    report = _report()
+    assert "CPU seconds" not in {g["key"]: g for g in evaluate_goals(report)}["pass_vs_java_small"]["measured"]
+    for row in report["throughput"]:
+        if row["case"] == "small 40x":
+            row |= {"cpu_s": 4.0, "engine_cpu_s": 11.0} if row["contender"] == "kafka_landing" else {"cpu_s": 5.5}
+    measured = {g["key"]: g for g in evaluate_goals(report)}["pass_vs_java_small"]["measured"]
+    assert measured.endswith(f"CPU seconds on {os.cpu_count()} cores: kafka_landing 15.0 (its engine 11.0), "
+                             "java_consumer_raw 5.5")

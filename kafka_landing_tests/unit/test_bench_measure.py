@@ -2,6 +2,7 @@
 (VmHWM), so the sampling interval decides nothing, and processes run one after another are not
 added up."""
 
+import os
 import subprocess
 import sys
 import time
@@ -54,3 +55,15 @@ def test_processes_run_one_after_the_other_are_not_added_up():
         time.sleep(0.3)
     assert samples >= 5
     assert 150 * 2**20 <= running.peak < 2 * 150 * 2**20
+
+
+def test_the_cpu_of_a_running_process_is_read_from_its_pid_file_and_of_none_is_none(tmp_path):
+    from kafka_landing_tools.bench.__main__ import _cpu_of
+
+    pidfile = tmp_path / "pid"
+    pidfile.write_text(str(os.getpid()))
+    sum(range(3_000_000))  # some CPU of our own
+    assert _cpu_of(pidfile) > 0
+    assert _cpu_of(tmp_path / "missing") is None
+    pidfile.write_text("not a pid")
+    assert _cpu_of(pidfile) is None

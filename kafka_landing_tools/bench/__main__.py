@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+from pathlib import Path
 
 from kafka_landing_tools.bench.cases import BY_NAME, chosen, contenders
 from kafka_landing_tools.bench.options import parser, sizes_of
@@ -29,13 +32,30 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def contend(args: argparse.Namespace) -> None:
-    """One measurement's process: what it landed, as JSON on its last line."""
+    """One measurement's process: what it landed, as JSON on its last line, with the CPU seconds it
+    and its children used, and the stack's warm engine (where kafka_landing's work runs) meanwhile."""
     from kafka_landing_tools import devstack
 
     args.bootstrap = args.bootstrap or devstack.BOOTSTRAP
     args.registry = args.registry or devstack.REGISTRY_URL
+    engine = devstack.STACK_DIR / "spark" / "pid"
+    engine0 = _cpu_of(engine)
     result = contenders()[args.contender](args)
-    print(json.dumps(result if isinstance(result, dict) else {"records": result}))
+    said = result if isinstance(result, dict) else {"records": result}
+    own = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    said["cpu_s"] = round(sum(u.ru_utime + u.ru_stime for u in own), 2)
+    if engine0 is not None and (engine1 := _cpu_of(engine)) is not None:
+        said["engine_cpu_s"] = round(engine1 - engine0, 2)
+    print(json.dumps(said))
+
+
+def _cpu_of(pidfile: Path) -> float | None:
+    """User and system CPU seconds of the process a pid file names, or None if it is not running."""
+    try:
+        fields = Path(f"/proc/{int(pidfile.read_text().strip())}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> None:

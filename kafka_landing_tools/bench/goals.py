@@ -7,6 +7,8 @@ own single-hour load of the same hours."""
 
 from __future__ import annotations
 
+import os
+
 from kafka_landing_tools.bench.stack import SERVER_HEAP
 
 SERVER = "kafka_landing's Connect server"  # the memory row of the warm engine's own server, a fresh one per case
@@ -114,8 +116,17 @@ def _pass_vs_java(rows: list[dict], f: dict | None, kind: str, key: str) -> dict
     pass_rate = kl["records"] / (kl["seconds"] - f["empty_hour"]["seconds"])
     return _goal(key, f"{case}: {kl['records']:,} records in {kl['seconds']} s less an empty hour's "
                  f"{f['empty_hour']['seconds']} s: {pass_rate:,.0f} msg/s; java_consumer_raw {raw['messages_per_s']:,} "
-                 f"msg/s ({raw['seconds']} s): {pass_rate / raw['messages_per_s']:.0%}",
+                 f"msg/s ({raw['seconds']} s): {pass_rate / raw['messages_per_s']:.0%}{_cpu(kl, raw)}",
                  pass_rate >= 0.7 * raw["messages_per_s"])
+
+
+def _cpu(kl: dict, raw: dict) -> str:
+    """The CPU each used, on how many cores: the pass shares the cores with the broker, the Java consumer
+    reads on one thread."""
+    if "cpu_s" not in raw or "engine_cpu_s" not in kl:
+        return ""
+    return (f"; CPU seconds on {os.cpu_count()} cores: kafka_landing {kl['cpu_s'] + kl['engine_cpu_s']:.1f} "
+            f"(its engine {kl['engine_cpu_s']:.1f}), java_consumer_raw {raw['cpu_s']:.1f}")
 
 
 def _memory_10x(server: list[dict] | None) -> dict:

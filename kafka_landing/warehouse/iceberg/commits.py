@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from kafka_landing.crash_points import crash_point
 from kafka_landing.errors import is_transient
@@ -112,7 +113,13 @@ class Lineage:
         else:
             return
         for partition, load in loads.items():
-            self._found.setdefault(partition, {k: load.get(k) for k in SNAPSHOT_KEYS} | {"snapshot_id": snap.snapshot_id})
+            self._found.setdefault(partition, {k: load.get(k) for k in SNAPSHOT_KEYS}
+                                   | {"snapshot_id": snap.snapshot_id, "committed_at": committed_at(snap)})
+
+
+def committed_at(snap) -> str:
+    """When a snapshot was committed, in UTC: from then on every reader of the table sees it."""
+    return datetime.fromtimestamp(snap.timestamp_ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)

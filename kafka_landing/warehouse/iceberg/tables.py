@@ -1,7 +1,7 @@
 """The tables of one warehouse root: where each lives, the catalog that names it, and the store
 every other file goes through. What the loads, the commits, the stage and upkeep share.
 
-    <root>/_catalog.db                              the SQL catalog (SQLite: nothing to start)
+    <root>/_catalog.db                              the SQL catalog by default (SQLite: nothing to start)
     <root>/<dataset>/<table>/metadata/...           the table's Iceberg metadata: schema, snapshots
     <root>/<dataset>/<table>/data/hour=<H>/<load>/  the Parquet files one load of hour H wrote
     <root>/<dataset>/<table>/_loads/hour=<H>.json   what was loaded: the done file's content hash
@@ -9,8 +9,9 @@ every other file goes through. What the loads, the commits, the stage and upkeep
 
 The root is a local folder or a `gs://bucket/prefix`: Spark writes the Parquet files there (the
 GCS connector), pyiceberg its metadata (`gcs_io`), and the load records, the listing and the
-removing of files go through the root's store (`store.open_store`), one code path for both. A
-bucket holds no SQLite file: a gs:// root needs KAFKA_LANDING_ICEBERG_CATALOG_URI (PostgreSQL).
+removing of files go through the root's store (`store.open_store`), one code path for both. The
+catalog (`catalogs.py`) is that SQLite file, another SQL database (a bucket holds no SQLite file:
+a gs:// root needs one) or a REST catalog.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import fnmatch
 import functools
 import json
 from datetime import datetime, timezone
-from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
@@ -27,6 +28,7 @@ from kafka_landing.naming import check_identifier
 from kafka_landing.store import open_store
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.backend import LoadError
+from kafka_landing.warehouse.iceberg.catalogs import CatalogConfig, on_gcs, open_catalog
 
 HOUR_COLUMN = "hour"  # the landing hour of each row, a partition column of every table
 SCHEMA_PROPERTY = "kafka-landing.schema"  # the table's schema in Spark's terms: what `merge_schemas` widens
@@ -37,26 +39,6 @@ TABLE_PROPERTIES = {"format-version": "2", "write.metadata.delete-after-commit.e
                     "write.metadata.previous-versions-max": "100", "commit.manifest-merge.enabled": "true"}
 
 
-def on_gcs(root: str) -> bool:
-    return str(root).startswith("gs://")
-
-
-def catalog_uri(root: str, uri: str | None) -> str:
-    """The catalog's database: `uri`, else SQLite in a local root. A bucket cannot hold SQLite (no
-    locks, no partial writes), so a gs:// root without one is refused: terminal, as config is."""
-    if uri:
-        return uri
-    if on_gcs(root):
-        raise LoadError(f"the Iceberg warehouse root {root} is a bucket, which cannot hold the SQLite catalog: set "
-                        "KAFKA_LANDING_ICEBERG_CATALOG_URI to the catalog's database (PostgreSQL in production, "
-                        "e.g. postgresql+psycopg2://user:password@host/db; or a local sqlite:////path/catalog.db)",
-                        transient=False)
-    from sqlalchemy.engine import URL
-
-    # Built, not formatted: a root's %, # or ? would be read as URL syntax (`per%20cent` as `per cent`).
-    return URL.create("sqlite", database=str(Path(root).expanduser().resolve() / "_catalog.db")).render_as_string()
-
-
 def _io_properties(root: str) -> tuple[tuple[str, str], ...]:
     """The catalog's FileIO properties: none for a local root; `gcs_io`'s for gs://."""
     if not on_gcs(root):
@@ -64,18 +46,6 @@ def _io_properties(root: str) -> tuple[tuple[str, str], ...]:
     from kafka_landing.warehouse.iceberg.gcs_io import emulator_host, gcs_properties
 
     return tuple(sorted(gcs_properties(emulator_host()).items()))
-
-
-@functools.lru_cache(maxsize=8)
-def _catalog(root: str, uri: str, props: tuple[tuple[str, str], ...]):
-    """One catalog per (root, database, FileIO properties: the emulator's endpoint among them)."""
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    if on_gcs(root):
-        return SqlCatalog("kafka_landing", uri=uri, warehouse=root.rstrip("/"), **dict(props))
-    base = Path(root).expanduser().resolve()
-    base.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog("kafka_landing", uri=uri, warehouse=str(base))  # a plain path: `Tables.uri` says why
 
 
 @functools.lru_cache(maxsize=8)
@@ -99,14 +69,14 @@ def snapshot_id(t) -> int | None:
 class Tables:
     """The tables of one root, partitioned by `column` (hour, or event_day / event_hour, then hour)."""
 
-    def __init__(self, root: str, uri: str | None, column: str):
+    def __init__(self, root: str, config: CatalogConfig, column: str):
         self.root = root
-        self.catalog_uri = uri  # None: SQLite under the root; or a SQLAlchemy URL (PostgreSQL)
+        self.config = config  # the catalog: SQL (SQLite under the root by default) or REST
         self.column = column
 
     @property
     def catalog(self):
-        return _catalog(self.root, catalog_uri(self.root, self.catalog_uri), _io_properties(self.root))
+        return open_catalog(self.root, self.config, _io_properties(self.root))
 
     @functools.cached_property
     def store(self) -> LandingStore:
@@ -126,13 +96,27 @@ class Tables:
         return check_identifier(dataset, "dataset"), check_identifier(table, "table")
 
     def table(self, dataset: str, table: str):
-        """The Iceberg table, or None before its first load."""
+        """The Iceberg table, or None before its first load. A table of that name elsewhere than this
+        root is refused (terminal): a catalog shared by deployments (PostgreSQL, REST) may hold
+        another's, and loading into it would write this root's files into that table's history."""
         from pyiceberg.exceptions import NoSuchTableError
 
         try:
-            return self.catalog.load_table(self.identifier(dataset, table))
+            t = self.catalog.load_table(self.identifier(dataset, table))
         except NoSuchTableError:
             return None
+        if not self.ours(t, dataset, table):
+            raise LoadError(f"{dataset}.{table}: {self.config.named()} holds this table at {t.location()}, not in "
+                            f"this warehouse's root ({self.uri(dataset, table)}): another deployment's table of the "
+                            "same name, or a root that moved. Nothing was loaded. Give each deployment its own "
+                            "catalog or its own datasets, or set KAFKA_LANDING_WAREHOUSE_ROOT to the root the table "
+                            "is in", transient=False)
+        return t
+
+    def ours(self, t, dataset: str, table: str) -> bool:
+        """Whether table `t` lives where this root keeps `dataset.table` (file:// and %-quoting aside:
+        tables made by earlier releases keep locations written so)."""
+        return _place(t.location()) == _place(self.uri(dataset, table))
 
     def rel(self, dataset: str, table: str, *parts: str) -> str:
         """A path in the table's folder, relative to the root (what the store takes)."""
@@ -175,6 +159,13 @@ class Tables:
         if on_gcs(self.root):
             session.conf.set("parquet.hadoop.vectored.io.enabled", "false")  # the session's Hadoop conf
         return session.read
+
+
+def _place(location: str) -> str:
+    if location.startswith("file:"):
+        location = unquote(location[len("file:"):])
+        location = "/" + location.lstrip("/")
+    return location.rstrip("/")
 
 
 class LoadRecords:

@@ -8,15 +8,19 @@ rewrites the table's metadata with every kept snapshot.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
+from kafka_landing.naming import IDENTIFIER
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS
 from kafka_landing.warehouse.iceberg.tables import TABLE_PROPERTIES, Tables
 
 if TYPE_CHECKING:
     from kafka_landing.warehouse.iceberg.warehouse import IcebergWarehouse
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = 
     now = now or datetime.now(timezone.utc)
     root = warehouse.tables
     if tables is None:
-        tables = [ident[-2:] for ns in root.catalog.list_namespaces() for ident in root.catalog.list_tables(ns)]
+        tables = _ours(root)
     out = []
     for dataset, table in sorted(tables):
         t = root.table(dataset, table)
@@ -55,6 +59,27 @@ def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = 
         removed, removed_bytes = _remove_unlisted(root, t, (dataset, table), now.timestamp() - STAGING_MAX_AGE_SECONDS)
         out.append(Upkept(f"{dataset}.{table}", len(old), len(t.metadata.snapshots), removed, removed_bytes))
     return out
+
+
+def _ours(root: Tables) -> list[tuple[str, str]]:
+    """The catalog's tables this root keeps: a catalog shared by deployments lists others' too,
+    whose snapshots and files are theirs to keep."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    found = []
+    for ns in root.catalog.list_namespaces():
+        for ident in root.catalog.list_tables(ns):
+            dataset, table = ident[-2:]
+            if not (IDENTIFIER.match(dataset) and IDENTIFIER.match(table)):
+                continue
+            try:
+                t = root.catalog.load_table(ident)
+            except NoSuchTableError as exc:  # listed, but its metadata is gone: nothing upkeep can do
+                log.warning("upkeep skips %s.%s: the catalog lists it but cannot load it (%s)", dataset, table, exc)
+                continue
+            if root.ours(t, dataset, table):
+                found.append((dataset, table))
+    return found
 
 
 def _with_our_properties(root: Tables, t, ident: tuple[str, str]):

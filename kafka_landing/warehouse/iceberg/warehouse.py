@@ -24,7 +24,9 @@ from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory,
 from kafka_landing.warehouse.iceberg.commits import COMMIT_ATTEMPTS, Commits, Lineage, Written, hour_keys, load_props
 from kafka_landing.warehouse.iceberg.files import read_landed, spark_table, write_parquet
 from kafka_landing.warehouse.iceberg.stage import StagedHour, stage
-from kafka_landing.warehouse.iceberg.tables import HOUR_COLUMN, Tables, catalog_uri, on_gcs, schema_of
+from kafka_landing.errors import is_transient
+from kafka_landing.warehouse.iceberg.catalogs import CatalogConfig, on_gcs, sql_uri
+from kafka_landing.warehouse.iceberg.tables import HOUR_COLUMN, Tables, schema_of
 from kafka_landing.warehouse.schema_evolution import merge_schemas
 
 
@@ -50,14 +52,15 @@ class _Plan:
 
 
 class IcebergWarehouse(Warehouse):
-    """Iceberg tables in a SQL catalog, written with Spark (Parquet files) and committed with pyiceberg."""
+    """Iceberg tables in a SQL or REST catalog, written with Spark (Parquet files) and committed with pyiceberg."""
 
     kind = "iceberg"
 
-    def __init__(self, root: str, catalog_uri: str | None = None, column: str = HOUR_COLUMN):
-        """`catalog_uri`: None for SQLite under the root, or a SQLAlchemy URL (PostgreSQL); `column`: the
-        partition a load replaces: hour, or event_day / event_hour (`by_event`)."""
-        self.tables = Tables(root, catalog_uri, column)
+    def __init__(self, root: str, catalog: CatalogConfig | str | None = None, column: str = HOUR_COLUMN):
+        """`catalog`: None for SQLite under the root, a SQLAlchemy URL (PostgreSQL), a REST catalog's
+        URL, or a `CatalogConfig` with its settings; `column`: the partition a load replaces: hour,
+        or event_day / event_hour (`by_event`)."""
+        self.tables = Tables(root, CatalogConfig.of(catalog), column)
         self.commits = Commits(self.tables)
         self._lineages: dict[tuple[str, str], Lineage] = {}  # tables as `loaded` read them, once per backend
 
@@ -71,7 +74,7 @@ class IcebergWarehouse(Warehouse):
 
     def by_event(self, granularity: str, field: str | None) -> IcebergWarehouse:
         """The event-time tables: <dataset>.<table>__by_event, partitioned by event_<granularity> and hour."""
-        return IcebergWarehouse(self.root, self.tables.catalog_uri, column=f"event_{granularity}")
+        return IcebergWarehouse(self.root, self.tables.config, column=f"event_{granularity}")
 
     def table(self, dataset: str, table: str):
         """The Iceberg table, or None before its first load."""
@@ -92,7 +95,10 @@ class IcebergWarehouse(Warehouse):
         return f"{dataset}.{table} ({self.table_location(dataset, table)}) where {self.tables.column} = '{partition}'"
 
     def check_writable(self) -> None:
-        catalog_uri(self.root, self.tables.catalog_uri)  # a bucket without a catalog database: terminal, first
+        config = self.tables.config
+        config.check()  # settings that cannot work: terminal, first
+        if not config.rest:
+            sql_uri(self.root, config.uri)  # a bucket without a catalog database: the same
         root = self.root
         try:
             self.store.check_writable()
@@ -102,7 +108,12 @@ class IcebergWarehouse(Warehouse):
                             "KAFKA_LANDING_WAREHOUSE_ROOT and its permissions") from None
         try:
             self.tables.catalog.list_namespaces()
-        except Exception as exc:  # the catalog's database: SQLAlchemy's errors, by driver
+        except Exception as exc:  # the catalog's database (SQLAlchemy's errors, by driver) or its REST server
+            if config.rest:
+                raise LoadError(f"{config.named()} (the catalog of {root}) cannot be reached or refused us "
+                                f"({type(exc).__name__}: {exc}): check KAFKA_LANDING_ICEBERG_CATALOG_URI, that the "
+                                "server is up, and its credentials (KAFKA_LANDING_ICEBERG_CREDENTIAL, _TOKEN or _AUTH)",
+                                transient=is_transient(exc)) from None
             raise LoadError(f"the Iceberg catalog of {root} cannot be opened ({type(exc).__name__}: {exc}): check "
                             "KAFKA_LANDING_ICEBERG_CATALOG_URI and that its database is up", transient=True) from None
 
@@ -183,7 +194,8 @@ class IcebergWarehouse(Warehouse):
             self._record_load(manifest, done_file, done_sha256, done["snapshot_id"], keys)
             files = 0 if ahead is None else len(manifest.landed_files)
             return LoadResult(name, manifest.partition, manifest.rows, files, tuple(manifest.schema_ids), ahead or (),
-                              location, done_file, done_sha256)
+                              location, done_file, done_sha256, snapshot_id=done["snapshot_id"],
+                              committed_at=done.get("committed_at"))
         plan = self._plan(manifest, done, keys, done_file, done_sha256)
         added = self._write_and_commit(store, plan, spark, staged.written.get(key))
         if added is None:  # nothing to make a table of yet: an empty first load
@@ -194,7 +206,9 @@ class IcebergWarehouse(Warehouse):
         now = self.committed(self.table(*plan.ident), manifest.partition)
         self._record_load(manifest, done_file, done_sha256, now["snapshot_id"] if now else None, keys)
         return LoadResult(name, manifest.partition, manifest.rows, sum(len(fs) for fs in plan.changed.values()),
-                          tuple(manifest.schema_ids), tuple(added), location, done_file, done_sha256)
+                          tuple(manifest.schema_ids), tuple(added), location, done_file, done_sha256,
+                          snapshot_id=now["snapshot_id"] if now else None,
+                          committed_at=now.get("committed_at") if now else None)
 
     def _plan(self, manifest: Manifest, done: dict | None, keys: dict[str, str], done_file: str | None,
               sha: str | None) -> _Plan:

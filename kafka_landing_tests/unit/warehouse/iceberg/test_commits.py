@@ -21,6 +21,7 @@ class Snapshot:
 
     def __init__(self, snapshot_id: int, parent: int | None, **props: str):
         self.snapshot_id, self.parent_snapshot_id = snapshot_id, parent
+        self.timestamp_ms = 1_767_225_600_000 + snapshot_id * 1000  # 2026-01-01T00:00:00Z + id seconds
         self._props = {prop(k.replace("_", "-")): v for k, v in props.items()}
 
     @property
@@ -47,7 +48,7 @@ def test_the_newest_load_of_an_hour_is_found_walking_back_and_each_snapshot_is_r
 
     assert lineage.newest("H2")["sha256"] == "d" and Snapshot.reads == 1  # the top of the chain
     got = lineage.newest("H0")
-    assert (got["sha256"], got["snapshot_id"]) == ("c", 3)
+    assert (got["sha256"], got["snapshot_id"], got["committed_at"]) == ("c", 3, "2026-01-01T00:00:03.000+00:00")
     assert lineage.newest("H1")["snapshot_id"] == 2 and lineage.newest("H9") is None
     assert Snapshot.reads == 4, "a snapshot was read twice"
 
