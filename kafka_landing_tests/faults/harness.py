@@ -86,6 +86,7 @@ class Deployment:
     bootstrap: str
     registry_url: str
     home_name: str = "dagster_home"
+    catalog: str | None = None  # KAFKA_LANDING_ICEBERG_CATALOG_URI: None, the SQL catalog under the warehouse
 
     @property
     def landing(self) -> Path:
@@ -123,6 +124,7 @@ class Deployment:
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             "SCHEMA_REGISTRY_URL": self.registry_url,
         })
+        overrides = {"KAFKA_LANDING_ICEBERG_CATALOG_URI": self.catalog, **overrides}
         for k, v in overrides.items():
             if v is None:
                 env.pop(k, None)
@@ -143,10 +145,10 @@ class Deployment:
         return [f"warehouse/{self.topics[topic]['dataset']}/{t}" for t in self.tables(topic)]
 
 
-def deployment(root: Path, topics: dict[str, dict], bootstrap: str, registry_url: str,
+def deployment(root: Path, topics: dict[str, dict], bootstrap: str, registry_url: str, catalog: str | None = None,
                **defaults) -> Deployment:
     root.mkdir(parents=True, exist_ok=True)
-    d = Deployment(root, topics, bootstrap, registry_url)
+    d = Deployment(root, topics, bootstrap, registry_url, catalog=catalog)
     d.home.mkdir(parents=True, exist_ok=True)
     (d.home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
     d.config_path.write_text(yaml.safe_dump({
@@ -450,7 +452,7 @@ def check_landed_exactly(dep: Deployment, topic: str, hour: datetime, sent: list
 def _iceberg(dep: Deployment):
     from kafka_landing.warehouse.iceberg import IcebergWarehouse
 
-    return IcebergWarehouse(str(dep.warehouse))
+    return IcebergWarehouse(str(dep.warehouse), dep.catalog)
 
 
 def _iceberg_hour(dep: Deployment, topic: str, table: str, hour: datetime):

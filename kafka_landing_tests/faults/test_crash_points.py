@@ -30,6 +30,7 @@ import pytest
 
 from kafka_landing.crash_points import STEPS
 from kafka_landing.naming import slice_manifest_path
+from kafka_landing.warehouse.iceberg import IcebergWarehouse
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.faults.harness import (
     RUN_TIMEOUT,
@@ -264,3 +265,33 @@ def test_the_rerun_is_not_blocked_by_the_killed_run(crashes, point):
         f"after a SIGKILL at {point.id}, the re-run was blocked by pools {sorted(pools & blocked)}: "
         f"the killed run still held slots {case.slots_after}; the test freed them by hand to go on"
     )
+
+
+def test_killed_inside_a_rest_catalogs_commit_then_rerun_loads_the_hour_once(produce_web_hour, bootstrap,
+                                                                              registry_url, iceberg_rest_url,
+                                                                              tmp_path_factory):
+    """The same SIGKILL inside the commit (`warehouse:committing`: the REST catalog has it, the load
+    no answer yet) on a REST catalog: the hour is visible once right after, and the re-run records
+    it without loading it twice."""
+    d = produce_web_hour("rest_commit")
+    dataset = f"c_rest_{d.topic[-8:]}"  # the session's REST catalog outlives each test: a dataset of its own
+    dep = deployment(tmp_path_factory.mktemp("rest_commit"), {d.topic: web_topic(dataset)}, bootstrap,
+                     registry_url, catalog=iceberg_rest_url)
+    select = dep.landing_assets(d.topic) + dep.warehouse_assets(d.topic)
+
+    crashed = finish(start(dep, select, d.hour, crash="warehouse:committing", name="crash"))
+
+    assert killed_by_sigkill(crashed), f"exit code {crashed.returncode}\n{crashed.tail()}"
+    visible = [t for t in dep.tables(d.topic) if read_warehouse_hour(dep, d.topic, t, d.hour) is not None]
+    assert len(visible) == VISIBLE_AFTER_CRASH["warehouse:committing"][2]
+    landed = read_hour(dep, d.topic, d.hour, d.sent)
+    assert warehouse_problems(dep, d.topic, visible[0], d.hour, landed.rows[visible[0]]) == []
+    tables = IcebergWarehouse(str(dep.warehouse), iceberg_rest_url)
+    snapshots = len(tables.table(dataset, visible[0]).metadata.snapshots)
+
+    rerun = finish(start(dep, dep.warehouse_assets(d.topic), d.hour, name="rerun"))
+
+    assert not rerun.failures, f"{rerun.failures}\n{rerun.tail()}"
+    check_loaded_exactly(dep, d.topic, d.hour, check_landed_exactly(dep, d.topic, d.hour, d.sent))
+    assert len(tables.table(dataset, visible[0]).metadata.snapshots) == snapshots, "the hour was committed twice"
+    assert not (dep.warehouse / "_catalog.db").exists(), "the runs used the SQL catalog, not the REST one"
