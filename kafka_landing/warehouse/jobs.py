@@ -21,7 +21,7 @@ from pydantic import Field
 
 from kafka_landing.errors import KafkaLandingError
 from kafka_landing.handoff.manifests import DoneFileError, read_done_file
-from kafka_landing.hours import failure
+from kafka_landing.hours import SPARK_TAG, failure
 from kafka_landing.resources import LandingResource, SparkResource
 from kafka_landing.handoff.units import LoadUnit, event_unit
 from kafka_landing.naming import EVENT_TABLE_SUFFIX
@@ -101,18 +101,23 @@ class UpkeepConfig(Config):
     keep_hours: int = Field(default=168, ge=1, description="Snapshots younger than this stay (time travel, and a "
                             "load killed after its commit); older ones expire, and the files only they list are "
                             "removed. Keep it above the topics' settle_hours if readers time-travel to settled days.")
+    compact_after_hours: int = Field(default=24, ge=0, description="An event-time table's day (or hour) that ended "
+                                     "this long ago and holds more than one data file is rewritten as one file "
+                                     "(the same rows, one commit); a late record's file is compacted again later.")
 
 
-@op(description="Expires the Iceberg tables' old snapshots and removes the files no kept snapshot lists.")
+@op(description="Compacts the event tables' finished days, expires the Iceberg tables' old snapshots and removes "
+                 "the files no kept snapshot lists.")
 def iceberg_upkeep_op(context: OpExecutionContext, config: UpkeepConfig, landing: LandingResource,
-                      warehouse: WarehouseResource) -> None:
+                      warehouse: WarehouseResource, pyspark: SparkResource) -> None:
     from kafka_landing.warehouse.iceberg import IcebergWarehouse, upkeep
 
     backend = warehouse.backend(landing.store())
     if not isinstance(backend, IcebergWarehouse):
         raise failure(LoadError(f"{UPKEEP_JOB}: the warehouse is {backend.kind}, not Iceberg: nothing to upkeep"))
     try:
-        done = upkeep(backend, timedelta(hours=config.keep_hours))
+        done = upkeep(backend, timedelta(hours=config.keep_hours), spark=lambda: pyspark.spark_session,
+                      compact_after=timedelta(hours=config.compact_after_hours))
     except KafkaLandingError as exc:
         raise failure(exc) from None
     for u in done:
@@ -121,13 +126,15 @@ def iceberg_upkeep_op(context: OpExecutionContext, config: UpkeepConfig, landing
                else warehouse_key(dataset, table))
         context.log_event(AssetObservation(asset_key=key, metadata={
             "snapshots_expired": u.snapshots_expired, "snapshots_kept": u.snapshots_kept,
-            "files_removed": u.files_removed, "bytes_removed": u.bytes_removed, "keep_hours": config.keep_hours}))
-        context.log.info(f"{u.table}: {u.snapshots_expired} snapshot(s) expired, {u.snapshots_kept} kept, "
+            "files_removed": u.files_removed, "bytes_removed": u.bytes_removed, "keep_hours": config.keep_hours,
+            "partitions_compacted": u.partitions_compacted, "files_compacted": u.files_compacted}))
+        context.log.info(f"{u.table}: {u.partitions_compacted} partition(s) compacted from {u.files_compacted} "
+                         f"file(s), {u.snapshots_expired} snapshot(s) expired, {u.snapshots_kept} kept, "
                          f"{u.files_removed} file(s) removed ({u.bytes_removed} bytes)")
 
 
-@job(description="Expires old snapshots of the Iceberg warehouse's tables and removes the files only they listed; "
-                 "daily by its schedule.")
+@job(description="Compacts the event tables' finished days, expires old snapshots of the Iceberg warehouse's "
+                 "tables and removes the files only they listed; daily by its schedule.", tags={SPARK_TAG: "true"})
 def iceberg_upkeep():
     iceberg_upkeep_op()
 
@@ -135,4 +142,5 @@ def iceberg_upkeep():
 iceberg_upkeep_daily = ScheduleDefinition(
     name="iceberg_upkeep_daily", job=iceberg_upkeep, cron_schedule="17 3 * * *", execution_timezone="UTC",
     default_status=DefaultScheduleStatus.RUNNING,
-    description="Daily at 03:17 UTC: the Iceberg tables' snapshots older than a week expire and their files go.")
+    description="Daily at 03:17 UTC: the event tables' finished days compacted, the Iceberg tables' snapshots "
+                "older than a week expired and their files removed.")

@@ -25,7 +25,8 @@ DAEMON_CASES = ("many_topics", "freshness")
 def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp_path, stack):
     # One case and a two-hour day, two measurements at a time: the sizes and the timings
     # belong to `make bench`, not to every test run. The daemon's cases have tests of their own.
-    report = run(Sizes(messages=200, hours=1, day_hours=2, topics=(("small", 1),), many_topics=0, tenfold=False), tmp_path,
+    report = run(Sizes(messages=200, hours=1, day_hours=2, topics=(("small", 1),), many_topics=0, tenfold=False,
+                       year_days=10), tmp_path,
                  Options(cases=tuple(c for c in CASES if c.name not in DAEMON_CASES), workers=2))
     assert {(r["case"], r["contender"], r["records"]) for r in report["throughput"]} == {
         ("small 1x", c, 200) for c in throughput.CONTENDERS}
@@ -58,7 +59,7 @@ def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp
     # per-record pass, if 200 records landed no slower than an empty hour (no rate to judge); the 10x
     # cases' are left out.
     unmeasured = ("memory_4x", "vs_python_valve_large", "many_topics", "many_topics_vs_one", "freshness_one",
-                  "freshness_many", "pass_vs_java_small", "pass_vs_java_large", "memory_10x")
+                  "freshness_many", "pass_vs_java_small", "pass_vs_java_large", "memory_10x", "year_plan_vs_week")
     kl = next(r for r in report["throughput"] if r["contender"] == "kafka_landing")
     if kl["seconds"] <= report["fixed_cost"]["empty_hour"]["seconds"]:
         unmeasured += ("pass_vs_librdkafka_raw",)
@@ -72,7 +73,7 @@ def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp
 def test_a_contender_landing_one_record_too_few_fails_the_bench(tmp_path, stack, monkeypatch):
     monkeypatch.setenv(SHORT_READ_ENV, "1")
     with pytest.raises(BenchError, match=r"librdkafka_raw landed 39 records of .*the frozen slices hold 40"):
-        run(Sizes(messages=40, hours=1, day_hours=1, topics=(("small", 1),), tenfold=False), tmp_path,
+        run(Sizes(messages=40, hours=1, day_hours=1, topics=(("small", 1),), tenfold=False, year_days=10), tmp_path,
             Options(cases=(throughput.CASE,), contenders=("librdkafka_raw",)))
     assert not (tmp_path / "bench.md").exists()
 

@@ -23,7 +23,7 @@ SUPPORT = {"__init__", "__main__", "cases", "data", "goals", "measure", "options
 
 def test_every_case_module_is_a_case_of_the_run_named_after_it():
     modules = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in SUPPORT)
-    assert len(modules) == len(cases.CASES) == 10
+    assert len(modules) == len(cases.CASES) == 11
     assert sorted(c.name for c in cases.CASES) == modules
     for case in cases.CASES:
         assert isinstance(case, Case) and callable(case.jobs) and callable(case.report)
@@ -48,6 +48,9 @@ def _measured(contender: str) -> dict:
             "stages": {"one": 1.0, "two": 1.0, "three": 1.0}, "server_peak_rss_mb": 700, "hours": 3,
             "files_before": 2, "files_rewritten": 0, "files_added": 1, "load_seconds": 0.1,
             "tables": 2, "freshness_states": {"warehouse/d/t": "PASS"},
+            "days": 365, "files_per_day_before": 24, "week_plan_ms": 5.0, "year_plan_ms_before": 200.0,
+            "year_plan_ms": 7.0, "files_per_day_after": 1, "most_files_a_day": 1, "partitions_compacted": 363,
+            "manifests_before": 68, "manifests": 70, "built_seconds": 90.0, "compact_seconds": 60.0,
             "by_hour": [{"hour": "2026-01-01-04:00", "seconds": 9.0, "landing_started": 1.0, "landing_ended": 4.0,
                          "first_load_asked": 5.0, "last_load_asked": 6.0, "load_runs": 2}]}
 

@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="measure this case alone, with the data it needs (repeat for several); default: all")
     # Internal: one measurement's process.
     for name in ("--contender", "--topic", "--landing-root", "--warehouse-root", "--out-dir", "--freeze-spec",
-                 "--late-hour", "--bootstrap", "--registry", "--topics-config"):
+                 "--late-hour", "--bootstrap", "--registry", "--topics-config", "--days"):
         ap.add_argument(name, help=argparse.SUPPRESS)
     ap.add_argument("--hour-keys", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="range", choices=("range", "runs"), help=argparse.SUPPRESS)

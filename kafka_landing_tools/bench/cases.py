@@ -17,11 +17,12 @@ from kafka_landing_tools.bench import (
     throughput,
     warehouse_load,
     widening,
+    year_table,
 )
 from kafka_landing_tools.bench.world import Case
 
 CASES: tuple[Case, ...] = tuple(m.CASE for m in (throughput, stages, memory, fixed_cost, backfill, warehouse_load,
-                                                 amendment, widening, many_topics, freshness))
+                                                 amendment, widening, year_table, many_topics, freshness))
 BY_NAME = {c.name: c for c in CASES}
 
 

@@ -1,4 +1,4 @@
-"""The goals (the warm engine's of issues 21 and 36, the Iceberg warehouse's of issue 35), each
+"""The goals (the warm engine's of issues 21 and 36, the Iceberg warehouse's of issues 35 and 49), each
 met or not from two numbers this run measured; `met` is None where the run did not measure them.
 Issue 36 retired "24 hourly processes within 2x of one run" (its many-topics goal replaces it;
 the backfill table still shows both) and "3x python_valve" (now 2.5x); issue 47 retired the
@@ -40,6 +40,9 @@ GOALS = {
     "process_start": "Process start (imports, definitions, instance; no run): at most 1.0 s (issue 48)",
     "day_vs_plain": ("The day (24 hours, 3 tables, event-time tables) landed in one run: at most 1.5x the same "
                      "records landed as one table without event time (issue 48)"),
+    "year_plan_vs_week": ("An event table holding a year of days, upkept: one day's query plans in at most 2x the "
+                          "time of a week-old table's (issue 49)"),
+    "year_files_per_day": "The same table: at most one data file per event day once upkeep compacted it (issue 49)",
 }
 TARGETS = {"vs_python_valve": ">= 2.5x", "vs_python_valve_large": ">= 2.2x", "vs_spark_by_hand": ">= 2x",
            "pass_vs_librdkafka_raw": ">= 80%", "warm_run": "<= 4 s; <= 1 s beyond start", "warehouse_load": "<= 3x",
@@ -47,7 +50,7 @@ TARGETS = {"vs_python_valve": ">= 2.5x", "vs_python_valve_large": ">= 2.2x", "vs
            "memory_4x": "<= 1.2x", "many_topics": "< 300 s", "many_topics_vs_one": "<= 3x",
            "freshness_one": "<= 15 s", "freshness_many": "<= 60 s", "pass_vs_java_small": ">= 70%",
            "pass_vs_java_large": ">= 70%", "memory_10x": "<= 1.2x", "process_start": "<= 1.0 s",
-           "day_vs_plain": "<= 1.5x"}
+           "day_vs_plain": "<= 1.5x", "year_plan_vs_week": "<= 2x", "year_files_per_day": "<= 1"}
 
 
 def _goal(key: str, measured: str | None = None, met: bool | None = None) -> dict:
@@ -193,6 +196,20 @@ def _widening(wy: dict | None) -> dict:
                  f"rewritten, {wy['files_added']} added, in {wy['load_seconds']} s", wy["files_rewritten"] == 0)
 
 
+def _year(yt: dict | None) -> list[dict]:
+    """A year of an event table against a week of it (`year_table`)."""
+    if not yt:
+        return [_goal("year_plan_vs_week"), _goal("year_files_per_day")]
+    return [_goal("year_plan_vs_week", f"{yt['days']} days: {yt['year_plan_ms']} ms once upkept ({yt['manifests']} "
+                  f"manifests; before upkeep {yt['year_plan_ms_before']} ms, {yt['manifests_before']} manifests, "
+                  f"{yt['files_per_day_before']} files a day); a week-old table {yt['week_plan_ms']} ms: "
+                  f"{yt['year_plan_ms'] / yt['week_plan_ms']:.2f}x",
+                  yt["year_plan_ms"] <= 2 * yt["week_plan_ms"] if yt["days"] >= 365 else None),
+            _goal("year_files_per_day", f"{yt['partitions_compacted']} days compacted in {yt['compact_seconds']} s: "
+                  f"at most {yt['most_files_a_day']} file(s) a day (before: {yt['files_per_day_before']})",
+                  yt["most_files_a_day"] <= 1)]
+
+
 def _memory(rows: list[dict]) -> dict:
     """On the warm engine the run's Spark lives in the server, outside the run's process tree: the
     server's own memory (a fresh server per case) is judged; the classic run, whose tree holds its
@@ -254,4 +271,5 @@ def evaluate_goals(report: dict) -> list[dict]:
             _pass_vs_java(rows, report.get("fixed_cost"), "large", "pass_vs_java_large"),
             _memory_10x(report.get("server_memory")),
             _process_start(report.get("fixed_cost")),
-            _day_vs_plain(report.get("backfill"))]
+            _day_vs_plain(report.get("backfill")),
+            *_year(report.get("year_table"))]

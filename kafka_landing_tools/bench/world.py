@@ -43,11 +43,12 @@ class Sizes:
     many_per_hour: int = MANY_PER_HOUR
     freshness_topics: int = FRESHNESS_TOPICS  # the freshness case's many-topics variant
     tenfold: bool = True  # the 10x throughput topics too (`TENFOLD`)
+    year_days: int = 365  # days of the year_table case's table (the smoke run and the tests: a fortnight)
 
 
 # The smoke run: every section, at sizes where start-up is nearly everything (no large topic).
 QUICK = Sizes(messages=20_000, hours=2, day_hours=6, topics=(("small", 1), ("small", 4)), many_topics=0,
-              freshness_topics=4, tenfold=False)
+              freshness_topics=4, tenfold=False, year_days=14)
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,7 @@ class Commits:
         meanwhile and the rewrite is done once. False if the table's schema is no longer
         `written.base` (the files were written for it) or another writer committed first: the caller
         tries again. An error before the commit call removes what the load wrote; one from the call
-        itself leaves what `_send` decides."""
+        itself leaves what `send` decides."""
         from pyiceberg.expressions import AlwaysTrue
 
         with self.tables.lock(*ident) as held:
@@ -184,7 +184,7 @@ class Commits:
                 if target is not None:
                     self.tables.store.delete(target)
                 raise
-            if self._send(tx, ident, t, props, where, [written.folder, target]):
+            if self.send(tx, ident, t, props, where, [written.folder, target]):
                 return True
         if target is not None:
             self.tables.store.delete(target)  # never committed: the next attempt rewrites on the new snapshot
@@ -213,12 +213,12 @@ class Commits:
             if _holds(now, replaced):
                 tx.delete(replaced, snapshot_properties=props)
             tx.add_files(written.files, snapshot_properties=props, check_duplicate_files=False)
-            return self._send(tx, ident, now, props, where, [written.folder])
+            return self.send(tx, ident, now, props, where, [written.folder])
 
     def create(self, ident: tuple[str, str], schema: dict, adds: list[tuple[list[str], dict]], where: str | None = None,
                discard: tuple[str, ...] = ()) -> bool:
         """The table, made with its first loads' files ((files, snapshot properties) each) in one
-        commit (`_send`); False if another load made it first. An error before the commit removes
+        commit (`send`); False if another load made it first. An error before the commit removes
         `discard`, the folders of those files."""
         ident = self.tables.identifier(*ident)
         try:
@@ -227,8 +227,7 @@ class Commits:
                 ident, schema=arrow_schema(schema, self.tables.columns), location=self.tables.uri(*ident),
                 properties={SCHEMA_PROPERTY: json.dumps(schema), **TABLE_PROPERTIES})
             with tx.update_spec() as spec:
-                for column in self.tables.columns:
-                    spec.add_identity(column)
+                spec.add_identity(self.tables.column)  # an event table's hour is a column: a day's files compact to one
             for files, props in adds:
                 if files:
                     tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)
@@ -236,9 +235,9 @@ class Commits:
             for rel in discard:
                 self.tables.store.delete(rel)  # never committed: nobody references these files
             raise
-        return self._send(tx, ident, None, adds[-1][1], where or ".".join(ident), list(discard))
+        return self.send(tx, ident, None, adds[-1][1], where or ".".join(ident), list(discard))
 
-    def _send(self, tx, ident: tuple[str, str], base, props: dict, where: str, discard: list[str | None]) -> bool:
+    def send(self, tx, ident: tuple[str, str], base, props: dict, where: str, discard: list[str | None]) -> bool:
         """Ask the catalog to commit `tx`, made on table `ident` as `base` (None: a new one). True if it
         committed; False if it was refused (the table changed since `base`, or another load made it):
         nothing committed. Any other error leaves the outcome unknown: the database may have

@@ -1,4 +1,5 @@
-"""Upkeep of the root's tables: old snapshots expired, and the files no kept snapshot lists removed.
+"""Upkeep of the root's tables: the event tables' finished partitions compacted (`compact`), old
+snapshots expired, and the files no kept snapshot lists removed.
 
 What the checks and loads need is the current snapshot (they read it) and the load records; older
 snapshots are for time travel and for a load killed between its commit and its record, which the
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from kafka_landing.naming import IDENTIFIER
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS
+from kafka_landing.warehouse.backend import SparkFactory
+from kafka_landing.warehouse.iceberg.compact import COMPACT_AFTER, compact, event_column, give_spec
 from kafka_landing.warehouse.iceberg.tables import TABLE_PROPERTIES, Tables
 
 if TYPE_CHECKING:
@@ -32,11 +35,15 @@ class Upkept:
     snapshots_kept: int
     files_removed: int  # data and manifest files no kept snapshot lists any more
     bytes_removed: int
+    partitions_compacted: int = 0  # event partitions made one file each (`compact`)
+    files_compacted: int = 0  # the files they held before
 
 
 def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = None,
-           tables: list[tuple[str, str]] | None = None) -> list[Upkept]:
-    """Expire every table's snapshots older than `keep` (never the current one), then remove the
+           tables: list[tuple[str, str]] | None = None, spark: SparkFactory | None = None,
+           compact_after: timedelta = COMPACT_AFTER) -> list[Upkept]:
+    """Compact the event tables' partitions over for `compact_after` (with `spark`: `compact`),
+    expire every table's snapshots older than `keep` (never the current one), then remove the
     files no kept snapshot lists, and that are older than a day: a load's files are on disk before
     its commit lists them, and no load runs for a day."""
     now = now or datetime.now(timezone.utc)
@@ -49,6 +56,13 @@ def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = 
         if t is None:
             continue
         t = _with_our_properties(root, t, (dataset, table))
+        compacted = None
+        column = event_column(t)
+        if column is not None:
+            t = give_spec(root, t, (dataset, table))
+            if spark is not None:
+                compacted = compact(Tables(root.root, root.config, column), (dataset, table), spark, now, compact_after)
+                t = root.table(dataset, table)
         current = t.current_snapshot()
         old = [snap.snapshot_id for snap in t.metadata.snapshots
                if datetime.fromtimestamp(snap.timestamp_ms / 1000, timezone.utc) < now - keep
@@ -57,7 +71,8 @@ def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = 
             t.maintenance.expire_snapshots().by_ids(old).commit()
             t = root.table(dataset, table)
         removed, removed_bytes = _remove_unlisted(root, t, (dataset, table), now.timestamp() - STAGING_MAX_AGE_SECONDS)
-        out.append(Upkept(f"{dataset}.{table}", len(old), len(t.metadata.snapshots), removed, removed_bytes))
+        out.append(Upkept(f"{dataset}.{table}", len(old), len(t.metadata.snapshots), removed, removed_bytes,
+                          *((compacted.partitions, compacted.files) if compacted else ())))
     return out
 
 

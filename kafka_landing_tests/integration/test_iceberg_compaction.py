@@ -1,0 +1,141 @@
+"""Event days compacted once they are over: one data file each, the same rows, through upkeep with
+real Spark and pyiceberg; an amendment after it is exact and compacted again; a table made with
+the former spec (event day, hour) is given the event day alone; a load that commits meanwhile wins."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from kafka_landing.config import TopicConfig
+from kafka_landing.handoff.units import event_unit
+from kafka_landing.store.local import LocalStore
+from kafka_landing.warehouse.iceberg import IcebergWarehouse, upkeep
+from kafka_landing.warehouse.load import load_unit
+from kafka_landing_tests.helpers import write_event_hour
+
+DS = "shop"
+EVENT_SCHEMA = {"type": "record", "name": "Order", "fields": [
+    {"name": "order_id", "type": "string"},
+    {"name": "created_at", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]}]}
+CFG = TopicConfig(topic="orders", dataset=DS, table="orders", event_time_field="created_at")
+DAY1, DAY2 = "2026-01-31", "2026-02-01"
+
+
+def _order(order_id: str, tag: str) -> dict:
+    return {"order_id": order_id, "created_at": datetime.strptime(tag, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc)}
+
+
+@pytest.fixture
+def landed(tmp_path, spark):
+    """Day 1's records from three landing hours (one of them the next day's, late), day 2's from one."""
+    store, wh = LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"))
+    write_event_hour(store, DS, "orders", "2026-01-31T13", {"2026-01-31T13": [_order("a", "2026-01-31T13"),
+                                                                            _order("b", "2026-01-31T13")]},
+                     EVENT_SCHEMA, topic="orders", first=0)
+    write_event_hour(store, DS, "orders", "2026-01-31T14", {"2026-01-31T14": [_order("c", "2026-01-31T14")]},
+                     EVENT_SCHEMA, topic="orders", first=10)
+    write_event_hour(store, DS, "orders", "2026-02-01T02", {"2026-01-31T20": [_order("late", "2026-01-31T20")],
+                                                            "2026-02-01T02": [_order("d", "2026-02-01T02")]},
+                     EVENT_SCHEMA, topic="orders", first=20)
+    for day in (DAY1, DAY2):
+        load_unit(wh, store, event_unit(DS, "orders", day), lambda: spark, CFG)
+    return store, wh
+
+
+def _table(wh: IcebergWarehouse):
+    return wh.by_event("day", "created_at").table(DS, "orders__by_event")
+
+
+def _files(wh: IcebergWarehouse) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for task in _table(wh).scan().plan_files():
+        out[task.file.partition[0]] = out.get(task.file.partition[0], 0) + 1
+    return out
+
+
+def _rows(wh: IcebergWarehouse) -> list[tuple]:
+    return sorted((r["event_day"], r["hour"], r["order_id"])
+                  for r in _table(wh).scan().to_arrow().to_pylist())
+
+
+def _upkeep(wh, spark, now):
+    [u] = upkeep(wh, timedelta(days=7), now=now, spark=lambda: spark, tables=[(DS, "orders__by_event")])
+    return u
+
+
+def test_an_event_day_over_for_a_day_becomes_one_file_with_the_same_rows(landed, spark):
+    store, wh = landed
+    rows = _rows(wh)
+    assert _files(wh) == {DAY1: 3, DAY2: 1}
+
+    u = _upkeep(wh, spark, datetime(2026, 2, 2, 1, tzinfo=timezone.utc))  # day 1 ended 25 h before, day 2 1 h
+
+    assert (u.partitions_compacted, u.files_compacted) == (1, 3)
+    assert _files(wh) == {DAY1: 1, DAY2: 1}
+    assert _rows(wh) == rows
+    event = wh.by_event("day", "created_at")
+    assert event.partition_rows(DS, "orders__by_event", DAY1) == 4
+    assert _upkeep(wh, spark, datetime(2026, 2, 2, 1, tzinfo=timezone.utc)).partitions_compacted == 0  # done
+
+
+def test_an_amendment_of_a_compacted_day_is_exact_and_is_compacted_again(landed, spark):
+    store, wh = landed
+    _upkeep(wh, spark, datetime(2026, 2, 2, 1, tzinfo=timezone.utc))
+    # The late hour landed again: its record of day 1 is now another one, and one more came.
+    write_event_hour(store, DS, "orders", "2026-02-01T02", {"2026-01-31T20": [_order("late2", "2026-01-31T20")],
+                                                            "2026-01-31T21": [_order("later", "2026-01-31T21")],
+                                                            "2026-02-01T02": [_order("d", "2026-02-01T02")]},
+                     EVENT_SCHEMA, topic="orders", first=30)
+    load_unit(wh, store, event_unit(DS, "orders", DAY1), lambda: spark, CFG)
+
+    day1 = sorted(r[2] for r in _rows(wh) if r[0] == DAY1)
+    assert day1 == ["a", "b", "c", "late2", "later"]
+    assert _files(wh)[DAY1] > 1  # the compacted file, less the re-landed hour (rewritten), and the new rows
+    assert _upkeep(wh, spark, datetime(2026, 2, 3, 1, tzinfo=timezone.utc)).partitions_compacted == 1
+    assert _files(wh) == {DAY1: 1, DAY2: 1}
+    assert sorted(r[2] for r in _rows(wh) if r[0] == DAY1) == day1
+
+
+def test_a_table_of_the_former_spec_is_given_the_event_day_alone_and_compacts(tmp_path, spark):
+    """Tables made before were partitioned by (event day, landing hour); their files stay under that
+    spec, the new ones go under the event day alone, and a day of both compacts to one file."""
+    store, wh = LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"))
+    write_event_hour(store, DS, "orders", "2026-01-31T13", {"2026-01-31T13": [_order("o0", "2026-01-31T13")]},
+                     EVENT_SCHEMA, topic="orders", first=0)
+    load_unit(wh, store, event_unit(DS, "orders", DAY1), lambda: spark, CFG)
+    with _table(wh).update_spec() as spec:  # the former spec, as tables made before have it
+        spec.add_identity("hour")
+    write_event_hour(store, DS, "orders", "2026-01-31T14", {"2026-01-31T14": [_order("o10", "2026-01-31T14")]},
+                     EVENT_SCHEMA, topic="orders", first=10)
+    load_unit(wh, store, event_unit(DS, "orders", DAY1), lambda: spark, CFG)
+    assert [f.name for f in _table(wh).spec().fields] == ["event_day", "hour"]
+
+    u = _upkeep(wh, spark, datetime(2026, 2, 2, 1, tzinfo=timezone.utc))
+
+    assert [f.name for f in _table(wh).spec().fields] == ["event_day"]
+    assert (u.partitions_compacted, u.files_compacted) == (1, 2)
+    assert sorted(r[2] for r in _rows(wh)) == ["o0", "o10"]
+
+
+def test_a_load_that_commits_while_a_day_is_compacted_wins_and_the_compaction_gives_way(landed, spark, monkeypatch):
+    from kafka_landing.warehouse.iceberg import compact as compaction
+
+    store, wh = landed
+    real = compaction.Tables.rows_in
+
+    def a_load_meanwhile(self, files):
+        monkeypatch.setattr(compaction.Tables, "rows_in", real)
+        write_event_hour(store, DS, "orders", "2026-02-01T05", {"2026-01-31T22": [_order("e", "2026-01-31T22")]},
+                         EVENT_SCHEMA, topic="orders", first=40)
+        load_unit(wh, store, event_unit(DS, "orders", DAY1), lambda: spark, CFG)
+        return real(self, files)
+
+    monkeypatch.setattr(compaction.Tables, "rows_in", a_load_meanwhile)
+    u = _upkeep(wh, spark, datetime(2026, 2, 2, 1, tzinfo=timezone.utc))
+
+    assert u.partitions_compacted == 0
+    assert _files(wh) == {DAY1: 4, DAY2: 1}
+    assert sorted(r[2] for r in _rows(wh) if r[0] == DAY1) == ["a", "b", "c", "e", "late"]
+    assert not list((wh.table_dir(DS, "orders__by_event") / "data").glob("_compact-*"))
