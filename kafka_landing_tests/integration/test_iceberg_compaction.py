@@ -20,7 +20,7 @@ EVENT_SCHEMA = {"type": "record", "name": "Order", "fields": [
     {"name": "order_id", "type": "string"},
     {"name": "created_at", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}]}]}
 CFG = TopicConfig(topic="orders", dataset=DS, table="orders", event_time_field="created_at")
-DAY1, DAY2 = "2026-01-31", "2026-02-01"
+DAY1, DAY2, UNKNOWN1 = "2026-01-31", "2026-02-01", "__unknown__2026-01-31"
 
 
 def _order(order_id: str, tag: str) -> dict:
@@ -32,14 +32,16 @@ def landed(tmp_path, spark):
     """Day 1's records from three landing hours (one of them the next day's, late), day 2's from one."""
     store, wh = LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"))
     write_event_hour(store, DS, "orders", "2026-01-31T13", {"2026-01-31T13": [_order("a", "2026-01-31T13"),
-                                                                            _order("b", "2026-01-31T13")]},
+                                                                            _order("b", "2026-01-31T13")],
+                                                           None: [{"order_id": "u1", "created_at": None}]},
                      EVENT_SCHEMA, topic="orders", first=0)
-    write_event_hour(store, DS, "orders", "2026-01-31T14", {"2026-01-31T14": [_order("c", "2026-01-31T14")]},
+    write_event_hour(store, DS, "orders", "2026-01-31T14", {"2026-01-31T14": [_order("c", "2026-01-31T14")],
+                                                           None: [{"order_id": "u2", "created_at": None}]},
                      EVENT_SCHEMA, topic="orders", first=10)
     write_event_hour(store, DS, "orders", "2026-02-01T02", {"2026-01-31T20": [_order("late", "2026-01-31T20")],
                                                             "2026-02-01T02": [_order("d", "2026-02-01T02")]},
                      EVENT_SCHEMA, topic="orders", first=20)
-    for day in (DAY1, DAY2):
+    for day in (DAY1, DAY2, UNKNOWN1):
         load_unit(wh, store, event_unit(DS, "orders", day), lambda: spark, CFG)
     return store, wh
 
@@ -68,12 +70,12 @@ def _upkeep(wh, spark, now):
 def test_an_event_day_over_for_a_day_becomes_one_file_with_the_same_rows(landed, spark):
     store, wh = landed
     rows = _rows(wh)
-    assert _files(wh) == {DAY1: 3, DAY2: 1}
+    assert _files(wh) == {DAY1: 3, DAY2: 1, UNKNOWN1: 2}
 
     u = _upkeep(wh, spark, datetime(2026, 2, 2, 1, tzinfo=timezone.utc))  # day 1 ended 25 h before, day 2 1 h
 
-    assert (u.partitions_compacted, u.files_compacted) == (1, 3)
-    assert _files(wh) == {DAY1: 1, DAY2: 1}
+    assert (u.partitions_compacted, u.files_compacted) == (2, 5)
+    assert _files(wh) == {DAY1: 1, DAY2: 1, UNKNOWN1: 1}
     assert _rows(wh) == rows
     event = wh.by_event("day", "created_at")
     assert event.partition_rows(DS, "orders__by_event", DAY1) == 4
@@ -90,11 +92,19 @@ def test_an_amendment_of_a_compacted_day_is_exact_and_is_compacted_again(landed,
                      EVENT_SCHEMA, topic="orders", first=30)
     load_unit(wh, store, event_unit(DS, "orders", DAY1), lambda: spark, CFG)
 
+    # And the second hour of day 1 again, its record without an event time now another one.
+    write_event_hour(store, DS, "orders", "2026-01-31T14", {"2026-01-31T14": [_order("c", "2026-01-31T14")],
+                                                           None: [{"order_id": "u2b", "created_at": None}]},
+                     EVENT_SCHEMA, topic="orders", first=50)
+    for day in (DAY1, UNKNOWN1):
+        load_unit(wh, store, event_unit(DS, "orders", day), lambda: spark, CFG)
+
     day1 = sorted(r[2] for r in _rows(wh) if r[0] == DAY1)
     assert day1 == ["a", "b", "c", "late2", "later"]
-    assert _files(wh)[DAY1] > 1  # the compacted file, less the re-landed hour (rewritten), and the new rows
-    assert _upkeep(wh, spark, datetime(2026, 2, 3, 1, tzinfo=timezone.utc)).partitions_compacted == 1
-    assert _files(wh) == {DAY1: 1, DAY2: 1}
+    assert sorted(r[2] for r in _rows(wh) if r[0] == UNKNOWN1) == ["u1", "u2b"]
+    assert _files(wh)[DAY1] > 1  # the compacted file, less the re-landed hours (rewritten), and the new rows
+    assert _upkeep(wh, spark, datetime(2026, 2, 3, 1, tzinfo=timezone.utc)).partitions_compacted == 2
+    assert _files(wh) == {DAY1: 1, DAY2: 1, UNKNOWN1: 1}
     assert sorted(r[2] for r in _rows(wh) if r[0] == DAY1) == day1
 
 
@@ -136,6 +146,28 @@ def test_a_load_that_commits_while_a_day_is_compacted_wins_and_the_compaction_gi
     u = _upkeep(wh, spark, datetime(2026, 2, 2, 1, tzinfo=timezone.utc))
 
     assert u.partitions_compacted == 0
-    assert _files(wh) == {DAY1: 4, DAY2: 1}
+    assert _files(wh) == {DAY1: 4, DAY2: 1, UNKNOWN1: 2}
     assert sorted(r[2] for r in _rows(wh) if r[0] == DAY1) == ["a", "b", "c", "e", "late"]
     assert not list((wh.table_dir(DS, "orders__by_event") / "data").glob("_compact-*"))
+
+
+def test_a_landing_hour_table_whose_records_have_an_event_day_field_keeps_its_hours(tmp_path, spark):
+    """Only event-time tables are compacted and given the event spec: a landing-hour table is told
+    by its name and spec, not by what its records' fields are called."""
+    from kafka_landing.handoff.manifests import read_done_file
+    from kafka_landing_tests.helpers import write_hour
+
+    schema = {"type": "record", "name": "Visit", "fields": [{"name": "event_day", "type": "string"}]}
+    store, wh = LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"))
+    for i, hour in enumerate(("2026-01-31T13", "2026-01-31T14")):
+        done = write_hour(store, DS, "visits", hour, [(0, 1, schema, [{"event_day": "2026-01-31"}] * (i + 1))])
+        manifest, sha = read_done_file(store, done)
+        wh.load_partition(store, manifest, lambda: spark, done, sha)
+
+    [u] = upkeep(wh, timedelta(days=7), now=datetime(2026, 3, 1, tzinfo=timezone.utc), spark=lambda: spark,
+                 tables=[(DS, "visits")])
+
+    assert u.partitions_compacted == 0
+    t = wh.table(DS, "visits")
+    assert [f.name for f in t.spec().fields] == ["hour"]
+    assert len(list(t.scan().plan_files())) == 2

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from kafka_landing.naming import UNKNOWN_EVENT
+from kafka_landing.naming import EVENT_TABLE_SUFFIX, UNKNOWN_EVENT
 from kafka_landing.warehouse.backend import LoadError, SparkFactory
 from kafka_landing.warehouse.iceberg.tables import HOUR_COLUMN, Tables, snapshot_id
 
@@ -58,11 +58,13 @@ def due(files_by_partition: dict[str, int], column: str, now: datetime, after: t
     return sorted(out)
 
 
-def event_column(t) -> str | None:
+def event_column(t, table: str) -> str | None:
     """The event column an event-time table is partitioned by (event_day / event_hour); None for a
-    landing-hour table."""
-    names = {f.name for f in t.schema().fields}
-    return next((c for c in ("event_day", "event_hour") if c in names), None)
+    landing-hour table, whatever its records' fields are named: by its name and its spec."""
+    if not table.endswith(EVENT_TABLE_SUFFIX):
+        return None
+    first = next(iter(t.spec().fields), None)
+    return first.name if first is not None and first.name in ("event_day", "event_hour") else None
 
 
 def give_spec(tables: Tables, t, ident: tuple[str, str]):

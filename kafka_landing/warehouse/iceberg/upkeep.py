@@ -57,7 +57,7 @@ def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = 
             continue
         t = _with_our_properties(root, t, (dataset, table))
         compacted = None
-        column = event_column(t)
+        column = event_column(t, table)
         if column is not None:
             t = give_spec(root, t, (dataset, table))
             if spark is not None:
