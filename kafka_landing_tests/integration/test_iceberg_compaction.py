@@ -171,3 +171,18 @@ def test_a_landing_hour_table_whose_records_have_an_event_day_field_keeps_its_ho
     t = wh.table(DS, "visits")
     assert [f.name for f in t.spec().fields] == ["hour"]
     assert len(list(t.scan().plan_files())) == 2
+
+
+def test_a_backlog_is_swapped_a_batch_per_commit_so_its_manifests_stay_small(landed, spark, monkeypatch):
+    from kafka_landing.warehouse.iceberg import compact as compaction
+
+    monkeypatch.setattr(compaction, "BATCH", 1)
+    store, wh = landed
+    before = len(_table(wh).metadata.snapshots)
+
+    u = _upkeep(wh, spark, datetime(2026, 2, 2, 1, tzinfo=timezone.utc))
+
+    t = _table(wh)
+    swaps = {s.summary.additional_properties.get(compaction.COMPACTION) for s in t.metadata.snapshots[before:]}
+    assert (u.partitions_compacted, len(swaps - {None})) == (2, 2)  # two commits (each a delete and an append)
+    assert _files(wh) == {DAY1: 1, DAY2: 1, UNKNOWN1: 1}

@@ -26,6 +26,10 @@ from kafka_landing.warehouse.iceberg.tables import HOUR_COLUMN, Tables, snapshot
 
 COMPACT_AFTER = timedelta(hours=24)  # an event partition is compacted once it ended this long ago
 COMPACTION = "kafka-landing.compaction"  # on a compaction's snapshot: its id (what `send` looks for)
+# Partitions swapped per commit: a commit's new files make one manifest, so a backlog (a year, on
+# the first upkeep after an upgrade) compacted in one commit would leave a manifest of 365 entries
+# for every day's plan to read; a month per commit keeps them small and in time order.
+BATCH = 31
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,11 @@ def give_spec(tables: Tables, t, ident: tuple[str, str]):
 
 def compact(tables: Tables, ident: tuple[str, str], spark: SparkFactory, now: datetime,
             after: timedelta = COMPACT_AFTER) -> Compacted | None:
-    """The table's due event partitions (`due`) made one file each in one Spark job and one commit;
-    None if none was due, or a load committed while they were written (the next upkeep tries again)."""
+    """The table's due event partitions (`due`) made one file each in one Spark job, swapped in a
+    commit per `BATCH` of them; None if none was due, or a load committed while they were written
+    (the next upkeep tries again)."""
     from pyiceberg.expressions import In
 
-    from kafka_landing.warehouse.iceberg.commits import Commits
     from kafka_landing.warehouse.iceberg.files import write_compacted
 
     column = tables.column
@@ -103,27 +107,62 @@ def compact(tables: Tables, ident: tuple[str, str], spark: SparkFactory, now: da
     target = tables.rel(*ident, "data", f"_compact-{uuid.uuid4().hex}")
     try:
         paths = write_compacted(tables, t.scan(row_filter=In(column, todo)), [f.file_path for f in old], spark, target)
-        got, want = tables.rows_in(paths), sum(f.record_count for f in old)
-        if got != want or len(paths) != len(todo):
-            raise LoadError(f"{where}: wrote {got} rows in {len(paths)} files, the partitions hold {want} rows; nothing "
-                            f"was committed. Look at {tables.location(target)}")
+        made = _checked(tables, {p: files[p] for p in todo}, paths, where, target)
     except BaseException:
         tables.store.delete(target)
         raise
-    props = {COMPACTION: uuid.uuid4().hex, "kafka-landing.column": column}
+    done = 0
+    base = snapshot_id(t)
+    for start in range(0, len(todo), BATCH):
+        batch = todo[start:start + BATCH]
+        base = _swap(tables, ident, base, batch, [made[p] for p in batch], f"{where} ({batch[0]}..{batch[-1]})",
+                     target)
+        if base is None:  # a load committed since: its partition may have changed; the rest next time
+            if done == 0:
+                tables.store.delete(target)
+            break  # else the files not committed are left to `upkeep`, which removes what no snapshot lists
+        done += len(batch)
+    if not done:
+        return None
+    return Compacted(done, sum(len(files[p]) for p in todo[:done]))
+
+
+def _checked(tables: Tables, old: dict[str, list], paths: list[str], where: str, target: str) -> dict[str, str]:
+    """Each partition's new file, once its footer holds the rows its old files' metadata counts."""
+    from urllib.parse import unquote
+
+    made = {unquote(p.rsplit("/", 2)[-2].split("=", 1)[1]): p for p in paths}
+    for partition, fs in old.items():
+        want = sum(f.record_count for f in fs)
+        got = tables.rows_in([made[partition]]) if partition in made else None
+        if got != want or len(made) != len(old):
+            raise LoadError(f"{where}: partition {partition}'s new file holds {got} rows, its {len(fs)} files {want} "
+                            f"({len(made)} files written for {len(old)} partitions); nothing was committed. Look at "
+                            f"{tables.location(target)}")
+    return made
+
+
+def _swap(tables: Tables, ident: tuple[str, str], base: int | None, batch: list[str], paths: list[str], where: str,
+          target: str) -> int | None:
+    """One commit: the batch's partitions' files dropped and their new ones added, under the table's
+    lock, if the table is still at snapshot `base`. The new snapshot's id; None if another writer
+    committed since (nothing done)."""
+    from pyiceberg.expressions import In
+
+    from kafka_landing.warehouse.iceberg.commits import Commits
+
+    props = {COMPACTION: uuid.uuid4().hex, "kafka-landing.column": tables.column}
     with tables.lock(*ident) as held:
         now_t = tables.table(*ident)
-        if snapshot_id(now_t) != snapshot_id(t):
-            tables.store.delete(target)  # a load committed since: its day may have changed; next time
+        if snapshot_id(now_t) != base:
             return None
         held.fence()
         tx = now_t.transaction()
-        tx.delete(In(column, todo), snapshot_properties=props)
+        tx.delete(In(tables.column, batch), snapshot_properties=props)
         tx.add_files(paths, snapshot_properties=props, check_duplicate_files=False)
-        if not Commits(tables).send(tx, ident, now_t, props, where, [target]):
-            tables.store.delete(target)
+        if not Commits(tables).send(tx, ident, now_t, props, where, []):
             return None
-    return Compacted(len(todo), len(old))
+    return snapshot_id(tables.table(*ident))
 
 
 def _value(t, data_file, column: str) -> str:
