@@ -1,6 +1,7 @@
-"""Event days compacted once they are over: one data file each, the same rows, through upkeep with
-real Spark and pyiceberg; an amendment after it is exact and compacted again; a table made with
-the former spec (event day, hour) is given the event day alone; a load that commits meanwhile wins."""
+"""Event days compacted once they are over: one data file each, the same rows, through upkeep
+with real Spark and pyiceberg, in the SQL and the REST catalog; an amendment after it is exact and
+compacted again; a table made with the former spec (event day, hour) is given the event day
+alone; a load that commits meanwhile wins."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from kafka_landing.handoff.units import event_unit
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.iceberg import IcebergWarehouse, upkeep
 from kafka_landing.warehouse.load import load_unit
-from kafka_landing_tests.helpers import write_event_hour
+from kafka_landing_tests.helpers import drop_dataset, write_event_hour
 
 DS = "shop"
 EVENT_SCHEMA = {"type": "record", "name": "Order", "fields": [
@@ -27,10 +28,14 @@ def _order(order_id: str, tag: str) -> dict:
     return {"order_id": order_id, "created_at": datetime.strptime(tag, "%Y-%m-%dT%H").replace(tzinfo=timezone.utc)}
 
 
-@pytest.fixture
-def landed(tmp_path, spark):
-    """Day 1's records from three landing hours (one of them the next day's, late), day 2's from one."""
-    store, wh = LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"))
+@pytest.fixture(params=["sql", "rest"])
+def landed(request, tmp_path, spark):
+    """Day 1's records from three landing hours (one of them the next day's, late), day 2's from one;
+    in the SQL catalog and in the stack's REST catalog (event versions and upkeep through it)."""
+    catalog = request.getfixturevalue("iceberg_rest_url") if request.param == "rest" else None
+    store, wh = LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"), catalog)
+    if catalog:
+        drop_dataset(wh, DS)  # the session's REST catalog holds the tests' before
     write_event_hour(store, DS, "orders", "2026-01-31T13", {"2026-01-31T13": [_order("a", "2026-01-31T13"),
                                                                             _order("b", "2026-01-31T13")],
                                                            None: [{"order_id": "u1", "created_at": None}]},

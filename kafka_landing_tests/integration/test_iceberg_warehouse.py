@@ -462,7 +462,7 @@ def test_the_upkeep_job_reports_each_table_on_its_asset_and_refuses_another_ware
     landing = LandingResource(landing_root=str(tmp_path / "landing"))
     with DagsterInstance.ephemeral() as instance:
         result = iceberg_upkeep.execute_in_process(instance=instance, resources={
-            "landing": landing, "warehouse": resource},
+            "landing": landing, "warehouse": resource, "pyspark": pyspark_resource},
             run_config={"ops": {"iceberg_upkeep_op": {"config": {"keep_hours": 1}}}})
         assert result.success
         [obs] = [e.event_specific_data.asset_observation for e in result.all_events
@@ -471,7 +471,8 @@ def test_the_upkeep_job_reports_each_table_on_its_asset_and_refuses_another_ware
         assert obs.metadata["snapshots_kept"].value == len(wh.table("shop", "orders").metadata.snapshots)
         monkeypatch.setenv("BIGQUERY_EMULATOR_HOST", "http://127.0.0.1:1")  # a client, never called
         refused = iceberg_upkeep.execute_in_process(instance=instance, raise_on_error=False, resources={
-            "landing": landing, "warehouse": BigQueryWarehouseResource(project="kl-upkeep", location="US")})
+            "landing": landing, "warehouse": BigQueryWarehouseResource(project="kl-upkeep", location="US"),
+            "pyspark": pyspark_resource})
         assert not refused.success
         [failed] = [e for e in refused.all_events if e.event_type_value == "STEP_FAILURE"]
         assert "the warehouse is bigquery, not Iceberg" in failed.event_specific_data.error.message

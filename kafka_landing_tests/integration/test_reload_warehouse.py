@@ -1,14 +1,17 @@
 """`python -m kafka_landing reload`: every landed hour loaded into an Iceberg warehouse in one
 command, from the landing files alone (the source of truth): what moves the Parquet folders of
 earlier releases, or a lost warehouse, into Iceberg. Run again it loads nothing; an hour that cannot
-load fails alone, named, and the command says so by its exit code. Real Spark, real pyiceberg."""
+load fails alone, named, and the command says so by its exit code. Real Spark, real pyiceberg; the
+event-time tables through the SQL and the REST catalog."""
 
 from __future__ import annotations
+
+import pytest
 
 from kafka_landing.__main__ import main
 from kafka_landing.store.local import LocalStore
 from kafka_landing.warehouse.iceberg import HOUR_COLUMN, IcebergWarehouse
-from kafka_landing_tests.helpers import write_hour
+from kafka_landing_tests.helpers import drop_dataset, write_hour
 from kafka_landing_tests.integration.test_iceberg_warehouse import V1, V2, _hour, orders
 
 TOPICS = {"orders": {"dataset": "shop", "table": "orders", "first_hour": "2026-01-01T00"}}
@@ -73,20 +76,27 @@ def test_an_hour_that_cannot_load_fails_alone_and_the_command_says_so(code_locat
     assert sorted(got.column(HOUR_COLUMN).to_pylist()) == [_hour(0), _hour(2)]
 
 
-def test_the_event_time_tables_are_reloaded_from_their_newest_versions(code_location, spark, capsys):
+@pytest.mark.parametrize("catalog", ["sql", "rest"])
+def test_the_event_time_tables_are_reloaded_from_their_newest_versions(code_location, spark, capsys, catalog,
+                                                                       monkeypatch, request):
+    """In the SQL catalog and in a REST catalog (KAFKA_LANDING_ICEBERG_CATALOG_URI, the stack's)."""
     from pyiceberg.expressions import EqualTo
 
     from kafka_landing_tests.landed_hours import land_event_orders
 
     topics = {"orders": {**TOPICS["orders"], "event_time_field": "created_at"}}
     landing, warehouse = code_location(topics)
+    uri = request.getfixturevalue("iceberg_rest_url") if catalog == "rest" else None
+    if uri:
+        monkeypatch.setenv("KAFKA_LANDING_ICEBERG_CATALOG_URI", uri)
+        drop_dataset(IcebergWarehouse(str(warehouse), uri), "shop")  # the session's catalog holds the tests' before
     store = LocalStore(landing)
     land_event_orders(store, "2026-01-31T10", {"2026-01-31T10": ["a", "b"], "2026-01-30T23": ["late"]})
     land_event_orders(store, "2026-01-31T11", {"2026-01-31T11": ["c"]}, first=2000)
 
     assert main(["reload"]) == 0
     assert "shop.orders__by_event: 2 event partition(s) loaded, 0 held already" in capsys.readouterr().out
-    t = IcebergWarehouse(str(warehouse)).by_event("day", "created_at").table("shop", "orders__by_event")
+    t = IcebergWarehouse(str(warehouse), uri).by_event("day", "created_at").table("shop", "orders__by_event")
     days = {d: sorted(r["order_id"] for r in t.scan(row_filter=EqualTo("event_day", d)).to_arrow().to_pylist())
             for d in ("2026-01-30", "2026-01-31")}
     assert days == {"2026-01-30": ["late"], "2026-01-31": ["a", "b", "c"]}

@@ -31,10 +31,10 @@ from kafka_landing.warehouse.iceberg.files import arrow_schema, rewrite_table
 from kafka_landing.warehouse.iceberg.tables import (
     HOUR_COLUMN,
     SCHEMA_PROPERTY,
-    TABLE_PROPERTIES,
     Tables,
     schema_of,
     snapshot_id,
+    table_properties,
 )
 from kafka_landing.warehouse.spark_types import KEY, Path, iceberg_path, kind, zip_types
 
@@ -225,7 +225,7 @@ class Commits:
             ensure_namespace(self.tables.catalog, ident[0])
             tx = self.tables.catalog.create_table_transaction(
                 ident, schema=arrow_schema(schema, self.tables.columns), location=self.tables.uri(*ident),
-                properties={SCHEMA_PROPERTY: json.dumps(schema), **TABLE_PROPERTIES})
+                properties={SCHEMA_PROPERTY: json.dumps(schema), **table_properties(self.tables.columns)})
             with tx.update_spec() as spec:
                 spec.add_identity(self.tables.column)  # an event table's hour is a column: a day's files compact to one
             for files, props in adds:

@@ -40,11 +40,17 @@ SCHEMA_PROPERTY = "kafka-landing.schema"  # the table's schema in Spark's terms:
 # event table: 7 ms against 214 ms, a week-old table's 5 ms; docs/benchmark.md).
 TABLE_PROPERTIES = {"format-version": "2", "write.metadata.delete-after-commit.enabled": "true",
                     "write.metadata.previous-versions-max": "100", "commit.manifest-merge.enabled": "true",
-                    "commit.manifest.target-size-bytes": "32768",
-                    # Whole values, not 16 characters, in the files' statistics of the columns a load's delete
-                    # selects by (`Commits.replaced`): an `__unknown__<day>` partition's name is longer, and a
-                    # bound cut short leaves pyiceberg unsure a file holds only that partition's rows.
-                    **{f"write.metadata.metrics.column.{c}": "full" for c in ("hour", "event_day", "event_hour")}}
+                    "commit.manifest.target-size-bytes": "32768"}
+PARTITION_COLUMNS = ("hour", "event_day", "event_hour")  # what our tables add to their records' columns
+
+
+def table_properties(columns) -> dict[str, str]:
+    """`TABLE_PROPERTIES`, and whole values, not 16 characters, in the files' statistics of the
+    table's partition columns, which a load's delete selects by (`Commits.replaced`): an
+    `__unknown__<day>` partition's name is longer, and a bound cut short leaves pyiceberg unsure a
+    file holds only that partition's rows. Only columns the table has: a catalog may refuse others
+    (Iceberg's REST server does)."""
+    return {**TABLE_PROPERTIES, **{f"write.metadata.metrics.column.{c}": "full" for c in columns}}
 
 
 def _io_properties(root: str) -> tuple[tuple[str, str], ...]:

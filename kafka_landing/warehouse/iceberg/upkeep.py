@@ -18,7 +18,7 @@ from kafka_landing.naming import IDENTIFIER
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS
 from kafka_landing.warehouse.backend import SparkFactory
 from kafka_landing.warehouse.iceberg.compact import COMPACT_AFTER, compact, event_column, give_spec
-from kafka_landing.warehouse.iceberg.tables import TABLE_PROPERTIES, Tables
+from kafka_landing.warehouse.iceberg.tables import PARTITION_COLUMNS, Tables, table_properties
 
 if TYPE_CHECKING:
     from kafka_landing.warehouse.iceberg.warehouse import IcebergWarehouse
@@ -98,9 +98,11 @@ def _ours(root: Tables) -> list[tuple[str, str]]:
 
 
 def _with_our_properties(root: Tables, t, ident: tuple[str, str]):
-    """The table, given the properties every table of ours has (`TABLE_PROPERTIES`) if it was made
+    """The table, given the properties every table of ours has (`table_properties`) if it was made
     before one was ours."""
-    missing = {k: v for k, v in TABLE_PROPERTIES.items() if k != "format-version" and t.properties.get(k) != v}
+    names = {f.name for f in t.schema().fields}
+    ours = table_properties(c for c in PARTITION_COLUMNS if c in names)
+    missing = {k: v for k, v in ours.items() if k != "format-version" and t.properties.get(k) != v}
     if not missing:
         return t
     with t.transaction() as tx:
