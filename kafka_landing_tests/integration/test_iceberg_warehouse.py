@@ -125,6 +125,22 @@ def test_a_change_iceberg_cannot_hold_in_metadata_rewrites_the_table_in_the_comm
     assert before.schema.field("amount").type == pa.int64()
 
 
+def test_a_rewrite_keeps_the_values_of_a_column_that_older_files_lack(iceberg, spark):
+    """A widening Iceberg cannot make in metadata rewrites every file: one written before a field
+    was added and one after. Spark, left to take one file's schema for all, read the added column
+    as null in every file (the coupon of o10 was lost); the rewrite reads under the table's schema."""
+    store, wh = iceberg
+    wh.load_partition(store, _land_orders(store, _hour(0), V1, orders(1)), lambda: spark)
+    wh.load_partition(store, _land_orders(store, _hour(1), V2, orders(1, 10, coupon="c")), lambda: spark)
+    wider = {**V2, "fields": [V2["fields"][0], {"name": "amount", "type": "double"}, *V2["fields"][2:]]}
+    wh.load_partition(store, _land_orders(store, _hour(2), wider, [
+        {"order_id": "w", "amount": 0.5, "price": Decimal("1.25"), "coupon": "d"}]), lambda: spark)
+
+    assert str(wh.table("shop", "orders").schema().find_field("amount").field_type) == "double"
+    got = {r["order_id"]: (r["amount"], r["coupon"]) for r in _rows(wh, "orders")}
+    assert got == {"o0": (0.0, None), "o10": (10.0, "c"), "w": (0.5, "d")}
+
+
 def test_a_change_no_column_can_hold_is_refused_and_commits_nothing(iceberg, spark):
     store, wh = iceberg
     wh.load_partition(store, _land_orders(store, _hour(0), V1, orders(2)), lambda: spark)

@@ -114,13 +114,17 @@ def rewrite_table(tables: Tables, t, merged: dict, spark: SparkFactory, replaced
     the root, for removing it if the commit loses; the files' locations.)"""
     from pyiceberg.expressions import Not
 
-    tasks = list(t.scan(row_filter=Not(replaced)).plan_files())
+    scan = t.scan(row_filter=Not(replaced))
+    tasks = list(scan.plan_files())
     old = [task.file.file_path for task in tasks]
     if not old:
         return None, []
     target = tables.rel(*t.name()[-2:], "data", f"_rewrite-{uuid.uuid4().hex}")
     copies = {f"_kl_{i}": c for i, c in enumerate(tables.columns)}
-    df = conform(tables.parquet_reader(spark()).parquet(*old), with_columns(merged, tables.columns))
+    # Read under the table's schema, as `spark_table` reads: left to itself, Spark takes one file's
+    # schema for all, and a column added after that file was written would read as null everywhere.
+    read = tables.parquet_reader(spark()).schema(from_arrow_schema(scan.projection().as_arrow())).parquet(*old)
+    df = conform(read, with_columns(merged, tables.columns))
     df.withColumns({k: F.col(c) for k, c in copies.items()}).repartition(*copies) \
         .write.partitionBy(*copies).mode("error").parquet(tables.location(target))
     paths = [tables.location(r) for r in tables.store.glob(f"{target}/{'/'.join(['*'] * len(copies))}/part-*.parquet")]
