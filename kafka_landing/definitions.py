@@ -131,7 +131,7 @@ def build_warehouse() -> WarehouseResource:
             catalog_credential=_secret("KAFKA_LANDING_ICEBERG_CREDENTIAL"),
             catalog_token=_secret("KAFKA_LANDING_ICEBERG_TOKEN"),
             catalog_auth=os.environ.get("KAFKA_LANDING_ICEBERG_AUTH") or None,
-            catalog_properties=dict(parse_properties(os.environ.get("KAFKA_LANDING_ICEBERG_PROPERTIES"))))
+            catalog_properties=parse_properties(os.environ.get("KAFKA_LANDING_ICEBERG_PROPERTIES")))
     project = os.environ.get("KAFKA_LANDING_BIGQUERY_PROJECT")
     if not project:
         raise ValueError("KAFKA_LANDING_WAREHOUSE=bigquery needs KAFKA_LANDING_BIGQUERY_PROJECT, the project that "

@@ -168,12 +168,12 @@ _DATABASE_BUSY = ("database is locked", "database is busy", "could not connect",
                   "server closed the connection", "connection reset", "timeout", "terminating connection")
 
 
-# Client-library exceptions that mean the request got no answer (by name: no import of the clients here).
 # pyiceberg's REST errors for a server away or busy, and for a commit whose answer was lost (the
-# commit then looks for its own snapshot first: `commits.Commits._send`). 400, 401, 403 and 404
+# commit then looks for its own snapshot first: `commits.Commits.send`). 400, 401, 403 and 404
 # are refusals: terminal.
 _REST_CATALOG_AWAY = frozenset({"ServerError", "ServiceUnavailableError", "TooManyRequestsError",
                                 "CommitStateUnknownException"})
+# Client-library exceptions that mean the request got no answer (by name: no import of the clients here).
 _TRANSPORT_ERRORS = frozenset({
     "TransportError", "ConnectError", "ConnectTimeout", "ReadTimeout", "WriteTimeout", "PoolTimeout",
     "TimeoutException", "NetworkError", "ReadError", "WriteError", "RemoteProtocolError", "ProtocolError",

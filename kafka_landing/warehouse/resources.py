@@ -47,7 +47,8 @@ class IcebergWarehouseResource(WarehouseResource):
                                           "it (BigLake metastore: gs://bucket).")
     catalog_credential: str | None = Field(default=None, description="A REST catalog's OAuth2 client credentials "
                                            "(client_id:client_secret), only through an EnvVar.")
-    catalog_token: str | None = Field(default=None, description="A REST catalog's bearer token, only through an EnvVar.")
+    catalog_token: str | None = Field(default=None, description="A REST catalog's bearer token, only through an "
+                                      "EnvVar.")
     catalog_auth: str | None = Field(default=None, description="google: sign in to a REST catalog with Google's "
                                      "Application Default Credentials (the BigLake metastore).")
     catalog_properties: dict[str, str] = Field(default_factory=dict, description="Other pyiceberg catalog "
@@ -66,7 +67,7 @@ class IcebergWarehouseResource(WarehouseResource):
         from kafka_landing.warehouse.iceberg.catalogs import CatalogConfig
 
         return CatalogConfig(self.catalog_uri, self.catalog_warehouse, self.catalog_credential, self.catalog_token,
-                             self.catalog_auth, tuple(sorted(self.catalog_properties.items())))
+                             self.catalog_auth, tuple(sorted(self.catalog_properties.items())))  # hashable
 
 
 class BigQueryWarehouseResource(WarehouseResource):
@@ -104,10 +105,10 @@ class BigQueryWarehouseResource(WarehouseResource):
         return BigQueryWarehouse(client, ledger=store, project=client.project, location=self.location)
 
 
-def parse_properties(text: str | None) -> tuple[tuple[str, str], ...]:
+def parse_properties(text: str | None) -> dict[str, str]:
     """KAFKA_LANDING_ICEBERG_PROPERTIES: a JSON object of strings, as pyiceberg's catalog properties."""
     if not text:
-        return ()
+        return {}
     try:
         props = json.loads(text)
     except ValueError as exc:
@@ -116,4 +117,4 @@ def parse_properties(text: str | None) -> tuple[tuple[str, str], ...]:
     if not isinstance(props, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in props.items()):
         raise ValueError("KAFKA_LANDING_ICEBERG_PROPERTIES must be a JSON object of strings, e.g. "
                          '{"header.x-goog-user-project": "my-project"}')
-    return tuple(sorted(props.items()))
+    return props

@@ -191,3 +191,35 @@ def test_a_backlog_is_swapped_a_batch_per_commit_so_its_manifests_stay_small(lan
     swaps = {s.summary.additional_properties.get(compaction.COMPACTION) for s in t.metadata.snapshots[before:]}
     assert (u.partitions_compacted, len(swaps - {None})) == (2, 2)  # two commits (each a delete and an append)
     assert _files(wh) == {DAY1: 1, DAY2: 1, UNKNOWN1: 1}
+
+
+def test_a_load_between_two_batches_stops_the_compaction_there_and_keeps_its_rows(landed, spark, monkeypatch):
+    """The first batch is swapped and its lock let go; a load then changes a partition of the second
+    before the compaction reads the table again. The second batch must go on only from the
+    compaction's own commit, so it gives way, and the load's rows stay."""
+    import contextlib
+
+    from kafka_landing.warehouse.iceberg import compact as compaction
+
+    monkeypatch.setattr(compaction, "BATCH", 1)  # day 1, then the unknown partition
+    store, wh = landed
+    real_lock = compaction.Tables.lock
+    locks = []
+
+    @contextlib.contextmanager
+    def then_a_load(self, *ident):
+        locks.append(ident)
+        with real_lock(self, *ident) as held:
+            yield held
+        if len(locks) == 1:  # the first swap's lock, just let go
+            write_event_hour(store, DS, "orders", "2026-01-31T14", {"2026-01-31T14": [_order("c", "2026-01-31T14")],
+                                                                   None: [{"order_id": "u2c", "created_at": None}]},
+                             EVENT_SCHEMA, topic="orders", first=60)
+            load_unit(wh, store, event_unit(DS, "orders", UNKNOWN1), lambda: spark, CFG)
+
+    monkeypatch.setattr(compaction.Tables, "lock", then_a_load)
+    u = _upkeep(wh, spark, datetime(2026, 2, 2, 1, tzinfo=timezone.utc))
+
+    assert (u.partitions_compacted, u.files_compacted) == (1, 3)
+    assert sorted(r[2] for r in _rows(wh) if r[0] == UNKNOWN1) == ["u1", "u2c"]
+    assert _files(wh)[DAY1] == 1

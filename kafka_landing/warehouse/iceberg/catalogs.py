@@ -55,8 +55,8 @@ class CatalogConfig:
     def check(self) -> None:
         """Settings that cannot work, refused before any load: terminal, as config is."""
         if self.auth is not None and self.auth not in AUTH_TYPES:
-            raise LoadError(f"KAFKA_LANDING_ICEBERG_AUTH={self.auth!r}: choose one of {', '.join(AUTH_TYPES)}, or leave "
-                            "it unset and give KAFKA_LANDING_ICEBERG_CREDENTIAL or KAFKA_LANDING_ICEBERG_TOKEN",
+            raise LoadError(f"KAFKA_LANDING_ICEBERG_AUTH={self.auth!r}: choose one of {', '.join(AUTH_TYPES)}, or "
+                            "leave it unset and give KAFKA_LANDING_ICEBERG_CREDENTIAL or KAFKA_LANDING_ICEBERG_TOKEN",
                             transient=False)
         if not self.rest and (self.warehouse or self.credential or self.token or self.auth or self.properties):
             raise LoadError("KAFKA_LANDING_ICEBERG_WAREHOUSE, _CREDENTIAL, _TOKEN, _AUTH and _PROPERTIES are a REST "

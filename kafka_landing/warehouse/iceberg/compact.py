@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from kafka_landing.naming import EVENT_TABLE_SUFFIX, UNKNOWN_EVENT
 from kafka_landing.warehouse.backend import LoadError, SparkFactory
@@ -41,8 +41,6 @@ class Compacted:
 def ended(partition: str, column: str) -> datetime | None:
     """When an event partition is over: the end of its day (or hour), or of the landing day of an
     `__unknown__<day>` partition; None for a value that names no time."""
-    from datetime import timezone
-
     value = partition[len(UNKNOWN_EVENT):] if partition.startswith(UNKNOWN_EVENT) else partition
     hourly = column == "event_hour" and not partition.startswith(UNKNOWN_EVENT)
     try:
@@ -82,22 +80,18 @@ def give_spec(tables: Tables, t, ident: tuple[str, str]):
     return tables.table(*ident)
 
 
-def compact(tables: Tables, ident: tuple[str, str], spark: SparkFactory, now: datetime,
+def compact(tables: Tables, ident: tuple[str, str], t, spark: SparkFactory, now: datetime,
             after: timedelta = COMPACT_AFTER) -> Compacted | None:
-    """The table's due event partitions (`due`) made one file each in one Spark job, swapped in a
+    """Table `t`'s due event partitions (`due`) made one file each in one Spark job, swapped in a
     commit per `BATCH` of them; None if none was due, or a load committed while they were written
     (the next upkeep tries again)."""
-    from pyiceberg.expressions import In
-
     from kafka_landing.warehouse.iceberg.files import write_compacted
 
     column = tables.column
-    t = tables.table(*ident)
     if column == HOUR_COLUMN or t is None or t.current_snapshot() is None:
         return None
-    tasks = list(t.scan().plan_files())
     files: dict[str, list] = {}
-    for task in tasks:
+    for task in t.scan().plan_files():
         files.setdefault(_value(t, task.file, column), []).append(task.file)
     todo = due({p: len(fs) for p, fs in files.items()}, column, now, after)
     if not todo:
@@ -106,24 +100,24 @@ def compact(tables: Tables, ident: tuple[str, str], spark: SparkFactory, now: da
     old = [f for p in todo for f in files[p]]
     target = tables.rel(*ident, "data", f"_compact-{uuid.uuid4().hex}")
     try:
-        paths = write_compacted(tables, t.scan(row_filter=In(column, todo)), [f.file_path for f in old], spark, target)
+        paths = write_compacted(tables, t.schema(), [f.file_path for f in old], spark, target)
         made = _checked(tables, {p: files[p] for p in todo}, paths, where, target)
     except BaseException:
         tables.store.delete(target)
         raise
-    done = 0
-    base = snapshot_id(t)
+    done, base = 0, snapshot_id(t)
     for start in range(0, len(todo), BATCH):
         batch = todo[start:start + BATCH]
-        base = _swap(tables, ident, base, batch, [made[p] for p in batch], f"{where} ({batch[0]}..{batch[-1]})",
-                     target)
-        if base is None:  # a load committed since: its partition may have changed; the rest next time
-            if done == 0:
-                tables.store.delete(target)
-            break  # else the files not committed are left to `upkeep`, which removes what no snapshot lists
-        done += len(batch)
+        committed, base = _swap(tables, ident, base, batch, [made[p] for p in batch],
+                                f"{where} ({batch[0]}..{batch[-1]})")
+        done += len(batch) if committed else 0
+        if base is None:  # another writer committed: its partitions may have changed; the rest next time
+            break
     if not done:
+        tables.store.delete(target)
         return None
+    # Files of batches not committed stay under `target` beside the committed ones: upkeep removes
+    # them a day later, as it does every file no snapshot lists.
     return Compacted(done, sum(len(files[p]) for p in todo[:done]))
 
 
@@ -135,18 +129,21 @@ def _checked(tables: Tables, old: dict[str, list], paths: list[str], where: str,
     for partition, fs in old.items():
         want = sum(f.record_count for f in fs)
         got = tables.rows_in([made[partition]]) if partition in made else None
-        if got != want or len(made) != len(old):
-            raise LoadError(f"{where}: partition {partition}'s new file holds {got} rows, its {len(fs)} files {want} "
-                            f"({len(made)} files written for {len(old)} partitions); nothing was committed. Look at "
-                            f"{tables.location(target)}")
+        if got != want:
+            raise LoadError(f"{where}: partition {partition}'s new file holds {got} rows, its {len(fs)} files {want}; "
+                            f"nothing was committed. Look at {tables.location(target)}")
+    if len(made) != len(old):
+        raise LoadError(f"{where}: {len(made)} files were written for {len(old)} partitions; nothing was committed. "
+                        f"Look at {tables.location(target)}")
     return made
 
 
-def _swap(tables: Tables, ident: tuple[str, str], base: int | None, batch: list[str], paths: list[str], where: str,
-          target: str) -> int | None:
-    """One commit: the batch's partitions' files dropped and their new ones added, under the table's
-    lock, if the table is still at snapshot `base`. The new snapshot's id; None if another writer
-    committed since (nothing done)."""
+def _swap(tables: Tables, ident: tuple[str, str], base: int | None, batch: list[str], paths: list[str],
+          where: str) -> tuple[bool, int | None]:
+    """One commit, under the table's lock, if the table is still at snapshot `base`: the batch's
+    partitions' files dropped and their new ones added. (Whether it committed; the snapshot the
+    next batch may commit on: this commit's own, not the table's current one, which another
+    writer may have moved since; None if there is none to go on from.)"""
     from pyiceberg.expressions import In
 
     from kafka_landing.warehouse.iceberg.commits import Commits
@@ -155,14 +152,15 @@ def _swap(tables: Tables, ident: tuple[str, str], base: int | None, batch: list[
     with tables.lock(*ident) as held:
         now_t = tables.table(*ident)
         if snapshot_id(now_t) != base:
-            return None
+            return False, None
         held.fence()
         tx = now_t.transaction()
         tx.delete(In(tables.column, batch), snapshot_properties=props)
         tx.add_files(paths, snapshot_properties=props, check_duplicate_files=False)
         if not Commits(tables).send(tx, ident, now_t, props, where, []):
-            return None
-    return snapshot_id(tables.table(*ident))
+            return False, None
+    mine = snapshot_id(now_t)  # the commit updates the table it was made from; a lost answer found later does not
+    return True, (mine if mine != base else None)
 
 
 def _value(t, data_file, column: str) -> str:

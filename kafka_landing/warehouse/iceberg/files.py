@@ -136,12 +136,12 @@ def rewrite_table(tables: Tables, t, merged: dict, spark: SparkFactory, replaced
     return target, paths
 
 
-def write_compacted(tables: Tables, scan, files: list[str], spark: SparkFactory, target: str) -> list[str]:
-    """The rows of `files` (the event partitions of `scan`, read under its schema as `spark_table`
-    reads) written again as one file per event partition, sorted by landing hour, under `target`
-    (relative to the root): one Spark job. The new files' locations."""
+def write_compacted(tables: Tables, schema, files: list[str], spark: SparkFactory, target: str) -> list[str]:
+    """The rows of `files` (read under the table's `schema`, as `spark_table` reads) written again as
+    one file per event partition, sorted by landing hour, under `target` (relative to the root): one
+    Spark job. The new files' locations."""
     column = tables.column
-    df = tables.parquet_reader(spark()).schema(from_arrow_schema(scan.projection().as_arrow())).parquet(*files)
+    df = tables.parquet_reader(spark()).schema(from_arrow_schema(schema.as_arrow())).parquet(*files)
     df.withColumn("_kl_p", F.col(column)).repartition("_kl_p").sortWithinPartitions("_kl_p", HOUR_COLUMN) \
         .write.partitionBy("_kl_p").mode("error").parquet(tables.location(target))
     return [tables.location(r) for r in tables.store.glob(f"{target}/*/part-*.parquet")]

@@ -48,11 +48,10 @@ def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = 
     its commit lists them, and no load runs for a day."""
     now = now or datetime.now(timezone.utc)
     root = warehouse.tables
-    if tables is None:
-        tables = _ours(root)
+    loaded = _ours(root) if tables is None else {ident: None for ident in tables}
     out = []
-    for dataset, table in sorted(tables):
-        t = root.table(dataset, table)
+    for (dataset, table), t in sorted(loaded.items()):
+        t = t or root.table(dataset, table)
         if t is None:
             continue
         t = _with_our_properties(root, t, (dataset, table))
@@ -61,8 +60,10 @@ def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = 
         if column is not None:
             t = give_spec(root, t, (dataset, table))
             if spark is not None:
-                compacted = compact(Tables(root.root, root.config, column), (dataset, table), spark, now, compact_after)
-                t = root.table(dataset, table)
+                compacted = compact(Tables(root.root, root.config, column), (dataset, table), t, spark, now,
+                                    compact_after)
+                if compacted is not None:
+                    t = root.table(dataset, table)
         current = t.current_snapshot()
         old = [snap.snapshot_id for snap in t.metadata.snapshots
                if datetime.fromtimestamp(snap.timestamp_ms / 1000, timezone.utc) < now - keep
@@ -76,12 +77,12 @@ def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = 
     return out
 
 
-def _ours(root: Tables) -> list[tuple[str, str]]:
-    """The catalog's tables this root keeps: a catalog shared by deployments lists others' too,
-    whose snapshots and files are theirs to keep."""
+def _ours(root: Tables) -> dict[tuple[str, str], object]:
+    """The catalog's tables this root keeps, each as loaded: a catalog shared by deployments lists
+    others' too, whose snapshots and files are theirs to keep."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    found = []
+    found = {}
     for ns in root.catalog.list_namespaces():
         for ident in root.catalog.list_tables(ns):
             dataset, table = ident[-2:]
@@ -93,7 +94,7 @@ def _ours(root: Tables) -> list[tuple[str, str]]:
                 log.warning("upkeep skips %s.%s: the catalog lists it but cannot load it (%s)", dataset, table, exc)
                 continue
             if root.ours(t, dataset, table):
-                found.append((dataset, table))
+                found[(dataset, table)] = t
     return found
 
 

@@ -17,15 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kafka_landing.crash_points import crash_point
-from kafka_landing.errors import KafkaLandingError
+from kafka_landing.errors import KafkaLandingError, is_transient
 from kafka_landing.handoff.manifests import LandedFile, Manifest
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.backend import LoadError, LoadResult, SparkFactory, StagedRun, Warehouse, verify_files
+from kafka_landing.warehouse.iceberg.catalogs import CatalogConfig, on_gcs, sql_uri
 from kafka_landing.warehouse.iceberg.commits import COMMIT_ATTEMPTS, Commits, Lineage, Written, hour_keys, load_props
 from kafka_landing.warehouse.iceberg.files import read_landed, spark_table, write_parquet
 from kafka_landing.warehouse.iceberg.stage import StagedHour, stage
-from kafka_landing.errors import is_transient
-from kafka_landing.warehouse.iceberg.catalogs import CatalogConfig, on_gcs, sql_uri
 from kafka_landing.warehouse.iceberg.tables import HOUR_COLUMN, Tables, schema_of
 from kafka_landing.warehouse.schema_evolution import merge_schemas
 
@@ -73,7 +72,8 @@ class IcebergWarehouse(Warehouse):
         return self.tables.store
 
     def by_event(self, granularity: str, field: str | None) -> IcebergWarehouse:
-        """The event-time tables: <dataset>.<table>__by_event, partitioned by event_<granularity> and hour."""
+        """The event-time tables: <dataset>.<table>__by_event, partitioned by event_<granularity> (the
+        landing hour a column of theirs)."""
         return IcebergWarehouse(self.root, self.tables.config, column=f"event_{granularity}")
 
     def table(self, dataset: str, table: str):
