@@ -101,12 +101,13 @@ class UpkeepConfig(Config):
     keep_hours: int = Field(default=168, ge=1, description="Snapshots younger than this stay (time travel, and a "
                             "load killed after its commit); older ones expire, and the files only they list are "
                             "removed. Keep it above the topics' settle_hours if readers time-travel to settled days.")
-    compact_after_hours: int = Field(default=24, ge=0, description="An event-time table's day (or hour) that ended "
-                                     "this long ago and holds more than one data file is rewritten as one file "
-                                     "(the same rows, one commit); a late record's file is compacted again later.")
+    compact_after_hours: int = Field(default=24, ge=0, description="A table's day (a landing day, or an event day or "
+                                     "hour) that ended this long ago and holds more than one data file is rewritten "
+                                     "as one file (the same rows, one commit); a late record's file, or an hour "
+                                     "landed again, is compacted again later.")
 
 
-@op(description="Compacts the event tables' finished days, expires the Iceberg tables' old snapshots and removes "
+@op(description="Compacts the tables' finished days, expires the Iceberg tables' old snapshots and removes "
                  "the files no kept snapshot lists.")
 def iceberg_upkeep_op(context: OpExecutionContext, config: UpkeepConfig, landing: LandingResource,
                       warehouse: WarehouseResource, pyspark: SparkResource) -> None:
@@ -133,7 +134,7 @@ def iceberg_upkeep_op(context: OpExecutionContext, config: UpkeepConfig, landing
                          f"{u.files_removed} file(s) removed ({u.bytes_removed} bytes)")
 
 
-@job(description="Compacts the event tables' finished days, expires old snapshots of the Iceberg warehouse's "
+@job(description="Compacts the tables' finished days, expires old snapshots of the Iceberg warehouse's "
                  "tables and removes the files only they listed; daily by its schedule.", tags={SPARK_TAG: "true"})
 def iceberg_upkeep():
     iceberg_upkeep_op()
@@ -142,5 +143,5 @@ def iceberg_upkeep():
 iceberg_upkeep_daily = ScheduleDefinition(
     name="iceberg_upkeep_daily", job=iceberg_upkeep, cron_schedule="17 3 * * *", execution_timezone="UTC",
     default_status=DefaultScheduleStatus.RUNNING,
-    description="Daily at 03:17 UTC: the event tables' finished days compacted, the Iceberg tables' snapshots "
+    description="Daily at 03:17 UTC: the tables' finished days compacted, the Iceberg tables' snapshots "
                 "older than a week expired and their files removed.")

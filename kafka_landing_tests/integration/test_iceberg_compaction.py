@@ -1,7 +1,7 @@
-"""Event days compacted once they are over: one data file each, the same rows, through upkeep
-with real Spark and pyiceberg, in the SQL and the REST catalog; an amendment after it is exact and
-compacted again; a table made with the former spec (event day, hour) is given the event day
-alone; a load that commits meanwhile wins."""
+"""Days compacted once they are over, event days and landing days: one data file each, the same
+rows, through upkeep with real Spark and pyiceberg, in the SQL and the REST catalog; an amendment
+(or an hour landed again) after it is exact and compacted again; a table made with a former spec
+is given today's; a load that commits meanwhile wins; each landing hour still counts exactly."""
 
 from __future__ import annotations
 
@@ -113,6 +113,32 @@ def test_an_amendment_of_a_compacted_day_is_exact_and_is_compacted_again(landed,
     assert sorted(r[2] for r in _rows(wh) if r[0] == DAY1) == day1
 
 
+def test_a_widening_rewrite_after_compaction_leaves_out_the_replaced_hours_rows(tmp_path, spark):
+    """A load whose schema change rewrites the table (long to double) reads a compacted day's file,
+    which holds the hour it replaces beside others: that hour's old rows are left out, not kept
+    beside its new ones."""
+    def schema(qty: str) -> dict:
+        return {"type": "record", "name": "Order", "fields": [{"name": "order_id", "type": "string"},
+                                                             {"name": "qty", "type": qty}, EVENT_SCHEMA["fields"][1]]}
+
+    def order(order_id: str, qty: float, tag: str) -> dict:
+        return {**_order(order_id, tag), "qty": qty}
+
+    store, wh = LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"))
+    for first, hour, oid in ((0, "2026-01-31T13", "a"), (10, "2026-01-31T14", "c")):
+        write_event_hour(store, DS, "orders", hour, {hour: [order(oid, 1, hour)]}, schema("long"), topic="orders",
+                         first=first)
+    load_unit(wh, store, event_unit(DS, "orders", DAY1), lambda: spark, CFG)
+    assert _upkeep(wh, spark, datetime(2026, 2, 2, 1, tzinfo=timezone.utc)).partitions_compacted == 1
+
+    write_event_hour(store, DS, "orders", "2026-01-31T14", {"2026-01-31T14": [order("c2", 2.5, "2026-01-31T14")]},
+                     schema("double"), topic="orders", first=20)
+    load_unit(wh, store, event_unit(DS, "orders", DAY1), lambda: spark, CFG)
+
+    assert sorted((r["hour"], r["order_id"], r["qty"]) for r in _table(wh).scan().to_arrow().to_pylist()) == [
+        ("2026-01-31T13", "a", 1.0), ("2026-01-31T14", "c2", 2.5)]
+
+
 def test_a_table_of_the_former_spec_is_given_the_event_day_alone_and_compacts(tmp_path, spark):
     """Tables made before were partitioned by (event day, landing hour); their files stay under that
     spec, the new ones go under the event day alone, and a day of both compacts to one file."""
@@ -156,26 +182,141 @@ def test_a_load_that_commits_while_a_day_is_compacted_wins_and_the_compaction_gi
     assert not list((wh.table_dir(DS, "orders__by_event") / "data").glob("_compact-*"))
 
 
-def test_a_landing_hour_table_whose_records_have_an_event_day_field_keeps_its_hours(tmp_path, spark):
-    """Only event-time tables are compacted and given the event spec: a landing-hour table is told
-    by its name and spec, not by what its records' fields are called."""
+VISIT = {"type": "record", "name": "Visit", "fields": [{"name": "page", "type": "string"},
+                                                       {"name": "event_day", "type": "string"}]}
+LANDING_HOURS = ("2026-01-31T13", "2026-01-31T14", "2026-02-01T02")
+
+
+def _land_visits(store, wh, spark, hours=LANDING_HOURS, tag="v1"):
+    """Hour i of `hours` lands i + 1 visits; their `event_day` field names no partition of ours."""
     from kafka_landing.handoff.manifests import read_done_file
     from kafka_landing_tests.helpers import write_hour
 
-    schema = {"type": "record", "name": "Visit", "fields": [{"name": "event_day", "type": "string"}]}
-    store, wh = LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"))
-    for i, hour in enumerate(("2026-01-31T13", "2026-01-31T14")):
-        done = write_hour(store, DS, "visits", hour, [(0, 1, schema, [{"event_day": "2026-01-31"}] * (i + 1))])
+    for i, hour in enumerate(hours):
+        records = [{"page": f"{tag}-{hour}-{n}", "event_day": "1999-01-01"} for n in range(i + 1)]
+        done = write_hour(store, DS, "visits", hour, [(0, 1, VISIT, records)])
         manifest, sha = read_done_file(store, done)
         wh.load_partition(store, manifest, lambda: spark, done, sha)
+
+
+def _visits(wh) -> list[tuple]:
+    return sorted((r["hour"], r["page"]) for r in wh.table(DS, "visits").scan().to_arrow().to_pylist())
+
+
+def _days(wh) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for task in wh.table(DS, "visits").scan().plan_files():
+        out[task.file.partition[0][:10]] = out.get(task.file.partition[0][:10], 0) + 1
+    return out
+
+
+def _conserved(store, wh, hour: str) -> bool:
+    from kafka_landing.naming import Hour
+    from kafka_landing.warehouse.checks import hour_conservation
+
+    ok, _, metadata = hour_conservation(store, wh, DS, "visits", Hour(hour))
+    return ok and metadata["warehouse_rows"] == metadata["landed_rows"]
+
+
+@pytest.fixture(params=["sql", "rest"])
+def visits(request, tmp_path, spark):
+    catalog = request.getfixturevalue("iceberg_rest_url") if request.param == "rest" else None
+    store, wh = LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"), catalog)
+    if catalog:
+        drop_dataset(wh, DS)
+    _land_visits(store, wh, spark)
+    return store, wh
+
+
+def test_a_landing_day_over_for_a_day_becomes_one_file_and_each_hour_still_counts_exactly(visits, spark):
+    """A landing-hour table is partitioned by its hours' day, so a day's 24 hourly files become one;
+    the hour checks still match the landed rows, counted from the compacted file's row groups."""
+    from kafka_landing.warehouse.iceberg.compact import COMPACTION
+
+    store, wh = visits
+    before = _visits(wh)
+    assert [f.name for f in wh.table(DS, "visits").spec().fields] == ["landing_day"]
+    assert _days(wh) == {DAY1: 2, DAY2: 1}
+
+    [u] = upkeep(wh, timedelta(days=7), now=datetime(2026, 2, 2, 12, tzinfo=timezone.utc), spark=lambda: spark,
+                 tables=[(DS, "visits")])
+
+    assert (u.partitions_compacted, u.files_compacted) == (1, 2)  # day 2 ended 12 hours ago: not yet
+    assert _days(wh) == {DAY1: 1, DAY2: 1}
+    assert _visits(wh) == before
+    assert [wh.partition_rows(DS, "visits", h) for h in LANDING_HOURS] == [1, 2, 3]
+    assert all([_conserved(store, wh, h) for h in LANDING_HOURS])
+    snap = wh.table(DS, "visits").current_snapshot()
+    assert COMPACTION in snap.summary.additional_properties  # one snapshot: the files swapped at once
+    assert snap.summary["deleted-data-files"] == "2" and snap.summary["added-data-files"] == "1"
+    assert snap.summary["deleted-records"] == snap.summary["added-records"] == "3"
+
+
+def test_an_hour_landed_again_into_a_compacted_day_replaces_only_its_rows_and_compacts_again(visits, spark):
+    store, wh = visits
+    upkeep(wh, timedelta(days=7), now=datetime(2026, 2, 2, 12, tzinfo=timezone.utc), spark=lambda: spark,
+           tables=[(DS, "visits")])
+    others = [r for r in _visits(wh) if r[0] != "2026-01-31T13"]
+
+    _land_visits(store, wh, spark, hours=("2026-01-31T14", "2026-01-31T13"), tag="v2")  # 13 now lands 2 visits
+
+    assert _visits(wh) == sorted([r for r in others if r[0] != "2026-01-31T14"]
+                                 + [("2026-01-31T14", "v2-2026-01-31T14-0"),
+                                    ("2026-01-31T13", "v2-2026-01-31T13-0"), ("2026-01-31T13", "v2-2026-01-31T13-1")])
+    assert [wh.partition_rows(DS, "visits", h) for h in LANDING_HOURS] == [2, 1, 3]
+    assert all([_conserved(store, wh, h) for h in LANDING_HOURS])
+    [u] = upkeep(wh, timedelta(days=7), now=datetime(2026, 2, 3, 12, tzinfo=timezone.utc), spark=lambda: spark,
+                 tables=[(DS, "visits")])
+    assert (u.partitions_compacted, u.files_compacted) == (1, 2) and _days(wh) == {DAY1: 1, DAY2: 1}
+    assert [wh.partition_rows(DS, "visits", h) for h in LANDING_HOURS] == [2, 1, 3]
+
+
+def test_a_runs_staged_hours_of_a_compacted_day_load_alone_and_exactly(tmp_path, spark):
+    """A run's hours staged into one commit give way where they replace hours of a compacted day:
+    each hour's own load rewrites the day's file without it, by Spark."""
+    from kafka_landing.handoff.manifests import read_done_file
+    from kafka_landing_tests.helpers import write_hour
+
+    store, wh = LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"))
+    _land_visits(store, wh, spark)
+    upkeep(wh, timedelta(days=7), now=datetime(2026, 2, 2, 12, tzinfo=timezone.utc), spark=lambda: spark,
+           tables=[(DS, "visits")])
+    loads = []
+    again = (LANDING_HOURS[0], LANDING_HOURS[2])  # one hour of the compacted day, one of the day after
+    for hour in again:
+        done = write_hour(store, DS, "visits", hour, [(0, 1, VISIT, [{"page": f"v4-{hour}", "event_day": "x"}])])
+        manifest, sha = read_done_file(store, done)
+        loads.append((manifest, done, sha))
+
+    staged = wh.stage(store, loads, lambda: spark)
+    for manifest, done, sha in loads:
+        wh.load_partition(store, manifest, lambda: spark, done, sha, staged=staged)
+
+    assert staged.committed == {}
+    assert _visits(wh) == sorted([(h, f"v4-{h}") for h in again]
+                                 + [("2026-01-31T14", f"v1-2026-01-31T14-{n}") for n in range(2)])
+    assert all([_conserved(store, wh, h) for h in LANDING_HOURS])
+
+
+def test_a_landing_table_of_the_former_spec_is_given_the_day_and_compacts(tmp_path, spark, monkeypatch):
+    from kafka_landing.warehouse.iceberg.tables import HOUR_COLUMN, Tables
+
+    store, wh = LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"))
+    with monkeypatch.context() as m:  # the spec every landing table had before: the hour itself
+        m.setattr(Tables, "partition_by", lambda self, spec: spec.add_identity(HOUR_COLUMN))
+        _land_visits(store, wh, spark)
+    assert [f.name for f in wh.table(DS, "visits").spec().fields] == ["hour"]
+    before = _visits(wh)
 
     [u] = upkeep(wh, timedelta(days=7), now=datetime(2026, 3, 1, tzinfo=timezone.utc), spark=lambda: spark,
                  tables=[(DS, "visits")])
 
-    assert u.partitions_compacted == 0
-    t = wh.table(DS, "visits")
-    assert [f.name for f in t.spec().fields] == ["hour"]
-    assert len(list(t.scan().plan_files())) == 2
+    assert [f.name for f in wh.table(DS, "visits").spec().fields] == ["landing_day"]
+    assert (u.partitions_compacted, u.files_compacted) == (1, 2)  # day 2 holds one file: nothing to do
+    assert _days(wh) == {DAY1: 1, DAY2: 1} and _visits(wh) == before
+    assert [wh.partition_rows(DS, "visits", h) for h in LANDING_HOURS] == [1, 2, 3]
+    _land_visits(store, wh, spark, hours=("2026-02-01T05",), tag="v3")  # a load after: under the new spec
+    assert wh.partition_rows(DS, "visits", "2026-02-01T05") == 1
 
 
 def test_a_backlog_is_swapped_a_batch_per_commit_so_its_manifests_stay_small(landed, spark, monkeypatch):

@@ -1,4 +1,4 @@
-"""The embedded warehouse: one Apache Iceberg table per destination, partitioned by landing hour
+"""The embedded warehouse: one Apache Iceberg table per destination, partitioned by landing day
 (the event-time tables by event partition), written with Spark, committed with
 pyiceberg. Read it in the direction a load goes:
 
@@ -9,7 +9,7 @@ pyiceberg. Read it in the direction a load goes:
 - `commits`: every commit (under the table's lock, conditional on its snapshot), and the ledger the
   snapshots keep, read back by walking their parent chain.
 - `stage`: a run's hours in one Spark job and one commit, handed to their own loads as a `StagedRun`.
-- `compact`: the event tables' finished partitions made one file each.
+- `compact`: the tables' finished days made one file each.
 - `upkeep`: compaction, old snapshots expired, and the files no kept snapshot lists removed.
 - `gcs_io`: how pyiceberg reaches a gs:// root (on the emulator too).
 """

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -27,13 +28,15 @@ from kafka_landing.crash_points import crash_point
 from kafka_landing.errors import is_transient
 from kafka_landing.handoff.manifests import Manifest, content_sha
 from kafka_landing.warehouse.backend import LoadError, SparkFactory
-from kafka_landing.warehouse.iceberg.files import arrow_schema, rewrite_table
+from kafka_landing.warehouse.iceberg.files import arrow_schema, rewrite_table, write_compacted
 from kafka_landing.warehouse.iceberg.tables import (
     HOUR_COLUMN,
     SCHEMA_PROPERTY,
+    Replaced,
     Tables,
     schema_of,
     snapshot_id,
+    spans_hours,
     table_properties,
 )
 from kafka_landing.warehouse.spark_types import KEY, Path, iceberg_path, kind, zip_types
@@ -138,12 +141,33 @@ class Commits:
     def __init__(self, tables: Tables):
         self.tables = tables
 
-    def replaced(self, partition: str, hours: list[str] | None):
+    def replaced(self, partition: str, hours: list[str] | None) -> Replaced:
         """The rows a load replaces: the whole partition, or these landing hours' part of it."""
-        from pyiceberg.expressions import And, EqualTo, In
+        if hours is None or self.tables.column == HOUR_COLUMN:
+            return Replaced.of(**{self.tables.column: [partition]})
+        return Replaced.of(**{self.tables.column: [partition], HOUR_COLUMN: hours})
 
-        whole = EqualTo(self.tables.column, partition)
-        return whole if hours is None or self.tables.column == HOUR_COLUMN else And(whole, In(HOUR_COLUMN, hours))
+    def _drop(self, tx, t, replaced: Replaced, spark: SparkFactory, props: dict, where: str) -> str | None:
+        """The replaced rows dropped in transaction `tx`: the files that hold only them in metadata;
+        a compacted file that holds other hours too written again without them, by Spark, and
+        swapped. (The folder of those new files, to remove if the commit loses.)"""
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+        expr = replaced.expression()
+        files = [task.file for task in t.scan(row_filter=expr).plan_files()]
+        mixed = [f for f in files if spans_hours(t, f)]
+        target = None
+        if mixed:
+            target = self.tables.rel(*t.name()[-2:], "data", f"_amend-{uuid.uuid4().hex}")
+            kept = write_compacted(self.tables, t.schema(), [f.file_path for f in mixed], spark, target, replaced)
+            with tx.update_snapshot(snapshot_properties=props).overwrite() as swap:
+                for data_file in mixed:
+                    swap.delete_data_file(data_file)
+                for path in kept:
+                    swap.append_data_file(parquet_file_to_data_file(t.io, tx.table_metadata, path))
+        if len(mixed) < len(files):
+            tx.delete(expr, snapshot_properties=props)  # what is left: files of the replaced rows alone
+        return target
 
     def commit(self, ident: tuple[str, str], written: Written, props: dict, replaced, spark: SparkFactory,
                where: str) -> bool:
@@ -174,8 +198,8 @@ class Commits:
                     tx.delete(AlwaysTrue(), snapshot_properties=props)
                     if rewritten:
                         tx.add_files(rewritten, snapshot_properties=props, check_duplicate_files=False)
-                elif _holds(t, replaced):
-                    tx.delete(replaced, snapshot_properties=props)
+                elif _holds(t, replaced.expression()):
+                    target = self._drop(tx, t, replaced, spark, props, where)
                 if written.files:  # new files under fresh names: no need to scan the table for them (a year of hours)
                     tx.add_files(written.files, snapshot_properties=props, check_duplicate_files=False)
                 held.fence()  # the catalog's commit is no write the store can make conditional
@@ -207,9 +231,11 @@ class Commits:
             held.fence()  # the catalog's commit is no write the store can make conditional
             if now is None:
                 return self.create(ident, written.schema, [(written.files, props)], where, (written.folder,))
+            replaced = In(HOUR_COLUMN, sorted(loads))
+            if any(spans_hours(now, task.file) for task in now.scan(row_filter=replaced).plan_files()):
+                return False  # an hour of a compacted day: its own load rewrites the day's file, by Spark
             tx = now.transaction()
             self._widen(tx, written.base, written.schema, rewrite=False)
-            replaced = In(HOUR_COLUMN, sorted(loads))
             if _holds(now, replaced):
                 tx.delete(replaced, snapshot_properties=props)
             tx.add_files(written.files, snapshot_properties=props, check_duplicate_files=False)
@@ -227,7 +253,7 @@ class Commits:
                 ident, schema=arrow_schema(schema, self.tables.columns), location=self.tables.uri(*ident),
                 properties={SCHEMA_PROPERTY: json.dumps(schema), **table_properties(self.tables.columns)})
             with tx.update_spec() as spec:
-                spec.add_identity(self.tables.column)  # an event table's hour is a column: a day's files compact to one
+                self.tables.partition_by(spec)  # a day's files compact to one (`compact`)
             for files, props in adds:
                 if files:
                     tx.add_files(files, snapshot_properties=props, check_duplicate_files=False)

@@ -1,17 +1,21 @@
-"""Event partitions made one data file each once they are over, so a table stays as fast to read
-after years as after a week.
+"""Partitions made one data file each once they are over, so a table stays as fast to read after
+years as after a week.
 
-A load writes one file per landing hour of each event partition it changes: a day that records
-reached over 30 landing hours (late ones too) holds 30 files, a year about ten thousand, and a
-reader's plan of one day then reads manifests of thousands of entries. Once the partition ended
-`after` ago (a day, by default), upkeep rewrites its files as one (one Spark job for every due
-partition of the table) and commits the swap: the same rows, the old files dropped, the new one
-added, in one commit, conditional on the snapshot it read and under the table's lock, so it never
-races a load (a load that committed meanwhile wins: the compaction gives way until the next
-upkeep). A late record later adds a file of its landing hour, and the next upkeep compacts the day
-again. The event tables are partitioned by the event column alone (`hour` is a column, not a
-partition), which is what lets one file hold the day; a table made before that is given the spec
-here. Landing-hour tables keep one file per hour: what lets a load replace exactly that hour.
+A load writes a file per landing hour of each partition it changes: a landing-hour table's day
+holds 24, an event day that records reached over 30 landing hours (late ones too) holds 30, a
+year about ten thousand, and a reader's plan of one day then reads manifests of thousands of
+entries. Once the partition ended `after` ago (a day, by default), upkeep rewrites its files as one
+(one Spark job for every due partition of the table) and commits the swap: exactly those files
+dropped, the new one added, the same rows, in one snapshot, conditional on the snapshot it read
+and under the table's lock, so it never races a load (a load that committed meanwhile wins: the
+compaction gives way until the next upkeep). A late record, or an hour landed again, later adds a
+file of its landing hour, and the next upkeep compacts the day again.
+
+What lets one file hold a day: the tables are partitioned by the day, not the hour
+(`Tables.partition_by`): a landing-hour table by its hours' day, an event table by its event
+partition alone, the landing hour a column of both. A table made with the former spec is given
+today's here (`give_spec`). A compacted file's row count per hour is still exact without a scan of
+the table: its row groups are sorted by hour (`Tables.partition_rows`).
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from datetime import datetime, timedelta, timezone
 
 from kafka_landing.naming import EVENT_TABLE_SUFFIX, UNKNOWN_EVENT
 from kafka_landing.warehouse.backend import LoadError, SparkFactory
-from kafka_landing.warehouse.iceberg.tables import HOUR_COLUMN, Tables, snapshot_id
+from kafka_landing.warehouse.iceberg.tables import DAY_CHARS, HOUR_COLUMN, Tables, snapshot_id
 
-COMPACT_AFTER = timedelta(hours=24)  # an event partition is compacted once it ended this long ago
+COMPACT_AFTER = timedelta(hours=24)  # a partition is compacted once it ended this long ago
 COMPACTION = "kafka-landing.compaction"  # on a compaction's snapshot: its id (what `send` looks for)
 # Partitions swapped per commit: a commit's new files make one manifest, so a backlog (a year, on
 # the first upkeep after an upgrade) compacted in one commit would leave a manifest of 365 entries
@@ -34,7 +38,7 @@ BATCH = 31
 
 @dataclass(frozen=True)
 class Compacted:
-    partitions: int  # event partitions made one file each
+    partitions: int  # partitions (landing or event days) made one file each
     files: int  # the files they held before
 
 
@@ -70,33 +74,37 @@ def event_column(t, table: str) -> str | None:
 
 
 def give_spec(tables: Tables, t, ident: tuple[str, str]):
-    """An event table made when its spec was (event partition, hour), given the spec of the event
-    partition alone: files already written keep theirs; new ones, a compacted day's among them,
-    may hold every landing hour of the partition."""
+    """A table made with a former spec given today's (`Tables.partition_by`): an event table's
+    (event partition, hour) becomes the event partition alone, a landing-hour table's hour becomes
+    its day. Files already written keep theirs; new ones, a compacted day's among them, may hold
+    every landing hour of the day."""
     if not any(f.name == HOUR_COLUMN for f in t.spec().fields):
         return t
     with t.update_spec() as spec:
         spec.remove_field(HOUR_COLUMN)
+        if tables.column == HOUR_COLUMN:
+            tables.partition_by(spec)
     return tables.table(*ident)
 
 
 def compact(tables: Tables, ident: tuple[str, str], t, spark: SparkFactory, now: datetime,
             after: timedelta = COMPACT_AFTER) -> Compacted | None:
-    """Table `t`'s due event partitions (`due`) made one file each in one Spark job, swapped in a
-    commit per `BATCH` of them; None if none was due, or a load committed while they were written
-    (the next upkeep tries again)."""
+    """Table `t`'s due partitions (`due`: landing days, or event partitions) made one file each in
+    one Spark job, swapped in a commit per `BATCH` of them; None if none was due, or a load
+    committed while they were written (the next upkeep tries again)."""
     from kafka_landing.warehouse.iceberg.files import write_compacted
 
     column = tables.column
-    if column == HOUR_COLUMN or t is None or t.current_snapshot() is None:
+    if t is None or t.current_snapshot() is None:
         return None
     files: dict[str, list] = {}
     for task in t.scan().plan_files():
-        files.setdefault(_value(t, task.file, column), []).append(task.file)
+        files.setdefault(_key(t, task.file, column), []).append(task.file)
     todo = due({p: len(fs) for p, fs in files.items()}, column, now, after)
     if not todo:
         return None
-    where = f"{'.'.join(ident)}: compacting {len(todo)} {column} partition(s) {todo[0]}..{todo[-1]}"
+    kind = "landing day" if column == HOUR_COLUMN else f"{column} partition"
+    where = f"{'.'.join(ident)}: compacting {len(todo)} {kind}(s) {todo[0]}..{todo[-1]}"
     old = [f for p in todo for f in files[p]]
     target = tables.rel(*ident, "data", f"_compact-{uuid.uuid4().hex}")
     try:
@@ -108,7 +116,7 @@ def compact(tables: Tables, ident: tuple[str, str], t, spark: SparkFactory, now:
     done, base = 0, snapshot_id(t)
     for start in range(0, len(todo), BATCH):
         batch = todo[start:start + BATCH]
-        committed, base = _swap(tables, ident, base, batch, [made[p] for p in batch],
+        committed, base = _swap(tables, ident, base, [f for p in batch for f in files[p]], [made[p] for p in batch],
                                 f"{where} ({batch[0]}..{batch[-1]})")
         done += len(batch) if committed else 0
         if base is None:  # another writer committed: its partitions may have changed; the rest next time
@@ -138,13 +146,13 @@ def _checked(tables: Tables, old: dict[str, list], paths: list[str], where: str,
     return made
 
 
-def _swap(tables: Tables, ident: tuple[str, str], base: int | None, batch: list[str], paths: list[str],
+def _swap(tables: Tables, ident: tuple[str, str], base: int | None, old: list, paths: list[str],
           where: str) -> tuple[bool, int | None]:
-    """One commit, under the table's lock, if the table is still at snapshot `base`: the batch's
-    partitions' files dropped and their new ones added. (Whether it committed; the snapshot the
-    next batch may commit on: this commit's own, not the table's current one, which another
-    writer may have moved since; None if there is none to go on from.)"""
-    from pyiceberg.expressions import In
+    """One commit, under the table's lock, if the table is still at snapshot `base`: exactly the
+    `old` data files dropped and the new ones added, in one snapshot. (Whether it committed; the
+    snapshot the next batch may commit on: this commit's own, not the table's current one, which
+    another writer may have moved since; None if there is none to go on from.)"""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     from kafka_landing.warehouse.iceberg.commits import Commits
 
@@ -155,16 +163,23 @@ def _swap(tables: Tables, ident: tuple[str, str], base: int | None, batch: list[
             return False, None
         held.fence()
         tx = now_t.transaction()
-        tx.delete(In(tables.column, batch), snapshot_properties=props)
-        tx.add_files(paths, snapshot_properties=props, check_duplicate_files=False)
+        # An overwrite snapshot: pyiceberg 0.12 makes no `replace` one (Iceberg's operation for a
+        # compaction); `COMPACTION` in its summary tells an incremental reader it changed no row.
+        with tx.update_snapshot(snapshot_properties=props).overwrite() as swap:
+            for data_file in old:
+                swap.delete_data_file(data_file)
+            for path in paths:
+                swap.append_data_file(parquet_file_to_data_file(now_t.io, tx.table_metadata, path))
         if not Commits(tables).send(tx, ident, now_t, props, where, []):
             return False, None
     mine = snapshot_id(now_t)  # the commit updates the table it was made from; a lost answer found later does not
     return True, (mine if mine != base else None)
 
 
-def _value(t, data_file, column: str) -> str:
-    """The event partition a data file belongs to, from its partition record under its own spec."""
+def _key(t, data_file, column: str) -> str:
+    """The partition a data file is compacted in, from its partition record under its own spec: its
+    event partition, or its landing hour's day (an hour under the former spec, a day under today's)."""
     spec = t.specs()[data_file.spec_id]
-    names = [f.name for f in spec.fields]
-    return data_file.partition[names.index(column)]
+    source = t.schema().find_field(column).field_id
+    value = data_file.partition[next(i for i, f in enumerate(spec.fields) if f.source_id == source)]
+    return value[:DAY_CHARS] if column == HOUR_COLUMN else value

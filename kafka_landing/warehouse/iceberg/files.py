@@ -19,7 +19,7 @@ from kafka_landing.handoff.manifests import LandedFile, Manifest
 from kafka_landing.spark_setup import spark_readable, type_ddl
 from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.backend import LoadError, SparkFactory
-from kafka_landing.warehouse.iceberg.tables import HOUR_COLUMN, Tables
+from kafka_landing.warehouse.iceberg.tables import DAY_CHARS, HOUR_COLUMN, Replaced, Tables, spans_hours
 from kafka_landing.warehouse.schema_evolution import merge_schemas
 from kafka_landing.warehouse.spark_types import ELEMENT, VALUE, Path, kind, zip_types
 
@@ -106,7 +106,7 @@ def write_parquet(tables: Tables, reads: list, schema: dict, staging: str) -> No
     df.repartition("_kl_hour").write.partitionBy("_kl_hour").mode("error").parquet(staging)  # a file each
 
 
-def rewrite_table(tables: Tables, t, merged: dict, spark: SparkFactory, replaced, where: str
+def rewrite_table(tables: Tables, t, merged: dict, spark: SparkFactory, replaced: Replaced, where: str
                   ) -> tuple[str | None, list[str]]:
     """Every file of the table but the rows the load replaces read again and written under `merged`
     (one Spark job), to commit with the schema change; the old files stay for the snapshots before
@@ -114,7 +114,7 @@ def rewrite_table(tables: Tables, t, merged: dict, spark: SparkFactory, replaced
     the root, for removing it if the commit loses; the files' locations.)"""
     from pyiceberg.expressions import Not
 
-    scan = t.scan(row_filter=Not(replaced))
+    scan = t.scan(row_filter=Not(replaced.expression()))
     tasks = list(scan.plan_files())
     old = [task.file.file_path for task in tasks]
     if not old:
@@ -123,26 +123,41 @@ def rewrite_table(tables: Tables, t, merged: dict, spark: SparkFactory, replaced
     copies = {f"_kl_{i}": c for i, c in enumerate(tables.columns)}
     # Read under the table's schema, as `spark_table` reads: left to itself, Spark takes one file's
     # schema for all, and a column added after that file was written would read as null everywhere.
+    # A compacted file holds the replaced rows beside others: they are left out here, not by the plan.
     read = tables.parquet_reader(spark()).schema(from_arrow_schema(scan.projection().as_arrow())).parquet(*old)
-    df = conform(read, with_columns(merged, tables.columns))
+    df = conform(read.filter(kept(replaced)), with_columns(merged, tables.columns))
     df.withColumns({k: F.col(c) for k, c in copies.items()}).repartition(*copies) \
         .write.partitionBy(*copies).mode("error").parquet(tables.location(target))
     paths = [tables.location(r) for r in tables.store.glob(f"{target}/{'/'.join(['*'] * len(copies))}/part-*.parquet")]
     got = tables.rows_in(paths)
-    want = sum(task.file.record_count for task in tasks)
+    want = sum(task.file.record_count - (tables.rows_of(task.file, replaced) if spans_hours(t, task.file) else 0)
+               for task in tasks)
     if got != want:
         raise LoadError(f"{where}: rewriting the table under its widened schema gave {got} rows, it holds "
                         f"{want}; nothing was committed. Look at {tables.location(target)}")
     return target, paths
 
 
-def write_compacted(tables: Tables, schema, files: list[str], spark: SparkFactory, target: str) -> list[str]:
-    """The rows of `files` (read under the table's `schema`, as `spark_table` reads) written again as
-    one file per event partition, sorted by landing hour, under `target` (relative to the root): one
-    Spark job. The new files' locations."""
+def kept(replaced: Replaced):
+    """The rows a load keeps, as a Spark filter: not `replaced` (null never equals a value)."""
+    dropped = F.lit(True)
+    for column, values in replaced.values:
+        dropped = dropped & F.col(column).isin(list(values))
+    return ~F.coalesce(dropped, F.lit(False))
+
+
+def write_compacted(tables: Tables, schema, files: list[str], spark: SparkFactory, target: str,
+                    replaced: Replaced | None = None) -> list[str]:
+    """The rows of `files` (read under the table's `schema`, as `spark_table` reads), but the
+    `replaced` ones, written again as one file per partition (event partition, or landing day),
+    sorted by landing hour, under `target` (relative to the root): one Spark job. The new files'
+    locations."""
     column = tables.column
+    key = F.substring(HOUR_COLUMN, 1, DAY_CHARS) if column == HOUR_COLUMN else F.col(column)
     df = tables.parquet_reader(spark()).schema(from_arrow_schema(schema.as_arrow())).parquet(*files)
-    df.withColumn("_kl_p", F.col(column)).repartition("_kl_p").sortWithinPartitions("_kl_p", HOUR_COLUMN) \
+    if replaced is not None:
+        df = df.filter(kept(replaced))
+    df.withColumn("_kl_p", key).repartition("_kl_p").sortWithinPartitions("_kl_p", HOUR_COLUMN) \
         .write.partitionBy("_kl_p").mode("error").parquet(tables.location(target))
     return [tables.location(r) for r in tables.store.glob(f"{target}/*/part-*.parquet")]
 

@@ -19,9 +19,12 @@ from __future__ import annotations
 import fnmatch
 import functools
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import unquote
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kafka_landing.naming import check_identifier
@@ -30,7 +33,10 @@ from kafka_landing.store.base import LandingStore
 from kafka_landing.warehouse.backend import LoadError
 from kafka_landing.warehouse.iceberg.catalogs import CatalogConfig, on_gcs, open_catalog
 
-HOUR_COLUMN = "hour"  # the landing hour of each row, a partition column of every table
+HOUR_COLUMN = "hour"  # the landing hour of each row (`2026-01-31T13`), in every table
+# A landing-hour table is partitioned by its hours' day (`truncate(10, hour)`), not by hour: a load
+# still writes a file per hour, and upkeep compacts a day over into one (`compact`).
+LANDING_DAY, DAY_CHARS = "landing_day", 10
 SCHEMA_PROPERTY = "kafka-landing.schema"  # the table's schema in Spark's terms: what `merge_schemas` widens
 # Every table's: old metadata files dropped as commits go; appends merge small manifests once 100
 # pile up (Iceberg Java's default, not pyiceberg's), so a year of hourly commits stays a few
@@ -70,6 +76,35 @@ def _file_io(root: str, props: tuple[tuple[str, str], ...]):
     return load_file_io(dict(props), location=root)
 
 
+@dataclass(frozen=True)
+class Replaced:
+    """The rows a load drops: those whose every named column holds one of its values (a landing
+    hour: {hour: [h]}; an event partition's changed hours: {event_day: [d], hour: [...]}). What the
+    commit's delete selects (`expression`) and what a rewrite of a compacted file leaves out
+    (`files.kept`)."""
+
+    values: tuple[tuple[str, tuple[str, ...]], ...]
+
+    @classmethod
+    def of(cls, **values) -> Replaced:
+        return cls(tuple((c, tuple(v)) for c, v in values.items()))
+
+    def expression(self):
+        from pyiceberg.expressions import AlwaysTrue, And, EqualTo, In
+
+        out = AlwaysTrue()
+        for column, values in self.values:
+            out = And(out, EqualTo(column, values[0]) if len(values) == 1 else In(column, values))
+        return out
+
+
+def spans_hours(t, data_file) -> bool:
+    """Whether a data file holds rows of several landing hours: a compacted day's (`compact`), which
+    a load replacing one hour cannot drop whole."""
+    field = t.schema().find_field(HOUR_COLUMN).field_id
+    return data_file.lower_bounds.get(field) != data_file.upper_bounds.get(field)
+
+
 def schema_of(t) -> dict | None:
     """A table's schema in Spark's terms (`SCHEMA_PROPERTY`); None for no table."""
     return json.loads(t.properties[SCHEMA_PROPERTY]) if t is not None else None
@@ -106,6 +141,16 @@ class Tables:
     def columns(self) -> tuple[str, ...]:
         """The tables' partition columns, in their spec's order."""
         return (HOUR_COLUMN,) if self.column == HOUR_COLUMN else (self.column, HOUR_COLUMN)
+
+    def partition_by(self, spec) -> None:
+        """The tables' spec: the event partition (the landing hour a column), or a landing-hour
+        table's day (`LANDING_DAY`). Never the hour itself: a file may then hold a day's hours."""
+        from pyiceberg.transforms import TruncateTransform
+
+        if self.column == HOUR_COLUMN:
+            spec.add_field(HOUR_COLUMN, TruncateTransform(DAY_CHARS), LANDING_DAY)
+        else:
+            spec.add_identity(self.column)
 
     def identifier(self, dataset: str, table: str) -> tuple[str, str]:
         return check_identifier(dataset, "dataset"), check_identifier(table, "table")
@@ -157,6 +202,44 @@ class Tables:
         """The part-*.parquet files Spark wrote under `rel_dir`, at any depth, by location."""
         return [self.location(r) for r in self.store.walk(rel_dir, ".parquet")
                 if fnmatch.fnmatchcase(r.rsplit("/", 1)[-1], "part-*.parquet")]
+
+    def partition_rows(self, t, data_file, partition: str) -> int:
+        """A data file's rows of `partition`: its record count when its statistics say it holds that
+        partition alone (every load's file); otherwise (a landing day compacted into one file) read
+        from its row groups' statistics, each row group of several partitions counted from its
+        column. Exact either way; no data read for a load's file."""
+        field = t.schema().find_field(self.column).field_id
+        value = partition.encode()
+        if data_file.lower_bounds.get(field) == value == data_file.upper_bounds.get(field) \
+                and not data_file.null_value_counts.get(field):
+            return data_file.record_count
+        io = _file_io(self.root, _io_properties(self.root))
+        with io.new_input(data_file.file_path).open() as f:
+            parquet = pq.ParquetFile(f)
+            index = parquet.schema_arrow.get_field_index(self.column)
+            rows = 0
+            for g in range(parquet.metadata.num_row_groups):
+                group = parquet.metadata.row_group(g)
+                stats = group.column(index).statistics
+                if stats is not None and stats.has_min_max and not stats.null_count:
+                    if stats.min == stats.max == partition:
+                        rows += group.num_rows
+                        continue
+                    if not stats.min <= partition <= stats.max:
+                        continue
+                column = parquet.read_row_group(g, columns=[self.column]).column(0)
+                rows += pc.sum(pc.equal(column, partition)).as_py() or 0
+        return rows
+
+    def rows_of(self, data_file, replaced: Replaced) -> int:
+        """A data file's rows that `replaced` selects, from their columns (a compacted day's file)."""
+        io = _file_io(self.root, _io_properties(self.root))
+        with io.new_input(data_file.file_path).open() as f:
+            table = pq.read_table(f, columns=[c for c, _ in replaced.values])
+        selected = pa.array([True] * table.num_rows)
+        for column, values in replaced.values:
+            selected = pc.and_(selected, pc.fill_null(pc.is_in(table[column], pa.array(values)), False))
+        return pc.sum(selected).as_py() or 0
 
     def rows_in(self, files: list[str]) -> int:
         """Rows of Parquet files from their footers (a ranged read each on gs://)."""

@@ -1,4 +1,4 @@
-"""Upkeep of the root's tables: the event tables' finished partitions compacted (`compact`), old
+"""Upkeep of the root's tables: their finished days compacted (`compact`), old
 snapshots expired, and the files no kept snapshot lists removed.
 
 What the checks and loads need is the current snapshot (they read it) and the load records; older
@@ -35,14 +35,14 @@ class Upkept:
     snapshots_kept: int
     files_removed: int  # data and manifest files no kept snapshot lists any more
     bytes_removed: int
-    partitions_compacted: int = 0  # event partitions made one file each (`compact`)
+    partitions_compacted: int = 0  # partitions (landing or event days) made one file each (`compact`)
     files_compacted: int = 0  # the files they held before
 
 
 def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = None,
            tables: list[tuple[str, str]] | None = None, spark: SparkFactory | None = None,
            compact_after: timedelta = COMPACT_AFTER) -> list[Upkept]:
-    """Compact the event tables' partitions over for `compact_after` (with `spark`: `compact`),
+    """Compact the tables' days (landing or event) over for `compact_after` (with `spark`: `compact`),
     expire every table's snapshots older than `keep` (never the current one), then remove the
     files no kept snapshot lists, and that are older than a day: a load's files are on disk before
     its commit lists them, and no load runs for a day."""
@@ -55,15 +55,12 @@ def upkeep(warehouse: IcebergWarehouse, keep: timedelta, now: datetime | None = 
         if t is None:
             continue
         t = _with_our_properties(root, t, (dataset, table))
-        compacted = None
         column = event_column(t, table)
-        if column is not None:
-            t = give_spec(root, t, (dataset, table))
-            if spark is not None:
-                compacted = compact(Tables(root.root, root.config, column), (dataset, table), t, spark, now,
-                                    compact_after)
-                if compacted is not None:
-                    t = root.table(dataset, table)
+        kind = root if column is None else Tables(root.root, root.config, column)
+        t = give_spec(kind, t, (dataset, table))
+        compacted = compact(kind, (dataset, table), t, spark, now, compact_after) if spark is not None else None
+        if compacted is not None:
+            t = root.table(dataset, table)
         current = t.current_snapshot()
         old = [snap.snapshot_id for snap in t.metadata.snapshots
                if datetime.fromtimestamp(snap.timestamp_ms / 1000, timezone.utc) < now - keep

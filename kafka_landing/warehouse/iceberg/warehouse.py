@@ -25,7 +25,7 @@ from kafka_landing.warehouse.iceberg.catalogs import CatalogConfig, on_gcs, sql_
 from kafka_landing.warehouse.iceberg.commits import COMMIT_ATTEMPTS, Commits, Lineage, Written, hour_keys, load_props
 from kafka_landing.warehouse.iceberg.files import read_landed, spark_table, write_parquet
 from kafka_landing.warehouse.iceberg.stage import StagedHour, stage
-from kafka_landing.warehouse.iceberg.tables import HOUR_COLUMN, Tables, schema_of
+from kafka_landing.warehouse.iceberg.tables import HOUR_COLUMN, Replaced, Tables, schema_of
 from kafka_landing.warehouse.schema_evolution import merge_schemas
 
 
@@ -38,7 +38,7 @@ class _Plan:
     changed: dict[str, tuple[LandedFile, ...]]  # the landing hours to replace (no files: the hour left the partition)
     whole: bool  # the whole partition is replaced (a landing hour's table, or one held as who knows what)
     props: dict  # the snapshots' summary (`load_props`)
-    replaced: object  # the rows the commit drops (a pyiceberg expression)
+    replaced: Replaced  # the rows the commit drops
     where: str  # the load, in messages
 
     @property
@@ -127,10 +127,16 @@ class IcebergWarehouse(Warehouse):
         return [task.file for task in t.scan(row_filter=EqualTo(self.tables.column, partition)).plan_files()]
 
     def partition_rows(self, dataset: str, table: str, partition: str) -> int | None:
-        """Rows of a partition from the table's metadata (its data files' record counts): no data
-        read. None if it holds no file."""
-        files = self.partition_files(dataset, table, partition)
-        return sum(f.record_count for f in files) if files else None
+        """Rows of a partition: its data files' record counts, from the table's metadata; a landing
+        day compacted into one file is counted from its row groups (`Tables.partition_rows`). None if
+        it holds no file."""
+        from pyiceberg.expressions import EqualTo
+
+        t = self.table(dataset, table)
+        if t is None or t.current_snapshot() is None:
+            return None
+        files = [task.file for task in t.scan(row_filter=EqualTo(self.tables.column, partition)).plan_files()]
+        return sum(self.tables.partition_rows(t, f, partition) for f in files) or None  # no file, or none holds it
 
     def spark_table(self, spark, dataset: str, table: str, snapshot_id: int | None = None):
         """The table as a Spark DataFrame, its current snapshot or `snapshot_id`'s (`files.spark_table`)."""

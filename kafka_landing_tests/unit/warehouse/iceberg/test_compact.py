@@ -1,5 +1,6 @@
-"""Which event partitions upkeep compacts: those over for a day that hold more than one file, at a
-year's scale (counted, no table); the unknown partitions by their landing day; hours for hourly tables."""
+"""Which partitions upkeep compacts: those over for a day that hold more than one file, at a
+year's scale (counted, no table); the unknown partitions by their landing day; hours for hourly
+tables; a landing-hour table's days."""
 
 from __future__ import annotations
 
@@ -16,6 +17,17 @@ def test_a_partition_ends_with_its_day_its_hour_or_its_landing_day():
     assert ended("__unknown__2026-01-31", "event_day") == datetime(2026, 2, 1, tzinfo=UTC)
     assert ended("__unknown__2026-01-31", "event_hour") == datetime(2026, 2, 1, tzinfo=UTC)
     assert ended("not a day", "event_day") is None
+    assert ended("2026-01-31", "hour") == datetime(2026, 2, 1, tzinfo=UTC)  # a landing-hour table's day
+
+
+def test_a_year_of_landing_days_of_24_hourly_files_compacts_every_day_but_the_last():
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    files = {(start + timedelta(days=d)).strftime("%Y-%m-%d"): 24 for d in range(365)}
+
+    todo = due(files, "hour", start + timedelta(days=365, hours=23))
+
+    assert len(todo) == 364 and sum(files[p] for p in todo) == 364 * 24
+    assert todo[-1] == (start + timedelta(days=363)).strftime("%Y-%m-%d")
 
 
 def test_a_year_of_days_each_fed_by_many_landing_hours_compacts_all_but_the_last_day():
