@@ -20,11 +20,20 @@ endif
 
 .PHONY: setup instance jvm stack-up stack-down stack-status demo demo-reset test fuzz bench bench-quick clean
 
-setup: .venv/.installed .jvm/.fetched instance
+setup: .venv/.installed .venv-spark41/.installed .jvm/.fetched instance
 
 .venv/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+# A reader of the tables, not the product: Spark 4.1 with Iceberg's own runtime (none is published
+# for the product's Spark 4.2), in an environment of its own, as a user's Spark reads the tables
+# (the docs test runs docs/concepts.md's example with it).
+SPARK41 = pyspark==4.1.4
+.venv-spark41/.installed: Makefile
+	test -x .venv-spark41/bin/python || python3 -m venv .venv-spark41
+	.venv-spark41/bin/python -m pip install -q "$(SPARK41)"
 	touch $@
 
 jvm: .jvm/.fetched
@@ -37,10 +46,11 @@ jvm: .jvm/.fetched
 	@command -v mvn >/dev/null || { echo "Maven (mvn) is missing: apt-get install maven"; exit 1; }
 	@command -v java >/dev/null || { echo "Java is missing: apt-get install openjdk-17-jdk-headless"; exit 1; }
 	# An upgrade leaves no jar of the version before; Maven's unpack markers go too, or it would skip the unpack.
-	rm -rf $(CURDIR)/.jvm/kafka $(CURDIR)/.jvm/spark $(CURDIR)/.jvm/iceberg-rest $(CURDIR)/.jvm/tools $(CURDIR)/.jvm/registry jvm/target/dependency-maven-plugin-markers
+	rm -rf $(CURDIR)/.jvm/kafka $(CURDIR)/.jvm/spark $(CURDIR)/.jvm/iceberg-rest $(CURDIR)/.jvm/spark41 $(CURDIR)/.jvm/tools $(CURDIR)/.jvm/registry jvm/target/dependency-maven-plugin-markers
 	cd jvm && mvn -q -B -Pkafka dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jvm/kafka
 	cd jvm && mvn -q -B -Pspark dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jvm/spark
 	cd jvm && mvn -q -B -Piceberg-rest dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jvm/iceberg-rest
+	cd jvm && mvn -q -B -Pspark41-iceberg dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jvm/spark41
 	cd jvm && mvn -q -B -Pregistry package -Djvm.dir=$(CURDIR)/.jvm
 	cd jvm && mvn -q -B -Ptools package -Djvm.dir=$(CURDIR)/.jvm
 	cd jvm/splice && mvn -q -B package -Djvm.dir=$(CURDIR)/.jvm
@@ -95,4 +105,4 @@ bench-quick: stack-up
 	$(PY) -m kafka_landing_tools.bench --quick $(BENCH_ARGS)
 
 clean: stack-down
-	rm -rf .venv .jvm .local
+	rm -rf .venv .venv-spark41 .jvm .local

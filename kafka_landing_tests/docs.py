@@ -141,7 +141,7 @@ def broken_links(files: list[Path], root: Path = ROOT) -> list[str]:
 # --- code blocks and how each is tested -------------------------------------------------------------
 
 _MARK = re.compile(r"^[ \t]*<!--\s*doc-test:\s*(?P<spec>.*?)\s*-->\s*$")
-KINDS = ("warehouse", "shell", "topic-config", "skip")
+KINDS = ("warehouse", "shell", "topic-config", "spark41", "skip")
 CHECKED_LANGUAGES = ("python", "bash", "sh", "shell", "yaml", "yml")
 
 

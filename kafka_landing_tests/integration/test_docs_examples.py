@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +32,8 @@ from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hours, generate
 
 HOURS = 2
 PER_HOUR = 60
-PYTHON, SHELL = examples("warehouse"), examples("shell")
+PYTHON, SHELL, SPARK41 = examples("warehouse"), examples("shell"), examples("spark41")
+SPARK41_PYTHON = ROOT / ".venv-spark41" / "bin" / "python"  # `make setup`'s: pyspark 4.1 beside the product's 4.2
 
 
 @dataclass
@@ -127,6 +130,58 @@ def test_a_documented_read_of_the_tables_returns_rows(block: Block, checkout, sp
     read = run_python(code, {"spark": spark})
     assert read, f"{block.id} reads no table"
     assert [(s, n) for s, n in read if n == 0] == [], f"{block.id} read an empty table"
+
+
+def shown(stdout: str) -> list[dict[str, int]]:
+    """The (hour, count) tables an example's `.show()` printed, in order."""
+    tables: list[dict[str, int]] = []
+    for line in stdout.splitlines():
+        if re.fullmatch(r"\|\s*hour\|count\(1\)\|", line):
+            tables.append({})
+        elif tables and (m := re.fullmatch(r"\|\s*(\d{4}-\d\d-\d\dT\d\d)\|\s*(\d+)\|", line)):
+            tables[-1][m[1]] = int(m[2])
+    return tables
+
+
+@pytest.mark.parametrize("block", SPARK41, ids=[b.id for b in SPARK41])
+def test_spark_4_1_with_icebergs_runtime_reads_each_snapshot_as_pyiceberg_does(block: Block, checkout,
+                                                                               iceberg_rest_url):
+    """The documented Spark 4.1 session, in its own environment with Iceberg's runtime, reads the
+    checkout's table through the stack's REST catalog (where the test registers it): its current
+    snapshot and its first, hour by hour, as pyiceberg counts them."""
+    from pyiceberg.catalog.rest import RestCatalog
+    from pyiceberg.expressions import EqualTo
+
+    from kafka_landing.warehouse.iceberg import IcebergWarehouse
+
+    def counts(table, snapshot_id: int | None) -> dict[str, int]:
+        hours = table.scan(snapshot_id=snapshot_id, selected_fields=("hour",)).to_arrow()["hour"].to_pylist()
+        return dict(Counter(hours))
+
+    t = IcebergWarehouse(checkout.env["KAFKA_LANDING_WAREHOUSE_ROOT"]).table("web", "page_views")
+    [jar] = (ROOT / ".jvm" / "spark41").glob("iceberg-spark-runtime-4.1_*.jar")
+    namespace = f"docs_{uuid.uuid4().hex[:8]}"
+    rest = RestCatalog("kafka_landing", uri=iceberg_rest_url)
+    rest.create_namespace(namespace)
+    rest.register_table((namespace, "page_views"), t.metadata_location)
+    try:
+        # One more snapshot, without the last hour, so the first and the current one differ.
+        t = rest.load_table((namespace, "page_views"))
+        t.delete(EqualTo("hour", max(counts(t, None))))
+        code = block.code_for({**checkout.values, "rest_url": iceberg_rest_url,
+                               "rest_table": f"kl.{namespace}.page_views"})
+        # A user's shell: none of this process's Spark (its Connect mark would make pyspark 4.1 connect)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_")) and k != "PYTHONPATH"}
+        done = subprocess.run([str(SPARK41_PYTHON), "-c", code], cwd=checkout.root, capture_output=True, text=True,
+                              env={**env, "PYSPARK_SUBMIT_ARGS": f"--jars {jar} pyspark-shell"}, timeout=600)
+    finally:
+        rest.drop_table((namespace, "page_views"))
+        rest.drop_namespace(namespace)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    current, first = counts(t, None), counts(t, t.metadata.snapshots[0].snapshot_id)
+    assert shown(done.stdout) == [current, first], done.stdout
+    assert sum(current.values()) > 0 and current != first
 
 
 def shell(block: Block, checkout: Checkout) -> subprocess.CompletedProcess:

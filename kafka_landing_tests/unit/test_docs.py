@@ -102,7 +102,7 @@ def test_a_block_that_does_not_say_how_it_is_tested_is_found(tmp_path):
         "```\nplain text is no example\n```\n")
     assert unmarked_or_badly_marked([page]) == [
         "page.md:1: a python block without a <!-- doc-test: ... --> comment",
-        "page.md:6: unknown doc-test kind 'sometimes' (one of warehouse, shell, topic-config, skip)",
+        "page.md:6: unknown doc-test kind 'sometimes' (one of warehouse, shell, topic-config, spark41, skip)",
         "page.md:11: a skipped block must say why",
         "page.md:16: a literal to replace is not in the block",
     ]
