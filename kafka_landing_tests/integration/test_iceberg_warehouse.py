@@ -28,9 +28,17 @@ V_PRECISION = {**V1, "fields": V1["fields"][:2] + [
     {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 14, "scale": 2}}]}
 
 
-@pytest.fixture
-def iceberg(tmp_path):
-    return LocalStore(tmp_path / "landing"), IcebergWarehouse(str(tmp_path / "warehouse"))
+@pytest.fixture(params=["sql", "rest"])
+def iceberg(request, tmp_path):
+    """A landing root and a warehouse, its catalog SQLite under the root or the stack's REST catalog."""
+    from kafka_landing_tests.helpers import drop_dataset
+
+    catalog = request.getfixturevalue("iceberg_rest_url") if request.param == "rest" else None
+    wh = IcebergWarehouse(str(tmp_path / "warehouse"), catalog)
+    if catalog:
+        for dataset in ("shop", "web", "evo"):  # the session's REST catalog holds the tests' before
+            drop_dataset(wh, dataset)
+    return LocalStore(tmp_path / "landing"), wh
 
 
 def orders(n: int, start: int = 0, **extra) -> list[dict]:
@@ -196,7 +204,7 @@ def test_concurrent_loads_of_two_hours_and_of_one_hour_lose_and_double_nothing(i
     wh.load_partition(store, _land_orders(store, _hour(0), V1, orders(1)), lambda: spark)
     dones = [_land_orders(store, _hour(1), V1, orders(3, 10)), _land_orders(store, _hour(2), V2, orders(2, 20)),
              _land_orders(store, _hour(2), V2, orders(2, 20))]
-    assert _load_at_once(store, dones, lambda: IcebergWarehouse(wh.root), spark) == []
+    assert _load_at_once(store, dones, lambda: IcebergWarehouse(wh.root, wh.tables.config), spark) == []
     by_hour: dict[str, list[str]] = {}
     for r in _rows(wh, "orders"):
         by_hour.setdefault(r[HOUR_COLUMN], []).append(r["order_id"])

@@ -95,11 +95,24 @@ def open_catalog(root: str, config: CatalogConfig, io: tuple[tuple[str, str], ..
         if config.auth:
             props["auth"] = {"type": config.auth}
         return RestCatalog("kafka_landing", **props)
-    from pyiceberg.catalog.sql import SqlCatalog
-
     uri = sql_uri(root, config.uri)
     if on_gcs(root):
-        return SqlCatalog("kafka_landing", uri=uri, warehouse=root.rstrip("/"), **dict(io))
+        return _sql_catalog(uri=uri, warehouse=root.rstrip("/"), **dict(io))
     base = Path(root).expanduser().resolve()
     base.mkdir(parents=True, exist_ok=True)
-    return SqlCatalog("kafka_landing", uri=uri, warehouse=str(base))  # a plain path: `Tables.uri` says why
+    return _sql_catalog(uri=uri, warehouse=str(base))  # a plain path: `Tables.uri` says why
+
+
+def _sql_catalog(**props):
+    """pyiceberg's SQL catalog, which makes its tables in the database if it finds none. Loads that
+    open a new catalog at once (a run's first hours) all find none, and all but one fail to make
+    them: those open it again, finding them made."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    try:
+        return SqlCatalog("kafka_landing", **props)
+    except (OperationalError, ProgrammingError, IntegrityError) as exc:  # SQLite's, PostgreSQL's (two ways)
+        if "already exists" not in str(exc) and "duplicate key" not in str(exc):
+            raise
+        return SqlCatalog("kafka_landing", **props)

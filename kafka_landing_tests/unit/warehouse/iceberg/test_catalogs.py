@@ -103,3 +103,29 @@ def test_an_unreachable_rest_catalog_is_transient_and_named(tmp_path):
     with pytest.raises(LoadError, match=f"REST catalog at http://127.0.0.1:{port}") as err:
         wh.check_writable()
     assert err.value.transient
+
+
+def test_loads_that_open_a_new_sqlite_catalog_at_once_all_open_it(tmp_path):
+    """Each finds no catalog tables and makes them; all but one used to fail with `table
+    iceberg_tables already exists` (nine rounds in ten, eight loads at once)."""
+    import threading
+
+    from kafka_landing.warehouse.iceberg.catalogs import open_catalog
+
+    failed = []
+    for round_ in range(5):
+        root, start = str(tmp_path / f"root{round_}"), threading.Barrier(8)
+
+        def open_it(root=root, start=start):
+            start.wait()
+            try:
+                open_catalog(root, CatalogConfig(), ()).list_namespaces()
+            except Exception as exc:  # noqa: BLE001 - what the test counts
+                failed.append(exc)
+
+        threads = [threading.Thread(target=open_it) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert failed == []
