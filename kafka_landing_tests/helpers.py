@@ -154,16 +154,17 @@ def write_event_hour(store, dataset: str, table: str, hour: str, by_event: dict,
     return rel
 
 
-def table_rows(root, dataset: str, table: str, **equal) -> pd.DataFrame:
+def table_rows(root, dataset: str, table: str, catalog=None, **equal) -> pd.DataFrame:
     """The rows of an Iceberg table of the warehouse at `root` (its current snapshot), as a reader
-    outside the product reads them: pyiceberg through the catalog (docs/concepts.md). `equal` keeps
-    the rows whose column holds the value (hour="2026-01-31T10", event_day=...)."""
+    outside the product reads them: pyiceberg through the catalog (docs/concepts.md), the root's
+    SQLite one unless another is given. `equal` keeps the rows whose column holds the value
+    (hour="2026-01-31T10", event_day=...)."""
     from pathlib import Path
 
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.expressions import AlwaysTrue, And, EqualTo
 
-    catalog = SqlCatalog("kafka_landing", uri=f"sqlite:///{Path(root).resolve()}/_catalog.db")
+    catalog = catalog or SqlCatalog("kafka_landing", uri=f"sqlite:///{Path(root).resolve()}/_catalog.db")
     where = AlwaysTrue()
     for column, value in equal.items():
         where = And(where, EqualTo(column, value))

@@ -284,7 +284,11 @@ def start_iceberg_rest(port: int | None = None, idir: Path | None = None) -> str
     env = {"CATALOG_CATALOG__IMPL": "org.apache.iceberg.jdbc.JdbcCatalog",
            "CATALOG_URI": f"jdbc:sqlite:file:{(idir / 'catalog.db').resolve()}",
            "CATALOG_JDBC_SCHEMA__VERSION": "V1",  # views too; the tables' rows are the same
-           "CATALOG_WAREHOUSE": f"file://{(idir / 'warehouse').resolve()}"}
+           "CATALOG_WAREHOUSE": f"file://{(idir / 'warehouse').resolve()}",
+           # A gs:// table's metadata is the server's to write: by scheme, on the stack's GCS emulator.
+           "CATALOG_IO__IMPL": "org.apache.iceberg.io.ResolvingFileIO",
+           "CATALOG_GCS_SERVICE_HOST": GCS_EMULATOR_URL, "CATALOG_GCS_NO__AUTH": "true",
+           "CATALOG_GCS_PROJECT__ID": "kafka-landing-test"}
     # The fixture's own main listens on every interface; this launcher, on loopback only.
     _spawn([_system_java(), "-Xmx256m", "-cp", str(JVM_DIR / "iceberg-rest" / "*"),
             str(ROOT / "jvm" / "iceberg-rest" / "LoopbackRestCatalog.java"), str(port)], log, pidfile, env=env)

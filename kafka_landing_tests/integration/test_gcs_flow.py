@@ -1,7 +1,8 @@
-"""The whole flow with a gs:// landing root on the GCS emulator: Spark writes the
-hour's files through the GCS connector, the store publishes them without rename,
-the sensor finds the done files in the bucket, and the Iceberg warehouse loads
-from gs://. The same records as on a local root, exactly once."""
+"""The whole flow in production's shape, on the GCS emulator: a gs:// landing root (Spark writes
+the hour's files through the GCS connector, the store publishes them without rename, the sensor
+finds the done files in the bucket) and a gs:// warehouse root named by a REST catalog (the
+stack's Iceberg REST server, BigLake's part), the Iceberg warehouse loading from gs://; then
+BigQuery from the same bucket. The same records as on a local root, exactly once."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import uuid
 import pandas as pd
 import yaml
 from google.cloud import storage
+from pyiceberg.catalog.rest import RestCatalog
 
 from kafka_landing.definitions import build_definitions, build_resources
 from kafka_landing_tools.demo.generate import ORDERS, WEB, demo_hours, generate
 from kafka_landing.naming import Hour, hour_key
+from kafka_landing.warehouse.iceberg.gcs_io import emulator_host, gcs_properties
 from kafka_landing_tests.bigquery_fake import FakeBigQuery
 from kafka_landing_tests.conftest import utcnow
 from kafka_landing_tests.helpers import table_rows
@@ -80,7 +83,7 @@ def assert_checks_download_no_landing_file(bucket: str, topic: str, dataset: str
 
 
 def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, bootstrap, registry_url, spark,  # noqa: F811
-                                         tmp_path, monkeypatch):
+                                         tmp_path, monkeypatch, iceberg_rest_url):
     suffix = uuid.uuid4().hex[:6]
     topics = {ORDERS: f"gorders_{suffix}", WEB: f"gweb_{suffix}"}
     now = utcnow()
@@ -93,8 +96,13 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
     }}))
     monkeypatch.setenv("KAFKA_LANDING_TOPICS_CONFIG", str(config))
     monkeypatch.setenv("KAFKA_LANDING_ROOT", f"gs://{gcs_bucket}/landing")
-    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", str(tmp_path / "warehouse"))
+    # Production's shape: the tables in the bucket too, named by a REST catalog (BigLake's part, here
+    # the stack's Iceberg REST server, which writes their metadata to the bucket itself).
+    warehouse = f"gs://{gcs_bucket}/warehouse"
+    monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE_ROOT", warehouse)
+    monkeypatch.setenv("KAFKA_LANDING_ICEBERG_CATALOG_URI", iceberg_rest_url)
     monkeypatch.setenv("KAFKA_LANDING_WAREHOUSE", "iceberg")  # the default: Iceberg tables loaded from the bucket
+    catalog = RestCatalog("kafka_landing", uri=iceberg_rest_url, **gcs_properties(emulator_host()))
     defs = build_definitions()
     hours = demo_hours(now, HOURS)
     for hour in hours:
@@ -115,15 +123,16 @@ def test_whole_flow_on_a_gs_landing_root(gcs_emulator, gcs_bucket, instance, boo
     assert not tick(defs, instance, cursor=first.cursor).run_requests
     assert_checks_download_no_landing_file(gcs_bucket, topics[ORDERS], f"gshop_{suffix}", hours[0], monkeypatch)
 
-    rows = pd.concat([table_rows(tmp_path / "warehouse", f"gshop_{suffix}", "orders"),
-                      table_rows(tmp_path / "warehouse", f"gweb_{suffix}", "page_views"),
-                      table_rows(tmp_path / "warehouse", f"gweb_{suffix}", "other_events")])
+    rows = pd.concat([table_rows(warehouse, f"gshop_{suffix}", "orders", catalog),
+                      table_rows(warehouse, f"gweb_{suffix}", "page_views", catalog),
+                      table_rows(warehouse, f"gweb_{suffix}", "other_events", catalog)])
+    assert catalog.load_table(f"gshop_{suffix}.orders").metadata_location.startswith(f"{warehouse}/gshop_{suffix}/")
     got = sorted(zip(rows["_kafka_topic"], rows["_kafka_partition"], rows["_kafka_offset"]))
     assert got == sorted((s.topic, s.partition, s.offset) for s in sent.records if not s.bad)
 
     # The orders' event-time table, from the same files in the bucket: every landed order exactly once.
     event_days = event_runs(defs, instance)
-    by_event = table_rows(tmp_path / "warehouse", f"gshop_{suffix}", "orders__by_event")
+    by_event = table_rows(warehouse, f"gshop_{suffix}", "orders__by_event", catalog)
     order_keys = sorted((s.topic, s.partition, s.offset) for s in sent.records
                         if s.topic == topics[ORDERS] and not s.bad)
     assert sorted(zip(by_event["_kafka_topic"], by_event["_kafka_partition"], by_event["_kafka_offset"])) == order_keys

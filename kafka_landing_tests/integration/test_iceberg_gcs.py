@@ -1,8 +1,10 @@
 """The Iceberg warehouse with its root in a bucket (gs://, on the GCS emulator), as in production
-with the catalog's database elsewhere (here a local SQLite file; PostgreSQL in production). Spark
+with the catalog elsewhere: a local SQLite file (PostgreSQL in production), and the stack's REST
+catalog, whose server writes the tables' metadata to the bucket itself (BigLake's way). Spark
 writes the Parquet files through the GCS connector, pyiceberg the metadata through its FileIO, the
 store the load records; a fresh warehouse object reads everything back from the bucket alone.
-The landing root is in the same bucket, so nothing of a load touches the local disk but the catalog."""
+The landing root is in the same bucket, so nothing of a load touches the local disk but the SQLite
+catalog."""
 
 from __future__ import annotations
 
@@ -21,10 +23,18 @@ from kafka_landing_tests.helpers import write_hour
 from kafka_landing_tests.integration.test_iceberg_warehouse import V1, _hour, orders
 
 
-@pytest.fixture
-def on_gcs(gcs_emulator, gcs_bucket, tmp_path):
-    """(landing store, warehouse, bucket, catalog URI): both roots in a fresh bucket, the catalog local."""
-    uri = f"sqlite:///{tmp_path / 'catalog.db'}"
+@pytest.fixture(params=["sql", "rest"])
+def on_gcs(request, gcs_emulator, gcs_bucket, tmp_path):
+    """(landing store, warehouse, bucket, catalog URI): both roots in a fresh bucket, the catalog a
+    local SQLite file or the stack's REST catalog (which writes the tables' metadata to the bucket
+    itself, as BigLake does)."""
+    if request.param == "rest":
+        from kafka_landing_tests.helpers import drop_dataset
+
+        uri = request.getfixturevalue("iceberg_rest_url")
+        drop_dataset(IcebergWarehouse(f"gs://{gcs_bucket}/warehouse", uri), "shop")
+    else:
+        uri = f"sqlite:///{tmp_path / 'catalog.db'}"
     store = open_store(f"gs://{gcs_bucket}/landing")
     return store, IcebergWarehouse(f"gs://{gcs_bucket}/warehouse", uri), gcs_bucket, uri
 
@@ -76,7 +86,7 @@ def test_an_hour_and_a_run_of_hours_load_into_a_bucket_and_read_back_from_it_alo
     assert fresh.partition_rows("shop", "orders", _hour(3)) == 5
     assert fresh.spark_table(spark, "shop", "orders").count() == 14
     # Nothing on the local disk but the catalog.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.db"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if uri.startswith("http") else ["catalog.db"])
 
     # The same hours again: nothing staged, no new snapshot.
     assert stage_done_files(fresh, store, dones, lambda: spark).committed == {}
