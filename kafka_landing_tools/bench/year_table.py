@@ -1,11 +1,11 @@
-"""An event-time table after a year: a reader's plan of one day's query against a week-old table's,
-and the files of a day once upkeep compacted the finished days.
+"""An event-time table and a landing-hour table after a year: a reader's plan of one day's query
+against a week-old table's, and the files of a day once upkeep compacted the finished days.
 
-Both tables are made by the warehouse (its spec and properties), then given a day's files per
-commit as a year of loads leaves them: one file per landing hour that brought records of the day
-(24 here), added with pyiceberg (daily commits, not hourly: 8,760 commits would take the case
-minutes and leave the same merged manifests). Then the year's table is upkept with the stack's
-Spark (`upkeep`: compaction, through the product) and planned again."""
+The tables are made by the warehouse (its spec and properties), then given a day's files per
+commit as a year of loads leaves them: one file per landing hour (that brought records of the day,
+for the event table: 24 here), added with pyiceberg (daily commits, not hourly: 8,760 commits
+would take the case minutes and leave the same merged manifests). Then the year's tables are
+upkept with the stack's Spark (`upkeep`: compaction, through the product) and planned again."""
 
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ from kafka_landing_tools.bench.world import Bench, Case
 
 WEEK_DAYS, FILES_PER_DAY, ROWS_PER_FILE = 7, 24, 50
 IDENT = ("bench", "orders__by_event")
+LANDING = ("bench", "orders")
 _SCHEMA = {"type": "struct", "fields": [{"name": "order_id", "type": "string", "nullable": True, "metadata": {}},
                                         {"name": "created_at", "type": "timestamp", "nullable": True, "metadata": {}}]}
 _START = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
 
-def _day_files(folder: Path, day: int) -> list[str]:
-    """A day's files as loads leave them: one per landing hour that brought records of the day."""
+def _day_files(folder: Path, day: int, event: bool) -> list[str]:
+    """A day's files as loads leave them: one per landing hour (that brought records of the day)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -36,34 +37,40 @@ def _day_files(folder: Path, day: int) -> list[str]:
         hour = (_START + timedelta(days=day, hours=h)).strftime("%Y-%m-%dT%H")
         when = _START + timedelta(days=day, hours=h)
         path = folder / f"{day}_{h}.parquet"
-        pq.write_table(pa.table({
-            "order_id": [f"{day}-{h}-{i}" for i in range(ROWS_PER_FILE)],
-            "created_at": pa.array([when] * ROWS_PER_FILE, pa.timestamp("us", tz="UTC")),
-            "event_day": [tag] * ROWS_PER_FILE, "hour": [hour] * ROWS_PER_FILE}), path)
+        columns = {"order_id": [f"{day}-{h}-{i}" for i in range(ROWS_PER_FILE)],
+                   "created_at": pa.array([when] * ROWS_PER_FILE, pa.timestamp("us", tz="UTC"))}
+        pq.write_table(pa.table({**columns, **({"event_day": [tag] * ROWS_PER_FILE} if event else {}),
+                                 "hour": [hour] * ROWS_PER_FILE}), path)
         paths.append(str(path))
     return paths
 
 
-def _table_of(root: Path, days: int):
-    """(the event-time backend, the table) holding `days` days, made as the warehouse makes it."""
+def _table_of(root: Path, days: int, event: bool = True):
+    """(the backend, the table) holding `days` days, made as the warehouse makes it: the event-time
+    table, or the landing-hour one."""
     from kafka_landing.warehouse.iceberg import IcebergWarehouse
 
-    ev = IcebergWarehouse(str(root / "warehouse")).by_event("day", "created_at")
-    ev.commits.create(IDENT, _SCHEMA, [(_day_files(root / "files", 0), {"kafka-landing.bench": "day 0"})])
+    wh = IcebergWarehouse(str(root / "warehouse"))
+    backend, ident = (wh.by_event("day", "created_at"), IDENT) if event else (wh, LANDING)
+    backend.commits.create(ident, _SCHEMA, [(_day_files(root / "files", 0, event), {"kafka-landing.bench": "day 0"})])
     for d in range(1, days):
-        ev.table(*IDENT).add_files(_day_files(root / "files", d), check_duplicate_files=False)
-    return ev, ev.table(*IDENT)
+        backend.table(*ident).add_files(_day_files(root / "files", d, event), check_duplicate_files=False)
+    return backend, backend.table(*ident)
 
 
 def _plan(t, day: int) -> tuple[float, int]:
-    """(the best of 7 plans of one day's query, in ms; the files it plans)."""
-    from pyiceberg.expressions import EqualTo
+    """(the best of 7 plans of one day's query, in ms; the files it plans): by its event day, or by
+    its landing hours' range on a landing-hour table."""
+    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThanOrEqual
 
     tag = (_START + timedelta(days=day)).strftime("%Y-%m-%d")
+    event = "event_day" in {f.name for f in t.schema().fields}
+    where = EqualTo("event_day", tag) if event else And(GreaterThanOrEqual("hour", f"{tag}T00"),
+                                                         LessThanOrEqual("hour", f"{tag}T23"))
     best, files = float("inf"), 0
     for _ in range(7):
         t0 = time.perf_counter()
-        files = len(list(t.scan(row_filter=EqualTo("event_day", tag)).plan_files()))
+        files = len(list(t.scan(row_filter=where).plan_files()))
         best = min(best, time.perf_counter() - t0)
     return round(best * 1000, 1), files
 
@@ -73,6 +80,33 @@ def _most_files_a_day(t) -> int:
     for task in t.scan().plan_files():
         per[task.file.partition[0]] = per.get(task.file.partition[0], 0) + 1
     return max(per.values())
+
+
+def _landing_year(root: Path, days: int, spark) -> dict:
+    """The landing-hour table's year, planned before and after upkeep, against its week-old table."""
+    from kafka_landing.warehouse.iceberg import upkeep
+
+    _, week = _table_of(root / "landing_week", WEEK_DAYS, event=False)
+    week_ms, _ = _plan(week, WEEK_DAYS // 2)
+    wh, year = _table_of(root / "landing_year", days, event=False)
+    before_ms, before_files = _plan(year, days // 2)
+    t0 = time.monotonic()
+    [kept] = upkeep(wh, timedelta(days=3650), now=_START + timedelta(days=days + 2), spark=lambda: spark,
+                    tables=[LANDING])
+    compact_seconds = round(time.monotonic() - t0, 1)
+    year = wh.table(*LANDING)
+    after_ms, after_files = _plan(year, days // 2)
+    rows = sum(task.file.record_count for task in year.scan().plan_files())
+    if rows != days * FILES_PER_DAY * ROWS_PER_FILE:
+        raise BenchError(f"the compacted landing year holds {rows} rows, not the {days * FILES_PER_DAY * ROWS_PER_FILE} "
+                         "it was given: the compaction lost or doubled rows")
+    hour = (_START + timedelta(days=days // 2, hours=5)).strftime("%Y-%m-%dT%H")
+    if wh.partition_rows(*LANDING, hour) != ROWS_PER_FILE:
+        raise BenchError(f"hour {hour} of the compacted landing year counts {wh.partition_rows(*LANDING, hour)} rows, "
+                         f"not {ROWS_PER_FILE}")
+    return {"week_plan_ms": week_ms, "year_plan_ms_before": before_ms, "files_per_day_before": before_files,
+            "year_plan_ms": after_ms, "files_per_day_after": after_files, "most_files_a_day": _most_files_a_day(year),
+            "partitions_compacted": kept.partitions_compacted, "compact_seconds": compact_seconds}
 
 
 def contender_year_table(args) -> dict:
@@ -103,12 +137,12 @@ def contender_year_table(args) -> dict:
             "year_plan_ms_before": before_ms, "year_plan_ms": after_ms, "files_per_day_after": after_files,
             "most_files_a_day": _most_files_a_day(year), "partitions_compacted": kept.partitions_compacted,
             "manifests_before": manifests_before, "manifests": len(year.current_snapshot().manifests(year.io)),
-            "built_seconds": built, "compact_seconds": compact_seconds}
+            "built_seconds": built, "compact_seconds": compact_seconds, "landing": _landing_year(root, days, spark)}
 
 
 def jobs(bench: Bench) -> list[Job]:
     days = bench.sizes.year_days
-    return [Job("a year of an event table", "year_table",
+    return [Job("a year of an event table", "year_table",  # and of a landing-hour table, in the same process
                 ["--warehouse-root", str(bench.work / "year_table"), "--out-dir", str(bench.work), "--days", str(days)],
                 days * FILES_PER_DAY * ROWS_PER_FILE, f"an event table of {days} days, {FILES_PER_DAY} files each")]
 
