@@ -246,10 +246,13 @@ def test_a_landing_day_over_for_a_day_becomes_one_file_and_each_hour_still_count
     assert _visits(wh) == before
     assert [wh.partition_rows(DS, "visits", h) for h in LANDING_HOURS] == [1, 2, 3]
     assert all([_conserved(store, wh, h) for h in LANDING_HOURS])
-    snap = wh.table(DS, "visits").current_snapshot()
-    assert COMPACTION in snap.summary.additional_properties  # one snapshot: the files swapped at once
-    assert snap.summary["deleted-data-files"] == "2" and snap.summary["added-data-files"] == "1"
-    assert snap.summary["deleted-records"] == snap.summary["added-records"] == "3"
+    t = wh.table(DS, "visits")
+    assert [m.deleted_files_count for m in t.current_snapshot().manifests(t.io)].count(0) == len(
+        t.current_snapshot().manifests(t.io)), "a manifest of removed files alone left for every plan to read"
+    swap = t.snapshot_by_id(t.current_snapshot().parent_snapshot_id)  # then an append of nothing (`_swap`)
+    assert COMPACTION in swap.summary.additional_properties  # one snapshot: the files swapped at once
+    assert swap.summary["deleted-data-files"] == "2" and swap.summary["added-data-files"] == "1"
+    assert swap.summary["deleted-records"] == swap.summary["added-records"] == "3"
 
 
 def test_an_hour_landed_again_into_a_compacted_day_replaces_only_its_rows_and_compacts_again(visits, spark):

@@ -160,6 +160,11 @@ class Commits:
         if mixed:
             target = self.tables.rel(*t.name()[-2:], "data", f"_amend-{uuid.uuid4().hex}")
             kept = write_compacted(self.tables, t.schema(), [f.file_path for f in mixed], spark, target, replaced)
+            want = sum(f.record_count - self.tables.rows_of(f, replaced) for f in mixed)
+            if (got := self.tables.rows_in(kept)) != want:
+                raise LoadError(f"{where}: writing {len(mixed)} compacted file(s) again without the replaced rows "
+                                f"gave {got} rows, not the {want} they keep; nothing was committed. Look at "
+                                f"{self.tables.location(target)}")
             with tx.update_snapshot(snapshot_properties=props).overwrite() as swap:
                 for data_file in mixed:
                     swap.delete_data_file(data_file)
