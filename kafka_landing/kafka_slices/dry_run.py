@@ -49,6 +49,7 @@ class HourRow:
     landed: bool = False  # a done file exists for every table of the topic
     loaded: bool = False  # the warehouse recorded a load of every one of those done files' content
     before_first_hour: bool = False  # not a partition of the topic: Dagster cannot land it until first_hour moves
+    gone: tuple[tuple[int, int, int], ...] = ()  # a frozen hour's (partition, start, end) Kafka no longer holds
 
     @property
     def records(self) -> int | None:
@@ -101,15 +102,45 @@ def dry_run(cfg: TopicConfig, first: Hour, last: Hour, now: datetime, log: LogVi
     hour's error text; a topic missing from Kafka fails the whole plan."""
     rules = PlanRules.of(cfg, skip_retention_gaps)
     known = dict(history.frozen)  # never the caller's mapping: dry-run plans stay here
+    marks: dict[int, tuple[int, int] | None] = {}  # a partition's watermarks (None: no such partition now)
     rows = []
     for hour in hours_between(first, last):
+        gone: tuple = ()
         if hour in history.frozen:
             state, plan, error = FROZEN, history.frozen[hour], None
+            if not marks:  # asked once for the range: a topic deleted since holds none of its partitions
+                marks.update(dict.fromkeys(log.partitions(cfg.topic) or (), (-1, -1)))
+                marks[-1] = None  # asked: a topic without partitions is not asked again
+            gone = _gone(log, plan, marks)
         else:
             state, plan, error = _plan_hour(cfg.topic, hour, now, log, known, rules)
         before = history.first_hour is not None and hour < history.first_hour
-        rows.append(HourRow(hour, state, plan, error, *history.landed_loaded(cfg, hour), before_first_hour=before))
+        rows.append(HourRow(hour, state, plan, error, *history.landed_loaded(cfg, hour), before_first_hour=before,
+                            gone=gone))
     return rows
+
+
+def _gone(log: LogView, plan: SlicePlan, marks: dict[int, tuple[int, int] | None]) -> tuple[tuple[int, int, int], ...]:
+    """The frozen slice's offsets Kafka no longer holds, per partition: below the log's start
+    (retention, a deleted and re-created topic), past its end (a truncated log), or in a
+    partition (or topic) that is no more. Landing the hour again from Kafka would fail on them;
+    its landed files are what remains of them. `marks`: the topic's partitions, then their
+    watermarks as they are asked."""
+    out = []
+    for p in plan.partitions:
+        if p.records == 0:
+            continue
+        if p.partition not in marks:
+            out.append((p.partition, p.start, p.end))
+            continue
+        if marks[p.partition] == (-1, -1):
+            marks[p.partition] = log.watermarks(plan.topic, p.partition)
+        start, end = marks[p.partition]
+        if p.start < start:
+            out.append((p.partition, p.start, min(start, p.end)))
+        if end < p.end:
+            out.append((p.partition, max(end, p.start), p.end))
+    return tuple(out)
 
 
 def _plan_hour(topic: str, hour: Hour, now: datetime, log: LogView, known: dict[Hour, SlicePlan],
@@ -149,7 +180,9 @@ def table_rows(rows: list[HourRow]) -> list[dict]:
                         **flags, "note": note})
             continue
         for ps in r.plan.partitions:
-            note = "; ".join(first + [n for n in [_notes(r.plan, ps.partition)] if n])
+            gone = [f"Kafka no longer holds [{a}, {b}): landing the hour again from Kafka would fail"
+                    for p, a, b in r.gone if p == ps.partition]
+            note = "; ".join(first + [n for n in [_notes(r.plan, ps.partition)] if n] + gone)
             out.append({"hour": r.hour, "state": r.state, "partition": ps.partition, "start": ps.start,
                         "end": ps.end, "records": ps.records, **flags, "note": note})
     return out
@@ -180,7 +213,13 @@ def plan_summary(rows: list[HourRow]) -> str:
     would = sum(r.records or 0 for r in rows if r.state == PLANNED)
     return (f"{len(rows)} hours: {by(FROZEN)} frozen, {by(PLANNED)} would freeze ({would} records), "
             f"{by(OPEN)} open, {by(ERROR)} with errors; {sum(r.landed for r in rows)} landed, "
-            f"{sum(r.loaded for r in rows)} loaded{_before_first(rows)}. Nothing was written.")
+            f"{sum(r.loaded for r in rows)} loaded{_before_first(rows)}{_gone_hours(rows)}. Nothing was written.")
+
+
+def _gone_hours(rows: list[HourRow]) -> str:
+    n = sum(bool(r.gone) for r in rows)
+    return (f"; {n} frozen hour(s) whose offsets Kafka no longer holds in part (their landed files are what "
+            "remains: landing them again from Kafka would fail)") if n else ""
 
 
 def _before_first(rows: list[HourRow]) -> str:

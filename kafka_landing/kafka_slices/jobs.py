@@ -73,6 +73,7 @@ def plan_backfill_op(context: OpExecutionContext, config: PlanConfig) -> None:
             "records_to_read": sum(r.records or 0 for r in rows if r.state == PLANNED),
             "errors": MetadataValue.json({r.hour: r.error for r in rows if r.state == "error"}),
             "before_first_hour": sum(r.before_first_hour for r in rows),
+            "frozen_not_in_kafka": sum(bool(r.gone) for r in rows),  # their landed files are what remains
         },
     ))
 

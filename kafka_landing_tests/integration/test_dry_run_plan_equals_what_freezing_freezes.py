@@ -51,6 +51,36 @@ def test_dry_run_equals_the_slices_frozen_later_and_writes_nothing(make_topic, s
             assert frozen.tasks == row.plan.tasks
 
 
+def test_the_plan_says_which_frozen_offsets_kafka_no_longer_holds(make_topic, send, kafka, admin, store):
+    """Retention (here: DeleteRecords) takes the first hour and part of the second after both
+    froze: the plan names those offsets per partition; the third hour Kafka still holds."""
+    from confluent_kafka import TopicPartition
+
+    from kafka_landing.kafka_slices.dry_run import format_table
+
+    topic = make_topic(partitions=2)
+    cfg = TopicConfig(topic=topic, dataset="ds", table="tbl", grace_minutes=5, rows_per_task=4)
+    first = floor_hour(utcnow()) - ONE_HOUR * 5
+    hours = [Hour(first).plus(i) for i in range(3)]
+    produce_hours(send, topic, first, 3)  # partition 0: 3, 4, 5 records an hour; partition 1: 3, 4, 5 too
+    with kafka.log_view() as log:
+        for h in hours:
+            freeze_slice(store, log, cfg, h, utcnow())
+    frozen = load_frozen(store, topic)
+    [p0] = [p for p in frozen[hours[1]].partitions if p.partition == 0]
+    middle = p0.start + 2
+    done = admin.delete_records([TopicPartition(topic, 0, middle)])
+    done[TopicPartition(topic, 0, middle)].result(timeout=30)
+
+    with kafka.log_view() as log:
+        rows = dry_run(cfg, hours[0], hours[-1], utcnow(), log, TopicHistory(store, frozen))
+
+    [h0p0] = [p for p in frozen[hours[0]].partitions if p.partition == 0]
+    assert [r.gone for r in rows] == [((0, h0p0.start, h0p0.end),), ((0, p0.start, middle),), ()]
+    assert f"Kafka no longer holds [{p0.start}, {middle})" in format_table(rows)
+    assert "2 frozen hour(s) whose offsets Kafka no longer holds" in format_table(rows)
+
+
 def run_cli(*args, env):
     return subprocess.run([sys.executable, "-m", "kafka_landing", "plan", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)

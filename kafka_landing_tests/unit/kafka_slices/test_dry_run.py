@@ -90,6 +90,29 @@ def test_retention_gap_is_an_hour_error_and_later_hours_still_plan(tmp_path):
     assert files(tmp_path / "l") == []
 
 
+def test_a_frozen_hour_kafka_no_longer_holds_says_so_and_asks_kafka_once_per_partition(tmp_path):
+    """Retention deleted hour 0 and part of hour 1 after both froze: the plan says, per
+    partition, which of their offsets cannot be read again from Kafka; hour 2 it still holds."""
+    log = MemLog({0: [(at(0, 5), DATA), (at(0, 6), DATA), (at(1, 5), DATA), (at(1, 6), DATA), (at(2, 5), DATA)],
+                  1: [(at(0, 7), DATA), (at(2, 7), DATA)]})
+    frozen = freeze_in_order(log, [HOUR0, HOUR0.plus(1), HOUR0.plus(2)])
+    log.log_start = {0: 3, 1: 1}
+    asked = []
+    watermarks = log.watermarks
+    log.watermarks = lambda topic, p: asked.append(p) or watermarks(topic, p)
+
+    rows = dry_run(CFG, HOUR0, HOUR0.plus(2), NOW, log, TopicHistory(LocalStore(tmp_path / "l"), frozen))
+
+    assert [r.gone for r in rows] == [((0, 0, 2), (1, 0, 1)), ((0, 2, 3),), ()]
+    assert sorted(asked) == [0, 1]
+    text = format_table(rows)
+    assert "Kafka no longer holds [2, 3)" in text and "2 frozen hour(s) whose offsets Kafka no longer holds" in text
+    log.partitions = lambda topic: None  # the topic deleted: every frozen offset is gone, and no watermark is asked
+    rows = dry_run(CFG, HOUR0, HOUR0.plus(2), NOW, log, TopicHistory(LocalStore(tmp_path / "l"), frozen))
+    assert [r.gone for r in rows] == [((0, 0, 2), (1, 0, 1)), ((0, 2, 4),), ((0, 4, 5), (1, 1, 2))]
+    assert sorted(asked) == [0, 1]
+
+
 def test_outlier_timestamp_is_an_hour_error():
     far = at(0, 10) + 10 * 3600_000
     log = MemLog({0: [(at(0, 5), DATA), (far, DATA), (at(0, 20), DATA), (at(1, 5), DATA)]})
