@@ -102,16 +102,16 @@ def dry_run(cfg: TopicConfig, first: Hour, last: Hour, now: datetime, log: LogVi
     hour's error text; a topic missing from Kafka fails the whole plan."""
     rules = PlanRules.of(cfg, skip_retention_gaps)
     known = dict(history.frozen)  # never the caller's mapping: dry-run plans stay here
-    marks: dict[int, tuple[int, int] | None] = {}  # a partition's watermarks (None: no such partition now)
+    marks: dict[int, tuple[int, int]] = {}  # a partition's watermarks, asked once for the range
+    present: set[int] | None = None  # the topic's partitions now (none: deleted since), asked once
     rows = []
     for hour in hours_between(first, last):
         gone: tuple = ()
         if hour in history.frozen:
             state, plan, error = FROZEN, history.frozen[hour], None
-            if not marks:  # asked once for the range: a topic deleted since holds none of its partitions
-                marks.update(dict.fromkeys(log.partitions(cfg.topic) or (), (-1, -1)))
-                marks[-1] = None  # asked: a topic without partitions is not asked again
-            gone = _gone(log, plan, marks)
+            if present is None:
+                present = set(log.partitions(cfg.topic) or ())
+            gone = _gone(log, plan, present, marks)
         else:
             state, plan, error = _plan_hour(cfg.topic, hour, now, log, known, rules)
         before = history.first_hour is not None and hour < history.first_hour
@@ -120,20 +120,21 @@ def dry_run(cfg: TopicConfig, first: Hour, last: Hour, now: datetime, log: LogVi
     return rows
 
 
-def _gone(log: LogView, plan: SlicePlan, marks: dict[int, tuple[int, int] | None]) -> tuple[tuple[int, int, int], ...]:
+def _gone(log: LogView, plan: SlicePlan, present: set[int],
+          marks: dict[int, tuple[int, int]]) -> tuple[tuple[int, int, int], ...]:
     """The frozen slice's offsets Kafka no longer holds, per partition: below the log's start
     (retention, a deleted and re-created topic), past its end (a truncated log), or in a
     partition (or topic) that is no more. Landing the hour again from Kafka would fail on them;
-    its landed files are what remains of them. `marks`: the topic's partitions, then their
-    watermarks as they are asked."""
+    its landed files are what remains of them. `present`: the topic's partitions now; `marks`: the
+    watermarks asked so far."""
     out = []
     for p in plan.partitions:
         if p.records == 0:
             continue
-        if p.partition not in marks:
+        if p.partition not in present:
             out.append((p.partition, p.start, p.end))
             continue
-        if marks[p.partition] == (-1, -1):
+        if p.partition not in marks:
             marks[p.partition] = log.watermarks(plan.topic, p.partition)
         start, end = marks[p.partition]
         if p.start < start:

@@ -82,62 +82,47 @@ def _most_files_a_day(t) -> int:
     return max(per.values())
 
 
-def _landing_year(root: Path, days: int, spark) -> dict:
-    """The landing-hour table's year, planned before and after upkeep, against its week-old table."""
+def _year_of(root: Path, days: int, spark, event: bool) -> dict:
+    """One table's year (event-time, or landing-hour), planned before and after upkeep, against
+    its week-old table; its rows checked after compaction."""
     from kafka_landing.warehouse.iceberg import upkeep
 
-    _, week = _table_of(root / "landing_week", WEEK_DAYS, event=False)
+    ident = IDENT if event else LANDING
+    _, week = _table_of(root / f"{ident[1]}_week", WEEK_DAYS, event)
     week_ms, _ = _plan(week, WEEK_DAYS // 2)
-    wh, year = _table_of(root / "landing_year", days, event=False)
-    before_ms, before_files = _plan(year, days // 2)
     t0 = time.monotonic()
-    [kept] = upkeep(wh, timedelta(days=3650), now=_START + timedelta(days=days + 2), spark=lambda: spark,
-                    tables=[LANDING])
+    backend, year = _table_of(root / f"{ident[1]}_year", days, event)
+    built = round(time.monotonic() - t0, 1)
+    before_ms, before_files = _plan(year, days // 2)
+    manifests_before = len(year.current_snapshot().manifests(year.io))
+    t0 = time.monotonic()
+    [kept] = upkeep(backend, timedelta(days=3650), now=_START + timedelta(days=days + 2), spark=lambda: spark,
+                    tables=[ident])
     compact_seconds = round(time.monotonic() - t0, 1)
-    year = wh.table(*LANDING)
+    year = backend.table(*ident)
     after_ms, after_files = _plan(year, days // 2)
     rows = sum(task.file.record_count for task in year.scan().plan_files())
     if rows != days * FILES_PER_DAY * ROWS_PER_FILE:
-        raise BenchError(f"the compacted landing year holds {rows} rows, not the {days * FILES_PER_DAY * ROWS_PER_FILE} "
-                         "it was given: the compaction lost or doubled rows")
-    hour = (_START + timedelta(days=days // 2, hours=5)).strftime("%Y-%m-%dT%H")
-    if wh.partition_rows(*LANDING, hour) != ROWS_PER_FILE:
-        raise BenchError(f"hour {hour} of the compacted landing year counts {wh.partition_rows(*LANDING, hour)} rows, "
-                         f"not {ROWS_PER_FILE}")
-    return {"week_plan_ms": week_ms, "year_plan_ms_before": before_ms, "files_per_day_before": before_files,
-            "year_plan_ms": after_ms, "files_per_day_after": after_files, "most_files_a_day": _most_files_a_day(year),
-            "partitions_compacted": kept.partitions_compacted, "compact_seconds": compact_seconds}
+        raise BenchError(f"the compacted year of {'.'.join(ident)} holds {rows} rows, not the "
+                         f"{days * FILES_PER_DAY * ROWS_PER_FILE} it was given: the compaction lost or doubled rows")
+    if not event:  # an hour's rows, counted from the compacted day's row groups
+        hour = (_START + timedelta(days=days // 2, hours=5)).strftime("%Y-%m-%dT%H")
+        if (counted := backend.partition_rows(*LANDING, hour)) != ROWS_PER_FILE:
+            raise BenchError(f"hour {hour} of the compacted landing year counts {counted} rows, not {ROWS_PER_FILE}")
+    return {"records": rows, "days": days, "files_per_day_before": before_files, "week_plan_ms": week_ms,
+            "year_plan_ms_before": before_ms, "year_plan_ms": after_ms, "files_per_day_after": after_files,
+            "most_files_a_day": _most_files_a_day(year), "partitions_compacted": kept.partitions_compacted,
+            "manifests_before": manifests_before, "manifests": len(year.current_snapshot().manifests(year.io)),
+            "built_seconds": built, "compact_seconds": compact_seconds}
 
 
 def contender_year_table(args) -> dict:
     from kafka_landing import defaults
     from kafka_landing.spark_setup import open_session, session_config
-    from kafka_landing.warehouse.iceberg import upkeep
 
     root, days = Path(args.warehouse_root), int(args.days)
-    _, week = _table_of(root / "week", WEEK_DAYS)
-    week_ms, _ = _plan(week, WEEK_DAYS // 2)
-    t0 = time.monotonic()
-    ev, year = _table_of(root / "year", days)
-    built = round(time.monotonic() - t0, 1)
-    before_ms, before_files = _plan(year, days // 2)
-    manifests_before = len(year.current_snapshot().manifests(year.io))
     spark = open_session(os.environ.get("SPARK_REMOTE") or defaults.SPARK_CONNECT_URL, session_config())
-    t0 = time.monotonic()
-    [kept] = upkeep(ev, timedelta(days=3650), now=_START + timedelta(days=days + 2), spark=lambda: spark,
-                    tables=[IDENT])
-    compact_seconds = round(time.monotonic() - t0, 1)
-    year = ev.table(*IDENT)
-    after_ms, after_files = _plan(year, days // 2)
-    rows = sum(task.file.record_count for task in year.scan().plan_files())
-    if rows != days * FILES_PER_DAY * ROWS_PER_FILE:
-        raise BenchError(f"the compacted year holds {rows} rows, not the {days * FILES_PER_DAY * ROWS_PER_FILE} "
-                         "it was given: the compaction lost or doubled rows")
-    return {"records": rows, "days": days, "files_per_day_before": before_files, "week_plan_ms": week_ms,
-            "year_plan_ms_before": before_ms, "year_plan_ms": after_ms, "files_per_day_after": after_files,
-            "most_files_a_day": _most_files_a_day(year), "partitions_compacted": kept.partitions_compacted,
-            "manifests_before": manifests_before, "manifests": len(year.current_snapshot().manifests(year.io)),
-            "built_seconds": built, "compact_seconds": compact_seconds, "landing": _landing_year(root, days, spark)}
+    return {**_year_of(root, days, spark, event=True), "landing": _year_of(root, days, spark, event=False)}
 
 
 def jobs(bench: Bench) -> list[Job]:

@@ -154,7 +154,7 @@ class Commits:
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
         expr = replaced.expression()
-        files = [task.file for task in t.scan(row_filter=expr).plan_files()]
+        files = [task.file for task in t.scan(row_filter=expr).plan_files()] if t.current_snapshot() else []
         mixed = [f for f in files if spans_hours(t, f)]
         target = None
         if mixed:
@@ -203,7 +203,7 @@ class Commits:
                     tx.delete(AlwaysTrue(), snapshot_properties=props)
                     if rewritten:
                         tx.add_files(rewritten, snapshot_properties=props, check_duplicate_files=False)
-                elif _holds(t, replaced.expression()):
+                else:
                     target = self._drop(tx, t, replaced, spark, props, where)
                 if written.files:  # new files under fresh names: no need to scan the table for them (a year of hours)
                     tx.add_files(written.files, snapshot_properties=props, check_duplicate_files=False)
@@ -237,11 +237,13 @@ class Commits:
             if now is None:
                 return self.create(ident, written.schema, [(written.files, props)], where, (written.folder,))
             replaced = In(HOUR_COLUMN, sorted(loads))
-            if any(spans_hours(now, task.file) for task in now.scan(row_filter=replaced).plan_files()):
+            held_files = [task.file for task in now.scan(row_filter=replaced).plan_files()] \
+                if now.current_snapshot() else []
+            if any(spans_hours(now, f) for f in held_files):
                 return False  # an hour of a compacted day: its own load rewrites the day's file, by Spark
             tx = now.transaction()
             self._widen(tx, written.base, written.schema, rewrite=False)
-            if _holds(now, replaced):
+            if held_files:
                 tx.delete(replaced, snapshot_properties=props)
             tx.add_files(written.files, snapshot_properties=props, check_duplicate_files=False)
             return self.send(tx, ident, now, props, where, [written.folder])
@@ -333,10 +335,6 @@ class Commits:
                 update.update_column(path, field_type=_iceberg_type(new_type))
             update.union_by_name(arrow_schema(merged, self.tables.columns))
         tx.set_properties({SCHEMA_PROPERTY: json.dumps(merged)})
-
-
-def _holds(t, rows) -> bool:
-    return t.current_snapshot() is not None and any(True for _ in t.scan(row_filter=rows).plan_files())
 
 
 def needs_rewrite(old, new) -> bool:
