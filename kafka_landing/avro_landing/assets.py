@@ -3,6 +3,7 @@ dead letters beside them, and one done file per (table, hour) written last."""
 
 import uuid
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Callable
 
 from dagster import (
@@ -51,7 +52,19 @@ def landing_key(topic: str) -> AssetKey:
     return AssetKey([GROUP, asset_safe(topic)])
 
 
+class LandingSource(Enum):
+    """Where a landing reads an hour's records."""
+
+    KAFKA = "kafka"  # the frozen offsets, from Kafka (the default)
+    ARCHIVE = "archive"  # the hour's landing files and dead letters, as landed before (archive.py)
+    AUTO = "auto"  # Kafka where it still holds the hour's offsets, the archive where it does not
+
+
 class LandingRunConfig(Config):
+    source: LandingSource = LandingSource.KAFKA
+    """Where the hours' records are read: `archive` lands an hour again from its landed files and dead
+    letters under today's topic config (routing, tables, event time, schemas now in the registry),
+    for hours retention took from Kafka; `auto` reads Kafka where it still holds the hour."""
     skip_retention_gaps: bool = False
     """Land what Kafka still holds of an hour whose offsets retention deleted after its slice was
     frozen; the deleted ranges are listed under `skipped` in the done files and counted by the
@@ -80,6 +93,15 @@ def landing_metadata(result: "LandingResult", store, cfg: TopicConfig, plan: Sli
         ),
         "dead_letter_path": MetadataValue.path(store.location(dead_letter_dir(plan.topic, hour))),
     }
+    if result.archived is not None:
+        before = result.archived.dead_letters
+        meta["source"] = "archive"
+        meta["archived_attempt"] = result.archived.attempt
+        # Dead letters of the archive that landed now (a schema registered since, a decoder fixed).
+        meta["dead_letters_redriven"] = max(0, before.rows - result.dead_letters.rows)
+        meta["dead_letters_before"] = MetadataValue.json(before.by_reason)
+    else:
+        meta["source"] = "kafka"
     if result.warnings:
         meta["warnings"] = MetadataValue.json(result.warnings)
     return meta
@@ -98,6 +120,7 @@ class LandingPass:
     registry: SchemaRegistryResource
     pyspark: SparkResource
     skip_retention_gaps: bool
+    source: LandingSource = LandingSource.KAFKA
     fetch: Callable[[int], object] = field(init=False)
 
     def __post_init__(self):
@@ -111,20 +134,33 @@ class LandingPass:
             return {k: failure(exc) for k in partition_keys}
         out: dict = {}
         plans = self.frozen(partition_keys, out)  # as frozen: what the checks count against
+        gone: dict[str, LandingError] = {}  # hours Kafka no longer holds: why
         try:
-            to_land, compacted = self.still_in_kafka(plans, out)
+            if self.source is LandingSource.ARCHIVE:
+                to_land, compacted = {}, False
+                gone = {k: LandingError("the archive was asked for") for k in plans}
+            else:
+                to_land, compacted = self.still_in_kafka(plans, out, gone if self.source is LandingSource.AUTO else None)
         except KafkaUnavailable as exc:
             return {**out, **{k: failure(KafkaUnavailable(f"{exc} Nothing was read or published for hour {p.hour}.",
                                                           transient=exc.transient))
                               for k, p in plans.items()}}
+        archived = self.archived(plans, gone, out)
         if not plans:
             return out
-        try:
-            landed = self.land(plans, to_land, compacted)
-        except LandingError as exc:  # it concerns every hour of the pass
-            return {**out, **{k: failure(exc) for k in plans}}
+        landed: dict = {}
+        for run, plans_of_run in (("kafka", {k: p for k, p in plans.items() if k in to_land}),
+                                  ("archive", {k: p for k, p in plans.items() if k in archived})):
+            if not plans_of_run:
+                continue
+            try:
+                landed.update(self.land(plans_of_run, to_land, compacted) if run == "kafka"
+                              else self.land_archived([archived[k] for k in plans_of_run]))
+            except LandingError as exc:  # it concerns every hour of that run
+                out.update({k: failure(exc) for k in plans_of_run})
         for k, plan in plans.items():
-            out[k] = self.reported(landed[plan.hour], plan, to_land[k])
+            if k not in out:
+                out[k] = self.reported(landed[plan.hour], plan, to_land[k] if k in to_land else archived[k].plan)
         return out
 
     def frozen(self, partition_keys: list[str], out: dict) -> dict[str, SlicePlan]:
@@ -139,21 +175,47 @@ class LandingPass:
                 plans[k] = plan
         return plans
 
-    def still_in_kafka(self, plans: dict[str, SlicePlan], out: dict) -> tuple[dict[str, SlicePlan], bool]:
+    def still_in_kafka(self, plans: dict[str, SlicePlan], out: dict,
+                       gone: dict[str, LandingError] | None = None) -> tuple[dict[str, SlicePlan], bool]:
         """({key: the slice to land}, whether the topic is compacted): each slice less what retention
-        deleted, when skipping it was asked for. An hour Kafka no longer holds fails, in `out`, and
-        leaves `plans`."""
+        deleted, when skipping it was asked for. An hour Kafka no longer holds goes to `gone` with
+        why, where given (the topic deleted: every hour); else it fails, in `out`, and leaves `plans`."""
         to_land: dict[str, SlicePlan] = {}
         with self.kafka.log_view() as log:  # one consumer for every hour of the run
+            if gone is not None and log.partitions(self.cfg.topic) is None:
+                gone.update({k: LandingError(f"topic {self.cfg.topic!r} is not in Kafka") for k in plans})
+                return to_land, False
             compacted = log.compacted(self.cfg.topic)
             marks: dict[int, tuple[int, int]] = {}
             for k, plan in list(plans.items()):
                 try:
                     to_land[k] = check_still_in_kafka(log, plan, marks, self.skip_retention_gaps)
                 except LandingError as exc:
+                    if gone is not None:
+                        gone[k] = exc
+                        continue
                     out[k] = failure(exc)
                     del plans[k]
         return to_land, compacted
+
+    def archived(self, plans: dict[str, SlicePlan], gone: dict[str, LandingError], out: dict) -> dict:
+        """{key: the hour's archive} of the hours in `gone`; an hour whose archive is refused fails, in
+        `out` (with why Kafka could not serve it, for `auto`), and leaves `plans`."""
+        from kafka_landing.avro_landing.archive import ArchiveError, find_archive
+
+        found = {}
+        for k in sorted(gone):
+            try:
+                found[k] = find_archive(self.store, plans[k])
+            except ArchiveError as exc:
+                why = "" if self.source is LandingSource.ARCHIVE else f" Kafka could not serve it either: {gone[k]}"
+                out[k] = failure(LandingError(f"{exc}{why}"))
+                del plans[k]
+            else:
+                self.context.log.info(f"{self.cfg.topic} {plans[k].hour}: landing from its archive (attempt "
+                                      f"{found[k].attempt}, {found[k].records} records)"
+                                      + ("" if self.source is LandingSource.ARCHIVE else f": {gone[k]}"))
+        return found
 
     def land(self, plans: dict[str, SlicePlan], to_land: dict[str, SlicePlan],
              compacted: bool) -> "dict[str, LandingResult | LandingError]":
@@ -164,6 +226,18 @@ class LandingPass:
         sources = Sources(lambda: self.pyspark.spark_session, self.kafka.spark_options(), self.fetch)
         hours = HoursToLand(self.cfg, [to_land[k] for k in plans], attempt,
                             likely_ids=likely_schema_ids(self.store, self.registry, self.cfg, first), snapshot=compacted)
+        return land_hours(sources, self.store, hours, log=self.context.log.info)
+
+    def land_archived(self, archives: list) -> "dict[str, LandingResult | LandingError]":
+        """`land`, from the hours' archives: no Kafka read, the same decode, routing and checks."""
+        from kafka_landing.avro_landing.job import HoursToLand, Sources, land_hours
+
+        attempt = f"{self.context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
+        first = min(a.plan.hour for a in archives)
+        sources = Sources(lambda: self.pyspark.spark_session, {}, self.fetch)
+        hours = HoursToLand(self.cfg, [a.plan for a in archives], attempt,
+                            likely_ids=likely_schema_ids(self.store, self.registry, self.cfg, first),
+                            archives=tuple(archives))
         return land_hours(sources, self.store, hours, log=self.context.log.info)
 
     def reported(self, result: "LandingResult | LandingError", plan: SlicePlan, landed: SlicePlan):
@@ -205,7 +279,8 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
         pyspark: SparkResource,
         config: LandingRunConfig,
     ):
-        hours = LandingPass(context, cfg, landing.store(), kafka, registry, pyspark, config.skip_retention_gaps)
+        hours = LandingPass(context, cfg, landing.store(), kafka, registry, pyspark, config.skip_retention_gaps,
+                            config.source)
         return run_hours(context, key, all_hours=hours)
 
     return _landing

@@ -11,6 +11,7 @@ from typing import NamedTuple
 # The data sources' short names (jvm/splice META-INF/services) and the body check's UDF class.
 DIRECT_FORMAT = "kafka-landing-direct"
 SPLICE_FORMAT = "kafka-landing-splice"
+ARCHIVE_FORMAT = "kafka-landing-archive"
 BODY_CHECK_CLASS = "kafkalanding.splice.FastCheck"
 
 # How a value of an option holds many: items of a list, the numbers of one item, and where an
@@ -42,6 +43,18 @@ OPTION_EVENT_HOURS = "eventHours"  # MAY_VOUCH: a file per event hour too (the c
 OPTION_AVRO_SCHEMA = "avroSchema"
 OPTION_WRITER_SCHEMA = "writerSchema"
 BODY_COLUMN = "_body"
+
+# The archive source's option: one Spark task each, joined by ITEM_SEP; an item is partition:start:end,
+# then each file it reads as its schema id (NO_SCHEMA_ID: a dead-letter file) and its path, all
+# joined by FIELD_SEP. Its rows are Spark's Kafka source's columns, but the timestamp is Kafka's
+# milliseconds, in TIMESTAMP_MS_COLUMN, and a dead letter's reason is in ARCHIVE_REASON_COLUMN.
+OPTION_SEGMENTS = "segments"
+NO_SCHEMA_ID = -1
+TIMESTAMP_MS_COLUMN = "_kl_ms"
+ARCHIVE_REASON_COLUMN = "_kl_archived_reason"
+ARCHIVE_COLUMNS = ("key", "value", "topic", "partition", "offset", TIMESTAMP_MS_COLUMN, "headers", ARCHIVE_REASON_COLUMN)
+# A dead-letter file's fields (avro_schemas.DEAD_LETTER_SCHEMA), in its order.
+DEAD_LETTER_FIELDS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers", "schema_id", "reason")
 
 # The body check's config is a session setting, BODY_CHECK_CONFIG + a key: MAY_VOUCH if it may say
 # LANDS (MAY_NOT_VOUCH: never), the routing field, the event time field (each empty for none) and

@@ -24,10 +24,11 @@ from kafka_landing.avro_landing.contract import (
     FIELD_SEP,
     HOUR_KEY,
     MAY_NOT_VOUCH,
+    TIMESTAMP_MS_COLUMN,
     MAY_VOUCH,
     UNSURE,
 )
-from kafka_landing.avro_landing.read import kafka_millis
+from kafka_landing.avro_landing.read import OUT_OF_RANGE
 from kafka_landing.avro_landing.route import EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000
 from kafka_landing.config import TopicConfig
 from kafka_landing.errors import LandingError, is_transient
@@ -42,10 +43,10 @@ def frame_columns(raw: DataFrame) -> DataFrame:
     timestamp-millis, which fastavro (Python's datetime) cannot hold there. Its reason gives
     Kafka's milliseconds, and its `_kafka_timestamp` is null, as its dead letter's timestamp.
     The direct operator counts the same records, by the same bounds, as bad framing. Every
-    other `_kafka_timestamp` is Kafka's milliseconds too, as the direct operator writes them
-    (read.kafka_millis: Spark's column is days off before 1582)."""
+    other `_kafka_timestamp` is Kafka's milliseconds too, as the direct operator writes them:
+    `raw`'s `_kl_ms` (read.py: Spark's Kafka column is days off before 1582)."""
     value = F.col("value")
-    ms = kafka_millis(F.col("timestamp"))
+    ms = F.col(TIMESTAMP_MS_COLUMN)
     stamped = ms.between(EPOCH_MS_YEAR_1, EPOCH_MS_YEAR_10000 - 1)
     return raw.select(
         F.col("topic").alias("_kafka_topic"),
@@ -58,8 +59,7 @@ def frame_columns(raw: DataFrame) -> DataFrame:
         F.when(value.isNull(), F.lit("null value"))
         .when(F.length(value) < 5, F.lit("shorter than the 5-byte header"))
         .when(F.hex(F.substring(value, 1, 1)) != F.lit("00"), F.lit("bad magic byte"))
-        .when(~stamped, F.concat(F.lit("Kafka timestamp "), ms.cast("string"),
-                                 F.lit(" ms is out of range (before year 1 or after 9999)")))
+        .when(~stamped, F.concat(F.lit(OUT_OF_RANGE[0]), ms.cast("string"), F.lit(OUT_OF_RANGE[1])))
         .alias("_reason"),
         F.when(F.length(value) >= 5, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")).alias("_schema_id"),
         F.expr("substring(value, 6)").alias(BODY_COLUMN),

@@ -10,6 +10,9 @@
     publish per hour: move its files into place, dead letters first, then one done file per
             table, last
 
+An hour Kafka no longer holds lands the same way from its archive (`HoursToLand.archives`,
+archive.py): only the read differs, and the hour's records read must be the archive's.
+
 The likely schema id's records usually skip the rows: read, check and write happen in one JVM
 operator per Spark task (`land_directly`, direct.py), which counts what the first job would have
 counted; what it is not sure of goes the way above.
@@ -27,6 +30,7 @@ concerns every hour (the registry unreachable, Spark failing) raises.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -42,10 +46,11 @@ from kafka_landing.avro_landing.decode import (
     Vouch,
 )
 from kafka_landing.avro_landing import engine_losses
-from kafka_landing.avro_landing.contract import DIRECT_FORMAT, MAX_EVENT_FILES
+from kafka_landing.avro_landing.archive import ArchiveError, ArchiveHour
+from kafka_landing.avro_landing.contract import ARCHIVE_FORMAT, DIRECT_FORMAT, MAX_EVENT_FILES
 from kafka_landing.avro_landing.direct import land_directly
 from kafka_landing.avro_landing.publish import StagedHour, keep_rejected_dead_letters, publish
-from kafka_landing.avro_landing.read import read_hours
+from kafka_landing.avro_landing.read import read_archive, read_hours
 from kafka_landing.avro_landing.registry_answers import RegistryError
 from kafka_landing.avro_landing.route import classify
 from kafka_landing.avro_landing.write import (
@@ -78,6 +83,7 @@ class LandingResult:
     offsets_without_record: int = 0  # of the slice landed (less what retention took, if skipped on request)
     gaps_seen: int | None = None  # offsets the reader saw no record for (None: a way that does not look)
     gaps_shown: tuple[tuple[int, int, int], ...] = ()  # the first few: (partition, first offset, offsets)
+    archived: ArchiveHour | None = None  # landed from this archive, not from Kafka
 
     @property
     def rows(self) -> int:
@@ -103,6 +109,15 @@ def _not_direct(got, sid: int) -> str:
     if got.spread:
         return f"some frozen task's records of schema id {sid} hold more than {MAX_EVENT_FILES} event hours"
     return f"the body check is not sure of some record of schema id {sid}"
+
+
+def _archive_failed(exc: BaseException, topic: str, hours) -> ArchiveError:
+    """The archive source's own failure (a file missing, unreadable or listing an offset twice), said
+    as it said it, for every hour of the run: the engine does not say which hour the file is of."""
+    said = re.search(re.escape(ARCHIVE_FORMAT) + r": (archived file .*?while it holds its offsets)", str(exc), re.S)
+    why = said.group(1) if said else f"{type(exc).__name__}: {str(exc)[:2000]}"
+    return ArchiveError(f"{_hours_label(topic, hours)}: landing from the archive failed: {why}. Nothing was published; "
+                        "land the other hours of the run on their own")
 
 
 def _registry_failed(exc: LandingError) -> bool:
@@ -214,13 +229,15 @@ class HoursToLand:
     the topic, the previous hour's): the first job decodes them while it counts what the hours
     really hold, so a run whose guess is right reads Kafka once per schema id and never just to
     look. `snapshot`: read Kafka once, before anything else (a compacted topic, whose cleaner may
-    remove records between two reads)."""
+    remove records between two reads). `archives`: read the hours' archives instead of Kafka, one
+    per plan (their `plan`s are `plans`)."""
 
     cfg: TopicConfig
     plans: list[SlicePlan]
     attempt: str
     likely_ids: tuple[int, ...] = ()
     snapshot: bool = False
+    archives: tuple[ArchiveHour, ...] = ()
 
 
 def land_hours(sources: Sources, store: LandingStore, hours: HoursToLand, log: Callable[[str], None] = lambda _m: None,
@@ -229,7 +246,8 @@ def land_hours(sources: Sources, store: LandingStore, hours: HoursToLand, log: C
     records land without rows where they can (see direct.py); False: always the decoding way (the
     tests compare the two)."""
     run = LandingRun(store, hours.cfg, sorted(hours.plans, key=lambda p: p.hour), hours.attempt, sources.fetch_schema,
-                     log, snapshot=hours.snapshot, direct=direct)
+                     log, snapshot=hours.snapshot, direct=direct and not hours.archives,
+                     archives={a.plan.hour: a for a in hours.archives})
     return run.land(sources.spark_factory, sources.kafka_options, hours.likely_ids)
 
 
@@ -248,6 +266,7 @@ class LandingRun:
     log: Callable[[str], None]
     snapshot: bool = False  # every job reads one copy of the records, taken first (see `read`)
     direct: bool = True  # the likely id's records land without rows where they can (direct.py)
+    archives: dict[str, ArchiveHour] = field(default_factory=dict)  # hour -> its archive, read instead of Kafka
     started: float = field(default_factory=time.monotonic)
     warnings: list[str] = field(default_factory=list)
     seen: _Pass = field(default_factory=_Pass)
@@ -294,6 +313,8 @@ class LandingRun:
                                           direct=(spark, kafka_options, tasks) if landed else None)
                     self.write_dead_letters(framed)
                 except Exception as exc:
+                    if ARCHIVE_FORMAT in str(exc) and not spark_server_gone(exc):
+                        raise _archive_failed(exc, self.cfg.topic, self.hours) from None
                     if spark_server_gone(exc) and self.step is not None:
                         hours = sorted(self.seen.ids_by_hour.get(int(self.step), ())) if self.step.isdigit() else []
                         engine_losses.record(self.store, self.cfg.topic, hours or sorted({t.hour for t in tasks}),
@@ -317,6 +338,11 @@ class LandingRun:
         self.log(f"{self.cfg.topic}: reading {sum(t.end - t.start for t in tasks)} offsets of {len(self.hours)} "
                  f"hour(s) in {len(tasks)} frozen task(s)" + (", once, into a snapshot (a compacted topic)"
                                                               if self.snapshot else ""))
+        if self.archives:
+            archives = [self.archives[h] for h in sorted({t.hour for t in tasks})]
+            self.log(f"{self.cfg.topic}: reading {sum(a.records for a in archives)} records of {len(archives)} hour(s) "
+                     f"from their archive: {sum(len(a.files) + len(a.dead_letter_files) for a in archives)} file(s)")
+            return frame_columns(read_archive(spark, self.store, archives, tasks))
         framed = frame_columns(read_hours(spark, kafka_options, self.cfg.topic, tasks))
         return local_copy(framed) if self.snapshot else framed
 
@@ -547,7 +573,7 @@ class LandingRun:
                              seconds=time.monotonic() - self.started, warnings=list(self.warnings),
                              compacted=self.snapshot, offsets_without_record=plan.records - read,
                              gaps_seen=None if gaps is None else gaps.get(h, 0),
-                             gaps_shown=tuple(self.seen.gaps_shown.get(h, ())))
+                             gaps_shown=tuple(self.seen.gaps_shown.get(h, ())), archived=self.archives.get(h))
 
     def counted(self, plan: SlicePlan) -> StagedHour:
         """The hour's staged files and dead letters, once every record read is a landed row or a dead
@@ -561,6 +587,12 @@ class LandingRun:
         if read > plan.records:
             raise LandingError(f"{self.cfg.topic} {h}: read {read} records from a slice of {plan.records} offsets; "
                                "nothing of the hour was published")
+        archive = self.archives.get(h)
+        if archive is not None and read != archive.records:
+            raise ArchiveError(f"{self.cfg.topic} {h}: read {read} records from its archive, whose done files and "
+                               f"dead-letter manifest list {archive.records}: a listed file holds other records than "
+                               "listed. Nothing of the hour was published; check the conservation of the hour as "
+                               "landed (its avro_landing checks) for the file")
         if landed + dead_rows != read:
             raise LandingError(f"{self.cfg.topic} {h}: conservation broken: read {read}, landed {landed} + dead "
                                f"letters {dead_rows}; nothing of the hour was published")

@@ -4,18 +4,35 @@ hours. Consecutive frozen slices of a partition are contiguous, so a run of hour
 contiguous offset ranges per partition, cut only between frozen tasks (`plan.read_segments`,
 about 1/parallelism of the records each). Each record gets its hour and its frozen task from
 its offset, through a small broadcast table of the frozen task boundaries, in the JVM. Reading
-beyond the hours is impossible: every range ends at a frozen offset."""
+beyond the hours is impossible: every range ends at a frozen offset.
+
+An hour Kafka no longer holds is read from its archive instead (`read_archive`): the same records
+with the same columns, so decode, route and write do not know where they came from."""
 
 from __future__ import annotations
 
 import json
+import re
 from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kafka_landing.avro_landing.contract import CHUNK_KEY, HOUR_KEY
+from kafka_landing.avro_landing.archive import ArchiveHour
+from kafka_landing.avro_landing.contract import (
+    ARCHIVE_FORMAT,
+    ARCHIVE_REASON_COLUMN,
+    TIMESTAMP_MS_COLUMN,
+    CHUNK_KEY,
+    FIELD_SEP,
+    HOUR_KEY,
+    ITEM_SEP,
+    NO_SCHEMA_ID,
+    NUMBER_SEP,
+    OPTION_SEGMENTS,
+)
 from kafka_landing.kafka_slices.plan import HourTask, read_segments
+from kafka_landing.store.base import LandingStore
 from kafka_landing.spark_setup import default_parallelism
 
 
@@ -32,6 +49,10 @@ READ_OPTIONS = {"kafka.max.poll.records": "20000", "kafka.max.partition.fetch.by
 # days (by two at year 1). From this instant on, the column is Kafka's milliseconds exactly.
 GREGORIAN_FROM_MS = -12_219_292_800_000
 _DAY_MS = 86_400_000
+# A dead letter's reason for a Kafka timestamp outside years 1-9999 (decode.frame_columns), around
+# Kafka's milliseconds: that dead letter's timestamp is null, as timestamp-millis cannot hold it.
+OUT_OF_RANGE = ("Kafka timestamp ", " ms is out of range (before year 1 or after 9999)")
+OUT_OF_RANGE_MS = re.escape(OUT_OF_RANGE[0]) + "(-?[0-9]+)" + re.escape(OUT_OF_RANGE[1])
 _EPOCH_JULIAN_DAY = 2_440_588  # the Julian day number of 1970-01-01
 
 
@@ -70,6 +91,36 @@ def read_hours(spark: SparkSession, kafka_options: dict, topic: str, tasks: list
         return None
     segments = read_segments(tasks, default_parallelism(spark))
     raw = reduce(DataFrame.unionByName, [_read_one(spark, kafka_options, topic, s) for s in segments])
+    return _claimed(spark, raw.withColumn(TIMESTAMP_MS_COLUMN, kafka_millis(F.col("timestamp"))), tasks)
+
+
+def read_archive(spark: SparkSession, store: LandingStore, archives: list[ArchiveHour],
+                 tasks: list[HourTask]) -> DataFrame | None:
+    """`read_hours`, from the hours' archives instead of Kafka (archive.py): the same records with
+    the same columns, in the same order per frozen task, read by the archive source in the JVM
+    (jvm/splice ArchiveSource): a landing file's record gives its body back as produced, framed
+    with the file's schema id; a dead letter, its raw value. A dead letter's timestamp, kept null
+    where Kafka's was out of range, is taken back from its reason."""
+    if not tasks:
+        return None
+    files = [f for a in archives for f in a.files]
+    dead = [f for a in archives for f in a.dead_letter_files]
+    items = []
+    for segment in read_segments(tasks, default_parallelism(spark)):
+        for p, (start, end) in segment.items():
+            mine = [(f.schema_id, f) for f in files if f.partition == p and start <= f.first_offset < end]
+            mine += [(NO_SCHEMA_ID, f) for f in dead if f.partition == p and f.first_offset < end and f.last_offset >= start]
+            items.append(FIELD_SEP.join([NUMBER_SEP.join(map(str, (p, start, end))),
+                                         *(x for sid, f in mine for x in (str(sid), store.location(f.path)))]))
+    raw = spark.read.format(ARCHIVE_FORMAT).option(OPTION_SEGMENTS, ITEM_SEP.join(items)).load()
+    out_of_range = F.regexp_extract(F.col(ARCHIVE_REASON_COLUMN), OUT_OF_RANGE_MS, 1)
+    raw = raw.withColumn(TIMESTAMP_MS_COLUMN, F.coalesce(
+        F.col(TIMESTAMP_MS_COLUMN), F.when(out_of_range != "", out_of_range.cast("long"))))
+    return _claimed(spark, raw, tasks)
+
+
+def _claimed(spark: SparkSession, raw: DataFrame, tasks: list[HourTask]) -> DataFrame:
+    """Each record with its hour and frozen task, by its offset (see `read_hours`)."""
     ix = {h: i for i, h in enumerate(sorted({t.hour for t in tasks}))}
     # A literal table built in the JVM: createDataFrame from Python rows would start a Python worker.
     bounds = spark.range(1).select(F.inline(F.array(*[

@@ -52,7 +52,7 @@ RAW = StructType([
 def raw_frame(spark, rows: list[tuple]):
     """Records as Spark's Kafka source gives them, each claimed by frozen task 0 of HOUR."""
     df = spark.createDataFrame(rows, RAW).coalesce(1)  # one Spark task: one file per group, as landing's tasks
-    return df.select("topic", "partition", "offset", F.timestamp_millis("timestamp_ms").alias("timestamp"), "key",
+    return df.select("topic", "partition", "offset", F.col("timestamp_ms").alias("_kl_ms"), "key",
                      "headers", "value", F.lit(HOUR).alias("_kl_hour"), F.lit(0).alias("_kl_hour_ix"),
                      F.lit(0).cast("long").alias("_kl_chunk"))
 
@@ -249,7 +249,7 @@ def test_each_record_is_decoded_once_whatever_the_checks_read_of_it(spark):
     # Rows from a range, not a local relation: the optimiser would evaluate the plan over those itself.
     raw = spark.range(1000).select(
         F.lit("t").alias("topic"), F.lit(0).alias("partition"), F.col("id").alias("offset"),
-        F.timestamp_millis(F.col("id")).alias("timestamp"), F.lit(None).cast("binary").alias("key"),
+        F.col("id").alias("_kl_ms"), F.lit(None).cast("binary").alias("key"),
         F.lit(None).cast(RAW["headers"].dataType).alias("headers"),
         # field a: one digit of the offset, so no part of the plan is a constant the optimiser folds
         F.concat(F.lit(frame(1, _varint(1))), (F.col("id") % 10).cast("string").cast("binary"),

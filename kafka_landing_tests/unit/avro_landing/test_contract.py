@@ -85,6 +85,9 @@ def test_the_result_rows_and_the_landing_files_columns_match_what_python_reads()
         contract.ResultRow(contract.KIND_HOUR, hour_ix=2, n=7))
     landing_file = java_constants((SPLICE / "LandingFile.java").read_text())
     assert landing_file["KAFKA_COLUMNS"] == tuple(avro_schemas.META_COLUMNS)
+    assert contract.DEAD_LETTER_FIELDS == tuple(f["name"] for f in avro_schemas.DEAD_LETTER_SCHEMA["fields"])
+    assert [f["name"] for f in avro_schemas.KAFKA_HEADER["fields"]] == ["key", "value"]
+    assert contract.ARCHIVE_COLUMNS[:2] == ("key", "value")  # a header's fields are named as the archive's first two
 
 
 def misspelled_java(sources: dict[str, str], values: set[str]) -> list[str]:

@@ -77,6 +77,32 @@ final class BodyCheck {
     findZeroWidth(writer, Collections.newSetFromMap(new IdentityHashMap<>()));
   }
 
+  /** A check that never vouches, of a record schema: for {@link #end}. */
+  BodyCheck(Schema writer) {
+    this.writer = writer;
+    routeAt = -1;
+    eventAt = -1;
+    mayVouch = false;
+    findZeroWidth(writer, Collections.newSetFromMap(new IdentityHashMap<>()));
+  }
+
+  /**
+   * Where the record that starts at `buf[start]` ends, walked by every rule, bytes after it allowed
+   * (a landing record's Kafka columns follow its body); -1 if it breaks a rule, `into.rule` saying which.
+   */
+  int end(byte[] buf, int start, int limit, Verdict into) {
+    BodyWalk w = into.walk.reset(buf, start, limit, zeroWidth);
+    try {
+      for (Schema.Field f : writer.getFields()) {
+        w.walk(f.schema());
+      }
+      return w.pos;
+    } catch (BodyWalk.Dead e) {
+      into.rule = w.rule;
+      return -1;
+    }
+  }
+
   private int position(String name) {
     Schema.Field f = name.isEmpty() ? null : writer.getField(name);
     return f == null ? -1 : f.pos();

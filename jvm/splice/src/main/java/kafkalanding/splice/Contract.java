@@ -15,6 +15,7 @@ final class Contract {
   // The data sources' short names (META-INF/services) and the body check's UDF class.
   static final String DIRECT_FORMAT = "kafka-landing-direct";
   static final String SPLICE_FORMAT = "kafka-landing-splice";
+  static final String ARCHIVE_FORMAT = "kafka-landing-archive";
   static final String BODY_CHECK_CLASS = "kafkalanding.splice.FastCheck";
 
   // How a value of an option holds many: items of a list, the numbers of one item, and where an
@@ -45,6 +46,20 @@ final class Contract {
   static final String OPTION_AVRO_SCHEMA = "avroSchema";
   static final String OPTION_WRITER_SCHEMA = "writerSchema";
   static final String BODY_COLUMN = "_body";
+
+  // The archive source's option: one Spark task each, joined by ITEM_SEP; an item is partition:start:end,
+  // then each file it reads as its schema id (NO_SCHEMA_ID: a dead-letter file) and its path, all
+  // joined by FIELD_SEP. Its rows are Spark's Kafka source's columns, but the timestamp is Kafka's
+  // milliseconds, in TIMESTAMP_MS_COLUMN, and a dead letter's reason is in ARCHIVE_REASON_COLUMN.
+  static final String OPTION_SEGMENTS = "segments";
+  static final int NO_SCHEMA_ID = -1;
+  static final String TIMESTAMP_MS_COLUMN = "_kl_ms";
+  static final String ARCHIVE_REASON_COLUMN = "_kl_archived_reason";
+  static final List<String> ARCHIVE_COLUMNS = List.of(
+      "key", "value", "topic", "partition", "offset", TIMESTAMP_MS_COLUMN, "headers", ARCHIVE_REASON_COLUMN);
+  // A dead-letter file's fields (avro_schemas.DEAD_LETTER_SCHEMA), in its order.
+  static final List<String> DEAD_LETTER_FIELDS = List.of(
+      "topic", "partition", "offset", "timestamp", "key", "value", "headers", "schema_id", "reason");
 
   // The body check's config is a session setting, BODY_CHECK_CONFIG + a key: MAY_VOUCH if it may
   // say LANDS (anything else, MAY_NOT_VOUCH, never), the routing field, the event time field (each

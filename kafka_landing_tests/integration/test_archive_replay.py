@@ -1,0 +1,210 @@
+"""An hour landed again from its archive (its landing files and dead letters), after Kafka lost
+its records, is the hour a landing from Kafka gives under the same config, record for record:
+under the config it was landed with (the same files, the same done files), and under a new
+routing and event-time field (every table and event hour as a landing of the same records from
+Kafka under that config). On the demo topics: routing, an event-hour split, a schema change,
+dead letters of every kind."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+import fastavro
+import pytest
+from confluent_kafka import TopicPartition
+
+from kafka_landing.avro_landing.archive import ArchiveError, find_archive
+from kafka_landing.avro_landing.conservation import check_landed_hour
+from kafka_landing.avro_landing.job import HoursToLand, Sources, land_hours
+from kafka_landing.avro_landing.registry import schema_fetcher
+from kafka_landing.config import Route, TopicConfig
+from kafka_landing.errors import LandingError
+from kafka_landing.kafka_slices.freeze import freeze_slice
+from kafka_landing.kafka_slices.plan import check_still_in_kafka
+from kafka_landing.naming import Hour, dead_letter_manifest_path, done_file_path
+from kafka_landing.store.local import LocalStore
+from kafka_landing_tests.conftest import utcnow
+from kafka_landing_tools.demo.generate import ORDERS, PARTITIONS, WEB, demo_hours, generate
+
+HOURS = 2
+VOLATILE = ("attempt", "landed_at", "retired", "bytes", "crc32c")  # who landed it, when, and the random sync markers
+
+
+def _configs(topics: dict[str, str]) -> tuple[list[TopicConfig], list[TopicConfig]]:
+    """The config the hours were landed with, and a later one: another routing, another event time."""
+    before = [
+        TopicConfig(topic=topics[ORDERS], dataset="shop", table="orders", event_time_field="created_at",
+                    grace_minutes=5, rows_per_task=9, dead_letter_limit=0.5),
+        TopicConfig(topic=topics[WEB], dataset="web", grace_minutes=5, rows_per_task=13, dead_letter_limit=0.5,
+                    route=Route(field="type", tables={"page_view": "page_views", "click": "clicks"},
+                                default="other_events")),
+    ]
+    after = [
+        dataclasses.replace(before[0], event_time_field=None),
+        dataclasses.replace(before[1], route=Route(field="type", tables={"click": "clicks", "purchase": "purchases"},
+                                                   default="rest"), event_time_field="occurred_at"),
+    ]
+    return before, after
+
+
+def _land(spark, store, fetch, kafka_options, cfg, plans, archives=()):
+    got = land_hours(Sources(lambda: spark, kafka_options, fetch), store,
+                     HoursToLand(cfg, plans, uuid.uuid4().hex[:8], archives=tuple(archives)))
+    failed = {h: r for h, r in got.items() if isinstance(r, LandingError)}
+    assert not failed, failed
+    return got
+
+
+@pytest.fixture(scope="module")
+def archived(bootstrap, registry_url, kafka, registry, spark, admin, tmp_path_factory):
+    """The demo hours landed from Kafka under the first config (`kafka`) and under the second
+    (`reference`), then every record deleted from the topics."""
+    suffix = uuid.uuid4().hex[:6]
+    topics = {ORDERS: f"orders_{suffix}", WEB: f"web_{suffix}"}
+    now = utcnow()
+    generate(bootstrap, registry_url, hours=HOURS, per_hour=120, now=now, topics=topics)
+    before, after = _configs(topics)
+    kafka_store, reference = LocalStore(tmp_path_factory.mktemp("kafka")), LocalStore(tmp_path_factory.mktemp("ref"))
+    fetch = schema_fetcher(registry)
+    plans = {}
+    for cfg, later in zip(before, after):
+        with kafka.log_view() as log:
+            plans[cfg.topic] = [freeze_slice(kafka_store, log, cfg, Hour(h), utcnow())[0] for h in demo_hours(now, HOURS)]
+        _land(spark, kafka_store, fetch, kafka.spark_options(), cfg, plans[cfg.topic])
+        for plan in plans[cfg.topic]:  # the reference reads the same frozen slices
+            reference.write_json_atomic(f"slices/{cfg.topic}/hour={plan.hour}.json", kafka_store.read_json(
+                f"slices/{cfg.topic}/hour={plan.hour}.json"))
+        _land(spark, reference, fetch, kafka.spark_options(), later, plans[cfg.topic])
+    # Retention takes every record of both topics.
+    with kafka.log_view() as log:
+        ends = [TopicPartition(t, p, log.watermarks(t, p)[1]) for k, t in topics.items() for p in range(PARTITIONS[k])]
+    for tp, f in admin.delete_records(ends).items():
+        f.result(timeout=30)
+    return {"before": before, "after": after, "plans": plans, "kafka": kafka_store, "reference": reference,
+            "fetch": fetch, "kafka_options": kafka.spark_options(), "kafka_resource": kafka}
+
+
+def _copy(store: LocalStore, to: Path) -> LocalStore:
+    shutil.copytree(store.root, to)
+    return LocalStore(to)
+
+
+def _records(store: LocalStore, folder: str) -> dict[str, list[dict]]:
+    """{file: records} of the Avro files under `folder` (tables/ or dead_letters/)."""
+    out = {}
+    for path in sorted(Path(store.root, folder).rglob("*.avro")):
+        with open(path, "rb") as f:
+            out[str(path.relative_to(store.root))] = list(fastavro.reader(f))
+    return out
+
+
+def _stable(d):
+    if isinstance(d, dict):
+        return {k: _stable(v) for k, v in d.items() if k not in VOLATILE}
+    if isinstance(d, list):
+        return [_stable(v) for v in d]
+    return d
+
+
+def _replay(a, store, cfgs):
+    results = {}
+    for cfg in cfgs:
+        archives = [find_archive(store, plan) for plan in a["plans"][cfg.topic]]
+        results[cfg.topic] = _land(a["_spark"], store, a["fetch"], {}, cfg, [x.plan for x in archives], archives)
+    return results
+
+
+@pytest.fixture
+def a(archived, spark):
+    return {**archived, "_spark": spark}
+
+
+def test_kafka_no_longer_holds_the_hours(a):
+    with a["kafka_resource"].log_view() as log:
+        for cfg in a["before"]:
+            for plan in a["plans"][cfg.topic]:
+                if plan.records:
+                    with pytest.raises(LandingError, match="deleted by retention"):
+                        check_still_in_kafka(log, plan)
+
+
+def test_an_hour_landed_again_from_its_archive_under_its_config_is_the_same_hour(a, tmp_path):
+    replayed = _copy(a["kafka"], tmp_path / "replayed")
+    results = _replay(a, replayed, a["before"])
+    for folder in ("tables", "dead_letters"):
+        want, got = _records(a["kafka"], folder), _records(replayed, folder)
+        assert want, f"the hours landed {folder}"
+        assert sorted(got) == sorted(want), f"{folder}: the same file names"
+        for name in want:
+            assert got[name] == want[name], f"{name}: the same records in the same order"
+    for cfg in a["before"]:
+        for plan in a["plans"][cfg.topic]:
+            for rel in [*(done_file_path(cfg.dataset, t, plan.hour) for t in cfg.tables),
+                        dead_letter_manifest_path(cfg.topic, plan.hour)]:
+                assert _stable(replayed.read_json(rel)) == _stable(a["kafka"].read_json(rel)), rel
+            assert check_landed_hour(replayed, cfg, plan).passed
+            r = results[cfg.topic][plan.hour]
+            assert r.archived is not None and r.records_read == r.archived.records > 0
+
+
+def test_a_new_routing_and_event_time_replayed_from_the_archive_equal_a_landing_from_kafka(a, tmp_path):
+    replayed = _copy(a["kafka"], tmp_path / "replayed")
+    _replay(a, replayed, a["after"])
+    for cfg in a["after"]:
+        for table in cfg.tables:
+            folder = f"tables/{cfg.dataset}/{table}"
+            want, got = _records(a["reference"], folder), _records(replayed, folder)
+            assert want, f"{folder}: the new routing feeds it"
+            assert got == want, f"{folder}: the same files, records and order as a landing from Kafka"
+        for plan in a["plans"][cfg.topic]:
+            for table in cfg.tables:
+                rel = done_file_path(cfg.dataset, table, plan.hour)
+                assert _stable(replayed.read_json(rel)) == _stable(a["reference"].read_json(rel)), rel
+            assert check_landed_hour(replayed, cfg, plan).passed
+    # The tables only the old routing fed no longer hold the hours: retired, 0 rows.
+    web = a["after"][1]
+    for plan in a["plans"][web.topic]:
+        for table in ("page_views", "other_events"):
+            done = replayed.read_json(done_file_path(web.dataset, table, plan.hour))
+            assert done["rows"] == 0 and done["retired"], (table, done)
+            assert not list(Path(replayed.root, f"tables/web/{table}/hour={plan.hour}").glob("*.avro"))
+    # The event-time split moved from orders (none now) to web (`ts`): the same event files as from Kafka.
+    assert _records(replayed, "events") == _records(a["reference"], "events")
+
+
+def test_a_replay_of_the_replay_changes_nothing(a, tmp_path):
+    replayed = _copy(a["kafka"], tmp_path / "replayed")
+    _replay(a, replayed, a["after"])
+    once = {**_records(replayed, "tables"), **_records(replayed, "dead_letters")}
+    _replay(a, replayed, a["after"])
+    assert {**_records(replayed, "tables"), **_records(replayed, "dead_letters")} == once
+
+
+def test_an_archive_missing_a_file_is_refused_naming_it(a, tmp_path):
+    broken = _copy(a["kafka"], tmp_path / "broken")
+    cfg = a["before"][1]
+    plan = next(p for p in a["plans"][cfg.topic] if p.records)
+    done = broken.read_json(done_file_path(cfg.dataset, "clicks", plan.hour))
+    gone = done["files"][0]["path"]
+    (Path(broken.root) / gone).unlink()
+    with pytest.raises(ArchiveError, match=f"{re.escape(gone)}.*does not exist"):
+        find_archive(broken, plan)
+
+
+def test_an_archive_file_cut_short_fails_the_hours_naming_it(a, tmp_path):
+    """A file that is there but cannot be read: the engine names it, nothing is published."""
+    broken = _copy(a["kafka"], tmp_path / "broken")
+    cfg = a["before"][1]
+    plan = next(p for p in a["plans"][cfg.topic] if p.records)
+    archive = find_archive(broken, plan)
+    cut = Path(broken.root) / archive.files[0].path
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    done = {t: broken.read_json(done_file_path(cfg.dataset, t, plan.hour)) for t in cfg.tables}
+    with pytest.raises(ArchiveError, match=f"{re.escape(archive.files[0].path)}.*(cut short|cannot be read|runs past)"):
+        land_hours(Sources(lambda: a["_spark"], {}, a["fetch"]), broken,
+                   HoursToLand(cfg, [archive.plan], uuid.uuid4().hex[:8], archives=(archive,)))
+    assert {t: broken.read_json(done_file_path(cfg.dataset, t, plan.hour)) for t in cfg.tables} == done
