@@ -1,5 +1,7 @@
 """Command line: `python -m kafka_landing plan --topic T --from 2026-11-20-10:00 --to 2026-11-20-15:00`,
-and `python -m kafka_landing reload [--topic T]` (every landed hour into the configured warehouse).
+`python -m kafka_landing replay --topic T --from ... --to ...` (land hours again under today's config,
+from Kafka where it still holds them, else from their archive) and `python -m kafka_landing reload
+[--topic T]` (every landed hour into the configured warehouse).
 
 Why a CLI next to the UI job: an operator can see what a backfill would read before
 launching it, from a shell, without a Dagster instance. Resources are built from the same
@@ -137,6 +139,50 @@ def reload(args, parser) -> int:
     return 1 if failures else 0
 
 
+def replay(args, parser) -> int:
+    """The topic's replay job over the range, in this process, on the Dagster instance of
+    $DAGSTER_HOME (its runs and materialisations show in the UI as a backfill's would): every hour
+    landed again under today's config, from `--source`. One line per hour: where it was read,
+    its rows, its dead letters and how many of the archive's were re-driven."""
+    import os
+
+    from kafka_landing.config import TopicConfigError
+    from kafka_landing.definitions import replay_hours
+    from kafka_landing.kafka_slices.dry_run import hours_between
+
+    try:
+        hours = hours_between(args.first, args.last)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.dry_run:
+        args.skip_retention_gaps = False
+        return plan(args, parser)
+    if not os.environ.get("DAGSTER_HOME"):
+        print("error: DAGSTER_HOME is not set: set it to the Dagster instance's folder (`make demo` uses "
+              ".local/dagster_home), so the replay's runs show in the UI", file=sys.stderr)
+        return 1
+    if (resources := _resources("landing")) is None:
+        return 1
+    try:
+        cfg = resources[0].config().topic(args.topic)
+    except TopicConfigError as exc:
+        parser.error(str(exc))
+    where = " (Kafka where it holds them, else their archive)" if args.source == "auto" else ""
+    print(f"{cfg.topic}: replaying {len(hours)} hour(s) {hours[0].key} .. {hours[-1].key} from {args.source}{where}",
+          flush=True)
+    result = replay_hours(cfg.topic, hours[0], hours[-1], args.source)
+    for e in result.get_asset_materialization_events():
+        m = e.materialization.metadata
+        redriven = f", {m['dead_letters_redriven'].value} re-driven" if "dead_letters_redriven" in m else ""
+        print(f"{e.materialization.partition}: from {m['source'].value}, {m['dagster/row_count'].value} rows, "
+              f"{m['dead_letters'].value} dead letters{redriven}")
+    for e in result.all_events:
+        if e.event_type_value == "STEP_FAILURE":
+            print(f"error: {e.event_specific_data.error.message.strip()}", file=sys.stderr)
+    print(f"run {result.run_id}: {'succeeded' if result.success else 'failed'}", flush=True)
+    return 0 if result.success else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kafka_landing")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,9 +196,20 @@ def main(argv: list[str] | None = None) -> int:
                                       "(KAFKA_LANDING_WAREHOUSE) from its done file: moving to a new warehouse")
     r.add_argument("--topic", action="append", help="only this topic's tables (repeat for more)")
     r.add_argument("--all", action="store_true", help="load hours the warehouse already holds as their content too")
+    rp = sub.add_parser("replay", help="land hours again under today's config (routing, event time, schemas now "
+                                       "registered), from Kafka where it still holds them, else from their archive")
+    rp.add_argument("--topic", required=True, help="a topic of the topic config")
+    rp.add_argument("--from", dest="first", required=True, type=parse_hour, help="first hour (UTC)")
+    rp.add_argument("--to", dest="last", required=True, type=parse_hour, help="last hour, included")
+    rp.add_argument("--source", choices=("auto", "archive", "kafka"), default="auto",
+                    help="auto (default): Kafka where it holds the hour, else its archive; archive: only the archive")
+    rp.add_argument("--dry-run", action="store_true", help="print the plan (which hours have an archive, which are "
+                                                           "stale against the config); land nothing")
     args = parser.parse_args(argv)
     if args.command == "plan":
         return plan(args, p)
+    if args.command == "replay":
+        return replay(args, rp)
     if args.command == "reload":
         return reload(args, r)
     return BAD_ARGUMENTS

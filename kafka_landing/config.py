@@ -43,6 +43,9 @@ packaged config loads on a fresh clone, and once the demo has landed its history
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -133,6 +136,17 @@ class TopicConfig:
         if self.route is None:
             return [self.table]  # type: ignore[list-item]
         return sorted({*self.route.tables.values(), self.route.default})
+
+    @property
+    def landing_shape(self) -> str:
+        """What decides which table and event hour each record lands in, as a short hash: the
+        dataset, the routing (or the table) and the event time. An hour landed under another shape
+        is stale against the config (its records sit where the old routing put them) until it is
+        landed again; a landing records it in the hour's dead-letter manifest, and it is the
+        landing asset's code version, so Dagster shows such hours as changed."""
+        route = None if self.route is None else [self.route.field, sorted(self.route.tables.items()), self.route.default]
+        shape = [self.dataset, self.table, route, self.event_time_field, self.event_granularity]
+        return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:12]
 
     @property
     def event_granularity(self) -> str | None:

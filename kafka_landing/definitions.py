@@ -19,6 +19,7 @@ warnings.filterwarnings("ignore", message=r".* is currently in (beta|preview)")
 
 from dagster import (  # noqa: E402 - after the filter above
     AssetSelection,
+    DagsterInstance,
     Definitions,
     EnvVar,
     RunRequest,
@@ -30,7 +31,7 @@ from dagster import (  # noqa: E402 - after the filter above
 )
 
 from kafka_landing import defaults, hourly_schedule
-from kafka_landing.avro_landing.assets import build_landing_assets, landing_key
+from kafka_landing.avro_landing.assets import LandingSource, build_landing_assets, landing_key
 from kafka_landing.config import (
     LandingConfig,
     TopicConfig,
@@ -39,7 +40,7 @@ from kafka_landing.config import (
     load_config,
     with_first_hours,
 )
-from kafka_landing.hours import SPARK_TAG, topic_hours
+from kafka_landing.hours import REDO_DONE_HOURS_TAG, SPARK_TAG, topic_hours
 from kafka_landing.kafka_slices.assets import build_slice_assets, slice_key
 from kafka_landing.kafka_slices.freeze import settle_first_hours
 from kafka_landing.kafka_slices.jobs import plan_backfill
@@ -61,6 +62,8 @@ from kafka_landing.warehouse.resources import (
     parse_properties,
 )
 from kafka_landing.warehouse.sensors import (
+    RANGE_END_TAG,
+    RANGE_START_TAG,
     build_done_file_sensor,
     build_event_sensor,
     build_retired_hours_sensor,
@@ -229,6 +232,37 @@ def build_landing_job(cfg: TopicConfig):
     )
 
 
+def replay_job_name(topic: str) -> str:
+    return f"replay_{asset_safe(topic)}"
+
+
+def build_replay_job(cfg: TopicConfig):
+    """A job per topic to land hours again with today's config, from Kafka where it still holds their
+    offsets and from their archive (landing files and dead letters) where it does not: after a
+    routing or event-time change, or to re-drive dead letters whose schema is registered now. The
+    launchpad's `source: archive` reads only the archive. Its slices are never frozen again."""
+    key = landing_key(cfg.topic)
+    return define_asset_job(
+        replay_job_name(cfg.topic),
+        selection=AssetSelection.assets(key),
+        partitions_def=topic_hours(cfg),
+        config={"ops": {key.to_python_identifier(): {"config": {"source": LandingSource.auto.name}}}},
+        tags={SPARK_TAG: "true", REDO_DONE_HOURS_TAG: "true"},  # a replay lands landed hours again
+        description=(f"Land `{cfg.topic}`'s hours again under today's config: from Kafka where it still holds them, "
+                     "else from their archive (landed files and dead letters). Backfill a range to replay it."),
+    )
+
+
+def replay_hours(topic: str, first: Hour, last: Hour, source: str):
+    """The topic's replay job over [first, last] in this process, on the instance of $DAGSTER_HOME
+    (the UI shows its run as a backfill's): the command line's `replay`. Its result, failed or not."""
+    op = landing_key(topic).to_python_identifier()
+    return build_definitions().resolve_job_def(replay_job_name(topic)).execute_in_process(
+        instance=DagsterInstance.get(), raise_on_error=False,
+        tags={RANGE_START_TAG: first.key, RANGE_END_TAG: last.key, REDO_DONE_HOURS_TAG: "true"},
+        run_config={"ops": {op: {"config": {"source": LandingSource(source).name}}}})
+
+
 def hourly_job_name(first_hour: datetime, grace_minutes: int) -> str:
     return f"land_topics_from_{first_hour:%Y%m%dT%H}_grace_{grace_minutes}m"
 
@@ -290,12 +324,13 @@ def build_definitions(config: LandingConfig | None = None, resources: dict | Non
                     if (ds, t) in events}
     event_parts = {k: event_partitions(*k) for k in events}
     jobs = {name: build_landing_job(cfg) for name, cfg in config.topics.items()}
+    replays = [build_replay_job(cfg) for cfg in config.topics.values()]
     groups = hourly_groups(config)
     hourly = {name: build_hourly_job(name, cfgs) for name, cfgs in groups.items()}
     return Definitions(
         assets=[*build_slice_assets(config), *build_landing_assets(config), *build_warehouse_assets(config, kind),
                 *build_warehouse_checks(config)],
-        jobs=[*jobs.values(), *hourly.values(), plan_backfill, retire_hours, *([iceberg_upkeep] if kind == "iceberg" else [])],
+        jobs=[*jobs.values(), *replays, *hourly.values(), plan_backfill, retire_hours, *([iceberg_upkeep] if kind == "iceberg" else [])],
         schedules=[*(build_schedule(cfgs, hourly[name]) for name, cfgs in groups.items()),
                    *([iceberg_upkeep_daily] if kind == "iceberg" else [])],
         sensors=[build_done_file_sensor(tables, hours), build_retired_hours_sensor(tables, events),

@@ -60,7 +60,7 @@ def find_archive(store: LandingStore, plan: SlicePlan) -> ArchiveHour:
     if not tables:
         raise _refused(plan, f"{store.location(manifest_rel)} names no table the hour fed (a landing of before the "
                              "manifest listed them); land the hour from Kafka once, or replay it with a later archive")
-    done: list[DoneFile] = []
+    done: dict[str, DoneFile] = {}  # location -> done file
     for dataset, table in tables:
         rel = done_file_path(dataset, table, plan.hour)
         try:
@@ -71,25 +71,29 @@ def find_archive(store: LandingStore, plan: SlicePlan) -> ArchiveHour:
             raise _refused(plan, f"the done file of {dataset}.{table} cannot be read ({exc})") from None
         if d.topic != plan.topic:
             raise _refused(plan, f"{store.location(rel)} is topic {d.topic!r}'s")
+        done[store.location(rel)] = d
+    # A retired done file (a table the hour fed before a routing change) lists nothing, from its old slice.
+    first = next((d for d in done.values() if not d.retired), next(iter(done.values())))
+    # What retention took before the hour was landed (skipped on request): the slice it was landed from.
+    skipped = [s for s in first.skipped if s.get("reason") == RETENTION_AFTER_FREEZING]
+    landed_plan = without_deleted(plan, {s["partition"]: s["end"] for s in skipped})
+    for where, d in done.items():
+        if d.retired:
+            continue
         slice_partitions = [(p["partition"], p["start"], p["end"]) for p in d.slice.get("partitions", ())]
-        if slice_partitions != [(p.partition, p.start, p.end) for p in plan.partitions]:
-            raise _refused(plan, f"{store.location(rel)} was landed from another slice ({slice_partitions}) than the "
-                                 "frozen one")
-        done.append(d)
+        if slice_partitions != [(p.partition, p.start, p.end) for p in landed_plan.partitions]:
+            raise _refused(plan, f"{where} was landed from another slice ({slice_partitions}) than the frozen one")
     dl = DeadLetters(rows=manifest["rows"], by_reason=dict(manifest["by_reason"]),
                      files=tuple(LandedFile(**f) for f in manifest["files"]))
-    files = tuple(f for d in done for f in d.files)
+    files = tuple(f for d in done.values() for f in d.files)
     for f in [*files, *dl.files]:
         if not store.exists(f.path):
             raise _refused(plan, f"{store.location(f.path)}, listed by its done file, does not exist; restore it from "
                                  "a copy")
-    first = done[0]
-    skipped = [s for s in first.skipped if s.get("reason") == RETENTION_AFTER_FREEZING]
-    landed_plan = without_deleted(plan, {s["partition"]: s["end"] for s in skipped})
     listed = sum(f.rows for f in files) + dl.rows
     expected = landed_plan.records - first.offsets_without_record
     if listed != expected:
-        attempts = sorted({d.attempt for d in done} | {manifest.get("attempt", "?")})
+        attempts = sorted({d.attempt for d in done.values()} | {manifest.get("attempt", "?")})
         raise _refused(plan, f"its done files and dead letters list {listed} records, the slice of "
                              f"{landed_plan.records} offsets less {first.offsets_without_record} without a record "
                              f"holds {expected} (landing attempts {', '.join(attempts)}: a landing interrupted while "

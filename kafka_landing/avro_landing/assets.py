@@ -53,15 +53,16 @@ def landing_key(topic: str) -> AssetKey:
 
 
 class LandingSource(Enum):
-    """Where a landing reads an hour's records."""
+    """Where a landing reads an hour's records. Lower case: Dagster's config takes a member's name,
+    and the launchpad then reads `source: archive`."""
 
-    KAFKA = "kafka"  # the frozen offsets, from Kafka (the default)
-    ARCHIVE = "archive"  # the hour's landing files and dead letters, as landed before (archive.py)
-    AUTO = "auto"  # Kafka where it still holds the hour's offsets, the archive where it does not
+    kafka = "kafka"  # the frozen offsets, from Kafka (the default)
+    archive = "archive"  # the hour's landing files and dead letters, as landed before (archive.py)
+    auto = "auto"  # Kafka where it still holds the hour's offsets, the archive where it does not
 
 
 class LandingRunConfig(Config):
-    source: LandingSource = LandingSource.KAFKA
+    source: LandingSource = LandingSource.kafka
     """Where the hours' records are read: `archive` lands an hour again from its landed files and dead
     letters under today's topic config (routing, tables, event time, schemas now in the registry),
     for hours retention took from Kafka; `auto` reads Kafka where it still holds the hour."""
@@ -120,7 +121,7 @@ class LandingPass:
     registry: SchemaRegistryResource
     pyspark: SparkResource
     skip_retention_gaps: bool
-    source: LandingSource = LandingSource.KAFKA
+    source: LandingSource = LandingSource.kafka
     fetch: Callable[[int], object] = field(init=False)
 
     def __post_init__(self):
@@ -136,11 +137,11 @@ class LandingPass:
         plans = self.frozen(partition_keys, out)  # as frozen: what the checks count against
         gone: dict[str, LandingError] = {}  # hours Kafka no longer holds: why
         try:
-            if self.source is LandingSource.ARCHIVE:
+            if self.source is LandingSource.archive:
                 to_land, compacted = {}, False
                 gone = {k: LandingError("the archive was asked for") for k in plans}
             else:
-                to_land, compacted = self.still_in_kafka(plans, out, gone if self.source is LandingSource.AUTO else None)
+                to_land, compacted = self.still_in_kafka(plans, out, gone if self.source is LandingSource.auto else None)
         except KafkaUnavailable as exc:
             return {**out, **{k: failure(KafkaUnavailable(f"{exc} Nothing was read or published for hour {p.hour}.",
                                                           transient=exc.transient))
@@ -208,13 +209,13 @@ class LandingPass:
             try:
                 found[k] = find_archive(self.store, plans[k])
             except ArchiveError as exc:
-                why = "" if self.source is LandingSource.ARCHIVE else f" Kafka could not serve it either: {gone[k]}"
+                why = "" if self.source is LandingSource.archive else f" Kafka could not serve it either: {gone[k]}"
                 out[k] = failure(LandingError(f"{exc}{why}"))
                 del plans[k]
             else:
                 self.context.log.info(f"{self.cfg.topic} {plans[k].hour}: landing from its archive (attempt "
                                       f"{found[k].attempt}, {found[k].records} records)"
-                                      + ("" if self.source is LandingSource.ARCHIVE else f": {gone[k]}"))
+                                      + ("" if self.source is LandingSource.archive else f": {gone[k]}"))
         return found
 
     def land(self, plans: dict[str, SlicePlan], to_land: dict[str, SlicePlan],
@@ -268,6 +269,8 @@ def build_landing_asset(cfg: TopicConfig, retry_policy: RetryPolicy | None = Non
             f"with dead letters and a done file per table; {history(cfg)}."
         ),
         tags={"kafka_landing/topic": asset_safe(cfg.topic)},
+        # The routing and event time: hours landed under another are shown as changed (replay them).
+        code_version=cfg.landing_shape,
         op_tags={SPARK_TAG: "true"},
         metadata={"topic": cfg.topic, "dataset": cfg.dataset, "tables": ", ".join(cfg.tables)},
     )

@@ -120,6 +120,20 @@ def _archive_failed(exc: BaseException, topic: str, hours) -> ArchiveError:
                         "land the other hours of the run on their own")
 
 
+def _reading_archives(topic: str, archives: list[ArchiveHour]) -> str:
+    return (f"{topic}: reading {sum(a.records for a in archives)} records of {len(archives)} hour(s) from their archive: "
+            f"{sum(len(a.files) + len(a.dead_letter_files) for a in archives)} file(s)")
+
+
+def _check_archive_read(topic: str, archive: ArchiveHour | None, read: int) -> None:
+    """An hour read from its archive read every record its manifests list, no more."""
+    if archive is not None and read != archive.records:
+        raise ArchiveError(f"{topic} {archive.plan.hour}: read {read} records from its archive, whose done files and "
+                           f"dead-letter manifest list {archive.records}: a listed file holds other records than "
+                           "listed. Nothing of the hour was published; the hour's conservation check, as landed, "
+                           "names the file")
+
+
 def _registry_failed(exc: LandingError) -> bool:
     """The registry did not say what a schema id is: that concerns every hour of the run."""
     return isinstance(exc.__cause__, RegistryError)
@@ -324,7 +338,7 @@ class LandingRun:
             crash_point("landing:staged")
             return {plan.hour: self.publish(plan) for plan in self.plans}
         finally:
-            self.remove_staging()
+            _remove_staging(self.store, self.staging, self.cfg.topic, self.log)
 
     # --- read --------------------------------------------------------------------------------
 
@@ -339,10 +353,8 @@ class LandingRun:
                  f"hour(s) in {len(tasks)} frozen task(s)" + (", once, into a snapshot (a compacted topic)"
                                                               if self.snapshot else ""))
         if self.archives:
-            archives = [self.archives[h] for h in sorted({t.hour for t in tasks})]
-            self.log(f"{self.cfg.topic}: reading {sum(a.records for a in archives)} records of {len(archives)} hour(s) "
-                     f"from their archive: {sum(len(a.files) + len(a.dead_letter_files) for a in archives)} file(s)")
-            return frame_columns(read_archive(spark, self.store, archives, tasks))
+            self.log(_reading_archives(self.cfg.topic, list(self.archives.values())))
+            return frame_columns(read_archive(spark, self.store, list(self.archives.values()), tasks))
         framed = frame_columns(read_hours(spark, kafka_options, self.cfg.topic, tasks))
         return local_copy(framed) if self.snapshot else framed
 
@@ -587,12 +599,7 @@ class LandingRun:
         if read > plan.records:
             raise LandingError(f"{self.cfg.topic} {h}: read {read} records from a slice of {plan.records} offsets; "
                                "nothing of the hour was published")
-        archive = self.archives.get(h)
-        if archive is not None and read != archive.records:
-            raise ArchiveError(f"{self.cfg.topic} {h}: read {read} records from its archive, whose done files and "
-                               f"dead-letter manifest list {archive.records}: a listed file holds other records than "
-                               "listed. Nothing of the hour was published; check the conservation of the hour as "
-                               "landed (its avro_landing checks) for the file")
+        _check_archive_read(self.cfg.topic, self.archives.get(h), read)
         if landed + dead_rows != read:
             raise LandingError(f"{self.cfg.topic} {h}: conservation broken: read {read}, landed {landed} + dead "
                                f"letters {dead_rows}; nothing of the hour was published")
@@ -610,9 +617,10 @@ class LandingRun:
             )
         return staged
 
-    def remove_staging(self) -> None:
-        try:
-            self.store.delete(self.staging)
-        except Exception as exc:  # noqa: BLE001 - the hours are published or failed already; debris is swept
-            self.log(f"{self.cfg.topic}: could not remove the staging folder {self.staging} ({type(exc).__name__}: "
-                     f"{exc}); it is swept after a day by the next landing of the topic")
+
+def _remove_staging(store: LandingStore, staging: str, topic: str, log: Callable[[str], None]) -> None:
+    try:
+        store.delete(staging)
+    except Exception as exc:  # noqa: BLE001 - the hours are published or failed already; debris is swept
+        log(f"{topic}: could not remove the staging folder {staging} ({type(exc).__name__}: {exc}); it is swept "
+            "after a day by the next landing of the topic")

@@ -88,7 +88,8 @@ def publish(store: LandingStore, cfg: TopicConfig, staged: StagedHour) -> dict[s
         manifest_rel = dead_letter_manifest_path(plan.topic, hour)
         retired = _retired(store, plan.topic, hour, store.read_json(manifest_rel), feeds)
         held.write_json_atomic(manifest_rel, {"topic": plan.topic, "hour": plan.hour, "attempt": attempt, **asdict(dl),
-                                              "tables": [list(t) for t in feeds], "retired": [list(t) for t in retired]})
+                                              "tables": [list(t) for t in feeds], "retired": [list(t) for t in retired],
+                                              "shape": cfg.landing_shape})
         landed_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
         slice_info = {
             "manifest": slice_manifest_path(plan.topic, hour), "records": plan.records,

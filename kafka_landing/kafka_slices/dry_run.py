@@ -30,7 +30,7 @@ from kafka_landing.kafka_slices.plan import (
     UnknownTopicError,
     plan_slice,
 )
-from kafka_landing.naming import Hour, done_file_path
+from kafka_landing.naming import Hour, dead_letter_manifest_path, done_file_path
 from kafka_landing.store.base import LandingStore
 
 FROZEN, PLANNED, OPEN, ERROR = "frozen", "would freeze", "open", "error"
@@ -50,6 +50,8 @@ class HourRow:
     loaded: bool = False  # the warehouse recorded a load of every one of those done files' content
     before_first_hour: bool = False  # not a partition of the topic: Dagster cannot land it until first_hour moves
     gone: tuple[tuple[int, int, int], ...] = ()  # a frozen hour's (partition, start, end) Kafka no longer holds
+    archived: bool = False  # landed before: a landing with `source: archive` (or `auto`) can read its archive
+    stale: bool = False  # landed under another routing or event time than the config's now: replay it
 
     @property
     def records(self) -> int | None:
@@ -81,6 +83,16 @@ class TopicHistory:
         if self.loaded is None:
             return True, False
         return True, all((self.loaded(cfg.dataset, t, hour) or {}).get("sha256") == sha for t, sha in shas)
+
+    def archived_stale(self, cfg: TopicConfig, hour: Hour) -> tuple[bool, bool]:
+        """(the hour has an archive, it was landed under another shape than `cfg`'s), from its
+        dead-letter manifest: its `shape`, or for one written before it had that, its tables."""
+        manifest = self.store.read_json(dead_letter_manifest_path(cfg.topic, hour))
+        if manifest is None:
+            return False, False
+        if "shape" in manifest:
+            return True, manifest["shape"] != cfg.landing_shape
+        return True, sorted(map(tuple, manifest.get("tables", ()))) != [(cfg.dataset, t) for t in cfg.tables]
 
 
 def hours_between(first: Hour, last: Hour) -> list[Hour]:
@@ -115,8 +127,9 @@ def dry_run(cfg: TopicConfig, first: Hour, last: Hour, now: datetime, log: LogVi
         else:
             state, plan, error = _plan_hour(cfg.topic, hour, now, log, known, rules)
         before = history.first_hour is not None and hour < history.first_hour
+        archived, stale = history.archived_stale(cfg, hour) if state == FROZEN else (False, False)
         rows.append(HourRow(hour, state, plan, error, *history.landed_loaded(cfg, hour), before_first_hour=before,
-                            gone=gone))
+                            gone=gone, archived=archived, stale=stale))
     return rows
 
 
@@ -181,9 +194,11 @@ def table_rows(rows: list[HourRow]) -> list[dict]:
                         **flags, "note": note})
             continue
         for ps in r.plan.partitions:
-            gone = [f"Kafka no longer holds [{a}, {b}): landing the hour again from Kafka would fail"
+            gone = [f"Kafka no longer holds [{a}, {b}): " + ("a landing with source archive (or auto) reads the hour's "
+                                                            "archive" if r.archived else "no archive either: lost")
                     for p, a, b in r.gone if p == ps.partition]
-            note = "; ".join(first + [n for n in [_notes(r.plan, ps.partition)] if n] + gone)
+            stale = ["landed under another routing or event time: replay it"] if r.stale and ps is r.plan.partitions[0] else []
+            note = "; ".join(first + [n for n in [_notes(r.plan, ps.partition)] if n] + gone + stale)
             out.append({"hour": r.hour, "state": r.state, "partition": ps.partition, "start": ps.start,
                         "end": ps.end, "records": ps.records, **flags, "note": note})
     return out
@@ -219,8 +234,12 @@ def plan_summary(rows: list[HourRow]) -> str:
 
 def _gone_hours(rows: list[HourRow]) -> str:
     n = sum(bool(r.gone) for r in rows)
-    return (f"; {n} frozen hour(s) whose offsets Kafka no longer holds in part (their landed files are what "
-            "remains: landing them again from Kafka would fail)") if n else ""
+    archived = sum(bool(r.gone) and r.archived for r in rows)
+    stale = sum(r.stale for r in rows)
+    out = (f"; {n} frozen hour(s) whose offsets Kafka no longer holds in part: {archived} would be read from their "
+           f"archive by a landing with source auto (or archive), {n - archived} have none") if n else ""
+    return out + (f"; {stale} landed under another routing or event time than the config's (replay them)"
+                  if stale else "")
 
 
 def _before_first(rows: list[HourRow]) -> str:

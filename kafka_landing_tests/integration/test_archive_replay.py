@@ -208,3 +208,79 @@ def test_an_archive_file_cut_short_fails_the_hours_naming_it(a, tmp_path):
         land_hours(Sources(lambda: a["_spark"], {}, a["fetch"]), broken,
                    HoursToLand(cfg, [archive.plan], uuid.uuid4().hex[:8], archives=(archive,)))
     assert {t: broken.read_json(done_file_path(cfg.dataset, t, plan.hour)) for t in cfg.tables} == done
+
+
+def test_the_replay_job_reads_kafka_where_it_can_and_the_archive_where_it_cannot_and_re_drives_dead_letters(
+        code_location, make_topic, send, registry, admin, monkeypatch, tmp_path, capsys):
+    """Two hours landed from Kafka, each with two records of a schema id the registry did not know
+    yet (dead letters); the schema is then registered and retention takes the first hour. The
+    replay job (source auto, as the UI's backfill of it) lands hour 1 from its archive and hour 2
+    from Kafka: every record a row, and hour 1's story says two dead letters were re-driven."""
+    from datetime import timedelta
+
+    from dagster import DagsterInstance
+
+    from kafka_landing.__main__ import main
+    from kafka_landing.avro_landing.assets import landing_key
+    from kafka_landing.avro_landing.framing import frame
+    from kafka_landing_tests.helpers import materializations
+    from kafka_landing.definitions import build_definitions, landing_job_name, replay_job_name
+    from kafka_landing.naming import ONE_HOUR, floor_hour, to_millis
+    from kafka_landing.warehouse.sensors import RANGE_END_TAG, RANGE_START_TAG
+    from kafka_landing_tests.integration.test_landing import SIMPLE
+    from kafka_landing_tools.demo.generate import encode, register
+
+    topic = make_topic(partitions=1)
+    root, _ = code_location({topic: {"dataset": "d", "table": "t", "dead_letter_limit": 0.9}}, grace_minutes=0)
+    client = registry.client()
+    sid = register(client, f"{topic}-value", SIMPLE)
+    later = {"type": "record", "name": f"Later{uuid.uuid4().hex}", "fields": [{"name": "n", "type": "long"}]}
+    next_id = register(client, f"{topic}-other", {**later, "name": f"Other{uuid.uuid4().hex}"}) + 1
+    first = floor_hour(utcnow()) - ONE_HOUR * 3
+    sent = []
+    for h in range(2):
+        for m in range(5):
+            n = 10 * h + m
+            sent.append((topic, 0, to_millis(first + ONE_HOUR * h + timedelta(minutes=m)), None,
+                         frame(sid, encode(SIMPLE, {"n": n})) if m < 3 else frame(next_id, encode(later, {"n": n}))))
+    send(sent)
+    keys = [Hour(first).key, Hour(first + ONE_HOUR).key]
+    tags = {RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[1]}
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    (tmp_path / "dagster_home").mkdir()
+    instance = DagsterInstance.get()
+
+    def materialised(result) -> dict:
+        assert result.success, [e.event_specific_data.error.message for e in result.all_events
+                                if e.event_type_value == "STEP_FAILURE"]
+        return {e.materialization.partition: e.materialization.metadata for e in result.get_asset_materialization_events()
+                if e.asset_key.path[0] == "avro_landing"}
+
+    landed = materialised(build_definitions().resolve_job_def(landing_job_name(topic)).execute_in_process(
+        instance=instance, tags=tags, raise_on_error=False))
+    assert [(landed[k]["dead_letters"].value, landed[k]["source"].value) for k in keys] == [(2, "kafka")] * 2
+    assert register(client, f"{topic}-later", later) == next_id, "the registry gave the schema the id it was sent with"
+    admin.delete_records([TopicPartition(topic, 0, 5)])[TopicPartition(topic, 0, 5)].result(timeout=30)  # hour 1
+
+    # The UI's backfill of the replay job runs each hour with the job's config: `auto`.
+    job = build_definitions().resolve_job_def(replay_job_name(topic))
+    assert job.partitioned_config.get_run_config_for_partition_key(keys[0]) == {
+        "ops": {f"avro_landing__{topic}": {"config": {"source": "auto"}}}}
+    assert main(["replay", "--topic", topic, "--from", keys[0], "--to", keys[1]]) == 0
+    out = capsys.readouterr().out
+    assert f"{keys[0]}: from archive, 5 rows, 0 dead letters, 2 re-driven" in out, out
+    assert f"{keys[1]}: from kafka, 5 rows, 0 dead letters" in out, out
+    by_partition = materializations(DagsterInstance.get(), landing_key(topic))  # as the UI shows the CLI's run
+    replayed = {k: by_partition[k][-1].asset_materialization.metadata for k in keys}
+
+    story = {k: (replayed[k]["source"].value, replayed[k]["dagster/row_count"].value, replayed[k]["dead_letters"].value)
+             for k in keys}
+    assert story == {keys[0]: ("archive", 5, 0), keys[1]: ("kafka", 5, 0)}
+    assert replayed[keys[0]]["dead_letters_redriven"].value == 2
+    assert replayed[keys[0]]["dead_letters_before"].value == {"unknown schema id": 2}
+    store = LocalStore(str(root))
+    for h, k in enumerate(keys):
+        done = store.read_json(done_file_path("d", "t", Hour.from_key(k)))
+        values = sorted(r["n"] for f in done["files"] for r in fastavro.reader(open(store.location(f["path"]), "rb")))
+        assert values == [10 * h + m for m in range(5)]
+        assert {f["schema_id"] for f in done["files"]} == {sid, next_id}

@@ -90,3 +90,17 @@ def test_how_long_a_landing_waits_for_kafka_is_set_per_topic_or_for_all():
                                    "c": {"dataset": "d", "table": "c"}}})
     assert [cfg.topic(t).read_stall_seconds for t in "abc"] == [300, 30, 300]
     assert parse_config({"topics": {"a": good_topic()}}).topic("a").read_stall_seconds == 120
+
+
+def test_the_landing_shape_changes_with_the_routing_and_event_time_only():
+    from dataclasses import replace
+
+    from kafka_landing.config import Route, TopicConfig
+
+    SHAPED = TopicConfig(topic="t", dataset="ds", table="tbl")
+    routed = replace(SHAPED, table=None, route=Route("type", {"a": "x"}, "rest"))
+    shapes = {SHAPED.landing_shape, routed.landing_shape,
+              replace(routed, route=Route("type", {"a": "y"}, "rest")).landing_shape,
+              replace(SHAPED, event_time_field="ts").landing_shape, replace(SHAPED, dataset="other").landing_shape}
+    assert len(shapes) == 5
+    assert replace(SHAPED, rows_per_task=7, dead_letter_limit=0.5, grace_minutes=30).landing_shape == SHAPED.landing_shape

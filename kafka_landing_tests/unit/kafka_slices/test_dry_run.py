@@ -172,3 +172,31 @@ def test_range_errors():
         hours_between(HOUR0, HOUR0.plus(24 * 366))
     assert hours_between(HOUR0, HOUR0) == [HOUR0]
     assert hours_between(HOUR0, HOUR0.plus(2)) == ["2026-03-01T00", "2026-03-01T01", "2026-03-01T02"]
+
+
+def test_the_plan_says_which_gone_hours_have_an_archive_and_which_are_stale_against_the_config(tmp_path):
+    """Hour 0 was landed under the config of now, hour 1 under another routing, hour 2 never: with
+    Kafka holding none of them, 0 and 1 come from their archive, 1 is stale, 2 is lost."""
+    from kafka_landing.config import Route
+    from kafka_landing.naming import dead_letter_manifest_path
+
+    log = MemLog({0: [(at(0, 5), DATA), (at(1, 5), DATA), (at(2, 5), DATA)]})
+    frozen = freeze_in_order(log, [HOUR0, HOUR0.plus(1), HOUR0.plus(2)])
+    store = LocalStore(tmp_path / "l")
+    before = replace(CFG, table=None, route=Route("type", {"a": "x"}, "rest"))
+    store.write_json_atomic(dead_letter_manifest_path("t", HOUR0), {"shape": CFG.landing_shape})
+    store.write_json_atomic(dead_letter_manifest_path("t", HOUR0.plus(1)), {"shape": before.landing_shape})
+    log.partitions = lambda topic: None
+
+    rows = dry_run(CFG, HOUR0, HOUR0.plus(2), NOW, log, TopicHistory(store, frozen))
+
+    assert [(r.archived, r.stale) for r in rows] == [(True, False), (True, True), (False, False)]
+    text = format_table(rows)
+    assert "3 frozen hour(s) whose offsets Kafka no longer holds in part: 2 would be read from their archive" in text
+    assert "1 landed under another routing or event time" in text and "no archive either: lost" in text
+    # A manifest from before the shape was recorded: its tables say it.
+    store.write_json_atomic(dead_letter_manifest_path("t", HOUR0), {"tables": [["ds", "other"]]})
+    assert TopicHistory(store, frozen).archived_stale(CFG, HOUR0) == (True, True)
+    store.write_json_atomic(dead_letter_manifest_path("t", HOUR0), {"tables": [["ds", "tbl"]]})
+    assert TopicHistory(store, frozen).archived_stale(CFG, HOUR0) == (True, False)
+
