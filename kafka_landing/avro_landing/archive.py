@@ -50,17 +50,52 @@ def _refused(plan: SlicePlan, why: str) -> ArchiveError:
 
 def find_archive(store: LandingStore, plan: SlicePlan) -> ArchiveHour:
     """The archive of the frozen slice `plan`, checked; ArchiveError naming what is wrong. A store
-    that does not answer raises its own (transient) error."""
+    that does not answer raises its own (transient) error.
+
+    A landing killed while it published leaves done files of two attempts (publish.py writes the
+    dead-letter manifest, then each table's done file, then retires the tables no longer fed). The
+    archive is then the first of these that covers the slice exactly: the manifest's attempt, if
+    every table it names has its done file; every done file there is, if the two attempts wrote
+    the same files (the same routing); the attempt before, with the dead letters its done files
+    list, if only the manifest and some of the new done files were written."""
     manifest_rel = dead_letter_manifest_path(plan.topic, plan.hour)
     manifest = store.read_json(manifest_rel)
     if manifest is None:
         raise _refused(plan, f"it was never landed ({store.location(manifest_rel)} does not exist), so there is no "
                              "archive; land it from Kafka")
-    tables = [tuple(t) for t in [*manifest.get("tables", ()), *manifest.get("retired", ())]]
-    if not tables:
+    fed = [tuple(t) for t in manifest.get("tables", ())]
+    if not fed:
         raise _refused(plan, f"{store.location(manifest_rel)} names no table the hour fed (a landing of before the "
                              "manifest listed them); land the hour from Kafka once, or replay it with a later archive")
-    done: dict[str, DoneFile] = {}  # location -> done file
+    live = _live_done_files(store, plan, [*fed, *(tuple(t) for t in manifest.get("retired", ()))])
+    attempt = manifest.get("attempt")
+    dl = DeadLetters(rows=manifest["rows"], by_reason=dict(manifest["by_reason"]),
+                     files=tuple(LandedFile(**f) for f in manifest["files"]))
+    new = {k: d for k, d in live.items() if d.attempt == attempt}
+    old = {k: d for k, d in live.items() if d.attempt != attempt}
+    choices, counts = [], []
+    if all(t in new for t in fed):
+        choices.append((new, dl, attempt))
+    else:
+        counts.append(", ".join(f"{ds}.{t} has no done file of attempt {attempt}" for ds, t in fed if (ds, t) not in new))
+    if old:
+        choices.append((live, dl, attempt))
+        if len({d.attempt for d in old.values()}) == 1:
+            previous = next(iter(old.values()))
+            choices.append((old, previous.dead_letters, previous.attempt))
+    for done, dead, by in choices:
+        found = _covering(store, plan, done, dead, by, counts)
+        if found is not None:
+            return found
+    attempts = sorted({d.attempt for d in live.values()} | {str(attempt)})
+    raise _refused(plan, f"no landing's done files and dead letters cover its slice ({'; '.join(counts)}"
+                         f"; landing attempts {', '.join(attempts)}): a landing interrupted while it published, or a "
+                         "done file removed")
+
+
+def _live_done_files(store: LandingStore, plan: SlicePlan, tables) -> dict[tuple, DoneFile]:
+    """{(dataset, table): done file} of the tables that still list the hour's records (not retired)."""
+    live = {}
     for dataset, table in tables:
         rel = done_file_path(dataset, table, plan.hour)
         try:
@@ -68,34 +103,40 @@ def find_archive(store: LandingStore, plan: SlicePlan) -> ArchiveHour:
         except DoneFileError as exc:
             if exc.transient:
                 raise
+            if exc.gone:
+                continue  # not written yet (an interrupted landing), or never: the coverage says which
             raise _refused(plan, f"the done file of {dataset}.{table} cannot be read ({exc})") from None
         if d.topic != plan.topic:
             raise _refused(plan, f"{store.location(rel)} is topic {d.topic!r}'s")
-        done[store.location(rel)] = d
-    # A retired done file (a table the hour fed before a routing change) lists nothing, from its old slice.
-    first = next((d for d in done.values() if not d.retired), next(iter(done.values())))
+        if not d.retired:
+            live[(dataset, table)] = d
+    return live
+
+
+def _covering(store: LandingStore, plan: SlicePlan, done: dict[tuple, DoneFile], dl: DeadLetters, attempt,
+              counts: list[str]) -> ArchiveHour | None:
+    """The archive of these done files and dead letters if they hold every record of the slice once
+    by their counts (each of their files there), else None with why in `counts`."""
+    if not done:
+        return None
+    first = next(iter(done.values()))
     # What retention took before the hour was landed (skipped on request): the slice it was landed from.
     skipped = [s for s in first.skipped if s.get("reason") == RETENTION_AFTER_FREEZING]
     landed_plan = without_deleted(plan, {s["partition"]: s["end"] for s in skipped})
-    for where, d in done.items():
-        if d.retired:
-            continue
+    for (dataset, table), d in done.items():
         slice_partitions = [(p["partition"], p["start"], p["end"]) for p in d.slice.get("partitions", ())]
         if slice_partitions != [(p.partition, p.start, p.end) for p in landed_plan.partitions]:
-            raise _refused(plan, f"{where} was landed from another slice ({slice_partitions}) than the frozen one")
-    dl = DeadLetters(rows=manifest["rows"], by_reason=dict(manifest["by_reason"]),
-                     files=tuple(LandedFile(**f) for f in manifest["files"]))
+            raise _refused(plan, f"{store.location(done_file_path(dataset, table, plan.hour))} was landed from another "
+                                 f"slice ({slice_partitions}) than the frozen one")
     files = tuple(f for d in done.values() for f in d.files)
+    listed = sum(f.rows for f in files) + dl.rows
+    expected = landed_plan.records - first.offsets_without_record
+    if listed != expected:
+        counts.append(f"{', '.join(sorted(f'{ds}.{t}' for ds, t in done))} and {dl.rows} dead letters list {listed} "
+                      f"records, the slice less offsets without a record holds {expected}")
+        return None
     for f in [*files, *dl.files]:
         if not store.exists(f.path):
             raise _refused(plan, f"{store.location(f.path)}, listed by its done file, does not exist; restore it from "
                                  "a copy")
-    listed = sum(f.rows for f in files) + dl.rows
-    expected = landed_plan.records - first.offsets_without_record
-    if listed != expected:
-        attempts = sorted({d.attempt for d in done.values()} | {manifest.get("attempt", "?")})
-        raise _refused(plan, f"its done files and dead letters list {listed} records, the slice of "
-                             f"{landed_plan.records} offsets less {first.offsets_without_record} without a record "
-                             f"holds {expected} (landing attempts {', '.join(attempts)}: a landing interrupted while "
-                             "it published, or a file listed twice)")
-    return ArchiveHour(landed_plan, files, dl.files, dl, str(manifest.get("attempt", first.attempt)))
+    return ArchiveHour(landed_plan, files, dl.files, dl, str(attempt))

@@ -8,8 +8,10 @@ dead letters of every kind."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
+import signal
 import uuid
 from pathlib import Path
 
@@ -176,6 +178,55 @@ def test_a_new_routing_and_event_time_replayed_from_the_archive_equal_a_landing_
     assert _records(replayed, "events") == _records(a["reference"], "events")
 
 
+def replay_killable(root: str, cfg_json: str, spark_url: str, registry_url: str) -> None:
+    """A replay of every frozen hour of the config's topic under `root`, in a process of its own:
+    what `KAFKA_LANDING_CRASH_AT` kills (python -c, from the test below)."""
+    import json
+
+    from kafka_landing.kafka_slices.freeze import load_frozen
+    from kafka_landing.resources import SchemaRegistryResource, SparkResource
+
+    raw = json.loads(cfg_json)
+    cfg = TopicConfig(**{**raw, "route": Route(**raw["route"]) if raw["route"] else None})
+    store = LocalStore(root)
+    archives = [find_archive(store, plan) for plan in load_frozen(store, cfg.topic).values()]
+    spark = SparkResource(remote=spark_url).spark_session
+    _land(spark, store, schema_fetcher(SchemaRegistryResource(url=registry_url)), {}, cfg, [x.plan for x in archives],
+          archives)
+
+
+def test_a_replay_killed_at_each_step_then_replayed_again_equals_a_landing_from_kafka(a, tmp_path, stack,
+                                                                                      registry_url):
+    """SIGKILL at each crash point of a replay under the new routing (whose publish retires the old
+    tables last), then the replay again, from the archive the killed one left: every table and dead
+    letter as a landing of the same records from Kafka under that config."""
+    import json
+    import subprocess
+    import sys
+
+    from kafka_landing.crash_points import ENV_VAR, STEPS
+
+    web = a["after"][1]
+    steps = [s for s in STEPS if s.startswith("landing:")]
+    cfg_json = json.dumps(dataclasses.asdict(web), default=str)
+    runs = {}
+    for step in steps:
+        store = _copy(a["kafka"], tmp_path / step.replace(":", "_"))
+        code = (f"from kafka_landing_tests.integration.test_archive_replay import replay_killable; "
+                f"replay_killable({store.root!r}, {cfg_json!r}, {stack['spark']['url']!r}, {registry_url!r})")
+        runs[step] = (store, subprocess.Popen([sys.executable, "-c", code], env={**os.environ, ENV_VAR: step},
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    for step, (store, proc) in runs.items():
+        out = proc.communicate(timeout=300)[0].decode(errors="replace")
+        assert proc.returncode == -signal.SIGKILL, f"{step}: the replay was not killed there: {out[-3000:]}"
+        _replay(a, store, [web])
+        for folder in (f"tables/{web.dataset}", f"dead_letters/{web.topic}"):
+            want = _records(a["reference"], folder)
+            assert want and _records(store, folder) == want, f"{step}: {folder}"
+        for plan in a["plans"][web.topic]:
+            assert check_landed_hour(store, web, plan).passed, step
+
+
 def test_a_replay_of_the_replay_changes_nothing(a, tmp_path):
     replayed = _copy(a["kafka"], tmp_path / "replayed")
     _replay(a, replayed, a["after"])
@@ -204,9 +255,10 @@ def test_an_archive_file_cut_short_fails_the_hours_naming_it(a, tmp_path):
     cut = Path(broken.root) / archive.files[0].path
     cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
     done = {t: broken.read_json(done_file_path(cfg.dataset, t, plan.hour)) for t in cfg.tables}
-    with pytest.raises(ArchiveError, match=f"{re.escape(archive.files[0].path)}.*(cut short|cannot be read|runs past)"):
+    with pytest.raises(ArchiveError, match=f"{re.escape(archive.files[0].path)} cannot be read") as got:
         land_hours(Sources(lambda: a["_spark"], {}, a["fetch"]), broken,
                    HoursToLand(cfg, [archive.plan], uuid.uuid4().hex[:8], archives=(archive,)))
+    assert "landing from the archive failed" in str(got.value) and "EOFException" in str(got.value), got.value
     assert {t: broken.read_json(done_file_path(cfg.dataset, t, plan.hour)) for t in cfg.tables} == done
 
 

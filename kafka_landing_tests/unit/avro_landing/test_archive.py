@@ -60,7 +60,7 @@ def test_a_missing_done_file_is_named(tmp_path):
     store = LocalStore(str(tmp_path))
     _land(store)
     store.delete(done_file_path("w", "clicks", HOUR))
-    with pytest.raises(ArchiveError, match="w.clicks cannot be read.*does not exist"):
+    with pytest.raises(ArchiveError, match="w.clicks has no done file of attempt a1"):
         find_archive(store, PLAN)
 
 
@@ -85,3 +85,33 @@ def test_a_slice_retention_cut_before_landing_is_cut_again(tmp_path):
     archive = find_archive(store, PLAN)
     assert archive.plan.skipped == ({"partition": 0, "start": 0, "end": 1, "reason": RETENTION_AFTER_FREEZING},)
     assert archive.plan.records == 1 and archive.records == 1
+
+
+class Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("step", ["landing:files_moved", "landing:done_written", "landing:published"])
+@pytest.mark.parametrize("routing", ["same", "changed"])
+def test_a_landing_killed_while_it_published_leaves_an_archive_that_covers_the_slice_once(tmp_path, monkeypatch, step,
+                                                                                         routing):
+    """A replay killed at each step of its publish (under the same routing, or a new one whose
+    publish retires the old tables last): the archive is still every record once, so the replay
+    that follows finds it whole (the kill is an exception here; the fault tests SIGKILL)."""
+    from kafka_landing.avro_landing import publish as publishing
+
+    store = LocalStore(str(tmp_path))
+    _land(store)
+    later = CFG if routing == "same" else dataclasses.replace(CFG, route=Route("type", {"click": "web_clicks"}, "other"))
+    table = "clicks" if routing == "same" else "web_clicks"
+
+    def crash(at):
+        if at == step:
+            raise Killed(at)
+
+    monkeypatch.setattr(publishing, "crash_point", crash)
+    with pytest.raises(Killed):
+        _land(store, later, table, "a2")
+    archive = find_archive(store, PLAN)
+    assert archive.records == 2 and len({f.path.rsplit("/", 1)[-1] for f in archive.files}) == 1
+    assert archive.attempt in ("a1", "a2")
