@@ -135,8 +135,12 @@ def _covering(store: LandingStore, plan: SlicePlan, done: dict[tuple, DoneFile],
         counts.append(f"{', '.join(sorted(f'{ds}.{t}' for ds, t in done))} and {dl.rows} dead letters list {listed} "
                       f"records, the slice less offsets without a record holds {expected}")
         return None
+    there: dict[str, set[str]] = {}  # folder -> its files: one listing per folder, not a request per file
     for f in [*files, *dl.files]:
-        if not store.exists(f.path):
+        folder = f.path.rsplit("/", 1)[0]
+        if folder not in there:
+            there[folder] = set(store.list(folder, "*.avro"))
+        if f.path not in there[folder]:
             raise _refused(plan, f"{store.location(f.path)}, listed by its done file, does not exist; restore it from "
                                  "a copy")
     return ArchiveHour(landed_plan, files, dl.files, dl, str(attempt))

@@ -1,4 +1,5 @@
-"""READ + WRITE without rows: a schema id's records landed straight from Kafka into their
+"""READ + WRITE without rows: a schema id's records landed straight from Kafka (or from the hours'
+archive, when they are landed again from it) into their
 landing files by one JVM operator per Spark task (jvm/splice DirectLanding), the body check as its
 validator and the splice writer's encoding as its writer; the likely id first, then each other id
 the hours hold (`job.py`), one pass over the offsets each. What Spark's Kafka source, the body
@@ -70,16 +71,18 @@ def _numbers(items) -> str:
     return contract.LIST_SEP.join(contract.NUMBER_SEP.join(str(n) for n in item) for item in items)
 
 
-def land_directly(spark: SparkSession, kafka_options: dict, cfg: TopicConfig, tasks: list[HourTask],
+def land_directly(spark: SparkSession, read_options: dict, cfg: TopicConfig, tasks: list[HourTask],
                   schema_id: int, writer: dict, out: str) -> DirectPass:
     """Run the operator over every frozen task of the run: files under `out` (a location). The body
-    check vouches for what the topic's landing reads (`Vouch.of`), as on the decoding way."""
+    check vouches for what the topic's landing reads (`Vouch.of`), as on the decoding way.
+    `read_options`: the Kafka consumer's settings, or the hours' archive (contract.OPTION_SEGMENTS,
+    `read.archive_segments`: the same ranges), read instead of Kafka."""
     hours = sorted({t.hour for t in tasks})
     ix = {h: i for i, h in enumerate(hours)}
     ranges = [(p, s, e) for seg in read_segments(tasks, default_parallelism(spark)) for p, (s, e) in sorted(seg.items())]
     options = {
         # The consumer's settings, each under contract.OPTION_KAFKA_PREFIX as Spark's Kafka source takes them.
-        **{k: str(v) for k, v in READ_OPTIONS.items()}, **{k: str(v) for k, v in kafka_options.items()},
+        **{k: str(v) for k, v in READ_OPTIONS.items()}, **{k: str(v) for k, v in read_options.items()},
         contract.OPTION_TOPIC: cfg.topic,
         contract.OPTION_RANGES: _numbers(ranges),
         contract.OPTION_TASKS: _numbers((ix[t.hour], t.partition, t.start, t.end) for t in tasks),

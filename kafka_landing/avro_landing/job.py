@@ -47,10 +47,10 @@ from kafka_landing.avro_landing.decode import (
 )
 from kafka_landing.avro_landing import engine_losses
 from kafka_landing.avro_landing.archive import ArchiveError, ArchiveHour
-from kafka_landing.avro_landing.contract import ARCHIVE_FORMAT, DIRECT_FORMAT, MAX_EVENT_FILES
+from kafka_landing.avro_landing.contract import ARCHIVE_FORMAT, DIRECT_FORMAT, MAX_EVENT_FILES, OPTION_SEGMENTS
 from kafka_landing.avro_landing.direct import land_directly
 from kafka_landing.avro_landing.publish import StagedHour, keep_rejected_dead_letters, publish
-from kafka_landing.avro_landing.read import read_archive, read_hours
+from kafka_landing.avro_landing.read import archive_segments, read_archive, read_hours
 from kafka_landing.avro_landing.registry_answers import RegistryError
 from kafka_landing.avro_landing.route import classify
 from kafka_landing.avro_landing.write import (
@@ -69,7 +69,7 @@ from kafka_landing.kafka_slices.plan import SlicePlan, hour_tasks
 from kafka_landing.handoff.manifests import DeadLetters, DoneFile
 from kafka_landing.naming import STAGING_GLOB, staging_dir, staging_path
 from kafka_landing.store.base import STAGING_MAX_AGE_SECONDS, LandingStore
-from kafka_landing.spark_setup import drop_if_server_gone, local_copy
+from kafka_landing.spark_setup import default_parallelism, drop_if_server_gone, local_copy
 
 
 @dataclass
@@ -120,9 +120,9 @@ def _archive_failed(exc: BaseException, topic: str, hours) -> ArchiveError:
                         "land the other hours of the run on their own")
 
 
-def _reading_archives(topic: str, archives: list[ArchiveHour]) -> str:
-    return (f"{topic}: reading {sum(a.records for a in archives)} records of {len(archives)} hour(s) from their archive: "
-            f"{sum(len(a.files) + len(a.dead_letter_files) for a in archives)} file(s)")
+def _archive_options(store: LandingStore, archives: dict[str, ArchiveHour], tasks, spark: SparkSession) -> dict:
+    """What the reads of hours landed again from their archive take instead of Kafka's settings."""
+    return {OPTION_SEGMENTS: archive_segments(store, list(archives.values()), tasks, default_parallelism(spark))}
 
 
 def _check_archive_read(topic: str, archive: ArchiveHour | None, read: int) -> None:
@@ -260,7 +260,7 @@ def land_hours(sources: Sources, store: LandingStore, hours: HoursToLand, log: C
     records land without rows where they can (see direct.py); False: always the decoding way (the
     tests compare the two)."""
     run = LandingRun(store, hours.cfg, sorted(hours.plans, key=lambda p: p.hour), hours.attempt, sources.fetch_schema,
-                     log, snapshot=hours.snapshot, direct=direct and not hours.archives,
+                     log, snapshot=hours.snapshot, direct=direct,
                      archives={a.plan.hour: a for a in hours.archives})
     return run.land(sources.spark_factory, sources.kafka_options, hours.likely_ids)
 
@@ -297,8 +297,7 @@ class LandingRun:
 
     @property
     def vouch(self) -> Vouch:
-        """What the body check reads from the bodies it vouches for, which land undecoded: the
-        splice writer writes their bytes (see decode.BODY_CHECK)."""
+        """What the body check reads from the bodies it vouches for, which land undecoded (decode.BODY_CHECK)."""
         return Vouch.of(self.cfg)
 
     @property
@@ -309,7 +308,7 @@ class LandingRun:
     def staging(self) -> str:
         return staging_path(self.cfg.topic, self.hours[0], self.attempt)
 
-    def land(self, spark_factory: Callable[[], SparkSession], kafka_options: dict,
+    def land(self, spark_factory: Callable[[], SparkSession], read_options: dict,
              likely_ids: tuple[int, ...]) -> dict[str, LandingResult | LandingError]:
         # Attempts killed (SIGKILL, OOM, a lost machine) leave their staging behind: swept after a day,
         # long after any live attempt of the topic has finished with its own.
@@ -320,11 +319,13 @@ class LandingRun:
             tasks = hour_tasks([p for p in self.plans if p.hour not in self.failed])
             if tasks:
                 spark = spark_factory()
+                if self.archives:  # the reads take the archive's segments instead of Kafka's settings
+                    read_options = _archive_options(self.store, self.archives, tasks, spark)
                 try:
-                    framed = self.read(spark, kafka_options, tasks)
-                    landed = self.land_directly(spark, kafka_options, tasks, framed, likely_ids)
+                    framed = self.read(spark, read_options, tasks)
+                    landed = self.land_directly(spark, read_options, tasks, framed, likely_ids)
                     self.decode_and_write(framed, sorted({t.hour for t in tasks}), likely_ids, counted=landed,
-                                          direct=(spark, kafka_options, tasks) if landed else None)
+                                          direct=(spark, read_options, tasks) if landed else None)
                     self.write_dead_letters(framed)
                 except Exception as exc:
                     if ARCHIVE_FORMAT in str(exc) and not spark_server_gone(exc):
@@ -342,20 +343,19 @@ class LandingRun:
 
     # --- read --------------------------------------------------------------------------------
 
-    def read(self, spark: SparkSession, kafka_options: dict, tasks) -> DataFrame:
+    def read(self, spark: SparkSession, read_options: dict, tasks) -> DataFrame:
         """Every frozen offset of the hours, framing split off. Nothing runs until a write, and
         each job (a schema id's write, a count, the dead letters) reads Kafka again: the same
         records, as long as nothing removes any from a closed hour. On a compacted topic the
         cleaner may, between two jobs, and the counts of one read would be checked against the
         writes of another: with `snapshot`, one job copies the records to the engine's local disk
         first, and every job reads that copy."""
+        how = " from their archive" if self.archives else ", once, into a snapshot (a compacted topic)" if self.snapshot else ""
         self.log(f"{self.cfg.topic}: reading {sum(t.end - t.start for t in tasks)} offsets of {len(self.hours)} "
-                 f"hour(s) in {len(tasks)} frozen task(s)" + (", once, into a snapshot (a compacted topic)"
-                                                              if self.snapshot else ""))
+                 f"hour(s) in {len(tasks)} frozen task(s){how}")
         if self.archives:
-            self.log(_reading_archives(self.cfg.topic, list(self.archives.values())))
-            return frame_columns(read_archive(spark, self.store, list(self.archives.values()), tasks))
-        framed = frame_columns(read_hours(spark, kafka_options, self.cfg.topic, tasks))
+            return frame_columns(read_archive(spark, read_options[OPTION_SEGMENTS], tasks))
+        framed = frame_columns(read_hours(spark, read_options, self.cfg.topic, tasks))
         return local_copy(framed) if self.snapshot else framed
 
     # --- decode and route, once per schema id ------------------------------------------------------
@@ -394,7 +394,7 @@ class LandingRun:
                 pass  # every record of the id was turned away: all are dead letters
         self.writers = {s: w for s, w in self.writers.items() if s in self.seen.ids_by_hour}
 
-    def land_directly(self, spark: SparkSession, kafka_options: dict, tasks, framed: DataFrame,
+    def land_directly(self, spark: SparkSession, read_options: dict, tasks, framed: DataFrame,
                       likely_ids: tuple[int, ...]) -> bool:
         """The first likely schema id that can land, landed straight from Kafka with every record
         counted on the way (direct.py): True. False, with nothing of it kept, where that way does
@@ -404,7 +404,7 @@ class LandingRun:
         label = _hours_label(self.cfg.topic, self.hours)
         # Built, not run: the routing warnings, and a LandingError if the id cannot land.
         found = self._first_landable(likely_ids, label, lambda sid, writer: self.classified(framed, sid, writer, label))
-        return found is not None and self._land_directly(spark, kafka_options, tasks, *found[:2])
+        return found is not None and self._land_directly(spark, read_options, tasks, *found[:2])
 
     def _first_landable(self, likely_ids: tuple[int, ...], label: str, build: Callable[[int, dict], DataFrame]):
         """(schema id, writer, build's frame) of the first likely id whose writer schema resolves and
@@ -420,15 +420,15 @@ class LandingRun:
                     raise  # every hour fails, before anything was written
         return None
 
-    def _land_directly(self, spark: SparkSession, kafka_options: dict, tasks, sid: int, writer: dict,
+    def _land_directly(self, spark: SparkSession, read_options: dict, tasks, sid: int, writer: dict,
                        also: bool = False) -> bool:
         """Into a folder of its own: an attempt still running after its job returned (speculation, a
         zombie executor) writes there only. `also`: an id after the first: its own counts and files."""
         out = f"{self.staging}/direct_schema_id={sid}"
-        self.log(f"{self.cfg.topic}: landing the records of schema id {sid} straight from Kafka")
+        self.log(f"{self.cfg.topic}: landing schema id {sid} straight from {'the archive' if self.archives else 'Kafka'}")
         self.step = str(sid)
         try:
-            got = land_directly(spark, kafka_options, self.cfg, tasks, sid, writer, self.store.location(out))
+            got = land_directly(spark, read_options, self.cfg, tasks, sid, writer, self.store.location(out))
         except Exception as exc:  # noqa: BLE001 - only an engine without the operator is let through
             if DIRECT_FORMAT not in str(exc) or "DATA_SOURCE_NOT_FOUND" not in str(exc):
                 raise

@@ -94,29 +94,37 @@ def read_hours(spark: SparkSession, kafka_options: dict, topic: str, tasks: list
     return _claimed(spark, raw.withColumn(TIMESTAMP_MS_COLUMN, kafka_millis(F.col("timestamp"))), tasks)
 
 
-def read_archive(spark: SparkSession, store: LandingStore, archives: list[ArchiveHour],
-                 tasks: list[HourTask]) -> DataFrame | None:
+def read_archive(spark: SparkSession, archive_segments: str, tasks: list[HourTask]) -> DataFrame | None:
     """`read_hours`, from the hours' archives instead of Kafka (archive.py): the same records with
     the same columns, in the same order per frozen task, read by the archive source in the JVM
-    (jvm/splice ArchiveSource): a landing file's record gives its body back as produced, framed
-    with the file's schema id; a dead letter, its raw value. A dead letter's timestamp, kept null
-    where Kafka's was out of range, is taken back from its reason."""
+    (jvm/splice ArchiveSource) from `archive_segments` (`archive_segments`): a landing file's
+    record gives its body back as produced, framed with the file's schema id; a dead letter, its
+    raw value. A dead letter's timestamp, kept null where Kafka's was out of range, is taken back
+    from its reason."""
     if not tasks:
         return None
+    raw = spark.read.format(ARCHIVE_FORMAT).option(OPTION_SEGMENTS, archive_segments).load()
+    out_of_range = F.regexp_extract(F.col(ARCHIVE_REASON_COLUMN), OUT_OF_RANGE_MS, 1)
+    raw = raw.withColumn(TIMESTAMP_MS_COLUMN, F.coalesce(
+        F.col(TIMESTAMP_MS_COLUMN), F.when(out_of_range != "", out_of_range.cast("long"))))
+    return _claimed(spark, raw, tasks)
+
+
+def archive_segments(store: LandingStore, archives: list[ArchiveHour], tasks: list[HourTask], parallelism: int) -> str:
+    """The archive source's option (contract.OPTION_SEGMENTS): the ranges `read_segments` cuts the
+    tasks into, as the Kafka reads are cut, each with the files holding its records: the landing
+    files that start in it (a file never crosses a frozen task) and the dead-letter files of its
+    partition that overlap it. The direct landing reads the same segments."""
     files = [f for a in archives for f in a.files]
     dead = [f for a in archives for f in a.dead_letter_files]
     items = []
-    for segment in read_segments(tasks, default_parallelism(spark)):
+    for segment in read_segments(tasks, parallelism):
         for p, (start, end) in segment.items():
             mine = [(f.schema_id, f) for f in files if f.partition == p and start <= f.first_offset < end]
             mine += [(NO_SCHEMA_ID, f) for f in dead if f.partition == p and f.first_offset < end and f.last_offset >= start]
             items.append(FIELD_SEP.join([NUMBER_SEP.join(map(str, (p, start, end))),
                                          *(x for sid, f in mine for x in (str(sid), store.location(f.path)))]))
-    raw = spark.read.format(ARCHIVE_FORMAT).option(OPTION_SEGMENTS, ITEM_SEP.join(items)).load()
-    out_of_range = F.regexp_extract(F.col(ARCHIVE_REASON_COLUMN), OUT_OF_RANGE_MS, 1)
-    raw = raw.withColumn(TIMESTAMP_MS_COLUMN, F.coalesce(
-        F.col(TIMESTAMP_MS_COLUMN), F.when(out_of_range != "", out_of_range.cast("long"))))
-    return _claimed(spark, raw, tasks)
+    return ITEM_SEP.join(items)
 
 
 def _claimed(spark: SparkSession, raw: DataFrame, tasks: list[HourTask]) -> DataFrame:

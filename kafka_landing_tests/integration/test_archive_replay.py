@@ -53,9 +53,9 @@ def _configs(topics: dict[str, str]) -> tuple[list[TopicConfig], list[TopicConfi
     return before, after
 
 
-def _land(spark, store, fetch, kafka_options, cfg, plans, archives=()):
+def _land(spark, store, fetch, kafka_options, cfg, plans, archives=(), direct=True):
     got = land_hours(Sources(lambda: spark, kafka_options, fetch), store,
-                     HoursToLand(cfg, plans, uuid.uuid4().hex[:8], archives=tuple(archives)))
+                     HoursToLand(cfg, plans, uuid.uuid4().hex[:8], archives=tuple(archives)), direct=direct)
     failed = {h: r for h, r in got.items() if isinstance(r, LandingError)}
     assert not failed, failed
     return got
@@ -112,11 +112,12 @@ def _stable(d):
     return d
 
 
-def _replay(a, store, cfgs):
+def _replay(a, store, cfgs, direct=True):
     results = {}
     for cfg in cfgs:
         archives = [find_archive(store, plan) for plan in a["plans"][cfg.topic]]
-        results[cfg.topic] = _land(a["_spark"], store, a["fetch"], {}, cfg, [x.plan for x in archives], archives)
+        results[cfg.topic] = _land(a["_spark"], store, a["fetch"], {}, cfg, [x.plan for x in archives], archives,
+                                   direct)
     return results
 
 
@@ -134,9 +135,11 @@ def test_kafka_no_longer_holds_the_hours(a):
                         check_still_in_kafka(log, plan)
 
 
-def test_an_hour_landed_again_from_its_archive_under_its_config_is_the_same_hour(a, tmp_path):
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "decoding"])
+def test_an_hour_landed_again_from_its_archive_under_its_config_is_the_same_hour(a, tmp_path, direct):
+    """Both ways of landing read the archive: straight into files in the JVM, and as rows."""
     replayed = _copy(a["kafka"], tmp_path / "replayed")
-    results = _replay(a, replayed, a["before"])
+    results = _replay(a, replayed, a["before"], direct)
     for folder in ("tables", "dead_letters"):
         want, got = _records(a["kafka"], folder), _records(replayed, folder)
         assert want, f"the hours landed {folder}"

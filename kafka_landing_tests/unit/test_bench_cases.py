@@ -23,7 +23,7 @@ SUPPORT = {"__init__", "__main__", "cases", "data", "goals", "measure", "options
 
 def test_every_case_module_is_a_case_of_the_run_named_after_it():
     modules = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem not in SUPPORT)
-    assert len(modules) == len(cases.CASES) == 11
+    assert len(modules) == len(cases.CASES) == 12
     assert sorted(c.name for c in cases.CASES) == modules
     for case in cases.CASES:
         assert isinstance(case, Case) and callable(case.jobs) and callable(case.report)

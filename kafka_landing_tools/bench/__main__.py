@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
         ap.add_argument(name, help=argparse.SUPPRESS)
     ap.add_argument("--hour-keys", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="range", choices=("range", "runs"), help=argparse.SUPPRESS)
+    ap.add_argument("--source", default="kafka", choices=("kafka", "archive", "auto"), help=argparse.SUPPRESS)
     ap.add_argument("--sample", action="store_true", help=argparse.SUPPRESS)  # a sample of the hours (sample_part)
     return ap
 

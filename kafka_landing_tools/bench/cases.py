@@ -13,6 +13,7 @@ from kafka_landing_tools.bench import (
     many_topics,
     memory,
     processes,
+    replay,
     stages,
     throughput,
     warehouse_load,
@@ -21,8 +22,9 @@ from kafka_landing_tools.bench import (
 )
 from kafka_landing_tools.bench.world import Case
 
-CASES: tuple[Case, ...] = tuple(m.CASE for m in (throughput, stages, memory, fixed_cost, backfill, warehouse_load,
-                                                 amendment, widening, year_table, many_topics, freshness))
+CASES: tuple[Case, ...] = tuple(m.CASE for m in (throughput, stages, memory, fixed_cost, backfill, replay,
+                                                 warehouse_load, amendment, widening, year_table, many_topics,
+                                                 freshness))
 BY_NAME = {c.name: c for c in CASES}
 
 

@@ -163,6 +163,10 @@ def _backfill(report: dict) -> list[str]:
     if plain := b.get("plain"):
         rows += [_rate_row(f"{h} hours in one run, as one table without event time", plain),
                  _ratio_row("one run / as one table", one["seconds"], plain["seconds"])]
+    if r := report.get("replay"):
+        rows += [_rate_row(f"{r['hours']} landed hours landed again from Kafka, one run (replay job)", r["from_kafka"]),
+                 _rate_row(f"{r['hours']} landed hours landed again from their archive, one run", r["from_archive"]),
+                 _ratio_row("from the archive / from Kafka", r["from_archive"]["seconds"], r["from_kafka"]["seconds"])]
     return _table(["way (kafka_landing)", "records", "seconds", "msg/s", "peak RSS MB"], rows)
 
 

@@ -3,6 +3,7 @@ package kafkalanding.splice;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -10,6 +11,8 @@ import org.apache.avro.Schema;
 import org.apache.avro.file.DataFileStream;
 import org.apache.avro.generic.GenericDatumReader;
 import org.apache.avro.generic.GenericRecord;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
@@ -20,12 +23,46 @@ import org.apache.spark.unsafe.types.UTF8String;
  * One archived file read record by record, in its order (offset order, as written): {@link
  * #advance} moves to the next record, whose offset is {@link #offset} and whose row is {@link #row}.
  */
-abstract class ArchiveFile implements java.io.Closeable {
+abstract class ArchiveFile implements java.io.Closeable, SourceRecord {
+  private static final Header[] NO_HEADERS = new Header[0];
   final String path;
   long offset;
 
   ArchiveFile(String path) {
     this.path = path;
+  }
+
+  @Override
+  public long offset() {
+    return offset;
+  }
+
+  static ByteBuffer wrap(byte[] b) {
+    return b == null ? null : ByteBuffer.wrap(b);
+  }
+
+  /** Kafka's headers of byte keys and values; none (null) is none, as the landing writes it. */
+  static Header[] headers(byte[][] keys, byte[][] values) {
+    if (keys == null) {
+      return NO_HEADERS;
+    }
+    Header[] out = new Header[keys.length];
+    for (int i = 0; i < keys.length; i++) {
+      out[i] = new RecordHeader(new String(keys[i], StandardCharsets.UTF_8), values[i]);
+    }
+    return out;
+  }
+
+  /** The same headers as Spark's Kafka source's column holds them. */
+  static ArrayData headerColumn(byte[][] keys, byte[][] values) {
+    if (keys == null) {
+      return null;
+    }
+    Object[] out = new Object[keys.length];
+    for (int i = 0; i < keys.length; i++) {
+      out[i] = new GenericInternalRow(new Object[] {UTF8String.fromBytes(keys[i]), values[i]});
+    }
+    return new GenericArrayData(out);
   }
 
   /** The next record, false past the last. */
@@ -65,7 +102,8 @@ abstract class ArchiveFile implements java.io.Closeable {
     private int partition;
     private long ms;
     private byte[] key;
-    private ArrayData headers;
+    private byte[][] headerKeys;  // null: no headers
+    private byte[][] headerValues;
 
     Landing(String path, int schemaId, InputStream in) throws IOException {
       super(path);
@@ -122,7 +160,10 @@ abstract class ArchiveFile implements java.io.Closeable {
         offset = varLong();
         ms = varLong();
         key = varLong() == 0 ? null : bytes();
-        headers = varLong() == 0 ? null : headers();
+        headerKeys = headerValues = null;
+        if (varLong() != 0) {
+          readHeaders();
+        }
       } catch (ArithmeticException | IndexOutOfBoundsException | NegativeArraySizeException e) {
         throw broken(path, "holds a record (the " + record + ". of the file) whose Kafka columns are cut short");
       }
@@ -133,19 +174,21 @@ abstract class ArchiveFile implements java.io.Closeable {
       return true;
     }
 
-    private ArrayData headers() {
-      List<InternalRow> out = new ArrayList<>();
+    private void readHeaders() {
+      List<byte[]> keys = new ArrayList<>();
+      List<byte[]> values = new ArrayList<>();
       for (long n = varLong(); n != 0; n = varLong()) {
         if (n < 0) {  // a block with its byte size
           n = -n;
           varLong();
         }
         for (long i = 0; i < n; i++) {
-          UTF8String k = UTF8String.fromBytes(bytes());
-          out.add(new GenericInternalRow(new Object[] {k, varLong() == 0 ? null : bytes()}));
+          keys.add(bytes());
+          values.add(varLong() == 0 ? null : bytes());
         }
       }
-      return new GenericArrayData(out.toArray());
+      headerKeys = keys.toArray(new byte[0][]);
+      headerValues = values.toArray(new byte[0][]);
     }
 
     private long varLong() {
@@ -176,7 +219,28 @@ abstract class ArchiveFile implements java.io.Closeable {
 
     @Override
     InternalRow row() {
-      return new GenericInternalRow(new Object[] {key, value, topic, partition, offset, ms, headers, null});
+      return new GenericInternalRow(new Object[] {key, value, topic, partition, offset, ms,
+          headerColumn(headerKeys, headerValues), null});
+    }
+
+    @Override
+    public long timestamp() {
+      return ms;
+    }
+
+    @Override
+    public ByteBuffer value() {
+      return wrap(value);
+    }
+
+    @Override
+    public ByteBuffer key() {
+      return wrap(key);
+    }
+
+    @Override
+    public Header[] headers() {
+      return headers(headerKeys, headerValues);
     }
 
     @Override
@@ -225,20 +289,51 @@ abstract class ArchiveFile implements java.io.Closeable {
       return current.get(Contract.DEAD_LETTER_FIELDS.get(i));
     }
 
+    /** Its headers' keys and values, in order; keys null for none. */
+    private byte[][][] headerFields() {
+      Object hs = field(6);
+      if (hs == null) {
+        return new byte[][][] {null, null};
+      }
+      List<?> list = (List<?>) hs;
+      byte[][] keys = new byte[list.size()][];
+      byte[][] values = new byte[list.size()][];
+      for (int i = 0; i < keys.length; i++) {
+        GenericRecord h = (GenericRecord) list.get(i);
+        keys[i] = h.get(0).toString().getBytes(StandardCharsets.UTF_8);
+        values[i] = bytes(h.get(1));
+      }
+      return new byte[][][] {keys, values};
+    }
+
     @Override
     InternalRow row() {
-      Object hs = field(6);
-      ArrayData headers = null;
-      if (hs != null) {
-        List<InternalRow> out = new ArrayList<>();
-        for (Object h : (List<?>) hs) {
-          GenericRecord r = (GenericRecord) h;
-          out.add(new GenericInternalRow(new Object[] {UTF8String.fromString(r.get(0).toString()), bytes(r.get(1))}));
-        }
-        headers = new GenericArrayData(out.toArray());
-      }
+      byte[][][] h = headerFields();
       return new GenericInternalRow(new Object[] {bytes(field(4)), bytes(field(5)), UTF8String.fromString(
-          field(0).toString()), field(1), offset, field(3), headers, UTF8String.fromString(field(8).toString())});
+          field(0).toString()), field(1), offset, field(3), headerColumn(h[0], h[1]),
+          UTF8String.fromString(field(8).toString())});
+    }
+
+    @Override
+    public long timestamp() {
+      Object ms = field(3);
+      return ms == null ? Long.MIN_VALUE : (Long) ms;
+    }
+
+    @Override
+    public ByteBuffer value() {
+      return wrap(bytes(field(5)));
+    }
+
+    @Override
+    public ByteBuffer key() {
+      return wrap(bytes(field(4)));
+    }
+
+    @Override
+    public Header[] headers() {
+      byte[][][] h = headerFields();
+      return headers(h[0], h[1]);
     }
 
     @Override

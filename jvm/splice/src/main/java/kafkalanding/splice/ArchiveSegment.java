@@ -19,6 +19,16 @@ final class ArchiveSegment implements InputPartition {
     this.paths = paths;
   }
 
+  /** Every segment of the option ({@link Contract#OPTION_SEGMENTS}): items joined by ITEM_SEP. */
+  static ArchiveSegment[] parseAll(String option) {
+    String[] items = option.isEmpty() ? new String[0] : option.split(Contract.ITEM_SEP);
+    ArchiveSegment[] out = new ArchiveSegment[items.length];
+    for (int i = 0; i < items.length; i++) {
+      out[i] = parse(items[i]);
+    }
+    return out;
+  }
+
   /** partition:start:end, then schema id and path per file, joined by FIELD_SEP. */
   static ArchiveSegment parse(String item) {
     String[] f = item.split(Contract.FIELD_SEP);

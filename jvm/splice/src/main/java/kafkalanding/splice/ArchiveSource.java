@@ -1,7 +1,5 @@
 package kafkalanding.splice;
 
-import java.util.ArrayList;
-import java.util.List;
 import java.util.Map;
 import java.util.Set;
 
@@ -67,12 +65,7 @@ public final class ArchiveSource implements TableProvider, DataSourceRegister {
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
-    List<ArchiveSegment> segments = new ArrayList<>();
-    String all = properties.getOrDefault(Contract.OPTION_SEGMENTS, "");
-    for (String item : all.isEmpty() ? new String[0] : all.split(Contract.ITEM_SEP)) {
-      segments.add(ArchiveSegment.parse(item));
-    }
-    return new Read(segments.toArray(new ArchiveSegment[0]));
+    return new Read(ArchiveSegment.parseAll(properties.getOrDefault(Contract.OPTION_SEGMENTS, "")));
   }
 
   /** The table, its scan and its batch: one Spark task per segment. */

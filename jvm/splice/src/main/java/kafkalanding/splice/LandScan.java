@@ -30,6 +30,9 @@ final class LandScan implements Scan, Batch {
 
   @Override
   public InputPartition[] planInputPartitions() {
+    if (job.archived != null) {
+      return job.archived.clone();
+    }
     InputPartition[] parts = new InputPartition[job.ranges.length];
     for (int i = 0; i < parts.length; i++) {
       parts[i] = new OffsetRange((int) job.ranges[i][0], job.ranges[i][1], job.ranges[i][2]);

@@ -34,6 +34,7 @@ final class LandingJob implements Serializable {
   final String out;
   final long timeoutMs;
   final boolean eventHours;  // a file per event hour too
+  final ArchiveSegment[] archived;  // the ranges' archived files, read instead of Kafka; null: Kafka
   String codec = "snappy";
   int deflateLevel = -1;
   SerializableConfiguration hadoop;
@@ -64,6 +65,8 @@ final class LandingJob implements Serializable {
     String timeout = optional(o, Contract.OPTION_TIMEOUT_MS);
     timeoutMs = timeout == null ? 120_000 : Long.parseLong(timeout);
     eventHours = Contract.MAY_VOUCH.equals(optional(o, Contract.OPTION_EVENT_HOURS));
+    String segments = optional(o, Contract.OPTION_SEGMENTS);
+    archived = segments == null ? null : ArchiveSegment.parseAll(segments);
     if (table == null && defaultTable == null && routes.isEmpty()) {
       throw new IllegalArgumentException(DIRECT_FORMAT + " needs the option " + Contract.OPTION_TABLE + ", or "
           + Contract.OPTION_ROUTES + " and " + Contract.OPTION_DEFAULT_TABLE);

@@ -15,19 +15,52 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteBufferDeserializer;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 
 /**
  * One range landed by one Spark task: its records read in offset order with a Kafka consumer of
- * its own, each framed, counted and checked, and the ones the check vouches for appended to the
- * file of their frozen task and table ({@link TaskFiles}); what it wrote and counted comes back
+ * its own (or, for an hour landed again from its archive, from its archived files: {@link
+ * ArchiveMerge}), each framed, counted and checked, and the ones the check vouches for appended to
+ * the file of their frozen task and table ({@link TaskFiles}); what it wrote and counted comes back
  * as {@link ResultRows}. A record the check is not sure of stops it: its files are removed.
  */
 final class RangeLanding {
+  /** A record the consumer gave, as a {@link SourceRecord}: one per task, refilled per record. */
+  private static final class Polled implements SourceRecord {
+    ConsumerRecord<ByteBuffer, ByteBuffer> r;
+
+    @Override
+    public long offset() {
+      return r.offset();
+    }
+
+    @Override
+    public long timestamp() {
+      return r.timestamp();
+    }
+
+    @Override
+    public ByteBuffer value() {
+      return r.value();
+    }
+
+    @Override
+    public ByteBuffer key() {
+      return r.key();
+    }
+
+    @Override
+    public Header[] headers() {
+      return r.headers().toArray();
+    }
+  }
+
   private final LandingJob job;
   private final OffsetRange range;
+  private final ArchiveSegment archived;  // null: read from Kafka
   private final BodyCheck check;
   private final BodyCheck.Verdict verdict = new BodyCheck.Verdict();
   private final TaskFiles files;
@@ -39,9 +72,10 @@ final class RangeLanding {
   private String lastEventTag;
   private long next;  // the offset after the last record the consumer gave, to find offsets without one
 
-  RangeLanding(LandingJob job, OffsetRange range) {
+  RangeLanding(LandingJob job, OffsetRange range, ArchiveSegment archived) {
     this.job = job;
     this.range = range;
+    this.archived = archived;
     check = new BodyCheck(job.check);
     TaskContext tc = TaskContext.get();
     files = new TaskFiles(job, range.partition, tc == null ? "0" : Long.toString(tc.taskAttemptId()));
@@ -54,8 +88,12 @@ final class RangeLanding {
     boolean sure;
     KafkaConsumer<ByteBuffer, ByteBuffer> consumer = null;
     try {
-      consumer = consumer();
-      sure = read(consumer);
+      if (archived != null) {
+        sure = readArchive();
+      } else {
+        consumer = consumer();
+        sure = read(consumer);
+      }
       files.closeAll();
     } catch (IOException | RuntimeException e) {
       Throwable also = files.abandon();
@@ -90,6 +128,7 @@ final class RangeLanding {
     consumer.seek(tp, range.start);
     long lastProgress = System.currentTimeMillis();
     long position = range.start;
+    Polled polled = new Polled();
     while (position < range.end) {
       ConsumerRecords<ByteBuffer, ByteBuffer> batch = consumer.poll(Duration.ofMillis(500));
       for (ConsumerRecord<ByteBuffer, ByteBuffer> r : batch.records(tp)) {
@@ -98,7 +137,8 @@ final class RangeLanding {
         }
         rows.gap(next, r.offset());
         next = r.offset() + 1;
-        if (!land(r)) {
+        polled.r = r;
+        if (!land(polled)) {
           return false;
         }
       }
@@ -110,6 +150,21 @@ final class RangeLanding {
         throw new IllegalStateException(range.where(job.topic) + ": Kafka gave no record past offset " + position
             + " for " + job.timeoutMs / 1000 + " s (reading up to " + range.end + "). Nothing was published: check "
             + "the broker and its open transactions, then land the hour again");
+      }
+    }
+    rows.gap(next, range.end);
+    return true;
+  }
+
+  /** The range's archived records, as {@link #read} reads Kafka's. */
+  private boolean readArchive() throws IOException {
+    try (ArchiveMerge merge = new ArchiveMerge(archived, job.hadoop.value())) {
+      for (ArchiveFile r = merge.next(); r != null; r = merge.next()) {
+        rows.gap(next, r.offset);
+        next = r.offset + 1;
+        if (!land(r)) {
+          return false;
+        }
       }
     }
     rows.gap(next, range.end);
@@ -148,7 +203,7 @@ final class RangeLanding {
   }
 
   /** One record; false if the check is not sure of its body, or it opens one event hour too many. */
-  private boolean land(ConsumerRecord<ByteBuffer, ByteBuffer> r) throws IOException {
+  private boolean land(SourceRecord r) throws IOException {
     int t = taskOf(r.offset());
     if (t < 0) {
       rows.unclaimed++;
@@ -184,9 +239,9 @@ final class RangeLanding {
       return false;
     }
     ByteBuffer key = r.key();
-    f.file.start(v, at + 5, verdict.end, topicBytes, r.partition(), r.offset(), r.timestamp(),
+    f.file.start(v, at + 5, verdict.end, topicBytes, range.partition, r.offset(), r.timestamp(),
         key == null ? null : array(key), key == null ? 0 : arrayStart(key), key == null ? 0 : key.remaining())
-        .append(r.headers().toArray());
+        .append(r.headers());
     f.rows++;
     return true;
   }
@@ -196,7 +251,7 @@ final class RangeLanding {
    * the header, a magic byte other than 0, or a Kafka timestamp outside years 1-9999, which the
    * landing file's timestamp-millis cannot hold.
    */
-  private static long schemaId(ConsumerRecord<ByteBuffer, ByteBuffer> r) {
+  private static long schemaId(SourceRecord r) {
     ByteBuffer value = r.value();
     if (value == null || value.remaining() < 5 || r.timestamp() < BodyRules.MS_YEAR_1
         || r.timestamp() >= BodyRules.MS_YEAR_10000) {

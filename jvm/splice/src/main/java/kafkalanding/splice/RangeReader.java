@@ -21,24 +21,30 @@ final class RangeReader implements PartitionReader<InternalRow> {
 
     @Override
     public PartitionReader<InternalRow> createReader(InputPartition partition) {
-      return new RangeReader(job, (OffsetRange) partition);
+      if (partition instanceof ArchiveSegment) {  // an hour landed again from its archive
+        ArchiveSegment s = (ArchiveSegment) partition;
+        return new RangeReader(job, new OffsetRange(s.partition, s.start, s.end), s);
+      }
+      return new RangeReader(job, (OffsetRange) partition, null);
     }
   }
 
   private final LandingJob job;
   private final OffsetRange range;
+  private final ArchiveSegment archived;
   private Iterator<InternalRow> results;
   private InternalRow current;
 
-  RangeReader(LandingJob job, OffsetRange range) {
+  RangeReader(LandingJob job, OffsetRange range, ArchiveSegment archived) {
     this.job = job;
     this.range = range;
+    this.archived = archived;
   }
 
   @Override
   public boolean next() throws IOException {
     if (results == null) {
-      results = new RangeLanding(job, range).land().iterator();
+      results = new RangeLanding(job, range, archived).land().iterator();
     }
     if (!results.hasNext()) {
       return false;
