@@ -328,7 +328,7 @@ class LandingRun:
                                           direct=(spark, read_options, tasks) if landed else None)
                     self.write_dead_letters(framed)
                 except Exception as exc:
-                    if ARCHIVE_FORMAT in str(exc) and not spark_server_gone(exc):
+                    if f"{ARCHIVE_FORMAT}: archived file" in str(exc) and not spark_server_gone(exc):
                         raise _archive_failed(exc, self.cfg.topic, self.hours) from None
                     if spark_server_gone(exc) and self.step is not None:
                         hours = sorted(self.seen.ids_by_hour.get(int(self.step), ())) if self.step.isdigit() else []

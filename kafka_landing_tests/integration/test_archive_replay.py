@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -265,12 +266,35 @@ def test_an_archive_file_cut_short_fails_the_hours_naming_it(a, tmp_path):
     assert {t: broken.read_json(done_file_path(cfg.dataset, t, plan.hour)) for t in cfg.tables} == done
 
 
+def _delete(admin, topic: str, again: bool) -> None:
+    """The topic deleted (and, `again`, created again, empty); deletion is asynchronous: wait for it."""
+    from confluent_kafka.admin import NewTopic
+
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    for _ in range(100):
+        if not again:
+            if topic not in admin.list_topics(timeout=10).topics:
+                return
+            time.sleep(0.2)
+            continue
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+            return
+        except Exception as exc:  # noqa: BLE001 - still marked for deletion: try again
+            if "marked for deletion" not in str(exc) and "already exists" not in str(exc):
+                raise
+            time.sleep(0.2)
+    raise AssertionError(f"{topic} could not be deleted (or created again)")
+
+
+@pytest.mark.parametrize("loss", ["retention", "deleted", "recreated"])
 def test_the_replay_job_reads_kafka_where_it_can_and_the_archive_where_it_cannot_and_re_drives_dead_letters(
-        code_location, make_topic, send, registry, admin, monkeypatch, tmp_path, capsys):
+        code_location, make_topic, send, registry, admin, monkeypatch, tmp_path, capsys, loss):
     """Two hours landed from Kafka, each with two records of a schema id the registry did not know
-    yet (dead letters); the schema is then registered and retention takes the first hour. The
-    replay job (source auto, as the UI's backfill of it) lands hour 1 from its archive and hour 2
-    from Kafka: every record a row, and hour 1's story says two dead letters were re-driven."""
+    yet (dead letters); the schema is then registered, and retention takes the first hour (or the
+    topic is deleted, or deleted and created again: both hours gone). The replay job (source auto, as the UI's
+    backfill of it) lands what Kafka lost from the archive and the rest from Kafka: every record a
+    row, and each archived hour's story says two dead letters were re-driven."""
     from datetime import timedelta
 
     from dagster import DagsterInstance
@@ -315,7 +339,11 @@ def test_the_replay_job_reads_kafka_where_it_can_and_the_archive_where_it_cannot
         instance=instance, tags=tags, raise_on_error=False))
     assert [(landed[k]["dead_letters"].value, landed[k]["source"].value) for k in keys] == [(2, "kafka")] * 2
     assert register(client, f"{topic}-later", later) == next_id, "the registry gave the schema the id it was sent with"
-    admin.delete_records([TopicPartition(topic, 0, 5)])[TopicPartition(topic, 0, 5)].result(timeout=30)  # hour 1
+    if loss == "retention":  # hour 1
+        admin.delete_records([TopicPartition(topic, 0, 5)])[TopicPartition(topic, 0, 5)].result(timeout=30)
+    else:
+        _delete(admin, topic, again=loss == "recreated")
+    second = "kafka" if loss == "retention" else "archive"
 
     # The UI's backfill of the replay job runs each hour with the job's config: `auto`.
     job = build_definitions().resolve_job_def(replay_job_name(topic))
@@ -324,13 +352,13 @@ def test_the_replay_job_reads_kafka_where_it_can_and_the_archive_where_it_cannot
     assert main(["replay", "--topic", topic, "--from", keys[0], "--to", keys[1]]) == 0
     out = capsys.readouterr().out
     assert f"{keys[0]}: from archive, 5 rows, 0 dead letters, 2 re-driven" in out, out
-    assert f"{keys[1]}: from kafka, 5 rows, 0 dead letters" in out, out
+    assert f"{keys[1]}: from {second}, 5 rows, 0 dead letters" in out, out
     by_partition = materializations(DagsterInstance.get(), landing_key(topic))  # as the UI shows the CLI's run
     replayed = {k: by_partition[k][-1].asset_materialization.metadata for k in keys}
 
     story = {k: (replayed[k]["source"].value, replayed[k]["dagster/row_count"].value, replayed[k]["dead_letters"].value)
              for k in keys}
-    assert story == {keys[0]: ("archive", 5, 0), keys[1]: ("kafka", 5, 0)}
+    assert story == {keys[0]: ("archive", 5, 0), keys[1]: (second, 5, 0)}
     assert replayed[keys[0]]["dead_letters_redriven"].value == 2
     assert replayed[keys[0]]["dead_letters_before"].value == {"unknown schema id": 2}
     store = LocalStore(str(root))
