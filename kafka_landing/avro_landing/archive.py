@@ -16,7 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafka_landing.errors import LandingError
-from kafka_landing.handoff.manifests import DeadLetters, DoneFile, DoneFileError, LandedFile, read_done_file
+from kafka_landing.handoff.manifests import (
+    DeadLetters,
+    DoneFile,
+    DoneFileError,
+    LandedFile,
+    read_done_file,
+    tables_fed_by,
+)
 from kafka_landing.kafka_slices.plan import RETENTION_AFTER_FREEZING, SlicePlan, without_deleted
 from kafka_landing.naming import dead_letter_manifest_path, done_file_path
 from kafka_landing.store.base import LandingStore
@@ -63,10 +70,11 @@ def find_archive(store: LandingStore, plan: SlicePlan) -> ArchiveHour:
     if manifest is None:
         raise _refused(plan, f"it was never landed ({store.location(manifest_rel)} does not exist), so there is no "
                              "archive; land it from Kafka")
-    fed = [tuple(t) for t in manifest.get("tables", ())]
+    # A manifest written before it listed the tables: the tables whose done file of the hour names the topic.
+    fed = [tuple(t) for t in manifest["tables"]] if "tables" in manifest else tables_fed_by(store, plan.topic,
+                                                                                                   plan.hour)
     if not fed:
-        raise _refused(plan, f"{store.location(manifest_rel)} names no table the hour fed (a landing of before the "
-                             "manifest listed them); land the hour from Kafka once, or replay it with a later archive")
+        raise _refused(plan, f"no table's done file names the hour ({store.location(manifest_rel)} lists none)")
     live = _live_done_files(store, plan, [*fed, *(tuple(t) for t in manifest.get("retired", ()))])
     attempt = manifest.get("attempt")
     dl = DeadLetters(rows=manifest["rows"], by_reason=dict(manifest["by_reason"]),

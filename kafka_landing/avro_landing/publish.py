@@ -18,11 +18,11 @@ from kafka_landing.handoff.manifests import (
     LandedFile,
     content_sha,
     read_done_file_or_none,
+    tables_fed_by,
 )
 from kafka_landing.handoff.markers import mark_pending
 from kafka_landing.kafka_slices.plan import RETENTION_AFTER_FREEZING, SlicePlan
 from kafka_landing.naming import (
-    TABLES_DIR,
     dead_letter_dir,
     dead_letter_manifest_path,
     done_file_path,
@@ -145,25 +145,9 @@ def _retired(store: LandingStore, topic: str, hour: Hour, before: dict | None,
     longer feeds: their done files must stop listing the hour's records, or they count twice."""
     if before is None:
         return []
-    fed = before["tables"] if "tables" in before else _fed_by(store, topic, hour)
+    fed = before["tables"] if "tables" in before else tables_fed_by(store, topic, hour)
     earlier = {tuple(t) for t in [*fed, *before.get("retired", ())]}
     return sorted(earlier - set(feeds))
-
-
-def _fed_by(store: LandingStore, topic: str, hour: Hour) -> list[tuple[str, str]]:
-    """The tables whose done file of the hour names the topic: what the hour fed when it was landed
-    before its dead-letter manifest listed its tables. A listing per dataset and a read per table,
-    once per such hour (the manifest written now lists them)."""
-    fed = []
-    for dataset in store.subdirs(TABLES_DIR):
-        for table in store.subdirs(f"{TABLES_DIR}/{dataset}"):
-            try:
-                found = read_done_file_or_none(store, done_file_path(dataset, table, hour))
-            except DoneFileError:
-                continue  # unreadable: no landing of ours wrote it, nothing of the topic to retire
-            if found is not None and found[0].topic == topic:
-                fed.append((dataset, table))
-    return fed
 
 
 def _retire(store: LandingStore, plan: SlicePlan, dataset: str, table: str, attempt: str,

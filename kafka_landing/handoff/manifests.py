@@ -24,7 +24,16 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 from kafka_landing.errors import KafkaLandingError
-from kafka_landing.naming import DONE_FILE_RE, TABLES_DIR, Hour, dataset_dir, done_file_glob, hour_folder_tag, table_hour_dir
+from kafka_landing.naming import (
+    DONE_FILE_RE,
+    TABLES_DIR,
+    Hour,
+    dataset_dir,
+    done_file_glob,
+    done_file_path,
+    hour_folder_tag,
+    table_hour_dir,
+)
 
 DONE_VERSION = 1
 
@@ -283,3 +292,19 @@ def landed_tables(store) -> list[tuple[str, str]]:
     """(dataset, table) folders under tables/: cheap, to warn about unconfigured ones."""
     return [(d, t) for d in store.subdirs(TABLES_DIR) if not d.startswith("_")
             for t in store.subdirs(dataset_dir(d)) if not t.startswith("_")]
+
+
+def tables_fed_by(store, topic: str, hour: Hour) -> list[tuple[str, str]]:
+    """The tables whose done file of the hour names the topic: what the hour fed when it was landed
+    before its dead-letter manifest listed its tables. A listing per dataset and a read per table,
+    once per such hour (the manifest written now lists them)."""
+    fed = []
+    for dataset in store.subdirs(TABLES_DIR):
+        for table in store.subdirs(f"{TABLES_DIR}/{dataset}"):
+            try:
+                found = read_done_file_or_none(store, done_file_path(dataset, table, hour))
+            except DoneFileError:
+                continue  # unreadable: no landing of ours wrote it, nothing of the topic to retire
+            if found is not None and found[0].topic == topic:
+                fed.append((dataset, table))
+    return fed

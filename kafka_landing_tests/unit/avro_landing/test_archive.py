@@ -115,3 +115,15 @@ def test_a_landing_killed_while_it_published_leaves_an_archive_that_covers_the_s
     archive = find_archive(store, PLAN)
     assert archive.records == 2 and len({f.path.rsplit("/", 1)[-1] for f in archive.files}) == 1
     assert archive.attempt in ("a1", "a2")
+
+
+def test_an_hour_landed_before_its_manifest_listed_its_tables_finds_them_by_their_done_files(tmp_path):
+    """Hours landed before the dead-letter manifest named the tables (the oldest, the ones a replay is
+    for): the tables whose done file of the hour names the topic."""
+    store = LocalStore(str(tmp_path))
+    _land(store)
+    rel = dead_letter_manifest_path("web", HOUR)
+    manifest = store.read_json(rel)
+    store.write_json_atomic(rel, {k: v for k, v in manifest.items() if k not in ("tables", "retired", "shape")})
+    archive = find_archive(store, PLAN)
+    assert archive.records == 2 and [f.path.split("/")[2] for f in archive.files] == ["clicks"]
