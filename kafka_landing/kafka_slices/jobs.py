@@ -73,7 +73,11 @@ def plan_backfill_op(context: OpExecutionContext, config: PlanConfig) -> None:
             "records_to_read": sum(r.records or 0 for r in rows if r.state == PLANNED),
             "errors": MetadataValue.json({r.hour: r.error for r in rows if r.state == "error"}),
             "before_first_hour": sum(r.before_first_hour for r in rows),
-            "frozen_not_in_kafka": sum(bool(r.gone) for r in rows),  # their landed files are what remains
+            "frozen_not_in_kafka": sum(bool(r.gone) for r in rows),
+            # Of those, the hours a replay (source auto or archive) reads from their landed files and dead letters.
+            "from_archive": sum(bool(r.gone) and r.archived for r in rows),
+            # Landed under another routing or event time than the config's: the hours to replay.
+            "stale_against_config": MetadataValue.json([r.hour for r in rows if r.stale]),
         },
     ))
 

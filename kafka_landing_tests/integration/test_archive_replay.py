@@ -345,6 +345,11 @@ def test_the_replay_job_reads_kafka_where_it_can_and_the_archive_where_it_cannot
         _delete(admin, topic, again=loss == "recreated")
     second = "kafka" if loss == "retention" else "archive"
 
+    gone = 1 if loss == "retention" else 2
+    assert main(["replay", "--topic", topic, "--from", keys[0], "--to", keys[1], "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert f"{gone} frozen hour(s) whose offsets Kafka no longer holds in part: {gone} would be read from their " \
+           "archive" in plan, plan
     # The UI's backfill of the replay job runs each hour with the job's config: `auto`.
     job = build_definitions().resolve_job_def(replay_job_name(topic))
     assert job.partitioned_config.get_run_config_for_partition_key(keys[0]) == {

@@ -138,6 +138,7 @@ def test_plan_backfill_job_records_the_plan_on_the_slices_asset(make_topic, send
              if e.event_type_value == "ASSET_OBSERVATION"]
     assert obs.asset_key == slice_key(topic)
     assert obs.metadata["would_freeze"].value == 2 and obs.metadata["records_to_read"].value == 6 + 8
+    assert (obs.metadata["from_archive"].value, obs.metadata["stale_against_config"].value) == (0, [])  # none landed
     assert f"| {hour_tag(first + ONE_HOUR)} | would freeze | 1 |" in obs.metadata["plan"].value
     assert tree(tmp_path / "landing") == {}
 
