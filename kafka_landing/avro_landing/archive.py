@@ -98,7 +98,8 @@ def find_archive(store: LandingStore, plan: SlicePlan) -> ArchiveHour:
     attempts = sorted({d.attempt for d in live.values()} | {str(attempt)})
     raise _refused(plan, f"no landing's done files and dead letters cover its slice ({'; '.join(counts)}"
                          f"; landing attempts {', '.join(attempts)}): a landing interrupted while it published, or a "
-                         "done file removed")
+                         "done file removed. Restore the hour's done files from a copy, or land it from Kafka while "
+                         "Kafka holds its offsets")
 
 
 def _live_done_files(store: LandingStore, plan: SlicePlan, tables) -> dict[tuple, DoneFile]:

@@ -37,6 +37,8 @@ def test_every_contender_lands_the_slices_records_and_the_report_is_complete(tmp
     backfill = report["backfill"]
     assert backfill["one_run"]["records"] == backfill["single_runs"]["records"] == backfill["processes"]["records"] == 200
     assert backfill["plain"]["records"] == 200, "the day as one table without event time lands the same records"
+    replay = report["replay"]
+    assert replay["from_archive"]["records"] == replay["from_kafka"]["records"] == 200, "the landed day landed again"
     warehouse = report["warehouse"]
     assert len(warehouse["tables"]) == 3, "the day is routed into several tables, and all of them are loaded"
     assert (warehouse["all_hours"]["records"], warehouse["single_runs"]["records"],
