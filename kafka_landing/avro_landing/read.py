@@ -11,6 +11,7 @@ with the same columns, so decode, route and write do not know where they came fr
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from functools import reduce
@@ -114,14 +115,23 @@ def archive_segments(store: LandingStore, archives: list[ArchiveHour], tasks: li
     """The archive source's option (contract.OPTION_SEGMENTS): the ranges `read_segments` cuts the
     tasks into, as the Kafka reads are cut, each with the files holding its records: the landing
     files that start in it (a file never crosses a frozen task) and the dead-letter files of its
-    partition that overlap it. The direct landing reads the same segments."""
-    files = [f for a in archives for f in a.files]
-    dead = [f for a in archives for f in a.dead_letter_files]
+    partition that overlap it. The direct landing reads the same segments. Found by bisection in
+    each partition's files sorted by first offset: a year of hours holds millions of files."""
+    by_partition: dict[int, list] = {}  # partition -> [(first offset, schema id, file)], sorted: a year's are many
+    for a in archives:
+        for sid, f in [*((f.schema_id, f) for f in a.files), *((NO_SCHEMA_ID, f) for f in a.dead_letter_files)]:
+            by_partition.setdefault(f.partition, []).append((f.first_offset, sid, f))
+    for listed in by_partition.values():
+        listed.sort(key=lambda x: (x[0], x[2].path))
+    longest = {p: max((f.last_offset - f.first_offset for _, _, f in fs), default=0) for p, fs in by_partition.items()}
     items = []
     for segment in read_segments(tasks, parallelism):
         for p, (start, end) in segment.items():
-            mine = [(f.schema_id, f) for f in files if f.partition == p and start <= f.first_offset < end]
-            mine += [(NO_SCHEMA_ID, f) for f in dead if f.partition == p and f.first_offset < end and f.last_offset >= start]
+            listed = by_partition.get(p, [])
+            # Files that start in [start - the partition's longest file, end) and end at start or later.
+            lo = bisect.bisect_left(listed, start - longest.get(p, 0), key=lambda x: x[0])
+            hi = bisect.bisect_left(listed, end, key=lambda x: x[0])
+            mine = [(sid, f) for _, sid, f in listed[lo:hi] if f.last_offset >= start]
             items.append(FIELD_SEP.join([NUMBER_SEP.join(map(str, (p, start, end))),
                                          *(x for sid, f in mine for x in (str(sid), store.location(f.path)))]))
     return ITEM_SEP.join(items)
