@@ -16,7 +16,7 @@ from kafka_landing.handoff.manifests import DoneFile
 from kafka_landing.kafka_slices.plan import RETENTION_AFTER_FREEZING, without_deleted
 from kafka_landing.naming import dead_letter_manifest_path, done_file_path
 from kafka_landing.store.local import LocalStore
-from kafka_landing_tests.unit.avro_landing.test_publish import HOUR, NO_DEAD, PLAN, staged
+from kafka_landing_tests.unit.avro_landing.test_publish import HOUR, NO_DEAD, PLAN, H, staged
 
 CFG = TopicConfig("web", "w", route=Route("type", {"click": "clicks"}, "other"))
 
@@ -127,3 +127,29 @@ def test_an_hour_landed_before_its_manifest_listed_its_tables_finds_them_by_thei
     store.write_json_atomic(rel, {k: v for k, v in manifest.items() if k not in ("tables", "retired", "shape")})
     archive = find_archive(store, PLAN)
     assert archive.records == 2 and [f.path.split("/")[2] for f in archive.files] == ["clicks"]
+
+
+def test_an_hours_archive_costs_the_same_store_calls_after_a_year_of_hours():
+    """Finding an hour's archive reads its own manifests and lists its own folders: the same calls
+    whether the root holds a day of landed hours or a year (counted, as a bucket bills them)."""
+    from kafka_landing.naming import Hour
+    from kafka_landing_tests.mem_store import MemStore
+
+    def calls_for_an_hour_among(hours: int) -> int:
+        store = MemStore()
+        first = Hour(H)
+        plans = {}
+        for i in range(hours):
+            plan = dataclasses.replace(PLAN, hour=first.plus(i))
+            staged_file = staged(store, "w", "clicks", f"a{i}")
+            moved = dataclasses.replace(staged_file, rel=staged_file.rel.replace(f"hour={H}", f"hour={plan.hour}"),
+                                        hour=plan.hour)
+            moved = dataclasses.replace(moved, file=dataclasses.replace(moved.file, path=moved.rel))
+            publish(store, CFG, StagedHour(plan, [moved], [], NO_DEAD, 2, f"a{i}"))
+            plans[plan.hour] = plan
+        store.calls.clear()
+        archive = find_archive(store, plans[first.plus(hours // 2)])
+        assert archive.records == 2
+        return store.total_calls
+
+    assert calls_for_an_hour_among(24 * 365) == calls_for_an_hour_among(24) > 0
