@@ -74,7 +74,7 @@ def archived(bootstrap, registry_url, kafka, registry, spark, admin, tmp_path_fa
     suffix = uuid.uuid4().hex[:6]
     topics = {ORDERS: f"orders_{suffix}", WEB: f"web_{suffix}"}
     now = utcnow()
-    generate(bootstrap, registry_url, hours=HOURS, per_hour=120, now=now, topics=topics)
+    generate(bootstrap, registry_url, hours=HOURS, per_hour=60, now=now, topics=topics)
     before, after = _configs(topics)
     kafka_store, reference = LocalStore(tmp_path_factory.mktemp("kafka")), LocalStore(tmp_path_factory.mktemp("ref"))
     fetch = schema_fetcher(registry)
@@ -379,7 +379,7 @@ def test_the_replay_job_reads_kafka_where_it_can_and_the_archive_where_it_cannot
         assert {f["schema_id"] for f in done["files"]} == {sid, next_id}
 
 
-@settings(max_examples=15, **SETTINGS)
+@settings(max_examples=10, **SETTINGS)
 @given(case=schema_and_records(), data=st.data())
 def test_the_archive_gives_back_every_landed_record_as_kafka_had_it(case, data, spark, tmp_path):
     """A property over every Avro type and its edge values, keys, headers and timestamps: the
