@@ -253,12 +253,13 @@ def build_replay_job(cfg: TopicConfig):
     )
 
 
-def replay_hours(topic: str, first: Hour, last: Hour, source: str):
-    """The topic's replay job over [first, last] in this process, on the instance of $DAGSTER_HOME
-    (the UI shows its run as a backfill's): the command line's `replay`. Its result, failed or not."""
+def replay_hours(topic: str, first: Hour, last: Hour, source: str, instance: DagsterInstance | None = None):
+    """The topic's replay job over [first, last] in this process, on `instance` (by default that of
+    $DAGSTER_HOME: the UI shows its run as a backfill's), as the command line's `replay` and the
+    benchmark run it. Its result, failed or not."""
     op = landing_key(topic).to_python_identifier()
     return build_definitions().resolve_job_def(replay_job_name(topic)).execute_in_process(
-        instance=DagsterInstance.get(), raise_on_error=False,
+        instance=instance or DagsterInstance.get(), raise_on_error=False,
         tags={RANGE_START_TAG: first.key, RANGE_END_TAG: last.key, REDO_DONE_HOURS_TAG: "true"},
         run_config={"ops": {op: {"config": {"source": LandingSource(source).name}}}})
 

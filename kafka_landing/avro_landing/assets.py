@@ -135,11 +135,11 @@ class LandingPass:
             return {k: failure(exc) for k in partition_keys}
         out: dict = {}
         plans = self.frozen(partition_keys, out)  # as frozen: what the checks count against
-        gone: dict[str, LandingError] = {}  # hours Kafka no longer holds: why
+        gone: dict[str, str] = {}  # hours read from their archive: why not from Kafka
         try:
             if self.source is LandingSource.archive:
                 to_land, compacted = {}, False
-                gone = {k: LandingError("the archive was asked for") for k in plans}
+                gone = dict.fromkeys(plans, "source: archive")
             else:
                 to_land, compacted = self.still_in_kafka(plans, out, gone if self.source is LandingSource.auto else None)
         except KafkaUnavailable as exc:
@@ -150,15 +150,15 @@ class LandingPass:
         if not plans:
             return out
         landed: dict = {}
-        for run, plans_of_run in (("kafka", {k: p for k, p in plans.items() if k in to_land}),
-                                  ("archive", {k: p for k, p in plans.items() if k in archived})):
-            if not plans_of_run:
+        # Two runs at most: the hours Kafka holds, then those read from their archive.
+        for keys, archives in (([k for k in plans if k in to_land], ()), (sorted(archived), tuple(archived.values()))):
+            if not keys:
                 continue
             try:
-                landed.update(self.land(plans_of_run, to_land, compacted) if run == "kafka"
-                              else self.land_archived([archived[k] for k in plans_of_run]))
+                landed.update(self.land([to_land[k] if k in to_land else archived[k].plan for k in keys],
+                                        compacted and not archives, archives))
             except LandingError as exc:  # it concerns every hour of that run
-                out.update({k: failure(exc) for k in plans_of_run})
+                out.update({k: failure(exc) for k in keys})
         for k, plan in plans.items():
             if k not in out:
                 out[k] = self.reported(landed[plan.hour], plan, to_land[k] if k in to_land else archived[k].plan)
@@ -177,14 +177,14 @@ class LandingPass:
         return plans
 
     def still_in_kafka(self, plans: dict[str, SlicePlan], out: dict,
-                       gone: dict[str, LandingError] | None = None) -> tuple[dict[str, SlicePlan], bool]:
+                       gone: dict[str, str] | None = None) -> tuple[dict[str, SlicePlan], bool]:
         """({key: the slice to land}, whether the topic is compacted): each slice less what retention
         deleted, when skipping it was asked for. An hour Kafka no longer holds goes to `gone` with
         why, where given (the topic deleted: every hour); else it fails, in `out`, and leaves `plans`."""
         to_land: dict[str, SlicePlan] = {}
         with self.kafka.log_view() as log:  # one consumer for every hour of the run
             if gone is not None and log.partitions(self.cfg.topic) is None:
-                gone.update({k: LandingError(f"topic {self.cfg.topic!r} is not in Kafka") for k in plans})
+                gone.update(dict.fromkeys(plans, f"topic {self.cfg.topic!r} is not in Kafka"))
                 return to_land, False
             compacted = log.compacted(self.cfg.topic)
             marks: dict[int, tuple[int, int]] = {}
@@ -193,13 +193,13 @@ class LandingPass:
                     to_land[k] = check_still_in_kafka(log, plan, marks, self.skip_retention_gaps)
                 except LandingError as exc:
                     if gone is not None:
-                        gone[k] = exc
+                        gone[k] = str(exc)
                         continue
                     out[k] = failure(exc)
                     del plans[k]
         return to_land, compacted
 
-    def archived(self, plans: dict[str, SlicePlan], gone: dict[str, LandingError], out: dict) -> dict:
+    def archived(self, plans: dict[str, SlicePlan], gone: dict[str, str], out: dict) -> dict:
         """{key: the hour's archive} of the hours in `gone`; an hour whose archive is refused fails, in
         `out` (with why Kafka could not serve it, for `auto`), and leaves `plans`."""
         from kafka_landing.avro_landing.archive import ArchiveError, find_archive
@@ -218,27 +218,18 @@ class LandingPass:
                                       + ("" if self.source is LandingSource.archive else f": {gone[k]}"))
         return found
 
-    def land(self, plans: dict[str, SlicePlan], to_land: dict[str, SlicePlan],
-             compacted: bool) -> "dict[str, LandingResult | LandingError]":
+    def land(self, plans: list[SlicePlan], compacted: bool,
+             archives: tuple = ()) -> "dict[str, LandingResult | LandingError]":
+        """The slices landed in one run: from Kafka, or from `archives` (the same decode, routing and
+        checks; Kafka is not read)."""
         from kafka_landing.avro_landing.job import HoursToLand, Sources, land_hours
 
         attempt = f"{self.context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
-        first = min(p.hour for p in plans.values())
-        sources = Sources(lambda: self.pyspark.spark_session, self.kafka.spark_options(), self.fetch)
-        hours = HoursToLand(self.cfg, [to_land[k] for k in plans], attempt,
-                            likely_ids=likely_schema_ids(self.store, self.registry, self.cfg, first), snapshot=compacted)
-        return land_hours(sources, self.store, hours, log=self.context.log.info)
-
-    def land_archived(self, archives: list) -> "dict[str, LandingResult | LandingError]":
-        """`land`, from the hours' archives: no Kafka read, the same decode, routing and checks."""
-        from kafka_landing.avro_landing.job import HoursToLand, Sources, land_hours
-
-        attempt = f"{self.context.run_id[:8]}-{uuid.uuid4().hex[:8]}"
-        first = min(a.plan.hour for a in archives)
-        sources = Sources(lambda: self.pyspark.spark_session, {}, self.fetch)
-        hours = HoursToLand(self.cfg, [a.plan for a in archives], attempt,
-                            likely_ids=likely_schema_ids(self.store, self.registry, self.cfg, first),
-                            archives=tuple(archives))
+        first = min(p.hour for p in plans)
+        sources = Sources(lambda: self.pyspark.spark_session, {} if archives else self.kafka.spark_options(), self.fetch)
+        hours = HoursToLand(self.cfg, plans, attempt, likely_ids=likely_schema_ids(self.store, self.registry, self.cfg,
+                                                                                 first),
+                            snapshot=compacted, archives=archives)
         return land_hours(sources, self.store, hours, log=self.context.log.info)
 
     def reported(self, result: "LandingResult | LandingError", plan: SlicePlan, landed: SlicePlan):

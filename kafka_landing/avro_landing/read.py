@@ -98,7 +98,7 @@ def read_hours(spark: SparkSession, kafka_options: dict, topic: str, tasks: list
 def read_archive(spark: SparkSession, archive_segments: str, tasks: list[HourTask]) -> DataFrame | None:
     """`read_hours`, from the hours' archives instead of Kafka (archive.py): the same records with
     the same columns, in the same order per frozen task, read by the archive source in the JVM
-    (jvm/splice ArchiveSource) from `archive_segments` (`archive_segments`): a landing file's
+    (jvm/splice ArchiveSource) from the option `archive_segments` builds: a landing file's
     record gives its body back as produced, framed with the file's schema id; a dead letter, its
     raw value. A dead letter's timestamp, kept null where Kafka's was out of range, is taken back
     from its reason."""

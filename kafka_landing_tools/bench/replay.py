@@ -7,29 +7,23 @@ and publication; only the read differs."""
 from __future__ import annotations
 
 from kafka_landing_tools.bench.measure import BenchError, Job
-from kafka_landing_tools.bench.processes import landed_rows, only_topic, partitions
+from kafka_landing_tools.bench.processes import landed_rows, only_topic
 from kafka_landing_tools.bench.world import DAY, DAY_LANDED, Bench, Case
 
 ROOTS = {"kafka": "landing_replay_kafka", "archive": "landing_replay_archive"}
 
 
 def contender_replay(args) -> int:
-    """The topic's replay job over the hours in one run, from `--source`, redoing landed hours."""
+    """The topic's replay job over the hours in one run, from `--source`, as the command line runs it."""
     from dagster import DagsterInstance
 
     cfg = only_topic(args)
-    from kafka_landing.avro_landing.assets import LandingSource, landing_key
-    from kafka_landing.definitions import build_definitions, build_resources, replay_job_name
-    from kafka_landing.hours import REDO_DONE_HOURS_TAG
+    from kafka_landing.definitions import replay_hours
+    from kafka_landing.naming import Hour
 
-    job = build_definitions().resolve_job_def(replay_job_name(args.topic))
-    where = partitions(args.hour_keys)
-    config = {"ops": {landing_key(args.topic).to_python_identifier(): {"config": {
-        "source": LandingSource(args.source).name}}}}
     with DagsterInstance.ephemeral() as instance:
-        result = job.execute_in_process(instance=instance, resources=build_resources(), raise_on_error=False,
-                                        run_config=config, tags={**where.get("tags", {}), REDO_DONE_HOURS_TAG: "true"},
-                                        **{k: v for k, v in where.items() if k != "tags"})
+        result = replay_hours(args.topic, Hour.from_key(args.hour_keys[0]), Hour.from_key(args.hour_keys[-1]),
+                              args.source, instance)
     if not result.success:
         raise BenchError(f"the replay of {args.topic} from {args.source}, hours {args.hour_keys[0]}..{args.hour_keys[-1]} "
                          "failed; its log is above")
